@@ -1,0 +1,26 @@
+//! parqivf: an IVF vector index for the embedding columns of Parquet and
+//! DuckLake tables, stored as plain Parquet that any engine can read.
+//!
+//! The crate is organised as pure planners and compute in the middle
+//! ([`distance`], [`topk`], [`kmeans`], [`manifest`], [`probe`]'s planner) and IO at
+//! the edges ([`store`], [`postings`] writer, [`probe`] executor, [`catalog`]
+//! readers), all storage going through `Arc<dyn ObjectStore>`.
+//! `docs/architecture.md` gives each module one heading and the question it answers.
+
+pub mod build;
+pub mod catalog;
+pub mod centroids;
+pub mod distance;
+pub mod error;
+pub mod index;
+pub mod kmeans;
+pub mod manifest;
+pub mod postings;
+pub mod probe;
+pub mod quickstart;
+pub mod server;
+pub mod store;
+pub mod topk;
+pub mod vector_file;
+
+pub use error::{Error, Result};
