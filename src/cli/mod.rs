@@ -5,6 +5,11 @@
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+pub mod build;
+pub mod quickstart;
+pub mod search;
+pub mod serve;
+pub mod train;
 pub mod verify;
 
 #[derive(Debug, Parser)]
@@ -16,12 +21,27 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
+    /// Generate a clustered dataset, build an index, query it, print recall and timings.
+    Quickstart(quickstart::Args),
+    /// Build and publish an index snapshot from a source table.
+    Build(build::Args),
+    /// Query an index with vectors from a file.
+    Search(search::Args),
+    /// Serve one or more indexes over HTTP/JSON.
+    Serve(serve::Args),
+    /// Train k-means centroids on a vector file (benchmarking aid).
+    Train(train::Args),
     /// Check every MUST of the ivf_postings layout for a published table.
     Verify(verify::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match cli.command {
+        Command::Quickstart(a) => quickstart::run(a),
+        Command::Build(a) => build::run(a),
+        Command::Search(a) => search::run(a),
+        Command::Serve(a) => serve::run(a),
+        Command::Train(a) => train::run(a),
         Command::Verify(a) => verify::run(a),
     }
 }

@@ -2,6 +2,8 @@
 //! group, rolling files, streaming sha256 and size), and verification.
 //! SKELETON: owned by the format helper (issue 2).
 
+pub mod schema;
+
 use thiserror::Error;
 
 /// Postings errors.

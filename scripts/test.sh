@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# The test command (README): sets up what the tests need, then runs them all.
+#  - a Python venv (.venv-test) with pyarrow, duckdb and moto: the independent
+#    readers of our Parquet, and moto_server as a real S3 API on loopback;
+#  - moto_server on 127.0.0.1 with a free port and a bucket, stopped by PID at exit;
+#  - `cargo test` over the whole crate (unit, integration, doc tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+VENV="${PARQIVF_VENV:-$PWD/.venv-test}"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+if ! "$VENV/bin/python" -c "import pyarrow, duckdb, moto, flask_cors" 2>/dev/null; then
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check \
+    "pyarrow>=15" "duckdb>=1.1" "moto[server]>=5" numpy
+fi
+export PARQIVF_PYTHON="$VENV/bin/python"
+export PARQIVF_REQUIRE_INTEROP=1
+
+# moto_server: a real S3 API on loopback for the store-conformance suite.
+PORT="$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
+"$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >"${TMPDIR:-/tmp}/parqivf-moto-$PORT.log" 2>&1 &
+MOTO_PID=$!
+trap 'kill "$MOTO_PID" 2>/dev/null || true; wait "$MOTO_PID" 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do
+  "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/')" 2>/dev/null && break
+  sleep 0.1
+done
+export AWS_ENDPOINT="http://127.0.0.1:$PORT" AWS_ALLOW_HTTP=true AWS_REGION=us-east-1 \
+  AWS_ACCESS_KEY_ID=testing AWS_SECRET_ACCESS_KEY=testing
+export PARQIVF_S3_BUCKET=parqivf-test
+"$VENV/bin/python" - <<PY
+import urllib.request
+req = urllib.request.Request("http://127.0.0.1:$PORT/parqivf-test", method="PUT")
+urllib.request.urlopen(req)
+print("moto_server on 127.0.0.1:$PORT (pid $MOTO_PID), bucket parqivf-test")
+PY
+
+cargo test --locked "$@"
