@@ -22,5 +22,6 @@ pub mod server;
 pub mod store;
 pub mod topk;
 pub mod vector_file;
+pub mod warehouse;
 
 pub use error::{Error, Result};

@@ -1,11 +1,51 @@
-//! The batch build job: source → sample → train → assign → group → write → publish.
-//! SKELETON (issue 5).
+//! The batch build job: a [`VectorSource`] is sampled, a two-level k-means
+//! hierarchy is trained, every row is assigned and grouped by root bucket
+//! (spilling under a memory limit), postings and centroids are written to a
+//! fresh snapshot folder, and the snapshot is published through the
+//! [`crate::warehouse`] commit protocol. See `docs/build.md`.
+
+pub mod job;
+pub mod progress;
+pub mod source;
+pub mod spill;
+
+pub use job::{BuildParams, BuildSummary, DEFAULT_SEED, PhaseTimes, build};
+pub use progress::ProgressMode;
+pub use source::{ArraySource, VectorBatch, VectorSource};
 
 use thiserror::Error;
 
-/// Build errors.
+/// Build errors. Source errors name the object and the numbers involved.
 #[derive(Debug, Error)]
 pub enum BuildError {
-    #[error("{0}")]
-    Invalid(String),
+    #[error("the source table has no rows")]
+    EmptySource,
+    #[error("nlist {nlist} is larger than the number of rows {rows}; choose nlist <= rows")]
+    NlistExceedsRows { nlist: u32, rows: u64 },
+    #[error("invalid parameter {name}: {reason}")]
+    BadParameter { name: &'static str, reason: String },
+    #[error("vector buffer of {len} values is not a whole number of rows of dimension {dim}")]
+    BadShape { len: usize, dim: usize },
+    #[error("{source_name}: row {row} has the non-finite value {value}")]
+    NonFiniteValue {
+        source_name: String,
+        row: u64,
+        value: f32,
+    },
+    #[error("spill file {path}: {reason}")]
+    Spill { path: String, reason: String },
+    #[error("arrow: {0}")]
+    Arrow(String),
+    #[error("internal: {0}")]
+    Internal(String),
+    #[error(transparent)]
+    KMeans(#[from] crate::kmeans::KMeansError),
+    #[error(transparent)]
+    Postings(#[from] crate::postings::PostingsError),
+    #[error(transparent)]
+    Store(#[from] crate::store::StoreError),
+    #[error(transparent)]
+    Warehouse(#[from] crate::warehouse::WarehouseError),
+    #[error(transparent)]
+    Catalog(#[from] crate::catalog::CatalogError),
 }

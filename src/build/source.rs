@@ -1,0 +1,153 @@
+//! What the build job reads: a source of vectors split into independent
+//! *parts* (files), each yielding row identities, vectors and optional payload
+//! columns. Providers (in-memory arrays, `.npy`/`.fvecs`, Parquet tables,
+//! DuckLake tables) implement [`VectorSource`]; the job never knows which.
+
+use arrow::datatypes::FieldRef;
+use arrow::record_batch::RecordBatch;
+use async_trait::async_trait;
+
+use super::BuildError;
+
+/// The rows of one part: `rowids.len()` vectors of `dim` f32 each, row-major,
+/// and, when the build carries payload columns, a batch with one row per vector.
+#[derive(Debug, Clone)]
+pub struct VectorBatch {
+    pub rowids: Vec<i64>,
+    pub vectors: Vec<f32>,
+    pub payload: Option<RecordBatch>,
+}
+
+impl VectorBatch {
+    /// Number of rows.
+    pub fn len(&self) -> usize {
+        self.rowids.len()
+    }
+
+    /// True when the batch holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.rowids.is_empty()
+    }
+
+    /// Bytes held in memory (vectors, rowids and payload buffers).
+    pub fn memory_size(&self) -> usize {
+        self.vectors.len() * 4
+            + self.rowids.len() * 8
+            + self.payload.as_ref().map_or(0, |p| p.get_array_memory_size())
+    }
+}
+
+/// A source table, read part by part. Parts are independent, so the job can
+/// read them in parallel and, beyond one machine, on different workers.
+#[async_trait]
+pub trait VectorSource: Send + Sync {
+    /// The vector dimension (validated across all parts while reading).
+    fn dim(&self) -> usize;
+
+    /// Number of parts (files).
+    fn parts(&self) -> usize;
+
+    /// Rows in part `part` that the source will yield, before invalid rows are
+    /// skipped (from metadata where possible: Parquet footers).
+    ///
+    /// # Errors
+    /// The part cannot be opened.
+    async fn part_rows(&self, part: usize) -> Result<u64, BuildError>;
+
+    /// Read part `part` completely.
+    ///
+    /// # Errors
+    /// Unreadable data, wrong types, nulls, mixed dimensions, non-finite values.
+    async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError>;
+
+    /// Payload fields carried into the postings, in order.
+    fn payload_fields(&self) -> Vec<FieldRef> {
+        Vec::new()
+    }
+
+    /// A JSON description recorded in the index definition (`source`).
+    fn describe(&self) -> serde_json::Value;
+}
+
+/// Vectors already in memory (generated data, `.npy`/`.fvecs` files). Row `i`
+/// gets rowid `i`; `part_rows` splits them into parts of `part_rows` rows.
+#[derive(Debug, Clone)]
+pub struct ArraySource {
+    vectors: std::sync::Arc<Vec<f32>>,
+    dim: usize,
+    part_size: usize,
+    description: serde_json::Value,
+}
+
+impl ArraySource {
+    /// `vectors` is row-major `n × dim`.
+    ///
+    /// # Errors
+    /// A zero dimension, or a length that is not a multiple of `dim`.
+    pub fn new(vectors: Vec<f32>, dim: usize, description: serde_json::Value) -> Result<Self, BuildError> {
+        if dim == 0 || vectors.len() % dim != 0 {
+            return Err(BuildError::BadShape {
+                len: vectors.len(),
+                dim,
+            });
+        }
+        Ok(Self {
+            vectors: std::sync::Arc::new(vectors),
+            dim,
+            part_size: 65_536,
+            description,
+        })
+    }
+
+    /// Rows per part (default 65,536).
+    pub fn with_part_size(mut self, rows: usize) -> Self {
+        self.part_size = rows.max(1);
+        self
+    }
+
+    fn rows(&self) -> usize {
+        self.vectors.len() / self.dim
+    }
+
+    fn range(&self, part: usize) -> std::ops::Range<usize> {
+        let start = (part * self.part_size).min(self.rows());
+        start..(start + self.part_size).min(self.rows())
+    }
+}
+
+#[async_trait]
+impl VectorSource for ArraySource {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn parts(&self) -> usize {
+        self.rows().div_ceil(self.part_size)
+    }
+
+    async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
+        Ok(self.range(part).len() as u64)
+    }
+
+    async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
+        let r = self.range(part);
+        let vectors = self.vectors[r.start * self.dim..r.end * self.dim].to_vec();
+        if let Some(pos) = vectors.iter().position(|v| !v.is_finite()) {
+            let row = r.start + pos / self.dim;
+            return Err(BuildError::NonFiniteValue {
+                source_name: "array".into(),
+                row: row as u64,
+                value: vectors[pos],
+            });
+        }
+        Ok(VectorBatch {
+            rowids: r.map(|i| i as i64).collect(),
+            vectors,
+            payload: None,
+        })
+    }
+
+    fn describe(&self) -> serde_json::Value {
+        self.description.clone()
+    }
+}
