@@ -5,12 +5,14 @@
 //! [`crate::warehouse`] commit protocol. See `docs/build.md`.
 
 pub mod job;
+pub mod parquet_source;
 pub mod progress;
 pub mod source;
 pub mod spill;
 
 pub use job::{BuildParams, BuildSummary, DEFAULT_SEED, PhaseTimes, build};
 pub use progress::ProgressMode;
+pub use parquet_source::{ParquetSource, ParquetSourceOptions};
 pub use source::{ArraySource, VectorBatch, VectorSource};
 
 use thiserror::Error;
@@ -32,6 +34,28 @@ pub enum BuildError {
         row: u64,
         value: f32,
     },
+    #[error("no source files match {location}")]
+    NoFiles { location: String },
+    #[error("{path}: cannot read: {reason}")]
+    Unreadable { path: String, reason: String },
+    #[error("{path}: the column {column} is missing")]
+    MissingColumn { path: String, column: String },
+    #[error("{path}: the column {column} has type {found}, which is not a vector type (list<float>, list<double>, fixed-size list, fixed(4·dim))")]
+    WrongType { path: String, column: String, found: String },
+    #[error("{path}: {source}")]
+    VectorColumn {
+        path: String,
+        #[source]
+        source: crate::catalog::vector_column::VectorColumnError,
+    },
+    #[error("{path}: {source}")]
+    Mapping {
+        path: String,
+        #[source]
+        source: crate::catalog::mapping::MappingError,
+    },
+    #[error("{path}: row {row} has a NULL id")]
+    NullId { path: String, row: u64 },
     #[error("spill file {path}: {reason}")]
     Spill { path: String, reason: String },
     #[error("arrow: {0}")]

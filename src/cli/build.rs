@@ -1,10 +1,186 @@
-//! `parqivf build`. SKELETON: owned by the build job (issue 5).
+//! `parqivf build`: read a source table, train, assign, write and publish an
+//! index snapshot as the next version of the index at `--out`.
 
 use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::Context;
+use parqivf::build::{ArraySource, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource, build};
+use parqivf::distance::Metric;
+use parqivf::kmeans::AssignMode;
 
 #[derive(Debug, clap::Args)]
-pub struct Args {}
+pub struct Args {
+    /// The source: a Parquet table root or `*` pattern (path, file://, s3://…),
+    /// a `.npy`/`.fvecs` file, or `ducklake:sqlite:<meta.sqlite>` with `--table`.
+    #[arg(long)]
+    pub source: String,
+    /// The index location (a folder, file://, memory://, s3://…). Snapshots and
+    /// the commit log live below it.
+    #[arg(long)]
+    pub out: String,
+    /// The vector column.
+    #[arg(long, default_value = "embedding")]
+    pub column: String,
+    /// DuckLake table as `schema.table`.
+    #[arg(long)]
+    pub table: Option<String>,
+    /// DuckLake snapshot (default: the latest).
+    #[arg(long)]
+    pub snapshot: Option<u64>,
+    /// DuckLake: resolve the catalog's data_path against this instead of the catalog's folder.
+    #[arg(long)]
+    pub data_path: Option<String>,
+    /// A BIGINT-compatible column to use as rowid (Parquet sources).
+    #[arg(long)]
+    pub id_column: Option<String>,
+    /// Extra columns carried into the postings, comma-separated.
+    #[arg(long, value_delimiter = ',')]
+    pub payload: Vec<String>,
+    /// Number of leaf lists.
+    #[arg(long, default_value_t = 1024)]
+    pub nlist: u32,
+    /// Number of roots (default round(sqrt(nlist))).
+    #[arg(long)]
+    pub roots: Option<u32>,
+    /// l2, ip or cosine.
+    #[arg(long, default_value = "l2", value_parser = parse_metric)]
+    pub metric: Metric,
+    #[arg(long, default_value_t = 20)]
+    pub niter: usize,
+    #[arg(long, default_value_t = 256)]
+    pub max_points_per_centroid: usize,
+    /// Seed for sampling and training (builds are reproducible by seed and thread count).
+    #[arg(long, default_value_t = parqivf::build::DEFAULT_SEED)]
+    pub seed: u64,
+    /// Assignment: `exact` or `hierarchical:M` (nearest M roots, then their leaves).
+    #[arg(long, default_value = "exact", value_parser = parse_assign)]
+    pub assign: AssignMode,
+    /// Memory for assigned postings before spilling per bucket (e.g. 512MiB, 2GiB).
+    #[arg(long, default_value = "2GiB", value_parser = parse_bytes)]
+    pub memory_limit: usize,
+    /// Skip rows with NULL or non-finite vectors (counted) instead of failing.
+    #[arg(long)]
+    pub skip_invalid: bool,
+    /// Worker threads (default: all cores).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// Print a JSON summary on stdout (and plain progress on stderr).
+    #[arg(long)]
+    pub json: bool,
+}
 
-pub fn run(_args: Args) -> anyhow::Result<ExitCode> {
-    anyhow::bail!("build is not implemented yet")
+pub fn parse_metric(s: &str) -> Result<Metric, String> {
+    match s {
+        "l2" => Ok(Metric::L2),
+        "ip" | "inner-product" => Ok(Metric::InnerProduct),
+        "cosine" => Ok(Metric::Cosine),
+        _ => Err(format!("unknown metric {s:?}: expected l2, ip or cosine")),
+    }
+}
+
+fn parse_assign(s: &str) -> Result<AssignMode, String> {
+    match s.split_once(':') {
+        None if s == "exact" => Ok(AssignMode::Exact),
+        Some(("hierarchical", m)) => m
+            .parse()
+            .ok()
+            .filter(|&m: &usize| m > 0)
+            .map(|m| AssignMode::Hierarchical { m })
+            .ok_or_else(|| format!("bad root count in {s:?}")),
+        _ => Err(format!("unknown assignment {s:?}: expected exact or hierarchical:M")),
+    }
+}
+
+/// `123`, `64KiB`, `512MiB`, `2GiB` (also KB/MB/GB as powers of 1000).
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let s = s.trim();
+    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
+    let (num, unit) = s.split_at(split);
+    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
+    let mult: usize = match unit.trim() {
+        "" | "B" => 1,
+        "KiB" => 1 << 10,
+        "MiB" => 1 << 20,
+        "GiB" => 1 << 30,
+        "KB" => 1_000,
+        "MB" => 1_000_000,
+        "GB" => 1_000_000_000,
+        u => return Err(format!("bad size unit {u:?} in {s:?}")),
+    };
+    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+}
+
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    if let Some(t) = args.threads {
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .context("configuring the thread pool")?;
+    }
+    let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    rt.block_on(async {
+        let source = open_source(&args).await?;
+        let (store, index) = parqivf::store::location::open(&args.out)?;
+        let params = BuildParams {
+            nlist: args.nlist,
+            roots: args.roots,
+            metric: args.metric,
+            niter: args.niter,
+            max_points_per_centroid: args.max_points_per_centroid,
+            seed: args.seed,
+            assign: args.assign,
+            memory_limit: args.memory_limit,
+            progress: if args.json { ProgressMode::Plain } else { ProgressMode::Auto },
+            ..BuildParams::default()
+        };
+        let summary = build(source, store, &index, &params).await?;
+        if args.json {
+            println!("{}", serde_json::to_string_pretty(&summary)?);
+        } else {
+            eprintln!(
+                "published version {} of {} ({} rows, nlist {}, {} postings files) in {:.2} s",
+                summary.version, args.out, summary.rows, summary.nlist, summary.postings_files, summary.seconds.total
+            );
+        }
+        Ok(ExitCode::SUCCESS)
+    })
+}
+
+async fn open_source(args: &Args) -> anyhow::Result<Arc<dyn VectorSource>> {
+    let src = args.source.as_str();
+    if let Some(catalog) = src.strip_prefix("ducklake:sqlite:") {
+        let table = args
+            .table
+            .as_deref()
+            .context("a DuckLake source needs --table schema.table")?;
+        let s = parqivf::build::ducklake_source::DuckLakeSource::open(
+            catalog,
+            table,
+            &args.column,
+            args.snapshot,
+            args.data_path.as_deref(),
+            args.skip_invalid,
+        )
+        .await?;
+        return Ok(Arc::new(s));
+    }
+    if src.ends_with(".npy") || src.ends_with(".fvecs") {
+        let (vectors, _n, dim) = parqivf::vector_file::read(std::path::Path::new(src))?;
+        let s = ArraySource::new(vectors, dim, serde_json::json!({ "provider": "file", "location": src }))?;
+        return Ok(Arc::new(s));
+    }
+    let (store, path) = parqivf::store::location::open_source(src)?;
+    let s = ParquetSource::open(
+        store,
+        path.as_ref(),
+        ParquetSourceOptions {
+            column: args.column.clone(),
+            id_column: args.id_column.clone(),
+            payload: args.payload.clone(),
+            skip_invalid: args.skip_invalid,
+        },
+    )
+    .await?;
+    Ok(Arc::new(s))
 }
