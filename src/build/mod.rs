@@ -4,6 +4,7 @@
 //! fresh snapshot folder, and the snapshot is published through the
 //! [`crate::warehouse`] commit protocol. See `docs/build.md`.
 
+pub mod ducklake_source;
 pub mod job;
 pub mod parquet_source;
 pub mod progress;
