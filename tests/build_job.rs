@@ -1,0 +1,342 @@
+//! The build job end to end: Parquet written by an independent writer
+//! (pyarrow), every bad-input case with its typed error and nothing published,
+//! fault injection at every write of a build, reproducibility and spilling.
+
+mod common;
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, Float32Builder, Int64Array, ListBuilder, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
+use arrow::record_batch::RecordBatch;
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use parqivf::build::{ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, build};
+use parqivf::distance::Metric;
+use parqivf::index::{Index, SearchParams};
+use parqivf::topk::TopK;
+use parqivf::warehouse;
+
+fn params(nlist: u32) -> BuildParams {
+    BuildParams {
+        nlist,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    }
+}
+
+fn list_batch(first_id: i64, rows: &[Option<Vec<f32>>]) -> RecordBatch {
+    let mut emb = ListBuilder::new(Float32Builder::new());
+    for r in rows {
+        match r {
+            Some(v) => {
+                emb.values().append_slice(v);
+                emb.append(true);
+            }
+            None => emb.append(false),
+        }
+    }
+    let emb = emb.finish();
+    let n = rows.len() as i64;
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("embedding", emb.data_type().clone(), true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(first_id..first_id + n)) as ArrayRef,
+            Arc::new(emb),
+        ],
+    )
+    .unwrap()
+}
+
+fn write_parquet(dir: &std::path::Path, name: &str, batch: &RecordBatch) {
+    let f = std::fs::File::create(dir.join(name)).unwrap();
+    let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
+    w.write(batch).unwrap();
+    w.close().unwrap();
+}
+
+fn rows(n: usize, dim: usize, seed: u64) -> Vec<Option<Vec<f32>>> {
+    common::random_vectors(n, dim, seed)
+        .chunks(dim)
+        .map(|c| Some(c.to_vec()))
+        .collect()
+}
+
+async fn open_local(dir: &std::path::Path, opts: ParquetSourceOptions) -> Result<ParquetSource, BuildError> {
+    let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap());
+    ParquetSource::open(store, "*.parquet", opts).await
+}
+
+fn opts() -> ParquetSourceOptions {
+    ParquetSourceOptions {
+        column: "embedding".into(),
+        ..Default::default()
+    }
+}
+
+/// Build over `dir` into a fresh in-memory store; return the error and assert
+/// that nothing was published.
+async fn build_fails(dir: &std::path::Path, o: ParquetSourceOptions, nlist: u32) -> BuildError {
+    let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    let err = match open_local(dir, o).await {
+        Err(e) => e,
+        Ok(src) => build(Arc::new(src), out.clone(), &idx, &params(nlist))
+            .await
+            .expect_err("the build must fail"),
+    };
+    assert!(warehouse::current(&out, &idx).await.unwrap().is_none(), "nothing may be published");
+    err
+}
+
+#[tokio::test]
+async fn missing_vector_column_is_typed() {
+    let d = tempfile::tempdir().unwrap();
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(20, 4, 1)));
+    let e = build_fails(
+        d.path(),
+        ParquetSourceOptions {
+            column: "nope".into(),
+            ..Default::default()
+        },
+        2,
+    )
+    .await;
+    assert!(matches!(e, BuildError::MissingColumn { ref column, .. } if column == "nope"), "{e}");
+}
+
+#[tokio::test]
+async fn missing_vector_column_in_a_later_file_is_typed() {
+    let d = tempfile::tempdir().unwrap();
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(20, 4, 1)));
+    let other = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)])),
+        vec![Arc::new(Int64Array::from(vec![1i64, 2]))],
+    )
+    .unwrap();
+    write_parquet(d.path(), "b.parquet", &other);
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::MissingColumn { ref path, .. } if path.ends_with("b.parquet")), "{e}");
+}
+
+#[tokio::test]
+async fn wrong_vector_type_is_typed() {
+    let d = tempfile::tempdir().unwrap();
+    let b = RecordBatch::try_new(
+        Arc::new(Schema::new(vec![Field::new("embedding", DataType::Utf8, false)])),
+        vec![Arc::new(StringArray::from(vec!["a", "b", "c"]))],
+    )
+    .unwrap();
+    write_parquet(d.path(), "a.parquet", &b);
+    let e = build_fails(d.path(), opts(), 1).await;
+    assert!(matches!(e, BuildError::WrongType { ref found, .. } if found.contains("Utf8")), "{e}");
+}
+
+#[tokio::test]
+async fn mixed_dimensions_across_files_and_rows_are_typed() {
+    let d = tempfile::tempdir().unwrap();
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(20, 4, 1)));
+    write_parquet(d.path(), "b.parquet", &list_batch(20, &rows(20, 5, 2)));
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::VectorColumn { ref path, .. } if path.ends_with("b.parquet")), "{e}");
+
+    let d = tempfile::tempdir().unwrap();
+    let mut r = rows(20, 4, 1);
+    r[7] = Some(vec![1.0, 2.0, 3.0]);
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &r));
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::VectorColumn { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn non_finite_values_fail_or_are_skipped_and_counted() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = rows(40, 4, 1);
+    r[3] = Some(vec![1.0, f32::NAN, 0.0, 0.0]);
+    r[9] = Some(vec![f32::INFINITY, 0.0, 0.0, 0.0]);
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &r));
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::VectorColumn { .. }), "{e}");
+
+    let src = open_local(
+        d.path(),
+        ParquetSourceOptions {
+            skip_invalid: true,
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    let src = Arc::new(src);
+    let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let s = build(src.clone(), out, &Path::from("idx"), &params(2)).await.unwrap();
+    assert_eq!(s.rows, 38);
+    assert!(src.skipped_rows() >= 2);
+}
+
+#[tokio::test]
+async fn null_vectors_are_typed() {
+    let d = tempfile::tempdir().unwrap();
+    let mut r = rows(20, 4, 1);
+    r[5] = None;
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &r));
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::VectorColumn { .. }), "{e}");
+}
+
+#[tokio::test]
+async fn empty_table_and_nlist_above_rows_are_typed() {
+    let d = tempfile::tempdir().unwrap();
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &[]));
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::EmptySource), "{e}");
+
+    let d = tempfile::tempdir().unwrap();
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(10, 4, 1)));
+    let e = build_fails(d.path(), opts(), 11).await;
+    assert!(matches!(e, BuildError::NlistExceedsRows { nlist: 11, rows: 10 }), "{e}");
+}
+
+#[tokio::test]
+async fn unreadable_file_is_typed() {
+    let d = tempfile::tempdir().unwrap();
+    write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(20, 4, 1)));
+    std::fs::write(d.path().join("b.parquet"), b"this is not parquet").unwrap();
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::Unreadable { ref path, .. } if path.ends_with("b.parquet")), "{e}");
+}
+
+#[tokio::test]
+async fn no_matching_files_is_typed() {
+    let d = tempfile::tempdir().unwrap();
+    let e = build_fails(d.path(), opts(), 2).await;
+    assert!(matches!(e, BuildError::NoFiles { .. }), "{e}");
+}
+
+/// Fault injection: the build's k-th write fails, for every k. The index
+/// never gains a version, and the earlier version stays current.
+#[tokio::test]
+async fn a_build_failing_at_any_write_publishes_nothing() {
+    let data = common::random_vectors(600, 8, 7);
+    let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    let src = Arc::new(ArraySource::new(data.clone(), 8, serde_json::json!({})).unwrap());
+    let first = build(src.clone(), inner.clone(), &idx, &params(8)).await.unwrap();
+    assert_eq!(first.version, 1);
+    let mut k = 0;
+    loop {
+        let faulty: Arc<dyn ObjectStore> = Arc::new(common::FailNthPut::new(inner.clone(), k));
+        match build(src.clone(), faulty, &idx, &params(8)).await {
+            Ok(s) => {
+                // Every write succeeded: this is the first k past the last write.
+                assert!(k > 3, "a build does several writes");
+                assert_eq!(s.version, 2);
+                break;
+            }
+            Err(_) => {
+                let cur = warehouse::current(&inner, &idx).await.unwrap().unwrap();
+                assert_eq!(cur.version, 1, "failure at write {k} must leave version 1 current");
+            }
+        }
+        k += 1;
+        assert!(k < 1000);
+    }
+}
+
+#[tokio::test]
+async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
+    let data = common::random_vectors(3000, 16, 11);
+    let src = Arc::new(ArraySource::new(data, 16, serde_json::json!({})).unwrap().with_part_size(500));
+    let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let b: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let sa = build(src.clone(), a.clone(), &Path::from("i"), &params(16)).await.unwrap();
+    let tiny = BuildParams {
+        memory_limit: 64 << 10,
+        ..params(16)
+    };
+    let sb = build(src, b.clone(), &Path::from("i"), &tiny).await.unwrap();
+    assert_eq!(sa.spill_events, 0);
+    assert!(sb.spill_events > 0, "a 64 KiB limit must spill");
+    let fa = common::snapshot_files(&a, &Path::from(sa.snapshot.as_str())).await;
+    let fb = common::snapshot_files(&b, &Path::from(sb.snapshot.as_str())).await;
+    assert_eq!(fa.len(), fb.len());
+    for ((pa, ba), (pb, bb)) in fa.iter().zip(&fb) {
+        assert_eq!(pa, pb);
+        assert!(ba == bb, "{pa} differs between the two builds");
+    }
+}
+
+/// Parquet written by pyarrow, with no field ids, different column orders and
+/// an extra column, vectors as list<float>: build, search, recall.
+#[tokio::test]
+async fn pyarrow_written_table_builds_and_searches() {
+    let Some(python) = common::python_with("pyarrow") else {
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    let script = r#"
+import sys, numpy as np, pyarrow as pa, pyarrow.parquet as pq
+out = sys.argv[1]
+rng = np.random.default_rng(5)
+centres = rng.uniform(-1, 1, (20, 16)).astype(np.float32)
+rows = []
+for f in range(3):
+    n = 700
+    ids = np.arange(f * n, (f + 1) * n, dtype=np.int64)
+    x = centres[rng.integers(0, 20, n)] + rng.normal(0, 0.1, (n, 16)).astype(np.float32)
+    emb = pa.array([list(map(float, r)) for r in x], type=pa.list_(pa.float32()))
+    cols = {"id": pa.array(ids), "embedding": emb, "note": pa.array([f"r{i}" for i in ids])}
+    order = [["id", "embedding", "note"], ["embedding", "note", "id"], ["note", "id", "embedding", ]][f]
+    t = pa.table({k: cols[k] for k in order})
+    if f == 2:
+        t = t.append_column("extra", pa.array(np.ones(n)))
+    pq.write_table(t, f"{out}/part-{f}.parquet")
+    np.save(f"{out}/x{f}.npy", x)
+"#;
+    common::run_python(&python, script, &[d.path().to_str().unwrap()]);
+    let src = open_local(
+        d.path(),
+        ParquetSourceOptions {
+            id_column: Some("id".into()),
+            ..opts()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(src.parts(), 3);
+    let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    let s = build(Arc::new(src), out.clone(), &idx, &params(32)).await.unwrap();
+    assert_eq!(s.rows, 2100);
+    let mut base = Vec::new();
+    for f in 0..3 {
+        let (v, _, _) = parqivf::vector_file::read(&d.path().join(format!("x{f}.npy"))).unwrap();
+        base.extend(v);
+    }
+    let index = Index::open_current(out, &idx).await.unwrap();
+    let queries = &base[..50 * 16];
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 8,
+        ..SearchParams::default()
+    };
+    let res = index.search_batch(queries, &sp).await.unwrap();
+    let mut hit = 0;
+    for (qi, r) in res.iter().enumerate() {
+        let q = &queries[qi * 16..(qi + 1) * 16];
+        let mut top = TopK::new(10);
+        for (i, row) in base.chunks(16).enumerate() {
+            top.push(Metric::L2.distance(q, row), i as i64);
+        }
+        let truth: Vec<i64> = top.into_sorted().iter().map(|n| n.rowid).collect();
+        hit += r.hits.iter().filter(|h| truth.contains(&h.rowid)).count();
+    }
+    let recall = hit as f64 / 500.0;
+    assert!(recall >= 0.9, "recall@10 {recall}");
+}
