@@ -45,6 +45,7 @@ pub struct VerifyOptions {
 
 /// The outcome of [`verify`]: every violation found, in manifest order.
 #[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
 pub struct VerifyReport {
     /// The table root that was checked.
     pub table_root: String,
@@ -62,7 +63,7 @@ impl VerifyReport {
 
 /// One broken rule, with the object path and the numbers involved.
 #[derive(Debug, Error, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case")]
+#[serde(tag = "kind", rename_all = "kebab-case", rename_all_fields = "kebab-case")]
 pub enum Violation {
     #[error("{path}: manifest.json does not exist")]
     ManifestMissing { path: String },
