@@ -150,7 +150,9 @@ pub enum ManifestError {
     },
     #[error("files[{index}]: path {path:?} is not cid_bucket=<6 digits>/part-<5 digits>.parquet")]
     NonCanonicalPath { index: usize, path: String },
-    #[error("files[{index}] ({path}): the path's bucket {path_bucket} differs from cid-bucket {cid_bucket}")]
+    #[error(
+        "files[{index}] ({path}): the path's bucket {path_bucket} differs from cid-bucket {cid_bucket}"
+    )]
     PathBucketMismatch {
         index: usize,
         path: String,
@@ -302,8 +304,11 @@ impl Manifest {
     /// Checks one entry on its own; returns its part sequence.
     fn validate_file(&self, index: usize, file: &FileEntry) -> Result<u32, ManifestError> {
         let path = || file.path.clone();
-        let (path_bucket, part) = parse_part_path(&file.path)
-            .ok_or_else(|| ManifestError::NonCanonicalPath { index, path: path() })?;
+        let (path_bucket, part) =
+            parse_part_path(&file.path).ok_or_else(|| ManifestError::NonCanonicalPath {
+                index,
+                path: path(),
+            })?;
         if path_bucket != file.cid_bucket {
             return Err(ManifestError::PathBucketMismatch {
                 index,
@@ -350,7 +355,10 @@ impl Manifest {
             });
         }
         if file.rows == 0 {
-            return Err(ManifestError::EmptyFile { index, path: path() });
+            return Err(ManifestError::EmptyFile {
+                index,
+                path: path(),
+            });
         }
         Ok(part)
     }
@@ -386,7 +394,11 @@ struct Entry<'a> {
 }
 
 impl<'a> Entry<'a> {
-    fn new(name: String, value: &'a Value, allowed: &[&'static str]) -> Result<Self, ManifestError> {
+    fn new(
+        name: String,
+        value: &'a Value,
+        allowed: &[&'static str],
+    ) -> Result<Self, ManifestError> {
         let object = value.as_object().ok_or_else(|| ManifestError::WrongType {
             entry: name.clone(),
             key: name.clone(),
@@ -474,7 +486,14 @@ fn manifest_from_value(value: &Value) -> Result<Manifest, ManifestError> {
     let cid_offsets = offsets
         .iter()
         .enumerate()
-        .map(|(i, v)| uint(&format!("cid-offsets[{i}]"), "cid-offsets", v, u64::from(MAX_CID) + 1))
+        .map(|(i, v)| {
+            uint(
+                &format!("cid-offsets[{i}]"),
+                "cid-offsets",
+                v,
+                u64::from(MAX_CID) + 1,
+            )
+        })
         .map(|v| v.map(|v| v as u32))
         .collect::<Result<Vec<u32>, _>>()?;
     let files = array(&top, "files")?
@@ -505,12 +524,14 @@ fn file_from_value(index: usize, value: &Value) -> Result<FileEntry, ManifestErr
     let entry = Entry::new(format!("files[{index}]"), value, &FILE_KEYS)?;
     let string = |key: &str| {
         let v = entry.get(key);
-        v.as_str().map(str::to_owned).ok_or_else(|| ManifestError::WrongType {
-            entry: entry.name.clone(),
-            key: key.into(),
-            expected: "a string",
-            found: json_type(v).into(),
-        })
+        v.as_str()
+            .map(str::to_owned)
+            .ok_or_else(|| ManifestError::WrongType {
+                entry: entry.name.clone(),
+                key: key.into(),
+                expected: "a string",
+                found: json_type(v).into(),
+            })
     };
     Ok(FileEntry {
         path: string("path")?,

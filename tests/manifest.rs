@@ -71,11 +71,15 @@ fn unknown_key_top_level_and_in_entry() {
     let err = parse_with(|d| {
         d["extra"] = json!(1);
     });
-    assert!(matches!(err, Err(ManifestError::UnknownKey { ref entry, ref key }) if entry == "manifest" && key == "extra"));
+    assert!(
+        matches!(err, Err(ManifestError::UnknownKey { ref entry, ref key }) if entry == "manifest" && key == "extra")
+    );
     let err = parse_with(|d| {
         file(d, 1).insert("crc".into(), json!(0));
     });
-    assert!(matches!(err, Err(ManifestError::UnknownKey { ref entry, ref key }) if entry == "files[1]" && key == "crc"));
+    assert!(
+        matches!(err, Err(ManifestError::UnknownKey { ref entry, ref key }) if entry == "files[1]" && key == "crc")
+    );
 }
 
 #[test]
@@ -83,11 +87,15 @@ fn missing_key_top_level_and_in_entry() {
     let err = parse_with(|d| {
         d.as_object_mut().unwrap().remove("ntotal");
     });
-    assert!(matches!(err, Err(ManifestError::MissingKey { ref entry, key: "ntotal" }) if entry == "manifest"));
+    assert!(
+        matches!(err, Err(ManifestError::MissingKey { ref entry, key: "ntotal" }) if entry == "manifest")
+    );
     let err = parse_with(|d| {
         file(d, 2).remove("sha256");
     });
-    assert!(matches!(err, Err(ManifestError::MissingKey { ref entry, key: "sha256" }) if entry == "files[2]"));
+    assert!(
+        matches!(err, Err(ManifestError::MissingKey { ref entry, key: "sha256" }) if entry == "files[2]")
+    );
 }
 
 #[test]
@@ -101,7 +109,9 @@ fn wrong_json_types() {
     let err = parse_with(|d| {
         file(d, 0).insert("path".into(), json!(7));
     });
-    assert!(matches!(err, Err(ManifestError::WrongType { ref entry, ref key, .. }) if entry == "files[0]" && key == "path"));
+    assert!(
+        matches!(err, Err(ManifestError::WrongType { ref entry, ref key, .. }) if entry == "files[0]" && key == "path")
+    );
     let err = parse_with(|d| d["files"][1] = json!([]));
     assert!(matches!(err, Err(ManifestError::WrongType { ref entry, .. }) if entry == "files[1]"));
 }
@@ -111,9 +121,13 @@ fn negative_numbers() {
     let err = parse_with(|d| {
         file(d, 1).insert("rows".into(), json!(-8));
     });
-    assert!(matches!(err, Err(ManifestError::Negative { ref entry, ref key, value: -8 }) if entry == "files[1]" && key == "rows"));
+    assert!(
+        matches!(err, Err(ManifestError::Negative { ref entry, ref key, value: -8 }) if entry == "files[1]" && key == "rows")
+    );
     let err = parse_with(|d| d["cid-offsets"][1] = json!(-3));
-    assert!(matches!(err, Err(ManifestError::Negative { ref entry, .. }) if entry == "cid-offsets[1]"));
+    assert!(
+        matches!(err, Err(ManifestError::Negative { ref entry, .. }) if entry == "cid-offsets[1]")
+    );
 }
 
 #[test]
@@ -129,14 +143,20 @@ fn unsupported_format_version_is_incompatible() {
     let err = parse_with(|d| d["format-version"] = json!(2));
     assert!(matches!(
         err,
-        Err(ManifestError::Incompatible { found: 2, supported: FORMAT_VERSION })
+        Err(ManifestError::Incompatible {
+            found: 2,
+            supported: FORMAT_VERSION
+        })
     ));
 }
 
 #[test]
 fn cid_offsets_must_start_at_zero() {
     let err = parse_with(|d| d["cid-offsets"] = json!([1, 3, 8]));
-    assert!(matches!(err, Err(ManifestError::CidOffsetsStart { found: 1 })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::CidOffsetsStart { found: 1 })
+    ));
 }
 
 #[test]
@@ -144,14 +164,21 @@ fn cid_offsets_must_not_decrease() {
     let err = parse_with(|d| d["cid-offsets"] = json!([0, 3, 2, 8]));
     assert!(matches!(
         err,
-        Err(ManifestError::CidOffsetsDecreasing { index: 2, previous: 3, value: 2 })
+        Err(ManifestError::CidOffsetsDecreasing {
+            index: 2,
+            previous: 3,
+            value: 2
+        })
     ));
 }
 
 #[test]
 fn cid_offsets_must_end_at_nlist() {
     let err = parse_with(|d| d["nlist"] = json!(9));
-    assert!(matches!(err, Err(ManifestError::CidOffsetsEnd { last: 8, nlist: 9 })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::CidOffsetsEnd { last: 8, nlist: 9 })
+    ));
 }
 
 #[test]
@@ -160,7 +187,10 @@ fn cid_offsets_need_one_root() {
         d["cid-offsets"] = json!([0]);
         d["nlist"] = json!(0);
     });
-    assert!(matches!(err, Err(ManifestError::CidOffsetsTooShort { len: 1 })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::CidOffsetsTooShort { len: 1 })
+    ));
 }
 
 #[test]
@@ -169,7 +199,15 @@ fn min_cid_above_max_cid() {
         file(d, 0).insert("min-cid".into(), json!(2));
         file(d, 0).insert("max-cid".into(), json!(1));
     });
-    assert!(matches!(err, Err(ManifestError::MinAboveMax { index: 0, min_cid: 2, max_cid: 1, .. })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::MinAboveMax {
+            index: 0,
+            min_cid: 2,
+            max_cid: 1,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -180,13 +218,28 @@ fn file_range_outside_its_bucket() {
     });
     assert!(matches!(
         err,
-        Err(ManifestError::OutsideBucket { index: 0, bucket: 0, start: 0, end: 3, max_cid: 3, .. })
+        Err(ManifestError::OutsideBucket {
+            index: 0,
+            bucket: 0,
+            start: 0,
+            end: 3,
+            max_cid: 3,
+            ..
+        })
     ));
     let err = parse_with(|d| {
         file(d, 0).insert("path".into(), json!("cid_bucket=000002/part-00000.parquet"));
         file(d, 0).insert("cid-bucket".into(), json!(2));
     });
-    assert!(matches!(err, Err(ManifestError::UnknownBucket { index: 0, bucket: 2, roots: 2, .. })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::UnknownBucket {
+            index: 0,
+            bucket: 2,
+            roots: 2,
+            ..
+        })
+    ));
 }
 
 #[test]
@@ -195,13 +248,19 @@ fn files_out_of_order() {
         let files = d["files"].as_array_mut().unwrap();
         files.swap(1, 2);
     });
-    assert!(matches!(err, Err(ManifestError::OutOfOrder { index: 2, .. })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::OutOfOrder { index: 2, .. })
+    ));
     // Same (bucket, min-cid): ordered by part, so part 1 before part 0 fails.
     let err = parse_with(|d| {
         file(d, 1).insert("path".into(), json!("cid_bucket=000001/part-00002.parquet"));
         file(d, 2).insert("min-cid".into(), json!(3));
     });
-    assert!(matches!(err, Err(ManifestError::OutOfOrder { index: 2, .. })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::OutOfOrder { index: 2, .. })
+    ));
 }
 
 #[test]
@@ -212,7 +271,12 @@ fn overlapping_ranges() {
     });
     assert!(matches!(
         err,
-        Err(ManifestError::Overlap { index: 2, min_cid: 4, previous_max_cid: 5, .. })
+        Err(ManifestError::Overlap {
+            index: 2,
+            min_cid: 4,
+            previous_max_cid: 5,
+            ..
+        })
     ));
 }
 
@@ -227,14 +291,21 @@ fn non_canonical_paths() {
         let err = parse_with(|d| {
             file(d, 1).insert("path".into(), json!(bad));
         });
-        assert!(matches!(err, Err(ManifestError::NonCanonicalPath { index: 1, ref path }) if path == bad));
+        assert!(
+            matches!(err, Err(ManifestError::NonCanonicalPath { index: 1, ref path }) if path == bad)
+        );
     }
     let err = parse_with(|d| {
         file(d, 1).insert("path".into(), json!("cid_bucket=000000/part-00001.parquet"));
     });
     assert!(matches!(
         err,
-        Err(ManifestError::PathBucketMismatch { index: 1, path_bucket: 0, cid_bucket: 1, .. })
+        Err(ManifestError::PathBucketMismatch {
+            index: 1,
+            path_bucket: 0,
+            cid_bucket: 1,
+            ..
+        })
     ));
 }
 
@@ -244,14 +315,22 @@ fn sha256_must_be_64_lowercase_hex() {
         let err = parse_with(|d| {
             file(d, 0).insert("sha256".into(), json!(bad));
         });
-        assert!(matches!(err, Err(ManifestError::BadSha256 { index: 0, ref sha256, .. }) if *sha256 == bad));
+        assert!(
+            matches!(err, Err(ManifestError::BadSha256 { index: 0, ref sha256, .. }) if *sha256 == bad)
+        );
     }
 }
 
 #[test]
 fn rows_must_sum_to_ntotal() {
     let err = parse_with(|d| d["ntotal"] = json!(20));
-    assert!(matches!(err, Err(ManifestError::RowsSum { sum: 21, ntotal: 20 })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::RowsSum {
+            sum: 21,
+            ntotal: 20
+        })
+    ));
 }
 
 #[test]
@@ -260,7 +339,10 @@ fn files_hold_at_least_one_row() {
         file(d, 0).insert("rows".into(), json!(0));
         d["ntotal"] = json!(15);
     });
-    assert!(matches!(err, Err(ManifestError::EmptyFile { index: 0, .. })));
+    assert!(matches!(
+        err,
+        Err(ManifestError::EmptyFile { index: 0, .. })
+    ));
 }
 
 #[test]
@@ -268,9 +350,16 @@ fn schema_accepts_the_examples_and_they_parse() {
     let schema: Value =
         serde_json::from_str(include_str!("../manifests/manifest.schema.json")).unwrap();
     let mut documents: Vec<Value> = schema["examples"].as_array().unwrap().clone();
-    for entry in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/examples")).unwrap() {
+    for entry in
+        std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/examples")).unwrap()
+    {
         let path = entry.unwrap().path();
-        if path.file_name().unwrap().to_string_lossy().starts_with("manifest") {
+        if path
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .starts_with("manifest")
+        {
             documents.push(serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap());
         }
     }

@@ -27,8 +27,11 @@ async fn write_table_for_the_independent_reader() {
         max_file_bytes: 700,
         ..WriterOptions::default()
     };
-    let manifest = postings_support::write_table(Arc::clone(&store), &Path::default(), 8, options).await;
+    let manifest =
+        postings_support::write_table(Arc::clone(&store), &Path::default(), 8, options).await;
     assert!(manifest.files.len() > 2);
-    let report = verify(store, &Path::default(), VerifyOptions { orphans: true }).await.unwrap();
+    let report = verify(store, &Path::default(), VerifyOptions { orphans: true })
+        .await
+        .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
 }

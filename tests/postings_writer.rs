@@ -67,9 +67,15 @@ async fn one_cid_per_row_group_with_exact_stats_and_row_cap() {
     assert_eq!(row_group_cids(&b0), [(0, 2), (1, 1), (2, 3)]);
     let b1 = object(&store, &root, &manifest.files[1].path).await;
     // cid 5 (10 rows) spans three row groups under the 4-row cap.
-    assert_eq!(row_group_cids(&b1), [(3, 2), (5, 4), (5, 4), (5, 2), (7, 3)]);
+    assert_eq!(
+        row_group_cids(&b1),
+        [(3, 2), (5, 4), (5, 4), (5, 2), (7, 3)]
+    );
     assert_eq!(manifest.ntotal, 21);
-    assert_eq!((manifest.files[1].min_cid, manifest.files[1].max_cid), (3, 7));
+    assert_eq!(
+        (manifest.files[1].min_cid, manifest.files[1].max_cid),
+        (3, 7)
+    );
 }
 
 #[tokio::test]
@@ -88,7 +94,10 @@ async fn vector_column_is_plain_uncompressed_without_dictionary_or_stats() {
         parquet::basic::Repetition::REQUIRED
     );
     let vec_col = schema.column(2);
-    assert_eq!(vec_col.physical_type(), parquet::basic::Type::FIXED_LEN_BYTE_ARRAY);
+    assert_eq!(
+        vec_col.physical_type(),
+        parquet::basic::Type::FIXED_LEN_BYTE_ARRAY
+    );
     assert_eq!(vec_col.type_length(), (DIM * 4) as i32);
     for rg in meta.row_groups() {
         let v = rg.column(2);
@@ -125,12 +134,27 @@ async fn rows_round_trip_with_little_endian_vectors_and_payload() {
             let b: RecordBatch = b.unwrap();
             let vectors = b.column(2).as_fixed_size_binary();
             let titles = b.column(3).as_string::<i32>();
-            for (i, rowid) in b.column(1).as_primitive::<Int64Type>().values().iter().enumerate() {
-                let expected: Vec<u8> = vector(*rowid, DIM).into_iter().flat_map(f32::to_le_bytes).collect();
+            for (i, rowid) in b
+                .column(1)
+                .as_primitive::<Int64Type>()
+                .values()
+                .iter()
+                .enumerate()
+            {
+                let expected: Vec<u8> = vector(*rowid, DIM)
+                    .into_iter()
+                    .flat_map(f32::to_le_bytes)
+                    .collect();
                 assert_eq!(vectors.value(i), expected.as_slice());
                 assert_eq!(titles.value(i), format!("doc {rowid}"));
             }
-            cids.extend(b.column(0).as_primitive::<Int32Type>().values().iter().copied());
+            cids.extend(
+                b.column(0)
+                    .as_primitive::<Int32Type>()
+                    .values()
+                    .iter()
+                    .copied(),
+            );
         }
     }
     let expected: Vec<i32> = bucket_cids().into_iter().flat_map(|(_, c)| c).collect();
@@ -151,7 +175,11 @@ async fn size_and_sha256_describe_the_uploaded_bytes_also_with_multipart() {
             let bytes = object(&store, &root, &file.path).await;
             assert_eq!(file.size, bytes.len() as u64);
             assert_eq!(file.sha256, hex::encode(Sha256::digest(&bytes)));
-            let footer_rows = SerializedFileReader::new(bytes).unwrap().metadata().file_metadata().num_rows();
+            let footer_rows = SerializedFileReader::new(bytes)
+                .unwrap()
+                .metadata()
+                .file_metadata()
+                .num_rows();
             assert_eq!(file.rows, footer_rows as u64);
         }
     }
@@ -168,15 +196,27 @@ async fn large_cid_spans_files_at_the_size_cap_and_the_manifest_shares_the_bound
         ..WriterOptions::default()
     };
     let manifest = write_table(Arc::clone(&store), &root, DIM, options).await;
-    let bucket1: Vec<_> = manifest.files.iter().filter(|f| f.cid_bucket == 1).collect();
-    let ranges: Vec<(u32, u32, u64)> = bucket1.iter().map(|f| (f.min_cid, f.max_cid, f.rows)).collect();
-    assert_eq!(ranges, [(3, 3, 2), (5, 5, 4), (5, 5, 4), (5, 5, 2), (7, 7, 3)]);
+    let bucket1: Vec<_> = manifest
+        .files
+        .iter()
+        .filter(|f| f.cid_bucket == 1)
+        .collect();
+    let ranges: Vec<(u32, u32, u64)> = bucket1
+        .iter()
+        .map(|f| (f.min_cid, f.max_cid, f.rows))
+        .collect();
+    assert_eq!(
+        ranges,
+        [(3, 3, 2), (5, 5, 4), (5, 5, 4), (5, 5, 2), (7, 7, 3)]
+    );
     let paths: Vec<_> = bucket1.iter().map(|f| f.path.clone()).collect();
     assert_eq!(paths, (0..5).map(|s| part_path(1, s)).collect::<Vec<_>>());
     // The published bytes parse strictly and verify clean.
     let published = object(&store, &root, "manifest.json").await;
     assert_eq!(Manifest::parse(&published).unwrap(), manifest);
-    let report = verify(store, &root, VerifyOptions { orphans: true }).await.unwrap();
+    let report = verify(store, &root, VerifyOptions { orphans: true })
+        .await
+        .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
     assert_eq!(report.files_checked, manifest.files.len());
 }
@@ -186,7 +226,10 @@ async fn written_manifests_validate_against_the_json_schema() {
     for options in [
         WriterOptions::default(),
         small_options(),
-        WriterOptions { max_file_bytes: 1, ..small_options() },
+        WriterOptions {
+            max_file_bytes: 1,
+            ..small_options()
+        },
     ] {
         let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let root = Path::from("t");
@@ -199,25 +242,53 @@ async fn written_manifests_validate_against_the_json_schema() {
 }
 
 fn writer(store: &Arc<dyn ObjectStore>) -> PostingsWriter {
-    PostingsWriter::new(Arc::clone(store), Path::from("t"), DIM, payload(), small_options()).unwrap()
+    PostingsWriter::new(
+        Arc::clone(store),
+        Path::from("t"),
+        DIM,
+        payload(),
+        small_options(),
+    )
+    .unwrap()
 }
 
 #[tokio::test]
 async fn unsorted_input_is_rejected_within_and_across_batches() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let err = writer(&store).write_bucket(0, vec![batch(DIM, &[0, 2, 1], 0)]).await;
-    assert!(matches!(err, Err(PostingsError::Unsorted { bucket: 0, previous: 2, next: 1 })));
+    let err = writer(&store)
+        .write_bucket(0, vec![batch(DIM, &[0, 2, 1], 0)])
+        .await;
+    assert!(matches!(
+        err,
+        Err(PostingsError::Unsorted {
+            bucket: 0,
+            previous: 2,
+            next: 1
+        })
+    ));
     let err = writer(&store)
         .write_bucket(0, vec![batch(DIM, &[1, 2], 0), batch(DIM, &[0], 2)])
         .await;
-    assert!(matches!(err, Err(PostingsError::Unsorted { bucket: 0, previous: 2, next: 0 })));
+    assert!(matches!(
+        err,
+        Err(PostingsError::Unsorted {
+            bucket: 0,
+            previous: 2,
+            next: 0
+        })
+    ));
 }
 
 #[tokio::test]
 async fn negative_cid_is_out_of_range() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let err = writer(&store).write_bucket(3, vec![batch(DIM, &[-1, 0], 0)]).await;
-    assert!(matches!(err, Err(PostingsError::CidOutOfRange { bucket: 3, cid: -1 })));
+    let err = writer(&store)
+        .write_bucket(3, vec![batch(DIM, &[-1, 0], 0)])
+        .await;
+    assert!(matches!(
+        err,
+        Err(PostingsError::CidOutOfRange { bucket: 3, cid: -1 })
+    ));
 }
 
 #[tokio::test]
@@ -225,14 +296,26 @@ async fn wrong_schema_is_rejected() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let other_dim = batch(DIM + 1, &[0], 0);
     let err = writer(&store).write_bucket(0, vec![other_dim]).await;
-    assert!(matches!(err, Err(PostingsError::SchemaMismatch { bucket: 0, batch: 0, .. })));
+    assert!(matches!(
+        err,
+        Err(PostingsError::SchemaMismatch {
+            bucket: 0,
+            batch: 0,
+            ..
+        })
+    ));
     let no_payload = RecordBatch::try_new(
         postings_schema(DIM, &[]),
         batch(DIM, &[0], 0).columns()[..3].to_vec(),
     )
     .unwrap();
-    let err = writer(&store).write_bucket(0, vec![batch(DIM, &[0], 0), no_payload]).await;
-    assert!(matches!(err, Err(PostingsError::SchemaMismatch { batch: 1, .. })));
+    let err = writer(&store)
+        .write_bucket(0, vec![batch(DIM, &[0], 0), no_payload])
+        .await;
+    assert!(matches!(
+        err,
+        Err(PostingsError::SchemaMismatch { batch: 1, .. })
+    ));
 }
 
 #[tokio::test]
@@ -241,9 +324,18 @@ async fn constructor_and_bucket_misuse_are_typed_errors() {
     let new = |dim, payload: Vec<Field>, options| {
         PostingsWriter::new(Arc::clone(&store), Path::from("t"), dim, payload, options)
     };
-    assert!(matches!(new(0, vec![], WriterOptions::default()), Err(PostingsError::InvalidDim { dim: 0 })));
-    let zero_cap = WriterOptions { max_rows_per_row_group: 0, ..WriterOptions::default() };
-    assert!(matches!(new(DIM, vec![], zero_cap), Err(PostingsError::InvalidOptions { .. })));
+    assert!(matches!(
+        new(0, vec![], WriterOptions::default()),
+        Err(PostingsError::InvalidDim { dim: 0 })
+    ));
+    let zero_cap = WriterOptions {
+        max_rows_per_row_group: 0,
+        ..WriterOptions::default()
+    };
+    assert!(matches!(
+        new(DIM, vec![], zero_cap),
+        Err(PostingsError::InvalidOptions { .. })
+    ));
     let clash = vec![Field::new("rowid", DataType::Utf8, true)];
     assert!(matches!(
         new(DIM, clash, WriterOptions::default()),
@@ -252,9 +344,15 @@ async fn constructor_and_bucket_misuse_are_typed_errors() {
     let mut w = writer(&store);
     w.write_bucket(0, vec![batch(DIM, &[0], 0)]).await.unwrap();
     let again = w.write_bucket(0, vec![batch(DIM, &[1], 1)]).await;
-    assert!(matches!(again, Err(PostingsError::BucketRepeated { bucket: 0 })));
+    assert!(matches!(
+        again,
+        Err(PostingsError::BucketRepeated { bucket: 0 })
+    ));
     let too_big = w.write_bucket(1_000_000, vec![]).await;
-    assert!(matches!(too_big, Err(PostingsError::BucketOutOfRange { bucket: 1_000_000 })));
+    assert!(matches!(
+        too_big,
+        Err(PostingsError::BucketOutOfRange { bucket: 1_000_000 })
+    ));
 }
 
 #[tokio::test]
@@ -266,7 +364,12 @@ async fn finish_rejects_cids_outside_their_bucket() {
     let err = w.finish(8, vec![0, 3, 8]);
     assert!(matches!(
         err,
-        Err(PostingsError::Manifest(ManifestError::OutsideBucket { bucket: 0, start: 0, end: 3, .. }))
+        Err(PostingsError::Manifest(ManifestError::OutsideBucket {
+            bucket: 0,
+            start: 0,
+            end: 3,
+            ..
+        }))
     ));
 }
 

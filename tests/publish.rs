@@ -62,7 +62,10 @@ async fn race(store: Arc<dyn ObjectStore>) {
         .bytes()
         .await
         .unwrap();
-    assert_eq!(stored.to_vec(), variant(&written, winners[0]).to_json_bytes());
+    assert_eq!(
+        stored.to_vec(),
+        variant(&written, winners[0]).to_json_bytes()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -73,19 +76,29 @@ async fn sixteen_publishers_in_memory() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_publishers_on_local_disk() {
     let dir = tempfile::tempdir().unwrap();
-    race(Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap())).await;
+    race(Arc::new(
+        LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
+    ))
+    .await;
 }
 
 #[tokio::test]
 async fn an_invalid_manifest_is_never_published() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("t");
-    let mut manifest =
-        postings_support::write_table(Arc::clone(&store), &Path::from("src"), 4, WriterOptions::default())
-            .await;
+    let mut manifest = postings_support::write_table(
+        Arc::clone(&store),
+        &Path::from("src"),
+        4,
+        WriterOptions::default(),
+    )
+    .await;
     manifest.ntotal += 1;
     let err = publish(&store, &root, &manifest).await;
-    assert!(matches!(err, Err(PostingsError::Manifest(ManifestError::RowsSum { .. }))));
+    assert!(matches!(
+        err,
+        Err(PostingsError::Manifest(ManifestError::RowsSum { .. }))
+    ));
     let absent = store.head(&Path::from("t/manifest.json")).await;
     assert!(matches!(absent, Err(object_store::Error::NotFound { .. })));
 }

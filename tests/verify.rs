@@ -59,7 +59,12 @@ fn cids(row_groups: &[&[i32]]) -> Vec<RecordBatch> {
 
 /// A one-root, one-file table holding `bytes`, whose manifest entry claims
 /// `[min, max]` and is otherwise truthful unless `edit` changes it.
-async fn table(bytes: Vec<u8>, min: u32, max: u32, edit: impl FnOnce(&mut FileEntry)) -> Arc<dyn ObjectStore> {
+async fn table(
+    bytes: Vec<u8>,
+    min: u32,
+    max: u32,
+    edit: impl FnOnce(&mut FileEntry),
+) -> Arc<dyn ObjectStore> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let rows = ParquetMetaDataReader::new()
         .parse_and_finish(&Bytes::from(bytes.clone()))
@@ -84,13 +89,28 @@ async fn table(bytes: Vec<u8>, min: u32, max: u32, edit: impl FnOnce(&mut FileEn
         files: vec![entry],
     };
     manifest.validate().unwrap();
-    store.put(&Path::from("t/cid_bucket=000000/part-00000.parquet"), bytes.into()).await.unwrap();
-    store.put(&Path::from("t/manifest.json"), manifest.to_json_bytes().into()).await.unwrap();
+    store
+        .put(
+            &Path::from("t/cid_bucket=000000/part-00000.parquet"),
+            bytes.into(),
+        )
+        .await
+        .unwrap();
+    store
+        .put(
+            &Path::from("t/manifest.json"),
+            manifest.to_json_bytes().into(),
+        )
+        .await
+        .unwrap();
     store
 }
 
 async fn violations(store: Arc<dyn ObjectStore>) -> Vec<Violation> {
-    verify(store, &Path::from("t"), VerifyOptions::default()).await.unwrap().violations
+    verify(store, &Path::from("t"), VerifyOptions::default())
+        .await
+        .unwrap()
+        .violations
 }
 
 async fn broken(row_groups: &[&[i32]], min: u32, max: u32) -> Vec<Violation> {
@@ -99,20 +119,43 @@ async fn broken(row_groups: &[&[i32]], min: u32, max: u32) -> Vec<Violation> {
 
 #[tokio::test]
 async fn hand_made_good_file_passes() {
-    assert!(broken(&[&[1, 1], &[2], &[2, 3][..1]], 1, 2).await.is_empty());
+    assert!(
+        broken(&[&[1, 1], &[2], &[2, 3][..1]], 1, 2)
+            .await
+            .is_empty()
+    );
 }
 
 #[tokio::test]
 async fn two_cids_in_one_row_group() {
     let v = broken(&[&[1, 2]], 1, 2).await;
-    assert!(matches!(v[..], [Violation::MultipleCids { row_group: 0, min: 1, max: 2, .. }]), "{v:?}");
+    assert!(
+        matches!(
+            v[..],
+            [Violation::MultipleCids {
+                row_group: 0,
+                min: 1,
+                max: 2,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
 }
 
 #[tokio::test]
 async fn row_groups_out_of_cid_order() {
     let v = broken(&[&[2], &[3], &[2]], 2, 2).await;
     assert!(
-        v.iter().any(|v| matches!(v, Violation::RowGroupsUnordered { row_group: 2, previous: 3, cid: 2, .. })),
+        v.iter().any(|v| matches!(
+            v,
+            Violation::RowGroupsUnordered {
+                row_group: 2,
+                previous: 3,
+                cid: 2,
+                ..
+            }
+        )),
         "{v:?}"
     );
 }
@@ -121,7 +164,16 @@ async fn row_groups_out_of_cid_order() {
 async fn row_group_cid_outside_the_file_range() {
     let v = broken(&[&[1], &[5]], 1, 4).await;
     assert!(
-        v.iter().any(|v| matches!(v, Violation::CidOutsideFile { row_group: 1, cid: 5, min_cid: 1, max_cid: 4, .. })),
+        v.iter().any(|v| matches!(
+            v,
+            Violation::CidOutsideFile {
+                row_group: 1,
+                cid: 5,
+                min_cid: 1,
+                max_cid: 4,
+                ..
+            }
+        )),
         "{v:?}"
     );
 }
@@ -129,9 +181,29 @@ async fn row_group_cid_outside_the_file_range() {
 #[tokio::test]
 async fn first_and_last_cid_must_equal_the_manifest_range() {
     let v = broken(&[&[3], &[4]], 2, 4).await;
-    assert!(matches!(v[..], [Violation::FirstCidMismatch { expected: 2, actual: 3, .. }]), "{v:?}");
+    assert!(
+        matches!(
+            v[..],
+            [Violation::FirstCidMismatch {
+                expected: 2,
+                actual: 3,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
     let v = broken(&[&[3], &[4]], 3, 5).await;
-    assert!(matches!(v[..], [Violation::LastCidMismatch { expected: 5, actual: 4, .. }]), "{v:?}");
+    assert!(
+        matches!(
+            v[..],
+            [Violation::LastCidMismatch {
+                expected: 5,
+                actual: 4,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
 }
 
 #[tokio::test]
@@ -141,19 +213,36 @@ async fn missing_cid_statistics() {
         .set_key_value_metadata(props().key_value_metadata().cloned())
         .build();
     let v = violations(table(parquet_file(&cids(&[&[1]]), props), 1, 1, |_| {}).await).await;
-    assert!(matches!(v[..], [Violation::StatisticsMissing { row_group: 0, .. }]), "{v:?}");
+    assert!(
+        matches!(v[..], [Violation::StatisticsMissing { row_group: 0, .. }]),
+        "{v:?}"
+    );
 }
 
 #[tokio::test]
 async fn inexact_cid_statistics() {
     let bytes = Bytes::from(parquet_file(&cids(&[&[1]]), props()));
-    let metadata = ParquetMetaDataReader::new().parse_and_finish(&bytes).unwrap();
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes)
+        .unwrap();
     let mut row_groups = Vec::new();
     for rg in metadata.row_groups() {
         let mut columns = rg.columns().to_vec();
-        let inexact = ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false).with_max_is_exact(false);
-        columns[0] = columns[0].clone().into_builder().set_statistics(Statistics::Int32(inexact)).build().unwrap();
-        row_groups.push(rg.clone().into_builder().set_column_metadata(columns).build().unwrap());
+        let inexact = ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false)
+            .with_max_is_exact(false);
+        columns[0] = columns[0]
+            .clone()
+            .into_builder()
+            .set_statistics(Statistics::Int32(inexact))
+            .build()
+            .unwrap();
+        row_groups.push(
+            rg.clone()
+                .into_builder()
+                .set_column_metadata(columns)
+                .build()
+                .unwrap(),
+        );
     }
     let tampered = ParquetMetaData::new(metadata.file_metadata().clone(), row_groups);
     let entry = FileEntry {
@@ -167,29 +256,59 @@ async fn inexact_cid_statistics() {
     };
     assert!(check_footer("f", &entry, &metadata).is_empty());
     let v = check_footer("f", &entry, &tampered);
-    assert!(matches!(v[..], [Violation::StatisticsInexact { row_group: 0, .. }]), "{v:?}");
+    assert!(
+        matches!(v[..], [Violation::StatisticsInexact { row_group: 0, .. }]),
+        "{v:?}"
+    );
 }
 
 #[tokio::test]
 async fn cid_column_must_be_int32_required() {
-    let schema = Arc::new(Schema::new(vec![Field::new(CID_COLUMN, DataType::Int64, false)]));
-    let rg = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from(vec![1i64])) as ArrayRef]).unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        CID_COLUMN,
+        DataType::Int64,
+        false,
+    )]));
+    let rg = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int64Array::from(vec![1i64])) as ArrayRef],
+    )
+    .unwrap();
     let v = violations(table(parquet_file(&[rg], props()), 1, 1, |_| {}).await).await;
-    assert!(matches!(v[..], [Violation::CidColumnInvalid { .. }]), "{v:?}");
+    assert!(
+        matches!(v[..], [Violation::CidColumnInvalid { .. }]),
+        "{v:?}"
+    );
 }
 
 #[tokio::test]
 async fn format_version_key_value_is_required() {
     let bytes = parquet_file(&cids(&[&[1]]), WriterProperties::default());
     let v = violations(table(bytes, 1, 1, |_| {}).await).await;
-    assert!(matches!(v[..], [Violation::FormatVersionMismatch { found: None, .. }]), "{v:?}");
+    assert!(
+        matches!(
+            v[..],
+            [Violation::FormatVersionMismatch { found: None, .. }]
+        ),
+        "{v:?}"
+    );
 }
 
 #[tokio::test]
 async fn rows_size_and_sha256_must_match_the_manifest() {
     let bytes = || parquet_file(&cids(&[&[1, 1]]), props());
     let v = violations(table(bytes(), 1, 1, |e| e.rows = 3).await).await;
-    assert!(matches!(v[..], [Violation::RowCountMismatch { expected: 3, actual: 2, .. }]), "{v:?}");
+    assert!(
+        matches!(
+            v[..],
+            [Violation::RowCountMismatch {
+                expected: 3,
+                actual: 2,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
     let v = violations(table(bytes(), 1, 1, |e| e.size += 1).await).await;
     assert!(matches!(v[..], [Violation::SizeMismatch { .. }]), "{v:?}");
     let v = violations(table(bytes(), 1, 1, |e| e.sha256 = "0".repeat(64)).await).await;
@@ -199,18 +318,39 @@ async fn rows_size_and_sha256_must_match_the_manifest() {
 #[tokio::test]
 async fn missing_object_and_missing_or_broken_manifest() {
     let store = table(parquet_file(&cids(&[&[1]]), props()), 1, 1, |_| {}).await;
-    store.delete(&Path::from("t/cid_bucket=000000/part-00000.parquet")).await.unwrap();
+    store
+        .delete(&Path::from("t/cid_bucket=000000/part-00000.parquet"))
+        .await
+        .unwrap();
     let v = violations(Arc::clone(&store)).await;
     assert!(matches!(v[..], [Violation::ObjectMissing { .. }]), "{v:?}");
-    store.put(&Path::from("t/manifest.json"), Bytes::from_static(b"{\"nlist\": 1}").into()).await.unwrap();
+    store
+        .put(
+            &Path::from("t/manifest.json"),
+            Bytes::from_static(b"{\"nlist\": 1}").into(),
+        )
+        .await
+        .unwrap();
     let v = violations(Arc::clone(&store)).await;
     assert!(
-        matches!(v[..], [Violation::ManifestInvalid { error: ManifestError::MissingKey { key: "format-version", .. }, .. }]),
+        matches!(
+            v[..],
+            [Violation::ManifestInvalid {
+                error: ManifestError::MissingKey {
+                    key: "format-version",
+                    ..
+                },
+                ..
+            }]
+        ),
         "{v:?}"
     );
     store.delete(&Path::from("t/manifest.json")).await.unwrap();
     let v = violations(store).await;
-    assert!(matches!(v[..], [Violation::ManifestMissing { .. }]), "{v:?}");
+    assert!(
+        matches!(v[..], [Violation::ManifestMissing { .. }]),
+        "{v:?}"
+    );
 }
 
 /// A store that counts LIST calls.
@@ -228,7 +368,12 @@ impl std::fmt::Display for ListCounter {
 
 #[async_trait]
 impl ObjectStore for ListCounter {
-    async fn put_opts(&self, l: &Path, p: PutPayload, o: PutOptions) -> object_store::Result<PutResult> {
+    async fn put_opts(
+        &self,
+        l: &Path,
+        p: PutPayload,
+        o: PutOptions,
+    ) -> object_store::Result<PutResult> {
         self.inner.put_opts(l, p, o).await
     }
     async fn put_multipart_opts(
@@ -262,15 +407,35 @@ impl ObjectStore for ListCounter {
 
 #[tokio::test]
 async fn lists_only_for_orphans_and_reports_unnamed_objects() {
-    let store = Arc::new(ListCounter { inner: InMemory::new(), lists: AtomicUsize::new(0) });
+    let store = Arc::new(ListCounter {
+        inner: InMemory::new(),
+        lists: AtomicUsize::new(0),
+    });
     let root = Path::from("t");
     postings_support::write_table(store.clone(), &root, DIM, WriterOptions::default()).await;
-    store.put(&Path::from("t/cid_bucket=000001/part-00009.parquet"), Bytes::from_static(b"x").into()).await.unwrap();
-    store.put(&Path::from("elsewhere/x"), Bytes::from_static(b"x").into()).await.unwrap();
-    let report = verify(store.clone(), &root, VerifyOptions::default()).await.unwrap();
+    store
+        .put(
+            &Path::from("t/cid_bucket=000001/part-00009.parquet"),
+            Bytes::from_static(b"x").into(),
+        )
+        .await
+        .unwrap();
+    store
+        .put(&Path::from("elsewhere/x"), Bytes::from_static(b"x").into())
+        .await
+        .unwrap();
+    let report = verify(store.clone(), &root, VerifyOptions::default())
+        .await
+        .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
-    assert_eq!(store.lists.load(Ordering::SeqCst), 0, "verify must not LIST without --orphans");
-    let report = verify(store.clone(), &root, VerifyOptions { orphans: true }).await.unwrap();
+    assert_eq!(
+        store.lists.load(Ordering::SeqCst),
+        0,
+        "verify must not LIST without --orphans"
+    );
+    let report = verify(store.clone(), &root, VerifyOptions { orphans: true })
+        .await
+        .unwrap();
     assert!(store.lists.load(Ordering::SeqCst) > 0);
     assert!(
         matches!(&report.violations[..], [Violation::Orphan { path }] if path == "t/cid_bucket=000001/part-00009.parquet"),
@@ -280,22 +445,39 @@ async fn lists_only_for_orphans_and_reports_unnamed_objects() {
 }
 
 fn cli(args: &[&str]) -> (i32, String) {
-    let out = Command::new(env!("CARGO_BIN_EXE_parqivf")).arg("verify").args(args).output().unwrap();
-    (out.status.code().unwrap(), String::from_utf8(out.stdout).unwrap())
+    let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))
+        .arg("verify")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+    )
 }
 
 #[tokio::test]
 async fn cli_exit_codes_and_json() {
     let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-    let manifest = postings_support::write_table(Arc::clone(&store), &Path::default(), DIM, WriterOptions::default()).await;
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let manifest = postings_support::write_table(
+        Arc::clone(&store),
+        &Path::default(),
+        DIM,
+        WriterOptions::default(),
+    )
+    .await;
     let folder = dir.path().to_str().unwrap();
     let (code, stdout) = cli(&[folder]);
     assert_eq!(code, 0, "{stdout}");
     let (code, stdout) = cli(&[folder, "--json", "--orphans"]);
     assert_eq!(code, 0);
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    assert_eq!(report["files-checked"].as_u64(), Some(manifest.files.len() as u64));
+    assert_eq!(
+        report["files-checked"].as_u64(),
+        Some(manifest.files.len() as u64)
+    );
 
     // Corrupt one object in place: same size, different bytes.
     let victim = dir.path().join(&manifest.files[0].path);
@@ -309,7 +491,10 @@ async fn cli_exit_codes_and_json() {
     assert_eq!(code, 1);
     let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(report["violations"][0]["kind"], "sha256-mismatch");
-    assert_eq!(report["violations"][0]["path"], manifest.files[0].path.as_str());
+    assert_eq!(
+        report["violations"][0]["path"],
+        manifest.files[0].path.as_str()
+    );
 
     let (code, _) = cli(&[dir.path().join("no-such-table").to_str().unwrap()]);
     assert_eq!(code, 2);

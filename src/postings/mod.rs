@@ -16,10 +16,16 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum PostingsError {
     #[error("bucket {bucket}: postings input is not sorted by cid: {previous} then {next}")]
-    Unsorted { bucket: u32, previous: u32, next: u32 },
+    Unsorted {
+        bucket: u32,
+        previous: u32,
+        next: u32,
+    },
     #[error("bucket {bucket}: cid {cid} is outside 0..=2147483647")]
     CidOutOfRange { bucket: u32, cid: i64 },
-    #[error("bucket {bucket}, batch {batch}: schema {actual} differs from the postings schema {expected}")]
+    #[error(
+        "bucket {bucket}, batch {batch}: schema {actual} differs from the postings schema {expected}"
+    )]
     SchemaMismatch {
         bucket: u32,
         batch: usize,

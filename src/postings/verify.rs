@@ -14,20 +14,20 @@ use super::PostingsError;
 use super::schema::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
 use super::writer::child_path;
 use crate::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
+use bytes::Bytes;
+use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use bytes::Bytes;
-use futures::future::BoxFuture;
 use parquet::arrow::async_reader::MetadataFetch;
-use parquet::file::metadata::ParquetMetaDataReader;
-use std::ops::Range;
 use parquet::basic::{Repetition, Type as PhysicalType};
 use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::ParquetMetaDataReader;
 use parquet::file::statistics::Statistics;
 use serde::{Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
+use std::ops::Range;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -63,7 +63,11 @@ impl VerifyReport {
 
 /// One broken rule, with the object path and the numbers involved.
 #[derive(Debug, Error, Serialize)]
-#[serde(tag = "kind", rename_all = "kebab-case", rename_all_fields = "kebab-case")]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
 pub enum Violation {
     #[error("{path}: manifest.json does not exist")]
     ManifestMissing { path: String },
@@ -385,7 +389,11 @@ pub fn check_footer(path: &str, file: &FileEntry, metadata: &ParquetMetaData) ->
                 max,
             });
         }
-        for cid in if min == max { vec![min] } else { vec![min, max] } {
+        for cid in if min == max {
+            vec![min]
+        } else {
+            vec![min, max]
+        } {
             if i64::from(cid) < i64::from(file.min_cid) || i64::from(cid) > i64::from(file.max_cid)
             {
                 found.push(Violation::CidOutsideFile {

@@ -223,8 +223,8 @@ impl PostingsWriter {
                 None => self.open_file(state, cid)?,
             };
             let open = state.open.insert(open);
-            let take = (self.options.max_rows_per_row_group - state.rg_rows)
-                .min(run.num_rows() - offset);
+            let take =
+                (self.options.max_rows_per_row_group - state.rg_rows).min(run.num_rows() - offset);
             let chunk = run.slice(offset, take);
             open.writer
                 .write(&chunk)
@@ -280,15 +280,12 @@ impl PostingsWriter {
             location.clone(),
             self.options.upload_buffer_bytes,
         ));
-        let writer = AsyncArrowWriter::try_new(
-            upload,
-            Arc::clone(&self.schema),
-            Some(self.props.clone()),
-        )
-        .map_err(|source| PostingsError::Parquet {
-            path: location.to_string(),
-            source,
-        })?;
+        let writer =
+            AsyncArrowWriter::try_new(upload, Arc::clone(&self.schema), Some(self.props.clone()))
+                .map_err(|source| PostingsError::Parquet {
+                path: location.to_string(),
+                source,
+            })?;
         Ok(OpenFile {
             relative,
             path: location.to_string(),
@@ -363,7 +360,12 @@ pub async fn publish(
 ) -> Result<PutResult, PostingsError> {
     manifest.validate()?;
     let location = child_path(table_root, MANIFEST_FILE);
-    Ok(put_if_absent(store.as_ref(), &location, Bytes::from(manifest.to_json_bytes())).await?)
+    Ok(put_if_absent(
+        store.as_ref(),
+        &location,
+        Bytes::from(manifest.to_json_bytes()),
+    )
+    .await?)
 }
 
 /// `root/relative`, where `relative` is a `/`-separated canonical path.

@@ -27,11 +27,10 @@ pub async fn put_if_absent(
         .put_opts(path, PutPayload::from(bytes), options)
         .await
         .map_err(|source| match source {
-            object_store::Error::AlreadyExists { .. } | object_store::Error::Precondition { .. } => {
-                StoreError::AlreadyExists {
-                    path: path.to_string(),
-                }
-            }
+            object_store::Error::AlreadyExists { .. }
+            | object_store::Error::Precondition { .. } => StoreError::AlreadyExists {
+                path: path.to_string(),
+            },
             source => StoreError::ObjectStore {
                 path: path.to_string(),
                 source,
