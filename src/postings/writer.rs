@@ -1,0 +1,458 @@
+//! The postings writer: turns postings grouped by root bucket (ascending CID
+//! within a bucket) into `cid_bucket=NNNNNN/part-NNNNN.parquet` objects with
+//! exactly one CID per row group, then builds and publishes the manifest.
+//!
+//! Each object streams through [`HashingUpload`], which hashes and counts the
+//! exact bytes handed to the object store (an `object_store::buffered::BufWriter`,
+//! multipart once a file outgrows its buffer), so the manifest's `sha256` and
+//! `size` need no read-back. A row group closes when the CID changes or when it
+//! reaches [`WriterOptions::max_rows_per_row_group`]; a file closes after the
+//! row group that takes it to [`WriterOptions::max_file_bytes`]. So a large CID
+//! spans consecutive row groups and files.
+
+use super::PostingsError;
+use super::schema::{
+    CID_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, ROWID_COLUMN, VECTOR_COLUMN, part_path,
+    postings_schema,
+};
+use crate::manifest::{FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest};
+use crate::store::commit::put_if_absent;
+use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::datatypes::{Field, Int32Type, SchemaRef};
+use bytes::Bytes;
+use futures::FutureExt;
+use futures::future::BoxFuture;
+use object_store::buffered::BufWriter;
+use object_store::path::Path;
+use object_store::{ObjectStore, PutResult};
+use parquet::arrow::AsyncArrowWriter;
+use parquet::arrow::async_writer::AsyncFileWriter;
+use parquet::basic::{Compression, Encoding};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::KeyValue;
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
+
+/// Writer caps. Both are per postings file layout decisions documented in
+/// `docs/format.md`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WriterOptions {
+    /// Most rows in one row group (default 32 768: 16 MiB of 128-d f32
+    /// vectors, a comfortable unit for one ranged read). A CID with more
+    /// postings spans consecutive row groups.
+    pub max_rows_per_row_group: usize,
+    /// A file is closed after the row group that brings it to this many bytes
+    /// (default 256 MiB), so a file exceeds it by at most one row group plus
+    /// the footer. Must be at least 1.
+    pub max_file_bytes: u64,
+    /// Bytes buffered per object before switching to a multipart upload, and
+    /// the part size of that upload (default 10 MiB).
+    pub upload_buffer_bytes: usize,
+}
+
+impl Default for WriterOptions {
+    fn default() -> Self {
+        WriterOptions {
+            max_rows_per_row_group: 32_768,
+            max_file_bytes: 256 * 1024 * 1024,
+            upload_buffer_bytes: 10 * 1024 * 1024,
+        }
+    }
+}
+
+/// Writes postings files bucket by bucket and collects their manifest entries.
+pub struct PostingsWriter {
+    store: Arc<dyn ObjectStore>,
+    table_root: Path,
+    schema: SchemaRef,
+    props: WriterProperties,
+    options: WriterOptions,
+    files: Vec<FileEntry>,
+    buckets_written: Vec<u32>,
+}
+
+impl PostingsWriter {
+    /// A writer for `dim`-dimensional f32 vectors plus `payload_fields`.
+    ///
+    /// # Errors
+    /// [`PostingsError::InvalidDim`] for `dim == 0` or a byte width beyond
+    /// INT32, [`PostingsError::InvalidOptions`] for a zero cap, and
+    /// [`PostingsError::ReservedPayloadName`] when a payload field reuses a
+    /// fixed column name.
+    pub fn new(
+        store: Arc<dyn ObjectStore>,
+        table_root: Path,
+        dim: usize,
+        payload_fields: Vec<Field>,
+        options: WriterOptions,
+    ) -> Result<Self, PostingsError> {
+        if dim == 0 || dim.checked_mul(4).is_none_or(|w| w > i32::MAX as usize) {
+            return Err(PostingsError::InvalidDim { dim });
+        }
+        if options.max_rows_per_row_group == 0 || options.max_file_bytes == 0 {
+            return Err(PostingsError::InvalidOptions {
+                max_rows_per_row_group: options.max_rows_per_row_group,
+                max_file_bytes: options.max_file_bytes,
+            });
+        }
+        if let Some(f) = payload_fields
+            .iter()
+            .find(|f| [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN].contains(&f.name().as_str()))
+        {
+            return Err(PostingsError::ReservedPayloadName {
+                name: f.name().clone(),
+            });
+        }
+        let schema = postings_schema(dim, &payload_fields);
+        let props = writer_properties(dim, &options);
+        Ok(PostingsWriter {
+            store,
+            table_root,
+            schema,
+            props,
+            options,
+            files: Vec::new(),
+            buckets_written: Vec::new(),
+        })
+    }
+
+    /// The schema every input batch must have (see `postings_schema`).
+    pub fn schema(&self) -> &SchemaRef {
+        &self.schema
+    }
+
+    /// Writes all postings of root `bucket`. `batches` follow [`Self::schema`]
+    /// and are sorted by `cid` ascending across the whole list. An empty
+    /// bucket writes nothing.
+    ///
+    /// # Errors
+    /// [`PostingsError::SchemaMismatch`], [`PostingsError::Unsorted`],
+    /// [`PostingsError::CidOutOfRange`], [`PostingsError::BucketRepeated`],
+    /// [`PostingsError::BucketOutOfRange`], [`PostingsError::TooManyParts`] for
+    /// bad input; [`PostingsError::Parquet`] when encoding or uploading fails.
+    pub async fn write_bucket(
+        &mut self,
+        bucket: u32,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(), PostingsError> {
+        if bucket > MAX_BUCKET {
+            return Err(PostingsError::BucketOutOfRange { bucket });
+        }
+        if self.buckets_written.contains(&bucket) {
+            return Err(PostingsError::BucketRepeated { bucket });
+        }
+        self.buckets_written.push(bucket);
+        let mut state = BucketState {
+            bucket,
+            open: None,
+            next_part: 0,
+            rg_cid: None,
+            rg_rows: 0,
+            last_cid: None,
+        };
+        for (batch_index, batch) in batches.iter().enumerate() {
+            if batch.schema().fields() != self.schema.fields() {
+                return Err(PostingsError::SchemaMismatch {
+                    bucket,
+                    batch: batch_index,
+                    expected: format!("{:?}", self.schema.fields()),
+                    actual: format!("{:?}", batch.schema().fields()),
+                });
+            }
+            self.write_batch(&mut state, batch).await?;
+        }
+        self.close_file(&mut state).await
+    }
+
+    async fn write_batch(
+        &mut self,
+        state: &mut BucketState,
+        batch: &RecordBatch,
+    ) -> Result<(), PostingsError> {
+        // The schema check guarantees column 0 is a non-null Int32 array.
+        let Some(cids) = batch.column(0).as_primitive_opt::<Int32Type>() else {
+            return Err(PostingsError::SchemaMismatch {
+                bucket: state.bucket,
+                batch: 0,
+                expected: "cid Int32".into(),
+                actual: format!("{:?}", batch.column(0).data_type()),
+            });
+        };
+        let values = cids.values();
+        let mut start = 0;
+        while start < values.len() {
+            let raw = values[start];
+            let cid = u32::try_from(raw).map_err(|_| PostingsError::CidOutOfRange {
+                bucket: state.bucket,
+                cid: i64::from(raw),
+            })?;
+            if let Some(previous) = state.last_cid
+                && cid < previous
+            {
+                return Err(PostingsError::Unsorted {
+                    bucket: state.bucket,
+                    previous,
+                    next: cid,
+                });
+            }
+            state.last_cid = Some(cid);
+            let end = start + values[start..].iter().take_while(|&&c| c == raw).count();
+            self.write_run(state, cid, &batch.slice(start, end - start))
+                .await?;
+            start = end;
+        }
+        Ok(())
+    }
+
+    /// Writes rows that all carry `cid`, closing row groups at the cap.
+    async fn write_run(
+        &mut self,
+        state: &mut BucketState,
+        cid: u32,
+        run: &RecordBatch,
+    ) -> Result<(), PostingsError> {
+        if state.rg_cid.is_some_and(|c| c != cid) {
+            self.close_row_group(state).await?;
+        }
+        let mut offset = 0;
+        while offset < run.num_rows() {
+            let open = match state.open.take() {
+                Some(open) => open,
+                None => self.open_file(state, cid)?,
+            };
+            let open = state.open.insert(open);
+            let take =
+                (self.options.max_rows_per_row_group - state.rg_rows).min(run.num_rows() - offset);
+            let chunk = run.slice(offset, take);
+            open.writer
+                .write(&chunk)
+                .await
+                .map_err(|source| PostingsError::Parquet {
+                    path: open.path.clone(),
+                    source,
+                })?;
+            open.rows += take as u64;
+            open.max_cid = cid;
+            state.rg_cid = Some(cid);
+            state.rg_rows += take;
+            offset += take;
+            if state.rg_rows == self.options.max_rows_per_row_group {
+                self.close_row_group(state).await?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Flushes the in-progress row group; rolls the file at its size cap.
+    async fn close_row_group(&mut self, state: &mut BucketState) -> Result<(), PostingsError> {
+        state.rg_cid = None;
+        state.rg_rows = 0;
+        let Some(open) = state.open.as_mut() else {
+            return Ok(());
+        };
+        open.writer
+            .flush()
+            .await
+            .map_err(|source| PostingsError::Parquet {
+                path: open.path.clone(),
+                source,
+            })?;
+        if open.writer.bytes_written() as u64 >= self.options.max_file_bytes {
+            self.close_file(state).await?;
+        }
+        Ok(())
+    }
+
+    fn open_file(&self, state: &mut BucketState, cid: u32) -> Result<OpenFile, PostingsError> {
+        let seq = state.next_part;
+        if seq > MAX_PART {
+            return Err(PostingsError::TooManyParts {
+                bucket: state.bucket,
+            });
+        }
+        state.next_part += 1;
+        let relative = part_path(state.bucket, seq);
+        let location = child_path(&self.table_root, &relative);
+        let upload = HashingUpload::new(BufWriter::with_capacity(
+            Arc::clone(&self.store),
+            location.clone(),
+            self.options.upload_buffer_bytes,
+        ));
+        let writer =
+            AsyncArrowWriter::try_new(upload, Arc::clone(&self.schema), Some(self.props.clone()))
+                .map_err(|source| PostingsError::Parquet {
+                path: location.to_string(),
+                source,
+            })?;
+        Ok(OpenFile {
+            relative,
+            path: location.to_string(),
+            writer,
+            rows: 0,
+            min_cid: cid,
+            max_cid: cid,
+        })
+    }
+
+    async fn close_file(&mut self, state: &mut BucketState) -> Result<(), PostingsError> {
+        state.rg_cid = None;
+        state.rg_rows = 0;
+        let Some(mut open) = state.open.take() else {
+            return Ok(());
+        };
+        let parquet_err = |source| PostingsError::Parquet {
+            path: open.path.clone(),
+            source,
+        };
+        open.writer.finish().await.map_err(parquet_err)?;
+        let upload = open.writer.into_inner();
+        self.files.push(FileEntry {
+            path: open.relative,
+            cid_bucket: state.bucket,
+            min_cid: open.min_cid,
+            max_cid: open.max_cid,
+            rows: open.rows,
+            size: upload.size,
+            sha256: hex::encode(upload.hasher.finalize()),
+        });
+        Ok(())
+    }
+
+    /// The manifest entries of every file written so far, in manifest order.
+    pub fn files(&self) -> &[FileEntry] {
+        &self.files
+    }
+
+    /// Builds the manifest for the files written, with `nlist` leaves split
+    /// into roots by `cid_offsets` (R + 1 entries, see `docs/format.md`).
+    ///
+    /// # Errors
+    /// [`PostingsError::Manifest`] when the result breaks a manifest rule,
+    /// e.g. a bucket's CIDs outside `[cid_offsets[b], cid_offsets[b+1])`.
+    pub fn finish(self, nlist: u32, cid_offsets: Vec<u32>) -> Result<Manifest, PostingsError> {
+        let mut files = self.files;
+        files.sort_by_key(|f| (f.cid_bucket, f.min_cid, f.path.clone()));
+        let manifest = Manifest {
+            format_version: FORMAT_VERSION,
+            nlist,
+            ntotal: files.iter().map(|f| f.rows).sum(),
+            cid_offsets,
+            files,
+        };
+        manifest.validate()?;
+        Ok(manifest)
+    }
+}
+
+/// Publishes `manifest` as `<table_root>/manifest.json` with create-if-absent
+/// semantics. Call only after every data object it names is complete.
+///
+/// # Errors
+/// [`PostingsError::Manifest`] for an invalid manifest (nothing is written);
+/// [`PostingsError::Store`] wrapping `StoreError::AlreadyExists` when another
+/// publisher won, or `StoreError::ObjectStore` on IO failure.
+pub async fn publish(
+    store: &Arc<dyn ObjectStore>,
+    table_root: &Path,
+    manifest: &Manifest,
+) -> Result<PutResult, PostingsError> {
+    manifest.validate()?;
+    let location = child_path(table_root, MANIFEST_FILE);
+    Ok(put_if_absent(
+        store.as_ref(),
+        &location,
+        Bytes::from(manifest.to_json_bytes()),
+    )
+    .await?)
+}
+
+/// `root/relative`, where `relative` is a `/`-separated canonical path.
+pub fn child_path(root: &Path, relative: &str) -> Path {
+    relative
+        .split('/')
+        .fold(root.clone(), |path, part| path.join(part))
+}
+
+fn writer_properties(dim: usize, options: &WriterOptions) -> WriterProperties {
+    let vector = ColumnPath::from(VECTOR_COLUMN);
+    WriterProperties::builder()
+        .set_max_row_group_row_count(Some(options.max_rows_per_row_group))
+        .set_max_row_group_bytes(None)
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_column_encoding(vector.clone(), Encoding::PLAIN)
+        .set_column_dictionary_enabled(vector.clone(), false)
+        .set_column_statistics_enabled(vector.clone(), EnabledStatistics::None)
+        .set_column_bloom_filter_enabled(vector, false)
+        .set_key_value_metadata(Some(vec![
+            KeyValue::new(KV_FORMAT_VERSION.into(), FORMAT_VERSION.to_string()),
+            KeyValue::new(KV_DIM.into(), dim.to_string()),
+        ]))
+        .build()
+}
+
+// Keep INT32 CIDs and the manifest's bound in step.
+const _: () = assert!(MAX_CID == i32::MAX as u32);
+
+struct BucketState {
+    bucket: u32,
+    open: Option<OpenFile>,
+    next_part: u32,
+    /// CID of the in-progress row group, if it has rows.
+    rg_cid: Option<u32>,
+    rg_rows: usize,
+    last_cid: Option<u32>,
+}
+
+struct OpenFile {
+    relative: String,
+    path: String,
+    writer: AsyncArrowWriter<HashingUpload>,
+    rows: u64,
+    /// First and last CID written (a file opens on its first row).
+    min_cid: u32,
+    max_cid: u32,
+}
+
+/// An [`AsyncFileWriter`] that hashes and counts every byte on its way to the
+/// object store, so `size` and `sha256` describe exactly what was uploaded.
+struct HashingUpload {
+    inner: BufWriter,
+    hasher: Sha256,
+    size: u64,
+}
+
+impl HashingUpload {
+    fn new(inner: BufWriter) -> Self {
+        HashingUpload {
+            inner,
+            hasher: Sha256::new(),
+            size: 0,
+        }
+    }
+}
+
+impl AsyncFileWriter for HashingUpload {
+    fn write(&mut self, bytes: Bytes) -> BoxFuture<'_, parquet::errors::Result<()>> {
+        self.hasher.update(&bytes);
+        self.size += bytes.len() as u64;
+        async move {
+            self.inner
+                .put(bytes)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+
+    fn complete(&mut self) -> BoxFuture<'_, parquet::errors::Result<()>> {
+        async move {
+            tokio::io::AsyncWriteExt::shutdown(&mut self.inner)
+                .await
+                .map_err(|e| ParquetError::External(Box::new(e)))
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,501 @@
+//! `verify`: a clean table passes; each hand-made broken Parquet file or
+//! manifest is caught with the right typed violation; the prefix is listed
+//! only for `--orphans`; the CLI's exit codes (0 ok, 1 violations, 2 could
+//! not run) and `--json` output.
+
+mod postings_support;
+
+use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
+};
+use parqivf::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
+use parqivf::postings::schema::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
+use parqivf::postings::verify::check_footer;
+use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
+use parquet::arrow::ArrowWriter;
+use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::file::statistics::{Statistics, ValueStatistics};
+use parquet::schema::types::ColumnPath;
+use postings_support::batch;
+use sha2::{Digest, Sha256};
+use std::process::Command;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+const DIM: usize = 2;
+
+fn props() -> WriterProperties {
+    WriterProperties::builder()
+        .set_key_value_metadata(Some(vec![KeyValue::new(
+            KV_FORMAT_VERSION.into(),
+            FORMAT_VERSION.to_string(),
+        )]))
+        .build()
+}
+
+/// A Parquet file with one row group per entry of `row_groups`.
+fn parquet_file(row_groups: &[RecordBatch], props: WriterProperties) -> Vec<u8> {
+    let mut writer = ArrowWriter::try_new(Vec::new(), row_groups[0].schema(), Some(props)).unwrap();
+    for rg in row_groups {
+        writer.write(rg).unwrap();
+        writer.flush().unwrap();
+    }
+    writer.into_inner().unwrap()
+}
+
+fn cids(row_groups: &[&[i32]]) -> Vec<RecordBatch> {
+    row_groups.iter().map(|c| batch(DIM, c, 0)).collect()
+}
+
+/// A one-root, one-file table holding `bytes`, whose manifest entry claims
+/// `[min, max]` and is otherwise truthful unless `edit` changes it.
+async fn table(
+    bytes: Vec<u8>,
+    min: u32,
+    max: u32,
+    edit: impl FnOnce(&mut FileEntry),
+) -> Arc<dyn ObjectStore> {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let rows = ParquetMetaDataReader::new()
+        .parse_and_finish(&Bytes::from(bytes.clone()))
+        .unwrap()
+        .file_metadata()
+        .num_rows() as u64;
+    let mut entry = FileEntry {
+        path: part_path(0, 0),
+        cid_bucket: 0,
+        min_cid: min,
+        max_cid: max,
+        rows,
+        size: bytes.len() as u64,
+        sha256: hex::encode(Sha256::digest(&bytes)),
+    };
+    edit(&mut entry);
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        nlist: 8,
+        ntotal: entry.rows,
+        cid_offsets: vec![0, 8],
+        files: vec![entry],
+    };
+    manifest.validate().unwrap();
+    store
+        .put(
+            &Path::from("t/cid_bucket=000000/part-00000.parquet"),
+            bytes.into(),
+        )
+        .await
+        .unwrap();
+    store
+        .put(
+            &Path::from("t/manifest.json"),
+            manifest.to_json_bytes().into(),
+        )
+        .await
+        .unwrap();
+    store
+}
+
+async fn violations(store: Arc<dyn ObjectStore>) -> Vec<Violation> {
+    verify(store, &Path::from("t"), VerifyOptions::default())
+        .await
+        .unwrap()
+        .violations
+}
+
+async fn broken(row_groups: &[&[i32]], min: u32, max: u32) -> Vec<Violation> {
+    violations(table(parquet_file(&cids(row_groups), props()), min, max, |_| {}).await).await
+}
+
+#[tokio::test]
+async fn hand_made_good_file_passes() {
+    assert!(
+        broken(&[&[1, 1], &[2], &[2, 3][..1]], 1, 2)
+            .await
+            .is_empty()
+    );
+}
+
+#[tokio::test]
+async fn two_cids_in_one_row_group() {
+    let v = broken(&[&[1, 2]], 1, 2).await;
+    assert!(
+        matches!(
+            v[..],
+            [Violation::MultipleCids {
+                row_group: 0,
+                min: 1,
+                max: 2,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn row_groups_out_of_cid_order() {
+    let v = broken(&[&[2], &[3], &[2]], 2, 2).await;
+    assert!(
+        v.iter().any(|v| matches!(
+            v,
+            Violation::RowGroupsUnordered {
+                row_group: 2,
+                previous: 3,
+                cid: 2,
+                ..
+            }
+        )),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn row_group_cid_outside_the_file_range() {
+    let v = broken(&[&[1], &[5]], 1, 4).await;
+    assert!(
+        v.iter().any(|v| matches!(
+            v,
+            Violation::CidOutsideFile {
+                row_group: 1,
+                cid: 5,
+                min_cid: 1,
+                max_cid: 4,
+                ..
+            }
+        )),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn first_and_last_cid_must_equal_the_manifest_range() {
+    let v = broken(&[&[3], &[4]], 2, 4).await;
+    assert!(
+        matches!(
+            v[..],
+            [Violation::FirstCidMismatch {
+                expected: 2,
+                actual: 3,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
+    let v = broken(&[&[3], &[4]], 3, 5).await;
+    assert!(
+        matches!(
+            v[..],
+            [Violation::LastCidMismatch {
+                expected: 5,
+                actual: 4,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn missing_cid_statistics() {
+    let props = WriterProperties::builder()
+        .set_column_statistics_enabled(ColumnPath::from(CID_COLUMN), EnabledStatistics::None)
+        .set_key_value_metadata(props().key_value_metadata().cloned())
+        .build();
+    let v = violations(table(parquet_file(&cids(&[&[1]]), props), 1, 1, |_| {}).await).await;
+    assert!(
+        matches!(v[..], [Violation::StatisticsMissing { row_group: 0, .. }]),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn inexact_cid_statistics() {
+    let bytes = Bytes::from(parquet_file(&cids(&[&[1]]), props()));
+    let metadata = ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes)
+        .unwrap();
+    let mut row_groups = Vec::new();
+    for rg in metadata.row_groups() {
+        let mut columns = rg.columns().to_vec();
+        let inexact = ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false)
+            .with_max_is_exact(false);
+        columns[0] = columns[0]
+            .clone()
+            .into_builder()
+            .set_statistics(Statistics::Int32(inexact))
+            .build()
+            .unwrap();
+        row_groups.push(
+            rg.clone()
+                .into_builder()
+                .set_column_metadata(columns)
+                .build()
+                .unwrap(),
+        );
+    }
+    let tampered = ParquetMetaData::new(metadata.file_metadata().clone(), row_groups);
+    let entry = FileEntry {
+        path: part_path(0, 0),
+        cid_bucket: 0,
+        min_cid: 1,
+        max_cid: 1,
+        rows: 1,
+        size: 0,
+        sha256: String::new(),
+    };
+    assert!(check_footer("f", &entry, &metadata).is_empty());
+    let v = check_footer("f", &entry, &tampered);
+    assert!(
+        matches!(v[..], [Violation::StatisticsInexact { row_group: 0, .. }]),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn cid_column_must_be_int32_required() {
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        CID_COLUMN,
+        DataType::Int64,
+        false,
+    )]));
+    let rg = RecordBatch::try_new(
+        schema,
+        vec![Arc::new(Int64Array::from(vec![1i64])) as ArrayRef],
+    )
+    .unwrap();
+    let v = violations(table(parquet_file(&[rg], props()), 1, 1, |_| {}).await).await;
+    assert!(
+        matches!(v[..], [Violation::CidColumnInvalid { .. }]),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn format_version_key_value_is_required() {
+    let bytes = parquet_file(&cids(&[&[1]]), WriterProperties::default());
+    let v = violations(table(bytes, 1, 1, |_| {}).await).await;
+    assert!(
+        matches!(
+            v[..],
+            [Violation::FormatVersionMismatch { found: None, .. }]
+        ),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn rows_size_and_sha256_must_match_the_manifest() {
+    let bytes = || parquet_file(&cids(&[&[1, 1]]), props());
+    let v = violations(table(bytes(), 1, 1, |e| e.rows = 3).await).await;
+    assert!(
+        matches!(
+            v[..],
+            [Violation::RowCountMismatch {
+                expected: 3,
+                actual: 2,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
+    let v = violations(table(bytes(), 1, 1, |e| e.size += 1).await).await;
+    assert!(matches!(v[..], [Violation::SizeMismatch { .. }]), "{v:?}");
+    let v = violations(table(bytes(), 1, 1, |e| e.sha256 = "0".repeat(64)).await).await;
+    assert!(matches!(v[..], [Violation::Sha256Mismatch { .. }]), "{v:?}");
+}
+
+#[tokio::test]
+async fn missing_object_and_missing_or_broken_manifest() {
+    let store = table(parquet_file(&cids(&[&[1]]), props()), 1, 1, |_| {}).await;
+    store
+        .delete(&Path::from("t/cid_bucket=000000/part-00000.parquet"))
+        .await
+        .unwrap();
+    let v = violations(Arc::clone(&store)).await;
+    assert!(matches!(v[..], [Violation::ObjectMissing { .. }]), "{v:?}");
+    store
+        .put(
+            &Path::from("t/manifest.json"),
+            Bytes::from_static(b"{\"nlist\": 1}").into(),
+        )
+        .await
+        .unwrap();
+    let v = violations(Arc::clone(&store)).await;
+    assert!(
+        matches!(
+            v[..],
+            [Violation::ManifestInvalid {
+                error: ManifestError::MissingKey {
+                    key: "format-version",
+                    ..
+                },
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
+    store.delete(&Path::from("t/manifest.json")).await.unwrap();
+    let v = violations(store).await;
+    assert!(
+        matches!(v[..], [Violation::ManifestMissing { .. }]),
+        "{v:?}"
+    );
+}
+
+/// A store that counts LIST calls.
+#[derive(Debug)]
+struct ListCounter {
+    inner: InMemory,
+    lists: AtomicUsize,
+}
+
+impl std::fmt::Display for ListCounter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ListCounter({})", self.inner)
+    }
+}
+
+#[async_trait]
+impl ObjectStore for ListCounter {
+    async fn put_opts(
+        &self,
+        l: &Path,
+        p: PutPayload,
+        o: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        self.inner.put_opts(l, p, o).await
+    }
+    async fn put_multipart_opts(
+        &self,
+        l: &Path,
+        o: PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn MultipartUpload>> {
+        self.inner.put_multipart_opts(l, o).await
+    }
+    async fn get_opts(&self, l: &Path, o: GetOptions) -> object_store::Result<GetResult> {
+        self.inner.get_opts(l, o).await
+    }
+    fn delete_stream(
+        &self,
+        l: BoxStream<'static, object_store::Result<Path>>,
+    ) -> BoxStream<'static, object_store::Result<Path>> {
+        self.inner.delete_stream(l)
+    }
+    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list(prefix)
+    }
+    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
+        self.lists.fetch_add(1, Ordering::SeqCst);
+        self.inner.list_with_delimiter(prefix).await
+    }
+    async fn copy_opts(&self, from: &Path, to: &Path, o: CopyOptions) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, o).await
+    }
+}
+
+#[tokio::test]
+async fn lists_only_for_orphans_and_reports_unnamed_objects() {
+    let store = Arc::new(ListCounter {
+        inner: InMemory::new(),
+        lists: AtomicUsize::new(0),
+    });
+    let root = Path::from("t");
+    postings_support::write_table(store.clone(), &root, DIM, WriterOptions::default()).await;
+    store
+        .put(
+            &Path::from("t/cid_bucket=000001/part-00009.parquet"),
+            Bytes::from_static(b"x").into(),
+        )
+        .await
+        .unwrap();
+    store
+        .put(&Path::from("elsewhere/x"), Bytes::from_static(b"x").into())
+        .await
+        .unwrap();
+    let report = verify(store.clone(), &root, VerifyOptions::default())
+        .await
+        .unwrap();
+    assert!(report.is_ok(), "{:?}", report.violations);
+    assert_eq!(
+        store.lists.load(Ordering::SeqCst),
+        0,
+        "verify must not LIST without --orphans"
+    );
+    let report = verify(store.clone(), &root, VerifyOptions { orphans: true })
+        .await
+        .unwrap();
+    assert!(store.lists.load(Ordering::SeqCst) > 0);
+    assert!(
+        matches!(&report.violations[..], [Violation::Orphan { path }] if path == "t/cid_bucket=000001/part-00009.parquet"),
+        "{:?}",
+        report.violations
+    );
+}
+
+fn cli(args: &[&str]) -> (i32, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))
+        .arg("verify")
+        .args(args)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8(out.stdout).unwrap(),
+    )
+}
+
+#[tokio::test]
+async fn cli_exit_codes_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let manifest = postings_support::write_table(
+        Arc::clone(&store),
+        &Path::default(),
+        DIM,
+        WriterOptions::default(),
+    )
+    .await;
+    let folder = dir.path().to_str().unwrap();
+    let (code, stdout) = cli(&[folder]);
+    assert_eq!(code, 0, "{stdout}");
+    let (code, stdout) = cli(&[folder, "--json", "--orphans"]);
+    assert_eq!(code, 0);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(
+        report["files-checked"].as_u64(),
+        Some(manifest.files.len() as u64)
+    );
+
+    // Corrupt one object in place: same size, different bytes.
+    let victim = dir.path().join(&manifest.files[0].path);
+    let mut bytes = std::fs::read(&victim).unwrap();
+    bytes[4] ^= 0xff;
+    std::fs::write(&victim, bytes).unwrap();
+    let (code, stdout) = cli(&[folder]);
+    assert_eq!(code, 1, "{stdout}");
+    assert!(stdout.contains(&manifest.files[0].path), "{stdout}");
+    let (code, stdout) = cli(&[folder, "--json"]);
+    assert_eq!(code, 1);
+    let report: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    assert_eq!(report["violations"][0]["kind"], "sha256-mismatch");
+    assert_eq!(
+        report["violations"][0]["path"],
+        manifest.files[0].path.as_str()
+    );
+
+    let (code, _) = cli(&[dir.path().join("no-such-table").to_str().unwrap()]);
+    assert_eq!(code, 2);
+}
