@@ -3,6 +3,8 @@
 //! SKELETON: shared; `commit.rs` belongs to the format helper (issue 2),
 //! `counting.rs` to the probe helper (issue 4).
 
+pub mod location;
+
 use thiserror::Error;
 
 /// Store errors.
@@ -17,4 +19,6 @@ pub enum StoreError {
         #[source]
         source: object_store::Error,
     },
+    #[error(transparent)]
+    Location(#[from] location::LocationError),
 }
