@@ -5,11 +5,12 @@
 
 use object_store::path::Path;
 use parqivf::catalog::definition::{
-    BuildParams, DefinitionError, IndexDefinition, IndexSource, TableDefinition, TableIdentifier, ARTIFACT_MANIFEST,
+    ARTIFACT_MANIFEST, BuildParams, DefinitionError, IndexDefinition, IndexSource, TableDefinition,
+    TableIdentifier,
 };
 use parqivf::catalog::uri::{LocationUri, UriError};
 use parqivf::distance::Metric;
-use serde_json::{json, Value};
+use serde_json::{Value, json};
 
 const TABLE_SCHEMA: &str = include_str!("../manifests/table-definition.schema.json");
 const INDEX_SCHEMA: &str = include_str!("../manifests/index-definition.schema.json");
@@ -29,7 +30,10 @@ fn validator(schema: &str) -> jsonschema::Validator {
 fn assert_schema_valid(schema: &str, document: &str) {
     let instance: Value = serde_json::from_str(document).unwrap();
     let validator = validator(schema);
-    let errors: Vec<String> = validator.iter_errors(&instance).map(|e| e.to_string()).collect();
+    let errors: Vec<String> = validator
+        .iter_errors(&instance)
+        .map(|e| e.to_string())
+        .collect();
     assert!(errors.is_empty(), "{document}\n{errors:#?}");
 }
 
@@ -125,7 +129,10 @@ fn serialised_documents_validate_and_round_trip() {
 fn table_identity_defaults_to_the_serialised_identifier() {
     let table = TableDefinition::from_json(TABLE_EXAMPLES[1]).unwrap();
     assert_eq!(table.properties.table_identity, None);
-    assert_eq!(table.table_identity(), r#"{"catalog":"local","namespace":[],"name":"embeddings"}"#);
+    assert_eq!(
+        table.table_identity(),
+        r#"{"catalog":"local","namespace":[],"name":"embeddings"}"#
+    );
     let explicit = TableDefinition::from_json(TABLE_EXAMPLES[0]).unwrap();
     assert_eq!(explicit.table_identity(), "lake.public.documents");
 }
@@ -134,26 +141,36 @@ fn table_identity_defaults_to_the_serialised_identifier() {
 fn unknown_and_missing_keys_are_typed_errors() {
     let mut value = index_value();
     value["extra"] = json!(1);
-    assert!(matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "extra"));
+    assert!(
+        matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "extra")
+    );
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut value = index_value();
     value["tables"]["ivf_postings"]["compression"] = json!("zstd");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "compression"));
+    assert!(
+        matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "compression")
+    );
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut value = index_value();
     value["build"]["password"] = json!("x");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "password"));
+    assert!(
+        matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "password")
+    );
 
     let mut value = index_value();
     value["source"]["bucket-key"] = json!("x");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "bucket-key"));
+    assert!(
+        matches!(parse_index(&value), Err(DefinitionError::UnknownKey { key, .. }) if key == "bucket-key")
+    );
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut value = index_value();
     value.as_object_mut().unwrap().remove("nlist");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::MissingKey { key, .. }) if key == "nlist"));
+    assert!(
+        matches!(parse_index(&value), Err(DefinitionError::MissingKey { key, .. }) if key == "nlist")
+    );
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut table: Value = serde_json::from_str(TABLE_EXAMPLES[0]).unwrap();
@@ -165,16 +182,25 @@ fn unknown_and_missing_keys_are_typed_errors() {
     assert!(!schema_accepts(TABLE_SCHEMA, &table));
 
     let mut table: Value = serde_json::from_str(TABLE_EXAMPLES[0]).unwrap();
-    table["properties"].as_object_mut().unwrap().remove("location");
+    table["properties"]
+        .as_object_mut()
+        .unwrap()
+        .remove("location");
     assert!(matches!(
         TableDefinition::from_json(&table.to_string()),
         Err(DefinitionError::MissingKey { key, .. }) if key == "location"
     ));
 
-    assert!(matches!(IndexDefinition::from_json("{"), Err(DefinitionError::Json { .. })));
+    assert!(matches!(
+        IndexDefinition::from_json("{"),
+        Err(DefinitionError::Json { .. })
+    ));
     let mut value = index_value();
     value["dim"] = json!("96");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::Json { .. })));
+    assert!(matches!(
+        parse_index(&value),
+        Err(DefinitionError::Json { .. })
+    ));
 }
 
 #[test]
@@ -216,14 +242,31 @@ fn unknown_versions_are_incompatible() {
 
 #[test]
 fn values_are_validated() {
-    let cases: Vec<(&str, Value, fn(&DefinitionError) -> bool)> = vec![
-        ("provider", json!("iceberg"), |e| matches!(e, DefinitionError::WrongProvider { found, .. } if found == "iceberg")),
-        ("dim", json!(0), |e| matches!(e, DefinitionError::Zero { key: "dim", .. })),
-        ("nlist", json!(0), |e| matches!(e, DefinitionError::Zero { key: "nlist", .. })),
-        ("roots", json!(2048), |e| {
-            matches!(e, DefinitionError::RootsExceedNlist { roots: 2048, nlist: 1024 })
+    type Check = fn(&DefinitionError) -> bool;
+    let cases: Vec<(&str, Value, Check)> = vec![
+        (
+            "provider",
+            json!("iceberg"),
+            |e| matches!(e, DefinitionError::WrongProvider { found, .. } if found == "iceberg"),
+        ),
+        ("dim", json!(0), |e| {
+            matches!(e, DefinitionError::Zero { key: "dim", .. })
         }),
-        ("element-type", json!("f16"), |e| matches!(e, DefinitionError::UnsupportedElementType { .. })),
+        ("nlist", json!(0), |e| {
+            matches!(e, DefinitionError::Zero { key: "nlist", .. })
+        }),
+        ("roots", json!(2048), |e| {
+            matches!(
+                e,
+                DefinitionError::RootsExceedNlist {
+                    roots: 2048,
+                    nlist: 1024
+                }
+            )
+        }),
+        ("element-type", json!("f16"), |e| {
+            matches!(e, DefinitionError::UnsupportedElementType { .. })
+        }),
     ];
     for (key, bad, check) in cases {
         let mut value = index_value();
@@ -231,37 +274,68 @@ fn values_are_validated() {
         let error = parse_index(&value).expect_err(key);
         assert!(check(&error), "{key}: {error}");
         if key != "roots" {
-            assert!(!schema_accepts(INDEX_SCHEMA, &value), "schema accepted bad {key}");
+            assert!(
+                !schema_accepts(INDEX_SCHEMA, &value),
+                "schema accepted bad {key}"
+            );
         }
     }
 
     let mut value = index_value();
-    value["tables"]["ivf_postings"].as_object_mut().unwrap().remove("layout");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::Layout { table: "ivf_postings", found: None, .. })));
+    value["tables"]["ivf_postings"]
+        .as_object_mut()
+        .unwrap()
+        .remove("layout");
+    assert!(matches!(
+        parse_index(&value),
+        Err(DefinitionError::Layout {
+            table: "ivf_postings",
+            found: None,
+            ..
+        })
+    ));
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut value = index_value();
     value["tables"]["ivf_postings"]["layout"] = json!("hive");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::Layout { table: "ivf_postings", .. })));
+    assert!(matches!(
+        parse_index(&value),
+        Err(DefinitionError::Layout {
+            table: "ivf_postings",
+            ..
+        })
+    ));
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut value = index_value();
     value["tables"]["ivf_centroids"]["layout"] = json!(ARTIFACT_MANIFEST);
-    assert!(matches!(parse_index(&value), Err(DefinitionError::Layout { table: "ivf_centroids", .. })));
+    assert!(matches!(
+        parse_index(&value),
+        Err(DefinitionError::Layout {
+            table: "ivf_centroids",
+            ..
+        })
+    ));
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     let mut value = index_value();
     value["source"]["location"] = json!("S3://bucket/docs/");
     assert!(matches!(
         parse_index(&value),
-        Err(DefinitionError::Location { source: UriError::UppercaseScheme { .. }, .. })
+        Err(DefinitionError::Location {
+            source: UriError::UppercaseScheme { .. },
+            ..
+        })
     ));
 
     let mut table: Value = serde_json::from_str(TABLE_EXAMPLES[0]).unwrap();
     table["properties"]["location"] = json!("s3://bucket/docs/?x=1");
     assert!(matches!(
         TableDefinition::from_json(&table.to_string()),
-        Err(DefinitionError::Location { source: UriError::Query { .. }, .. })
+        Err(DefinitionError::Location {
+            source: UriError::Query { .. },
+            ..
+        })
     ));
     assert!(!schema_accepts(TABLE_SCHEMA, &table));
 }
@@ -271,12 +345,21 @@ fn index_table_locations_are_relative_and_cannot_escape() {
     let definition = index_definition();
     let snapshot = Path::from("warehouse/idx/snapshots/000001");
     assert_eq!(
-        definition.tables.ivf_postings.resolve_path("ivf_postings", &snapshot).unwrap(),
+        definition
+            .tables
+            .ivf_postings
+            .resolve_path("ivf_postings", &snapshot)
+            .unwrap(),
         Path::from("warehouse/idx/snapshots/000001/postings/manifest.json")
     );
     let index_json = LocationUri::parse("s3://b/idx/snapshots/000001/index.json").unwrap();
     assert_eq!(
-        definition.tables.ivf_centroids.resolve_uri("ivf_centroids", &index_json, false).unwrap().as_str(),
+        definition
+            .tables
+            .ivf_centroids
+            .resolve_uri("ivf_centroids", &index_json, false)
+            .unwrap()
+            .as_str(),
         "s3://b/idx/snapshots/000001/centroids/centroids.parquet"
     );
 
@@ -284,14 +367,23 @@ fn index_table_locations_are_relative_and_cannot_escape() {
         let mut value = index_value();
         value["tables"]["ivf_postings"]["location"] = json!(escape);
         assert!(
-            matches!(parse_index(&value), Err(DefinitionError::Location { source: UriError::DotDotSegment { .. }, .. })),
+            matches!(
+                parse_index(&value),
+                Err(DefinitionError::Location {
+                    source: UriError::DotDotSegment { .. },
+                    ..
+                })
+            ),
             "{escape}"
         );
         assert!(!schema_accepts(INDEX_SCHEMA, &value), "{escape}");
     }
     let mut value = index_value();
     value["tables"]["ivf_postings"]["location"] = json!("/etc/manifest.json");
-    assert!(matches!(parse_index(&value), Err(DefinitionError::AbsoluteLocationNotAllowed { .. })));
+    assert!(matches!(
+        parse_index(&value),
+        Err(DefinitionError::AbsoluteLocationNotAllowed { .. })
+    ));
     assert!(!schema_accepts(INDEX_SCHEMA, &value));
 
     // An absolute URI is syntactically allowed in the document, but only the
@@ -301,13 +393,19 @@ fn index_table_locations_are_relative_and_cannot_escape() {
     assert!(schema_accepts(INDEX_SCHEMA, &value));
     let definition = parse_index(&value).unwrap();
     let table = &definition.tables.ivf_postings;
-    assert!(matches!(table.resolve_path("ivf_postings", &snapshot), Err(DefinitionError::AbsoluteLocationNotAllowed { .. })));
+    assert!(matches!(
+        table.resolve_path("ivf_postings", &snapshot),
+        Err(DefinitionError::AbsoluteLocationNotAllowed { .. })
+    ));
     assert!(matches!(
         table.resolve_uri("ivf_postings", &index_json, false),
         Err(DefinitionError::AbsoluteLocationNotAllowed { .. })
     ));
     assert_eq!(
-        table.resolve_uri("ivf_postings", &index_json, true).unwrap().as_str(),
+        table
+            .resolve_uri("ivf_postings", &index_json, true)
+            .unwrap()
+            .as_str(),
         "s3://elsewhere/idx/manifest.json"
     );
 
@@ -315,6 +413,9 @@ fn index_table_locations_are_relative_and_cannot_escape() {
     value["tables"]["ivf_postings"]["location"] = json!("s3://Elsewhere/idx/manifest.json");
     assert!(matches!(
         parse_index(&value),
-        Err(DefinitionError::Location { source: UriError::UppercaseHost { .. }, .. })
+        Err(DefinitionError::Location {
+            source: UriError::UppercaseHost { .. },
+            ..
+        })
     ));
 }

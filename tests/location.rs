@@ -7,11 +7,21 @@ use std::sync::Arc;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::catalog::uri::UriError;
-use parqivf::store::location::{open, LocationError};
+use parqivf::store::location::{LocationError, open};
 
 async fn put_get(store: &Arc<dyn ObjectStore>, path: &Path, bytes: &'static [u8]) -> Vec<u8> {
-    store.put(path, PutPayload::from_static(bytes)).await.unwrap();
-    store.get(path).await.unwrap().bytes().await.unwrap().to_vec()
+    store
+        .put(path, PutPayload::from_static(bytes))
+        .await
+        .unwrap();
+    store
+        .get(path)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec()
 }
 
 #[tokio::test]
@@ -26,7 +36,10 @@ async fn memory_names_share_one_store_per_process() {
     assert_eq!(read.as_ref(), b"abc");
 
     let (other, _) = open("memory://location-other/idx/snap").unwrap();
-    assert!(matches!(other.get(&object).await, Err(object_store::Error::NotFound { .. })));
+    assert!(matches!(
+        other.get(&object).await,
+        Err(object_store::Error::NotFound { .. })
+    ));
 }
 
 #[tokio::test]
@@ -44,7 +57,13 @@ async fn plain_paths_are_local_folders_created_on_write() {
     let uri = format!("file://{}/new/sub", root.display());
     let (by_uri, uri_prefix) = open(&uri).unwrap();
     assert_eq!(uri_prefix, prefix);
-    let read = by_uri.get(&uri_prefix.join("x.bin")).await.unwrap().bytes().await.unwrap();
+    let read = by_uri
+        .get(&uri_prefix.join("x.bin"))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
     assert_eq!(read.as_ref(), b"local");
 }
 
@@ -54,7 +73,10 @@ fn plain_paths_are_made_absolute_and_normalised() {
     let root = std::fs::canonicalize(dir.path()).unwrap();
     std::fs::create_dir(root.join("a")).unwrap();
     let (_, through_parent) = open(root.join("a/../b/c").to_str().unwrap()).unwrap();
-    assert_eq!(through_parent, Path::from_absolute_path(root.join("b/c")).unwrap());
+    assert_eq!(
+        through_parent,
+        Path::from_absolute_path(root.join("b/c")).unwrap()
+    );
     assert!(matches!(
         open(root.join("missing/../c").to_str().unwrap()),
         Err(LocationError::LocalPath { .. })
@@ -70,12 +92,27 @@ fn plain_paths_are_made_absolute_and_normalised() {
 #[test]
 fn bad_locations_are_typed_errors() {
     assert!(matches!(open(""), Err(LocationError::Empty)));
-    assert!(matches!(open("s3://Bucket/x"), Err(LocationError::Uri(UriError::UppercaseHost { .. }))));
-    assert!(matches!(open("s3://key:secret@bucket/x"), Err(LocationError::Uri(UriError::UserInfo { .. }))));
-    assert!(matches!(open("memory://m/t/*.parquet"), Err(LocationError::Uri(UriError::PatternNotAllowed { .. }))));
-    assert!(matches!(open("ftp://host/x"), Err(LocationError::Uri(UriError::UnsupportedScheme { .. }))));
+    assert!(matches!(
+        open("s3://Bucket/x"),
+        Err(LocationError::Uri(UriError::UppercaseHost { .. }))
+    ));
+    assert!(matches!(
+        open("s3://key:secret@bucket/x"),
+        Err(LocationError::Uri(UriError::UserInfo { .. }))
+    ));
+    assert!(matches!(
+        open("memory://m/t/*.parquet"),
+        Err(LocationError::Uri(UriError::PatternNotAllowed { .. }))
+    ));
+    assert!(matches!(
+        open("ftp://host/x"),
+        Err(LocationError::Uri(UriError::UnsupportedScheme { .. }))
+    ));
     if !cfg!(feature = "gcp") {
-        assert!(matches!(open("gs://bucket/x"), Err(LocationError::Uri(UriError::SchemeNotEnabled { .. }))));
+        assert!(matches!(
+            open("gs://bucket/x"),
+            Err(LocationError::Uri(UriError::SchemeNotEnabled { .. }))
+        ));
     }
 }
 
@@ -90,11 +127,20 @@ fn s3_locations_name_bucket_and_prefix() {
 #[tokio::test]
 async fn s3_round_trip_on_the_configured_endpoint() {
     let Ok(bucket) = std::env::var("PARQIVF_S3_BUCKET") else {
-        assert!(std::env::var("PARQIVF_REQUIRE_INTEROP").is_err(), "PARQIVF_S3_BUCKET is required in CI");
+        assert!(
+            std::env::var("PARQIVF_REQUIRE_INTEROP").is_err(),
+            "PARQIVF_S3_BUCKET is required in CI"
+        );
         eprintln!("skipped: PARQIVF_S3_BUCKET not set (scripts/test.sh sets it with moto_server)");
         return;
     };
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
     let (store, prefix) = open(&format!("s3://{bucket}/location-test/{nanos}")).unwrap();
-    assert_eq!(put_get(&store, &prefix.join("x.bin"), b"on s3").await, b"on s3");
+    assert_eq!(
+        put_get(&store, &prefix.join("x.bin"), b"on s3").await,
+        b"on s3"
+    );
 }

@@ -4,16 +4,19 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, FixedSizeBinaryArray, FixedSizeListArray, Float32Array, Int64Array, ListArray, RecordBatch};
+use arrow::array::{
+    ArrayRef, FixedSizeBinaryArray, FixedSizeListArray, Float32Array, Int64Array, ListArray,
+    RecordBatch,
+};
 use arrow::datatypes::{DataType, Field, Float32Type, Float64Type};
 use bytes::Bytes;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::ArrowWriter;
-use parquet::schema::parser::parse_message_type;
 use parqivf::catalog::type_mapping::{
     ListElement, LogicalKind, MapValue, SchemaMapping, TypeMappingError, VectorLayout,
 };
 use parqivf::catalog::vector_column;
+use parquet::arrow::ArrowWriter;
+use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parquet::schema::parser::parse_message_type;
 
 fn mapping(message: &str) -> SchemaMapping {
     SchemaMapping::from_schema(&parse_message_type(message).unwrap())
@@ -72,7 +75,10 @@ fn every_row_of_the_profile_table_maps() {
     assert_eq!(schema.column("l").unwrap().field_id, Some(7));
     assert_eq!(schema.column_by_id(7).unwrap().name, "l");
     assert!(!schema.column("i2").unwrap().required);
-    assert_eq!(LogicalKind::Map(MapValue::Long).to_string(), "map<string, long>");
+    assert_eq!(
+        LogicalKind::Map(MapValue::Long).to_string(),
+        "map<string, long>"
+    );
 }
 
 #[test]
@@ -94,15 +100,23 @@ fn representations_outside_the_table_are_unmapped_per_column() {
         }",
     );
     assert_eq!(schema.column("ok").unwrap().kind, LogicalKind::Float);
-    for name in ["ts96", "ts", "small", "dec", "js", "half", "st", "bare", "li", "mk", "mv"] {
+    for name in [
+        "ts96", "ts", "small", "dec", "js", "half", "st", "bare", "li", "mk", "mv",
+    ] {
         assert!(
             matches!(schema.column(name), Err(TypeMappingError::Unmapped { column, .. }) if column == name),
             "{name}: {:?}",
             schema.column(name)
         );
     }
-    assert!(matches!(schema.column("absent"), Err(TypeMappingError::MissingColumn { .. })));
-    assert!(matches!(schema.column_by_id(99), Err(TypeMappingError::MissingFieldId { field_id: 99 })));
+    assert!(matches!(
+        schema.column("absent"),
+        Err(TypeMappingError::MissingColumn { .. })
+    ));
+    assert!(matches!(
+        schema.column_by_id(99),
+        Err(TypeMappingError::MissingFieldId { field_id: 99 })
+    ));
 }
 
 #[test]
@@ -152,12 +166,29 @@ fn vector_columns_are_lists_of_float_or_double_or_fixed() {
         }",
     );
     assert_eq!(schema.vector_column("lf").unwrap(), VectorLayout::ListFloat);
-    assert_eq!(schema.vector_column("ld").unwrap(), VectorLayout::ListDouble);
-    assert_eq!(schema.vector_column("fx").unwrap(), VectorLayout::FixedF32 { dim: 128 });
-    assert!(matches!(schema.vector_column("odd"), Err(TypeMappingError::FixedLength { length: 6, .. })));
-    assert!(matches!(schema.vector_column("ls"), Err(TypeMappingError::NotAVector { found, .. }) if found == "list<string>"));
-    assert!(matches!(schema.vector_column("id"), Err(TypeMappingError::NotAVector { .. })));
-    assert!(matches!(schema.vector_column("nope"), Err(TypeMappingError::MissingColumn { .. })));
+    assert_eq!(
+        schema.vector_column("ld").unwrap(),
+        VectorLayout::ListDouble
+    );
+    assert_eq!(
+        schema.vector_column("fx").unwrap(),
+        VectorLayout::FixedF32 { dim: 128 }
+    );
+    assert!(matches!(
+        schema.vector_column("odd"),
+        Err(TypeMappingError::FixedLength { length: 6, .. })
+    ));
+    assert!(
+        matches!(schema.vector_column("ls"), Err(TypeMappingError::NotAVector { found, .. }) if found == "list<string>")
+    );
+    assert!(matches!(
+        schema.vector_column("id"),
+        Err(TypeMappingError::NotAVector { .. })
+    ));
+    assert!(matches!(
+        schema.vector_column("nope"),
+        Err(TypeMappingError::MissingColumn { .. })
+    ));
 }
 
 /// Writes one batch to Parquet in memory and reads the footer and the data back.
@@ -181,7 +212,8 @@ fn vectors_in_real_files_map_and_decode() {
         rows.iter().map(|r| Some(r.iter().map(|v| Some(*v)))),
     ));
     let list64: ArrayRef = Arc::new(ListArray::from_iter_primitive::<Float64Type, _, _>(
-        rows.iter().map(|r| Some(r.iter().map(|v| Some(f64::from(*v))))),
+        rows.iter()
+            .map(|r| Some(r.iter().map(|v| Some(f64::from(*v))))),
     ));
     let fixed_list: ArrayRef = Arc::new(FixedSizeListArray::new(
         Arc::new(Field::new("item", DataType::Float32, false)),
@@ -190,8 +222,11 @@ fn vectors_in_real_files_map_and_decode() {
         None,
     ));
     let binary: ArrayRef = Arc::new(
-        FixedSizeBinaryArray::try_from_iter(rows.iter().map(|r| r.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()))
-            .unwrap(),
+        FixedSizeBinaryArray::try_from_iter(
+            rows.iter()
+                .map(|r| r.iter().flat_map(|v| v.to_le_bytes()).collect::<Vec<u8>>()),
+        )
+        .unwrap(),
     );
     let id: ArrayRef = Arc::new(Int64Array::from(vec![10, 11]));
     let (mapping, batch) = round_trip(vec![
@@ -201,14 +236,30 @@ fn vectors_in_real_files_map_and_decode() {
         ("fixed", binary),
         ("id", id),
     ]);
-    assert_eq!(mapping.vector_column("list").unwrap(), VectorLayout::ListFloat);
-    assert_eq!(mapping.vector_column("list64").unwrap(), VectorLayout::ListDouble);
+    assert_eq!(
+        mapping.vector_column("list").unwrap(),
+        VectorLayout::ListFloat
+    );
+    assert_eq!(
+        mapping.vector_column("list64").unwrap(),
+        VectorLayout::ListDouble
+    );
     // A FixedSizeList is written as a Parquet LIST: it maps as list<float>.
-    assert_eq!(mapping.vector_column("fsl").unwrap(), VectorLayout::ListFloat);
-    assert_eq!(mapping.vector_column("fixed").unwrap(), VectorLayout::FixedF32 { dim: 3 });
+    assert_eq!(
+        mapping.vector_column("fsl").unwrap(),
+        VectorLayout::ListFloat
+    );
+    assert_eq!(
+        mapping.vector_column("fixed").unwrap(),
+        VectorLayout::FixedF32 { dim: 3 }
+    );
     assert_eq!(mapping.column("id").unwrap().kind, LogicalKind::Long);
     for name in ["list", "list64", "fsl", "fixed"] {
         let column = batch.column_by_name(name).unwrap();
-        assert_eq!(vector_column::to_f32_rows(column.as_ref(), Some(3)).unwrap(), (flat.clone(), 3), "{name}");
+        assert_eq!(
+            vector_column::to_f32_rows(column.as_ref(), Some(3)).unwrap(),
+            (flat.clone(), 3),
+            "{name}"
+        );
     }
 }

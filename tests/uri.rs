@@ -108,13 +108,22 @@ fn cloud_schemes_need_their_feature() {
     if cfg!(feature = "gcp") {
         assert_eq!(gs.unwrap().scheme(), Scheme::Gs);
     } else {
-        assert!(matches!(gs, Err(UriError::SchemeNotEnabled { feature: "gcp", .. })));
+        assert!(matches!(
+            gs,
+            Err(UriError::SchemeNotEnabled { feature: "gcp", .. })
+        ));
     }
     let az = LocationUri::parse("az://container/table/");
     if cfg!(feature = "azure") {
         assert_eq!(az.unwrap().scheme(), Scheme::Az);
     } else {
-        assert!(matches!(az, Err(UriError::SchemeNotEnabled { feature: "azure", .. })));
+        assert!(matches!(
+            az,
+            Err(UriError::SchemeNotEnabled {
+                feature: "azure",
+                ..
+            })
+        ));
     }
 }
 
@@ -146,14 +155,20 @@ fn errors_carry_positions() {
 #[test]
 fn good_uris_parse_into_parts() {
     let uri = LocationUri::parse("s3://my-bucket.v2/warehouse/docs/").unwrap();
-    assert_eq!((uri.scheme(), uri.host(), uri.path()), (Scheme::S3, "my-bucket.v2", "/warehouse/docs/"));
+    assert_eq!(
+        (uri.scheme(), uri.host(), uri.path()),
+        (Scheme::S3, "my-bucket.v2", "/warehouse/docs/")
+    );
     assert!(uri.is_directory() && !uri.is_pattern());
     assert_eq!(uri.object_path(), Path::from("warehouse/docs"));
 
     let file = LocationUri::parse("file:///data/a%20b/x.parquet").unwrap();
     assert_eq!((file.scheme(), file.host()), (Scheme::File, ""));
     assert!(!file.is_directory());
-    assert_eq!(file.object_path(), Path::from_iter(["data", "a b", "x.parquet"]));
+    assert_eq!(
+        file.object_path(),
+        Path::from_iter(["data", "a b", "x.parquet"])
+    );
 
     let bucket = LocationUri::parse("s3://bucket").unwrap();
     assert!(bucket.is_directory());
@@ -218,7 +233,10 @@ fn relative_locations_cannot_escape() {
         Path::from("warehouse/idx/snap-1/postings/manifest.json")
     );
     let base = LocationUri::parse("memory://m/idx/snap-1/index.json").unwrap();
-    assert_eq!(base.join(&rel).unwrap().as_str(), "memory://m/idx/snap-1/postings/manifest.json");
+    assert_eq!(
+        base.join(&rel).unwrap().as_str(),
+        "memory://m/idx/snap-1/postings/manifest.json"
+    );
 }
 
 /// A path segment in canonical form: unreserved and sub-delim characters, and
@@ -226,7 +244,8 @@ fn relative_locations_cannot_escape() {
 fn segment() -> impl Strategy<Value = String> {
     let piece = prop_oneof![
         "[A-Za-z0-9._~!$&'()+,;=:@-]{1,6}",
-        prop::sample::select(vec!["%20", "%2A", "%25", "%3F", "%23", "%E2%82%AC", "%5B"]).prop_map(str::to_string),
+        prop::sample::select(vec!["%20", "%2A", "%25", "%3F", "%23", "%E2%82%AC", "%5B"])
+            .prop_map(str::to_string),
     ];
     prop::collection::vec(piece, 1..4)
         .prop_map(|p| p.concat())
@@ -242,7 +261,11 @@ fn valid_uri() -> impl Strategy<Value = String> {
         any::<bool>(),
     )
         .prop_map(|(scheme, host, mut segments, wildcard, trailing)| {
-            let host = if scheme == "file" { String::new() } else { host };
+            let host = if scheme == "file" {
+                String::new()
+            } else {
+                host
+            };
             if segments.is_empty() && scheme == "file" {
                 segments.push("root".to_string());
             }

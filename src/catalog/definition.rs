@@ -62,7 +62,10 @@ pub enum DefinitionError {
         supported: String,
     },
     #[error("{document}: provider must be \"parquet\", found {found:?}")]
-    WrongProvider { document: &'static str, found: String },
+    WrongProvider {
+        document: &'static str,
+        found: String,
+    },
     #[error("{document}: {key} is not a valid location: {source}")]
     Location {
         document: &'static str,
@@ -70,8 +73,13 @@ pub enum DefinitionError {
         #[source]
         source: UriError,
     },
-    #[error("index table {table}: location {location:?} is absolute, and absolute locations are not allowed here")]
-    AbsoluteLocationNotAllowed { table: &'static str, location: String },
+    #[error(
+        "index table {table}: location {location:?} is absolute, and absolute locations are not allowed here"
+    )]
+    AbsoluteLocationNotAllowed {
+        table: &'static str,
+        location: String,
+    },
     #[error("index table {table}: layout {found:?} is not supported (expected {expected})")]
     Layout {
         table: &'static str,
@@ -85,7 +93,10 @@ pub enum DefinitionError {
     #[error("index.json: roots {roots} exceed nlist {nlist}")]
     RootsExceedNlist { roots: u32, nlist: u32 },
     #[error("{document}: {key} must not be empty")]
-    EmptyValue { document: &'static str, key: &'static str },
+    EmptyValue {
+        document: &'static str,
+        key: &'static str,
+    },
 }
 
 const TABLE_DOC: &str = "table-definition";
@@ -148,7 +159,9 @@ impl TableDefinition {
         let value = parse_value(TABLE_DOC, text)?;
         check_version(
             TABLE_DOC,
-            value.get("properties").and_then(|p| p.get("definition-version")),
+            value
+                .get("properties")
+                .and_then(|p| p.get("definition-version")),
             "definition-version",
         )?;
         let definition: TableDefinition = from_value(TABLE_DOC, value)?;
@@ -168,7 +181,11 @@ impl TableDefinition {
     /// violated URI rule.
     pub fn validate(&self) -> Result<(), DefinitionError> {
         check_provider(TABLE_DOC, &self.provider)?;
-        check_version_str(TABLE_DOC, "definition-version", &self.properties.definition_version)?;
+        check_version_str(
+            TABLE_DOC,
+            "definition-version",
+            &self.properties.definition_version,
+        )?;
         if self.identifier.name.is_empty() {
             return Err(DefinitionError::EmptyValue {
                 document: TABLE_DOC,
@@ -349,13 +366,19 @@ impl IndexTableDefinition {
         })
     }
 
-    fn validate(&self, table: &'static str, expected_layout: Option<&str>) -> Result<(), DefinitionError> {
+    fn validate(
+        &self,
+        table: &'static str,
+        expected_layout: Option<&str>,
+    ) -> Result<(), DefinitionError> {
         check_version_str(INDEX_DOC, "definition-version", &self.definition_version)?;
         if self.layout.as_deref() != expected_layout {
             return Err(DefinitionError::Layout {
                 table,
                 found: self.layout.clone(),
-                expected: expected_layout.map_or("no layout (a Parquet table)".to_string(), |l| format!("{l:?}")),
+                expected: expected_layout.map_or("no layout (a Parquet table)".to_string(), |l| {
+                    format!("{l:?}")
+                }),
             });
         }
         if self.location.contains("://") {
@@ -423,9 +446,16 @@ impl IndexDefinition {
             }
             _ => {}
         }
-        check_version(INDEX_DOC, value.get("definition-version"), "definition-version")?;
+        check_version(
+            INDEX_DOC,
+            value.get("definition-version"),
+            "definition-version",
+        )?;
         for table in ["ivf_centroids", "ivf_postings"] {
-            let version = value.get("tables").and_then(|t| t.get(table)).and_then(|t| t.get("definition-version"));
+            let version = value
+                .get("tables")
+                .and_then(|t| t.get(table))
+                .and_then(|t| t.get("definition-version"));
             check_version(INDEX_DOC, version, "definition-version")?;
         }
         let definition: IndexDefinition = from_value(INDEX_DOC, value)?;
@@ -454,7 +484,11 @@ impl IndexDefinition {
         }
         check_version_str(INDEX_DOC, "definition-version", &self.definition_version)?;
         check_provider(INDEX_DOC, &self.provider)?;
-        for (key, found) in [("dim", self.dim), ("nlist", self.nlist), ("roots", self.roots)] {
+        for (key, found) in [
+            ("dim", self.dim),
+            ("nlist", self.nlist),
+            ("roots", self.roots),
+        ] {
             if found == 0 {
                 return Err(DefinitionError::Zero {
                     key,
@@ -474,7 +508,9 @@ impl IndexDefinition {
             });
         }
         self.tables.ivf_centroids.validate("ivf_centroids", None)?;
-        self.tables.ivf_postings.validate("ivf_postings", Some(ARTIFACT_MANIFEST))?;
+        self.tables
+            .ivf_postings
+            .validate("ivf_postings", Some(ARTIFACT_MANIFEST))?;
         self.source.validate()?;
         if self.build.vector_column.is_empty() {
             return Err(DefinitionError::EmptyValue {
@@ -494,7 +530,12 @@ impl IndexDefinition {
 
 impl IndexSource {
     fn validate(&self) -> Result<(), DefinitionError> {
-        let empty = |key| Err(DefinitionError::EmptyValue { document: INDEX_DOC, key });
+        let empty = |key| {
+            Err(DefinitionError::EmptyValue {
+                document: INDEX_DOC,
+                key,
+            })
+        };
         match self {
             IndexSource::Parquet {
                 location,
@@ -503,15 +544,17 @@ impl IndexSource {
                 if table_identity.is_empty() {
                     return empty("source.table-identity");
                 }
-                LocationUri::parse(location)
-                    .map(|_| ())
-                    .map_err(|source| DefinitionError::Location {
+                LocationUri::parse(location).map(|_| ()).map_err(|source| {
+                    DefinitionError::Location {
                         document: INDEX_DOC,
                         key: "source.location".to_string(),
                         source,
-                    })
+                    }
+                })
             }
-            IndexSource::Ducklake { catalog, table, .. } if catalog.is_empty() || table.is_empty() => {
+            IndexSource::Ducklake { catalog, table, .. }
+                if catalog.is_empty() || table.is_empty() =>
+            {
                 empty("source.catalog/table")
             }
             IndexSource::VectorFile { location } if location.is_empty() => empty("source.location"),
@@ -526,14 +569,23 @@ fn parse_value(document: &'static str, text: &str) -> Result<Value, DefinitionEr
 
 /// Deserialises a strict document, turning serde's unknown/missing-field
 /// errors into typed variants.
-fn from_value<T: DeserializeOwned>(document: &'static str, value: Value) -> Result<T, DefinitionError> {
+fn from_value<T: DeserializeOwned>(
+    document: &'static str,
+    value: Value,
+) -> Result<T, DefinitionError> {
     serde_json::from_value(value).map_err(|source| {
         let message = source.to_string();
         let quoted = || message.split('`').nth(1).unwrap_or_default().to_string();
         if message.starts_with("unknown field") {
-            DefinitionError::UnknownKey { document, key: quoted() }
+            DefinitionError::UnknownKey {
+                document,
+                key: quoted(),
+            }
         } else if message.starts_with("missing field") {
-            DefinitionError::MissingKey { document, key: quoted() }
+            DefinitionError::MissingKey {
+                document,
+                key: quoted(),
+            }
         } else {
             DefinitionError::Json { document, source }
         }
@@ -543,14 +595,22 @@ fn from_value<T: DeserializeOwned>(document: &'static str, value: Value) -> Resu
 /// Checks a version key before the strict parse, so a future version is
 /// reported as incompatible rather than as unknown keys. A missing or
 /// non-string version is left to the strict parse.
-fn check_version(document: &'static str, version: Option<&Value>, key: &'static str) -> Result<(), DefinitionError> {
+fn check_version(
+    document: &'static str,
+    version: Option<&Value>,
+    key: &'static str,
+) -> Result<(), DefinitionError> {
     match version {
         Some(Value::String(found)) => check_version_str(document, key, found),
         _ => Ok(()),
     }
 }
 
-fn check_version_str(document: &'static str, key: &'static str, found: &str) -> Result<(), DefinitionError> {
+fn check_version_str(
+    document: &'static str,
+    key: &'static str,
+    found: &str,
+) -> Result<(), DefinitionError> {
     if found == DEFINITION_VERSION {
         Ok(())
     } else {

@@ -34,8 +34,13 @@ use thiserror::Error;
 /// A column that does not map, or is missing, or cannot hold vectors.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum TypeMappingError {
-    #[error("column {column:?}: {representation} has no logical type in the profile's type mapping")]
-    Unmapped { column: String, representation: String },
+    #[error(
+        "column {column:?}: {representation} has no logical type in the profile's type mapping"
+    )]
+    Unmapped {
+        column: String,
+        representation: String,
+    },
     #[error("column {column:?}: malformed {kind} group: {reason}")]
     MalformedGroup {
         column: String,
@@ -46,9 +51,13 @@ pub enum TypeMappingError {
     MissingColumn { column: String },
     #[error("no column has Parquet field id {field_id}")]
     MissingFieldId { field_id: i32 },
-    #[error("column {column:?} is {found}; a vector column is list<float>, list<double> or fixed(4·dim)")]
+    #[error(
+        "column {column:?} is {found}; a vector column is list<float>, list<double> or fixed(4·dim)"
+    )]
     NotAVector { column: String, found: String },
-    #[error("column {column:?} is fixed({length}); a vector of f32 needs a positive multiple of 4 bytes")]
+    #[error(
+        "column {column:?} is fixed({length}); a vector of f32 needs a positive multiple of 4 bytes"
+    )]
     FixedLength { column: String, length: usize },
 }
 
@@ -229,7 +238,9 @@ pub fn vector_layout(field: &MappedField) -> Result<VectorLayout, TypeMappingErr
     match field.kind {
         LogicalKind::List(ListElement::Float) => Ok(VectorLayout::ListFloat),
         LogicalKind::List(ListElement::Double) => Ok(VectorLayout::ListDouble),
-        LogicalKind::Fixed(length) if length > 0 && length % 4 == 0 => Ok(VectorLayout::FixedF32 { dim: length / 4 }),
+        LogicalKind::Fixed(length) if length > 0 && length % 4 == 0 => {
+            Ok(VectorLayout::FixedF32 { dim: length / 4 })
+        }
         LogicalKind::Fixed(length) => Err(TypeMappingError::FixedLength {
             column: field.name.clone(),
             length,
@@ -253,8 +264,11 @@ pub fn map_field(field: &Type) -> Result<MappedField, TypeMappingError> {
         Type::GroupType { fields, .. } => {
             let annotation = (info.logical_type_ref(), info.converted_type());
             match annotation {
-                (Some(LogicalType::List), _) | (None, ConvertedType::LIST) => map_list(field.name(), fields)?,
-                (Some(LogicalType::Map), _) | (None, ConvertedType::MAP | ConvertedType::MAP_KEY_VALUE) => {
+                (Some(LogicalType::List), _) | (None, ConvertedType::LIST) => {
+                    map_list(field.name(), fields)?
+                }
+                (Some(LogicalType::Map), _)
+                | (None, ConvertedType::MAP | ConvertedType::MAP_KEY_VALUE) => {
                     map_map(field.name(), fields)?
                 }
                 _ => return Err(unmapped(field)),
@@ -313,27 +327,35 @@ fn map_primitive(field: &Type) -> Result<LogicalKind, TypeMappingError> {
     let logical = basic_info.logical_type_ref();
     let converted = basic_info.converted_type();
     let plain = logical.is_none() && converted == ConvertedType::NONE;
-    let int = |bits| {
-        matches!(logical, Some(LogicalType::Integer(t)) if t.is_signed && t.bit_width == bits)
-    };
+    let int = |bits| matches!(logical, Some(LogicalType::Integer(t)) if t.is_signed && t.bit_width == bits);
     let kind = match physical_type {
         PhysicalType::BOOLEAN if plain => LogicalKind::Boolean,
-        PhysicalType::INT32 if plain || int(32) || (logical.is_none() && converted == ConvertedType::INT_32) => {
+        PhysicalType::INT32
+            if plain || int(32) || (logical.is_none() && converted == ConvertedType::INT_32) =>
+        {
             LogicalKind::Int
         }
-        PhysicalType::INT32 if matches!(logical, Some(LogicalType::Date)) || converted == ConvertedType::DATE => {
+        PhysicalType::INT32
+            if matches!(logical, Some(LogicalType::Date)) || converted == ConvertedType::DATE =>
+        {
             LogicalKind::Date
         }
-        PhysicalType::INT64 if plain || int(64) || (logical.is_none() && converted == ConvertedType::INT_64) => {
+        PhysicalType::INT64
+            if plain || int(64) || (logical.is_none() && converted == ConvertedType::INT_64) =>
+        {
             LogicalKind::Long
         }
         PhysicalType::FLOAT if plain => LogicalKind::Float,
         PhysicalType::DOUBLE if plain => LogicalKind::Double,
-        PhysicalType::BYTE_ARRAY if matches!(logical, Some(LogicalType::String)) || converted == ConvertedType::UTF8 => {
+        PhysicalType::BYTE_ARRAY
+            if matches!(logical, Some(LogicalType::String)) || converted == ConvertedType::UTF8 =>
+        {
             LogicalKind::String
         }
         PhysicalType::BYTE_ARRAY if plain => LogicalKind::Binary,
-        PhysicalType::FIXED_LEN_BYTE_ARRAY if *type_length == 16 && matches!(logical, Some(LogicalType::Uuid)) => {
+        PhysicalType::FIXED_LEN_BYTE_ARRAY
+            if *type_length == 16 && matches!(logical, Some(LogicalType::Uuid)) =>
+        {
             LogicalKind::Uuid
         }
         PhysicalType::FIXED_LEN_BYTE_ARRAY if plain => {
@@ -372,7 +394,10 @@ fn is_optional(field: &Type) -> bool {
 
 /// LIST: 3-level (`repeated group list { <element> }`) or legacy 2-level
 /// (`repeated <primitive> element`, required elements).
-fn map_list(column: &str, fields: &[parquet::schema::types::TypePtr]) -> Result<(LogicalKind, bool), TypeMappingError> {
+fn map_list(
+    column: &str,
+    fields: &[parquet::schema::types::TypePtr],
+) -> Result<(LogicalKind, bool), TypeMappingError> {
     let repeated = repeated_child(column, "LIST", fields)?;
     let (element, nullable) = match repeated {
         Type::PrimitiveType { .. } => (repeated, false),
@@ -408,7 +433,10 @@ fn map_list(column: &str, fields: &[parquet::schema::types::TypePtr]) -> Result<
 }
 
 /// MAP: `repeated group key_value { required binary key (STRING); <value> }`.
-fn map_map(column: &str, fields: &[parquet::schema::types::TypePtr]) -> Result<(LogicalKind, bool), TypeMappingError> {
+fn map_map(
+    column: &str,
+    fields: &[parquet::schema::types::TypePtr],
+) -> Result<(LogicalKind, bool), TypeMappingError> {
     let repeated = repeated_child(column, "MAP", fields)?;
     let malformed = |reason| TypeMappingError::MalformedGroup {
         column: column.to_string(),
@@ -419,7 +447,9 @@ fn map_map(column: &str, fields: &[parquet::schema::types::TypePtr]) -> Result<(
         return Err(malformed("the repeated child must be a key/value group"));
     };
     let [key, value] = fields.as_slice() else {
-        return Err(malformed("the key/value group must have exactly two fields"));
+        return Err(malformed(
+            "the key/value group must have exactly two fields",
+        ));
     };
     if is_optional(key) || !matches!(map_primitive(key), Ok(LogicalKind::String)) {
         return Err(TypeMappingError::Unmapped {

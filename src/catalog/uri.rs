@@ -90,7 +90,9 @@ pub enum UriError {
     #[error("{uri:?}: the path is not UTF-8 once percent-decoded")]
     NonUtf8Path { uri: String },
     /// Rule 5: an encoded unreserved character.
-    #[error("{uri:?}: {character:?} is unreserved and must not be percent-encoded (byte {position})")]
+    #[error(
+        "{uri:?}: {character:?} is unreserved and must not be percent-encoded (byte {position})"
+    )]
     EncodedUnreserved {
         uri: String,
         position: usize,
@@ -196,7 +198,10 @@ impl LocationUri {
         };
         let colon = uri.find(':').ok_or_else(not_absolute)?;
         let scheme = &uri[..colon];
-        let valid_scheme = scheme.chars().next().is_some_and(|c| c.is_ascii_alphabetic())
+        let valid_scheme = scheme
+            .chars()
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic())
             && scheme
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'));
@@ -440,7 +445,8 @@ fn validate_host(uri: &str, scheme: Scheme, host: &str) -> Result<(), UriError> 
             host: host.to_string(),
         });
     }
-    let dns = |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.' | '_');
+    let dns =
+        |c: char| c.is_ascii_lowercase() || c.is_ascii_digit() || matches!(c, '-' | '.' | '_');
     if !host.chars().all(dns) || host.starts_with('.') || host.ends_with('.') || host.contains("..")
     {
         return Err(UriError::InvalidHost {
@@ -469,7 +475,18 @@ fn is_allowed_raw(b: u8) -> bool {
     is_unreserved(b)
         || matches!(
             b,
-            b'!' | b'$' | b'&' | b'\'' | b'(' | b')' | b'*' | b'+' | b',' | b';' | b'=' | b':' | b'@'
+            b'!' | b'$'
+                | b'&'
+                | b'\''
+                | b'('
+                | b')'
+                | b'*'
+                | b'+'
+                | b','
+                | b';'
+                | b'='
+                | b':'
+                | b'@'
         )
 }
 
@@ -483,7 +500,9 @@ fn validate_segments(uri: &str, path: &str, offset: usize, absolute: bool) -> Re
         let b = bytes[i];
         let position = offset + i;
         if b == b'%' {
-            let hex = bytes.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit));
+            let hex = bytes
+                .get(i + 1..i + 3)
+                .filter(|h| h.iter().all(u8::is_ascii_hexdigit));
             let Some(hex) = hex else {
                 return Err(UriError::MalformedPercentEncoding {
                     uri: err_uri(),
@@ -514,7 +533,10 @@ fn validate_segments(uri: &str, path: &str, offset: usize, absolute: bool) -> Re
         } else if b == b'/' || is_allowed_raw(b) {
             i += 1;
         } else {
-            let character = path[i..].chars().next().unwrap_or(char::REPLACEMENT_CHARACTER);
+            let character = path[i..]
+                .chars()
+                .next()
+                .unwrap_or(char::REPLACEMENT_CHARACTER);
             return Err(UriError::InvalidCharacter {
                 uri: err_uri(),
                 position,
@@ -558,7 +580,10 @@ fn validate_segments(uri: &str, path: &str, offset: usize, absolute: bool) -> Re
     if path.contains('*') && path.ends_with('/') {
         return Err(UriError::PatternTrailingSlash { uri: err_uri() });
     }
-    if percent_encoding::percent_decode_str(path).decode_utf8().is_err() {
+    if percent_encoding::percent_decode_str(path)
+        .decode_utf8()
+        .is_err()
+    {
         return Err(UriError::NonUtf8Path { uri: err_uri() });
     }
     Ok(())

@@ -13,7 +13,9 @@
 //! [`DecodeOptions::skip_invalid`] they are skipped instead and listed in
 //! [`DecodedVectors::skipped_rows`]. A dimension mismatch is always an error.
 
-use arrow::array::{Array, AsArray, FixedSizeBinaryArray, Float32Array, Float64Array, OffsetSizeTrait};
+use arrow::array::{
+    Array, AsArray, FixedSizeBinaryArray, Float32Array, Float64Array, OffsetSizeTrait,
+};
 use arrow::datatypes::{DataType, Float32Type, Float64Type};
 use thiserror::Error;
 
@@ -21,9 +23,13 @@ use thiserror::Error;
 /// 0-based positions in the decoded array.
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum VectorColumnError {
-    #[error("vector column has type {found}; expected a list, large list or fixed-size list of float/double, or fixed_size_binary(4·dim)")]
+    #[error(
+        "vector column has type {found}; expected a list, large list or fixed-size list of float/double, or fixed_size_binary(4·dim)"
+    )]
     WrongType { found: String },
-    #[error("vector column has fixed_size_binary({width}); the width must be a positive multiple of 4 (f32 values)")]
+    #[error(
+        "vector column has fixed_size_binary({width}); the width must be a positive multiple of 4 (f32 values)"
+    )]
     BinaryWidth { width: i32 },
     #[error("row {row}: the vector is null")]
     NullVector { row: usize },
@@ -45,9 +51,17 @@ pub enum VectorColumnError {
         actual: usize,
     },
     #[error("row {row}: element {index} is {value}, not a finite number")]
-    NonFinite { row: usize, index: usize, value: f64 },
+    NonFinite {
+        row: usize,
+        index: usize,
+        value: f64,
+    },
     #[error("row {row}: element {index} = {value} is outside the f32 range")]
-    OutOfRange { row: usize, index: usize, value: f64 },
+    OutOfRange {
+        row: usize,
+        index: usize,
+        value: f64,
+    },
     #[error("row {row}: list offsets point outside the element array")]
     OffsetsOutOfBounds { row: usize },
 }
@@ -79,7 +93,10 @@ pub struct DecodedVectors {
 ///
 /// # Errors
 /// Any [`VectorColumnError`], naming the row (and element) concerned.
-pub fn to_f32_rows(array: &dyn Array, expected_dim: Option<usize>) -> Result<(Vec<f32>, usize), VectorColumnError> {
+pub fn to_f32_rows(
+    array: &dyn Array,
+    expected_dim: Option<usize>,
+) -> Result<(Vec<f32>, usize), VectorColumnError> {
     let decoded = decode(
         array,
         &DecodeOptions {
@@ -95,7 +112,10 @@ pub fn to_f32_rows(array: &dyn Array, expected_dim: Option<usize>) -> Result<(Ve
 /// # Errors
 /// `WrongType`/`BinaryWidth` for an unsupported type, dimension errors
 /// always, and the per-row errors unless `skip_invalid`.
-pub fn decode(array: &dyn Array, options: &DecodeOptions) -> Result<DecodedVectors, VectorColumnError> {
+pub fn decode(
+    array: &dyn Array,
+    options: &DecodeOptions,
+) -> Result<DecodedVectors, VectorColumnError> {
     let mut decoder = Decoder::new(options);
     match array.data_type() {
         DataType::List(_) => decode_list(array.as_list::<i32>(), &mut decoder)?,
@@ -215,7 +235,11 @@ impl Decoder {
     fn check_dim(&mut self, row: usize, actual: usize) -> Result<(), VectorColumnError> {
         match self.dim {
             Some((expected, _)) if expected == actual => Ok(()),
-            Some((expected, DimSource::Caller)) => Err(VectorColumnError::DimensionMismatch { row, expected, actual }),
+            Some((expected, DimSource::Caller)) => Err(VectorColumnError::DimensionMismatch {
+                row,
+                expected,
+                actual,
+            }),
             Some((first, DimSource::Row(first_row))) => Err(VectorColumnError::MixedDimension {
                 row,
                 actual,
@@ -230,7 +254,13 @@ impl Decoder {
         }
     }
 
-    fn push_elements(&mut self, row: usize, elements: &Elements, start: usize, len: usize) -> Result<(), VectorColumnError> {
+    fn push_elements(
+        &mut self,
+        row: usize,
+        elements: &Elements,
+        start: usize,
+        len: usize,
+    ) -> Result<(), VectorColumnError> {
         self.check_dim(row, len)?;
         let array = elements.array();
         if start.checked_add(len).is_none_or(|end| end > array.len()) {
@@ -279,7 +309,12 @@ impl Decoder {
         self.keep_or_roll_back(row, first, result)
     }
 
-    fn keep_or_roll_back(&mut self, row: usize, first: usize, result: Result<(), VectorColumnError>) -> Result<(), VectorColumnError> {
+    fn keep_or_roll_back(
+        &mut self,
+        row: usize,
+        first: usize,
+        result: Result<(), VectorColumnError>,
+    ) -> Result<(), VectorColumnError> {
         match result {
             Ok(()) => Ok(()),
             Err(error) => {
@@ -303,7 +338,8 @@ fn convert_f64(row: usize, source: &[f64], out: &mut Vec<f32>) -> Result<(), Vec
         if !value.is_finite() {
             return Err(VectorColumnError::NonFinite { row, index, value });
         }
-        #[allow(clippy::cast_possible_truncation)] // rounding to nearest is the documented conversion
+        #[allow(clippy::cast_possible_truncation)]
+        // rounding to nearest is the documented conversion
         let narrowed = value as f32;
         if !narrowed.is_finite() {
             return Err(VectorColumnError::OutOfRange { row, index, value });
@@ -329,7 +365,12 @@ mod tests {
 
     fn fsl_f32(dim: i32, values: Vec<f32>, nulls: Option<Vec<bool>>) -> FixedSizeListArray {
         let field = Arc::new(Field::new("item", DataType::Float32, true));
-        FixedSizeListArray::new(field, dim, Arc::new(Float32Array::from(values)), nulls.map(NullBuffer::from))
+        FixedSizeListArray::new(
+            field,
+            dim,
+            Arc::new(Float32Array::from(values)),
+            nulls.map(NullBuffer::from),
+        )
     }
 
     fn skip() -> DecodeOptions {
@@ -341,8 +382,14 @@ mod tests {
 
     #[test]
     fn list_float32_decodes_row_major() {
-        let array = list_f32(&[Some(vec![Some(1.0), Some(2.0)]), Some(vec![Some(3.0), Some(4.0)])]);
-        assert_eq!(to_f32_rows(&array, None).unwrap(), (vec![1.0, 2.0, 3.0, 4.0], 2));
+        let array = list_f32(&[
+            Some(vec![Some(1.0), Some(2.0)]),
+            Some(vec![Some(3.0), Some(4.0)]),
+        ]);
+        assert_eq!(
+            to_f32_rows(&array, None).unwrap(),
+            (vec![1.0, 2.0, 3.0, 4.0], 2)
+        );
     }
 
     #[test]
@@ -353,13 +400,19 @@ mod tests {
             Some(vec![Some(5.0), Some(6.0)]),
         ]);
         let sliced = array.slice(1, 2);
-        assert_eq!(to_f32_rows(&sliced, Some(2)).unwrap(), (vec![3.0, 4.0, 5.0, 6.0], 2));
+        assert_eq!(
+            to_f32_rows(&sliced, Some(2)).unwrap(),
+            (vec![3.0, 4.0, 5.0, 6.0], 2)
+        );
     }
 
     #[test]
     fn list_float64_is_rounded_to_nearest_f32() {
         let value = 0.1_f64;
-        let array = ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![Some(value), Some(-2.5)])]);
+        let array = ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![
+            Some(value),
+            Some(-2.5),
+        ])]);
         let (values, dim) = to_f32_rows(&array, None).unwrap();
         assert_eq!(dim, 2);
         assert_eq!(values[0].to_bits(), 0.1_f32.to_bits());
@@ -369,16 +422,31 @@ mod tests {
 
     #[test]
     fn large_list_decodes() {
-        let array = LargeListArray::from_iter_primitive::<Float32Type, _, _>(vec![Some(vec![Some(1.5), Some(0.0), Some(-1.0)])]);
-        assert_eq!(to_f32_rows(&array, Some(3)).unwrap(), (vec![1.5, 0.0, -1.0], 3));
+        let array = LargeListArray::from_iter_primitive::<Float32Type, _, _>(vec![Some(vec![
+            Some(1.5),
+            Some(0.0),
+            Some(-1.0),
+        ])]);
+        assert_eq!(
+            to_f32_rows(&array, Some(3)).unwrap(),
+            (vec![1.5, 0.0, -1.0], 3)
+        );
     }
 
     #[test]
     fn fixed_size_list_float32_and_float64_decode() {
         let array = fsl_f32(2, vec![1.0, 2.0, 3.0, 4.0], None);
-        assert_eq!(to_f32_rows(&array, None).unwrap(), (vec![1.0, 2.0, 3.0, 4.0], 2));
+        assert_eq!(
+            to_f32_rows(&array, None).unwrap(),
+            (vec![1.0, 2.0, 3.0, 4.0], 2)
+        );
         let field = Arc::new(Field::new("item", DataType::Float64, false));
-        let array = FixedSizeListArray::new(field, 3, Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])), None);
+        let array = FixedSizeListArray::new(
+            field,
+            3,
+            Arc::new(Float64Array::from(vec![1.0, 2.0, 3.0])),
+            None,
+        );
         assert_eq!(to_f32_rows(&array, None).unwrap(), (vec![1.0, 2.0, 3.0], 3));
     }
 
@@ -389,35 +457,62 @@ mod tests {
             .map(|r| r.iter().flat_map(|v| v.to_le_bytes()).collect())
             .collect();
         let array = FixedSizeBinaryArray::try_from_iter(rows.into_iter()).unwrap();
-        assert_eq!(to_f32_rows(&array, None).unwrap(), (vec![1.0, -2.0, 0.5, 8.0], 2));
+        assert_eq!(
+            to_f32_rows(&array, None).unwrap(),
+            (vec![1.0, -2.0, 0.5, 8.0], 2)
+        );
     }
 
     #[test]
     fn fixed_size_binary_width_must_be_multiple_of_four() {
         let array = FixedSizeBinaryArray::try_from_iter(vec![vec![0_u8; 6]].into_iter()).unwrap();
-        assert_eq!(to_f32_rows(&array, None), Err(VectorColumnError::BinaryWidth { width: 6 }));
+        assert_eq!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::BinaryWidth { width: 6 })
+        );
     }
 
     #[test]
     fn wrong_types_are_rejected() {
         let ints = arrow::array::Int32Array::from(vec![1, 2]);
-        assert!(matches!(to_f32_rows(&ints, None), Err(VectorColumnError::WrongType { .. })));
-        let list_of_ints = ListArray::from_iter_primitive::<arrow::datatypes::Int32Type, _, _>(vec![Some(vec![Some(1)])]);
-        assert!(matches!(to_f32_rows(&list_of_ints, None), Err(VectorColumnError::WrongType { .. })));
+        assert!(matches!(
+            to_f32_rows(&ints, None),
+            Err(VectorColumnError::WrongType { .. })
+        ));
+        let list_of_ints =
+            ListArray::from_iter_primitive::<arrow::datatypes::Int32Type, _, _>(vec![Some(vec![
+                Some(1),
+            ])]);
+        assert!(matches!(
+            to_f32_rows(&list_of_ints, None),
+            Err(VectorColumnError::WrongType { .. })
+        ));
     }
 
     #[test]
     fn null_vector_is_an_error_naming_the_row() {
         let array = list_f32(&[Some(vec![Some(1.0)]), None]);
-        assert_eq!(to_f32_rows(&array, None), Err(VectorColumnError::NullVector { row: 1 }));
+        assert_eq!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::NullVector { row: 1 })
+        );
         let array = fsl_f32(1, vec![1.0, 2.0], Some(vec![true, false]));
-        assert_eq!(to_f32_rows(&array, None), Err(VectorColumnError::NullVector { row: 1 }));
+        assert_eq!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::NullVector { row: 1 })
+        );
     }
 
     #[test]
     fn null_element_is_an_error_naming_row_and_index() {
-        let array = list_f32(&[Some(vec![Some(1.0), Some(2.0)]), Some(vec![Some(1.0), None])]);
-        assert_eq!(to_f32_rows(&array, None), Err(VectorColumnError::NullElement { row: 1, index: 1 }));
+        let array = list_f32(&[
+            Some(vec![Some(1.0), Some(2.0)]),
+            Some(vec![Some(1.0), None]),
+        ]);
+        assert_eq!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::NullElement { row: 1, index: 1 })
+        );
     }
 
     #[test]
@@ -450,7 +545,10 @@ mod tests {
     #[test]
     fn empty_vector_is_zero_dimension() {
         let array = list_f32(&[Some(vec![])]);
-        assert_eq!(to_f32_rows(&array, None), Err(VectorColumnError::ZeroDimension { row: 0 }));
+        assert_eq!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::ZeroDimension { row: 0 })
+        );
     }
 
     #[test]
@@ -460,7 +558,10 @@ mod tests {
             to_f32_rows(&array, None),
             Err(VectorColumnError::NonFinite { row: 0, index: 1, value }) if value.is_nan()
         ));
-        let bytes: Vec<u8> = [f32::INFINITY, 1.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let bytes: Vec<u8> = [f32::INFINITY, 1.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
         let array = FixedSizeBinaryArray::try_from_iter(vec![bytes].into_iter()).unwrap();
         assert_eq!(
             to_f32_rows(&array, None),
@@ -470,13 +571,25 @@ mod tests {
                 value: f64::INFINITY
             })
         );
-        let array = ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![Some(f64::NEG_INFINITY)])]);
-        assert!(matches!(to_f32_rows(&array, None), Err(VectorColumnError::NonFinite { row: 0, index: 0, .. })));
+        let array = ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![Some(
+            f64::NEG_INFINITY,
+        )])]);
+        assert!(matches!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::NonFinite {
+                row: 0,
+                index: 0,
+                ..
+            })
+        ));
     }
 
     #[test]
     fn f64_beyond_f32_range_is_out_of_range() {
-        let array = ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![Some(1.0), Some(1e300)])]);
+        let array = ListArray::from_iter_primitive::<Float64Type, _, _>(vec![Some(vec![
+            Some(1.0),
+            Some(1e300),
+        ])]);
         assert_eq!(
             to_f32_rows(&array, None),
             Err(VectorColumnError::OutOfRange {
@@ -505,14 +618,20 @@ mod tests {
     #[test]
     fn skip_invalid_never_skips_a_dimension_mismatch() {
         let array = list_f32(&[Some(vec![Some(1.0), Some(2.0)]), Some(vec![Some(1.0)])]);
-        assert!(matches!(decode(&array, &skip()), Err(VectorColumnError::MixedDimension { .. })));
+        assert!(matches!(
+            decode(&array, &skip()),
+            Err(VectorColumnError::MixedDimension { .. })
+        ));
     }
 
     #[test]
     fn all_rows_skipped_gives_dimension_zero_or_expected() {
         let array = list_f32(&[None]);
         let decoded = decode(&array, &skip()).unwrap();
-        assert_eq!((decoded.values.len(), decoded.dim, decoded.skipped_rows), (0, 0, vec![0]));
+        assert_eq!(
+            (decoded.values.len(), decoded.dim, decoded.skipped_rows),
+            (0, 0, vec![0])
+        );
         let decoded = decode(
             &array,
             &DecodeOptions {

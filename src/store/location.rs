@@ -120,7 +120,11 @@ pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), Locat
             return Err(UriError::SchemeNotEnabled {
                 uri: uri.to_string(),
                 scheme: uri.scheme().as_str().to_string(),
-                feature: if uri.scheme() == Scheme::Gs { "gcp" } else { "azure" },
+                feature: if uri.scheme() == Scheme::Gs {
+                    "gcp"
+                } else {
+                    "azure"
+                },
             }
             .into());
         }
@@ -131,8 +135,11 @@ pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), Locat
 /// The process-global in-memory store called `name`: the same name gives the
 /// same store for the life of the process.
 pub fn memory_store(name: &str) -> Arc<dyn ObjectStore> {
-    static STORES: LazyLock<Mutex<HashMap<String, Arc<InMemory>>>> = LazyLock::new(Default::default);
-    let mut stores = STORES.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    static STORES: LazyLock<Mutex<HashMap<String, Arc<InMemory>>>> =
+        LazyLock::new(Default::default);
+    let mut stores = STORES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
     stores
         .entry(name.to_string())
         .or_insert_with(|| Arc::new(InMemory::new()))
@@ -154,7 +161,9 @@ fn absolute_local_path(path: &std::path::Path) -> Result<PathBuf, LocationError>
             Ok(canonical) => break canonical,
             Err(_) => {
                 let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
-                    return Err(local_err("no existing ancestor (or a '..' below a missing folder)".to_string()));
+                    return Err(local_err(
+                        "no existing ancestor (or a '..' below a missing folder)".to_string(),
+                    ));
                 };
                 rest.push(name);
                 existing = parent;
@@ -166,7 +175,11 @@ fn absolute_local_path(path: &std::path::Path) -> Result<PathBuf, LocationError>
         match std::path::Path::new(name).components().next() {
             Some(Component::Normal(_)) => result.push(name),
             Some(Component::CurDir) => {}
-            _ => return Err(local_err(format!("{name:?} is not allowed in a path that does not exist yet"))),
+            _ => {
+                return Err(local_err(format!(
+                    "{name:?} is not allowed in a path that does not exist yet"
+                )));
+            }
         }
     }
     Ok(result)
