@@ -1,9 +1,8 @@
 //! Object-store wiring: locations (`file://`, plain paths, `memory://`, `s3://`)
 //! to `Arc<dyn ObjectStore>` plus a prefix, and create-if-absent publication.
-//! SKELETON: shared; `commit.rs` belongs to the format helper (issue 2),
-//! `counting.rs` to the probe helper (issue 4).
 
 pub mod commit;
+pub mod location;
 
 use thiserror::Error;
 
@@ -19,4 +18,6 @@ pub enum StoreError {
         #[source]
         source: object_store::Error,
     },
+    #[error(transparent)]
+    Location(#[from] location::LocationError),
 }

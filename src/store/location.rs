@@ -1,0 +1,186 @@
+//! Opening a location: a plain path or a location URI becomes an
+//! `Arc<dyn ObjectStore>` plus the object path of the location inside it.
+//!
+//! | location | store | path |
+//! |---|---|---|
+//! | `/data/idx`, `idx` (plain path) | `LocalFileSystem` | the absolute path |
+//! | `file:///data/idx` | `LocalFileSystem` | `data/idx` |
+//! | `memory://name/prefix` | the process-global `InMemory` store `name` | `prefix` |
+//! | `s3://bucket/prefix` | `AmazonS3Builder::from_env()` for `bucket` | `prefix` |
+//! | `gs://bucket/prefix` (feature `gcp`) | `GoogleCloudStorageBuilder::from_env()` | `prefix` |
+//! | `az://container/prefix` (feature `azure`) | `MicrosoftAzureBuilder::from_env()` | `prefix` |
+//!
+//! URIs must follow the six location-URI rules ([`crate::catalog::uri`]), and
+//! name one location (no `*` pattern). A relative plain path is made absolute
+//! against the current directory once, when it is opened; the longest existing
+//! ancestor is canonicalised (symlinks resolved) and the rest appended, with
+//! `..` in the not-yet-existing rest rejected. Nothing is created on open:
+//! local folders appear when the first object is written below them.
+//!
+//! Credentials, endpoints and regions come only from the environment
+//! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
+//! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …, object_store's standard variables),
+//! never from a definition or a URI (which cannot carry user information).
+
+use std::collections::HashMap;
+use std::path::{Component, PathBuf};
+use std::sync::{Arc, LazyLock, Mutex};
+
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use thiserror::Error;
+
+use crate::catalog::uri::{LocationUri, Scheme, UriError};
+
+/// A location that cannot be opened.
+#[derive(Debug, Error)]
+pub enum LocationError {
+    #[error("empty location")]
+    Empty,
+    #[error(transparent)]
+    Uri(#[from] UriError),
+    #[error("local path {path:?}: {reason}")]
+    LocalPath { path: PathBuf, reason: String },
+    #[error("cannot configure the {scheme} store for {location:?}: {source}")]
+    Configure {
+        scheme: &'static str,
+        location: String,
+        #[source]
+        source: object_store::Error,
+    },
+}
+
+/// Opens `location` (a plain local path or a location URI).
+///
+/// # Errors
+/// [`LocationError::Uri`] for a URI breaking a rule or naming a pattern,
+/// [`LocationError::LocalPath`] for a local path that cannot be made
+/// absolute, [`LocationError::Configure`] when the environment does not
+/// configure the cloud store.
+pub fn open(location: &str) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
+    if location.is_empty() {
+        return Err(LocationError::Empty);
+    }
+    if location.contains("://") {
+        return open_uri(&LocationUri::parse_root(location)?);
+    }
+    let absolute = absolute_local_path(std::path::Path::new(location))?;
+    let path = Path::from_absolute_path(&absolute).map_err(|e| LocationError::LocalPath {
+        path: absolute.clone(),
+        reason: e.to_string(),
+    })?;
+    Ok((Arc::new(LocalFileSystem::new()), path))
+}
+
+/// Opens a parsed location URI.
+///
+/// # Errors
+/// As [`open`]; [`UriError::PatternNotAllowed`] for a pattern.
+pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
+    if uri.is_pattern() {
+        return Err(UriError::PatternNotAllowed {
+            uri: uri.to_string(),
+        }
+        .into());
+    }
+    let configure = |scheme, source| LocationError::Configure {
+        scheme,
+        location: uri.to_string(),
+        source,
+    };
+    let store: Arc<dyn ObjectStore> = match uri.scheme() {
+        Scheme::File => Arc::new(LocalFileSystem::new()),
+        Scheme::Memory => memory_store(uri.host()),
+        Scheme::S3 => Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(uri.host())
+                .build()
+                .map_err(|e| configure("s3", e))?,
+        ),
+        #[cfg(feature = "gcp")]
+        Scheme::Gs => Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(uri.host())
+                .build()
+                .map_err(|e| configure("gs", e))?,
+        ),
+        #[cfg(feature = "azure")]
+        Scheme::Az => Arc::new(
+            object_store::azure::MicrosoftAzureBuilder::from_env()
+                .with_container_name(uri.host())
+                .build()
+                .map_err(|e| configure("az", e))?,
+        ),
+        #[cfg(not(all(feature = "gcp", feature = "azure")))]
+        #[allow(unreachable_patterns)]
+        Scheme::Gs | Scheme::Az => {
+            // `LocationUri::parse` already refuses these without the feature.
+            return Err(UriError::SchemeNotEnabled {
+                uri: uri.to_string(),
+                scheme: uri.scheme().as_str().to_string(),
+                feature: if uri.scheme() == Scheme::Gs {
+                    "gcp"
+                } else {
+                    "azure"
+                },
+            }
+            .into());
+        }
+    };
+    Ok((store, uri.object_path()))
+}
+
+/// The process-global in-memory store called `name`: the same name gives the
+/// same store for the life of the process.
+pub fn memory_store(name: &str) -> Arc<dyn ObjectStore> {
+    static STORES: LazyLock<Mutex<HashMap<String, Arc<InMemory>>>> =
+        LazyLock::new(Default::default);
+    let mut stores = STORES
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    stores
+        .entry(name.to_string())
+        .or_insert_with(|| Arc::new(InMemory::new()))
+        .clone()
+}
+
+/// Makes `path` absolute: relative to the current directory, the longest
+/// existing ancestor canonicalised, the non-existing rest appended.
+fn absolute_local_path(path: &std::path::Path) -> Result<PathBuf, LocationError> {
+    let local_err = |reason: String| LocationError::LocalPath {
+        path: path.to_path_buf(),
+        reason,
+    };
+    let absolute = std::path::absolute(path).map_err(|e| local_err(e.to_string()))?;
+    let mut existing = absolute.as_path();
+    let mut rest = Vec::new();
+    let canonical = loop {
+        match std::fs::canonicalize(existing) {
+            Ok(canonical) => break canonical,
+            Err(_) => {
+                let (Some(parent), Some(name)) = (existing.parent(), existing.file_name()) else {
+                    return Err(local_err(
+                        "no existing ancestor (or a '..' below a missing folder)".to_string(),
+                    ));
+                };
+                rest.push(name);
+                existing = parent;
+            }
+        }
+    };
+    let mut result = canonical;
+    for name in rest.into_iter().rev() {
+        match std::path::Path::new(name).components().next() {
+            Some(Component::Normal(_)) => result.push(name),
+            Some(Component::CurDir) => {}
+            _ => {
+                return Err(local_err(format!(
+                    "{name:?} is not allowed in a path that does not exist yet"
+                )));
+            }
+        }
+    }
+    Ok(result)
+}
