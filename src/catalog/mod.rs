@@ -4,6 +4,10 @@
 //! SKELETON: shared by the URI/definitions helper and the DuckLake helper.
 
 pub mod definition;
+pub mod ducklake;
+pub mod lineage;
+pub mod mapping;
+pub mod paths;
 
 use thiserror::Error;
 
@@ -12,4 +16,12 @@ use thiserror::Error;
 pub enum CatalogError {
     #[error("{0}")]
     Invalid(String),
+    #[error(transparent)]
+    DuckLake(#[from] ducklake::DuckLakeError),
+    #[error(transparent)]
+    Mapping(#[from] mapping::MappingError),
+    #[error(transparent)]
+    Lineage(#[from] lineage::LineageError),
+    #[error(transparent)]
+    Path(#[from] paths::PathError),
 }
