@@ -136,8 +136,8 @@ impl CatalogReader {
         let Some(row) = rows.next().map_err(self.sql())? else {
             return Err(DuckLakeError::TableNotFound { table: format!("{schema}.{table}"), snapshot });
         };
-        let get = |i| -> Result<Option<String>, DuckLakeError> { row.get(i).map_err(self.sql()) };
-        let flag = |i| -> Result<bool, DuckLakeError> { Ok(row.get::<_, Option<i64>>(i).map_err(self.sql())? != Some(0)) };
+        let get = |i: usize| -> Result<Option<String>, DuckLakeError> { row.get(i).map_err(self.sql()) };
+        let flag = |i: usize| -> Result<bool, DuckLakeError> { Ok(row.get::<_, Option<i64>>(i).map_err(self.sql())? != Some(0)) };
         Ok(TableEntry {
             table_id: row.get(0).map_err(self.sql())?,
             schema_path: get(1)?.unwrap_or_default(),

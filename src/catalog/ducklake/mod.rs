@@ -17,6 +17,7 @@
 mod columns;
 mod files;
 mod metadata;
+mod object_reader;
 mod scan;
 
 use std::path::Path;
@@ -29,6 +30,7 @@ use url::Url;
 pub use columns::LogicalColumns;
 pub use files::{DeleteFile, LiveFile, visible_rows};
 pub use metadata::CatalogReader;
+pub use object_reader::StoreReader;
 
 use super::lineage::{LineageError, MissingRowId};
 use super::mapping::{MappingError, MappingSet};
@@ -165,7 +167,7 @@ impl DuckLakeTable {
             Some(path) => paths::resolve(&paths::absolute(path)?, PathPart { path: "", is_relative: true })?,
             None => {
                 let folder = std::fs::canonicalize(catalog_path)
-                    .map(|p| p.parent().map(Path::to_path_buf).unwrap_or(p))
+                    .map(|p| p.parent().map_or_else(|| p.clone(), Path::to_path_buf))
                     .map_err(|source| DuckLakeError::CatalogFolder { catalog: catalog.clone(), source })?;
                 let base = paths::local_dir_url(&folder)?;
                 let data_path = reader.data_path()?;

@@ -6,14 +6,15 @@
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use futures::TryStreamExt;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use url::Url;
 
+use super::object_reader::StoreReader;
 use super::{DuckLakeError, DuckLakeTable, LiveFile};
 use crate::catalog::lineage::{self, LineageColumn, MissingRowId};
 use crate::catalog::mapping::ColumnMapping;
@@ -71,11 +72,8 @@ async fn open_builder(
     table: &DuckLakeTable,
     location: &Url,
     size: Option<u64>,
-) -> Result<ParquetRecordBatchStreamBuilder<ParquetObjectReader>, DuckLakeError> {
-    let mut reader = ParquetObjectReader::new(table.store.clone(), paths::object_path(location)?);
-    if let Some(size) = size {
-        reader = reader.with_file_size(size);
-    }
+) -> Result<ParquetRecordBatchStreamBuilder<StoreReader>, DuckLakeError> {
+    let reader = StoreReader::new(table.store.clone(), paths::object_path(location)?, size);
     ParquetRecordBatchStreamBuilder::new(reader).await.map_err(store_error(location))
 }
 
