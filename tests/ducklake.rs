@@ -13,14 +13,30 @@ use parqivf::catalog::lineage::{LineageError, MissingRowId};
 use parqivf::catalog::paths::PathError;
 use serde_json::Value;
 
-fn open(catalog: &Path, table: &str, snapshot: Option<u64>, data_path: Option<String>) -> DuckLakeTable {
-    let options = DuckLakeOptions { snapshot, data_path, store: None };
-    DuckLakeTable::open(catalog, table, &options).unwrap_or_else(|e| panic!("{table}@{snapshot:?}: {e}"))
+fn open(
+    catalog: &Path,
+    table: &str,
+    snapshot: Option<u64>,
+    data_path: Option<String>,
+) -> DuckLakeTable {
+    let options = DuckLakeOptions {
+        snapshot,
+        data_path,
+        store: None,
+    };
+    DuckLakeTable::open(catalog, table, &options)
+        .unwrap_or_else(|e| panic!("{table}@{snapshot:?}: {e}"))
 }
 
 fn latest_columns(expected: &Value) -> Vec<String> {
     let mut cols = vec!["rowid".to_string()];
-    cols.extend(expected["columns"].as_array().unwrap().iter().map(|c| c[0].as_str().unwrap().to_string()));
+    cols.extend(
+        expected["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[0].as_str().unwrap().to_string()),
+    );
     cols
 }
 
@@ -37,10 +53,19 @@ async fn check_all_tables(catalog: &Path, data_path: Option<String>) {
         assert_eq!(t.snapshot(), latest as i64);
         let got = rows(&t.scan(&cols).await.unwrap());
         let want = exp["rows"].as_array().unwrap();
-        assert_eq!(got.len() as u64, exp["row_count"].as_u64().unwrap(), "{table} row count");
+        assert_eq!(
+            got.len() as u64,
+            exp["row_count"].as_u64().unwrap(),
+            "{table} row count"
+        );
         assert_eq!(&got, want, "{table} latest");
 
-        let fields: Vec<&str> = exp["at_snapshot_fields"].as_array().unwrap().iter().map(|f| f.as_str().unwrap()).collect();
+        let fields: Vec<&str> = exp["at_snapshot_fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
         let at = exp["at_snapshot"].as_object().unwrap();
         let mut keys: Vec<u64> = at.keys().map(|k| k.parse().unwrap()).collect();
         keys.sort_unstable();
@@ -49,9 +74,16 @@ async fn check_all_tables(catalog: &Path, data_path: Option<String>) {
         let before = DuckLakeTable::open(
             catalog,
             table,
-            &DuckLakeOptions { snapshot: Some(created - 1), data_path: data_path.clone(), store: None },
+            &DuckLakeOptions {
+                snapshot: Some(created - 1),
+                data_path: data_path.clone(),
+                store: None,
+            },
         );
-        assert!(matches!(before, Err(DuckLakeError::TableNotFound { .. })), "{table} before {created}");
+        assert!(
+            matches!(before, Err(DuckLakeError::TableNotFound { .. })),
+            "{table} before {created}"
+        );
         for v in created..=latest {
             let key = keys.iter().rev().find(|&&k| k <= v).unwrap();
             let want = &at[&key.to_string()];
@@ -81,7 +113,10 @@ async fn data_path_override_reads_duckdb_answers() {
     std::fs::rename(lake.join("data"), &moved).unwrap();
     rewrite_outside(&catalog, &lake.join("outside/o.parquet"));
     let without = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
-    assert!(without.scan(&["rowid"]).await.is_err(), "data/ is gone from the catalog folder");
+    assert!(
+        without.scan(&["rowid"]).await.is_err(),
+        "data/ is gone from the catalog folder"
+    );
     check_all_tables(&catalog, Some(moved.display().to_string())).await;
 }
 
@@ -93,7 +128,13 @@ async fn relative_data_path_resolves_against_the_catalog_folder_not_the_cwd() {
     let folder = dir.path().canonicalize().unwrap();
     assert_eq!(t.data_root().to_file_path().unwrap(), folder.join("data"));
     for location in t.locations() {
-        assert!(location.to_file_path().unwrap().starts_with(folder.join("data/s1/docs")), "{location}");
+        assert!(
+            location
+                .to_file_path()
+                .unwrap()
+                .starts_with(folder.join("data/s1/docs")),
+            "{location}"
+        );
     }
     // The process's working directory holds no data/ folder: reading works anyway.
     assert!(!Path::new("data/s1").exists());
@@ -115,9 +156,15 @@ async fn verbatim_relative_path_is_refused_not_read_from_the_cwd() {
 async fn relative_override_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
-    let options = DuckLakeOptions { data_path: Some("data/".into()), ..Default::default() };
+    let options = DuckLakeOptions {
+        data_path: Some("data/".into()),
+        ..Default::default()
+    };
     let err = DuckLakeTable::open(&catalog, "s1.docs", &options).unwrap_err();
-    assert!(matches!(err, DuckLakeError::Path(PathError::NotAbsolute { .. })), "{err}");
+    assert!(
+        matches!(err, DuckLakeError::Path(PathError::NotAbsolute { .. })),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -125,18 +172,33 @@ async fn lineage_columns_under_one_mechanism() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
     let t = open(&catalog, "s1.docs", None, None);
-    let all = ["rowid", "id", "snapshot_id", "file_index", "filename", "file_row_number"];
+    let all = [
+        "rowid",
+        "id",
+        "snapshot_id",
+        "file_index",
+        "filename",
+        "file_row_number",
+    ];
     let got = rows(&t.scan(&all).await.unwrap());
     let files = t.files();
     for row in &got {
         let file = &files[row["file_index"].as_u64().unwrap() as usize];
         assert_eq!(row["filename"].as_str().unwrap(), file.lineage.filename);
-        assert_eq!(row["snapshot_id"].as_i64().unwrap(), file.lineage.begin_snapshot, "{row}");
+        assert_eq!(
+            row["snapshot_id"].as_i64().unwrap(),
+            file.lineage.begin_snapshot,
+            "{row}"
+        );
         let pos = row["file_row_number"].as_u64().unwrap();
         assert!(pos < file.record_count.unwrap());
         // Files written by INSERT: rowid = row_id_start + file_row_number.
         if file.location.path().contains("f9a4") || file.location.path().contains("ext/") {
-            assert_eq!(row["rowid"].as_i64().unwrap(), file.lineage.row_id_start.unwrap() + pos as i64, "{row}");
+            assert_eq!(
+                row["rowid"].as_i64().unwrap(),
+                file.lineage.row_id_start.unwrap() + pos as i64,
+                "{row}"
+            );
         }
     }
     // UPDATE rewrote id 5 into a file that embeds its rowid (5, not row_id_start + pos).
@@ -149,7 +211,11 @@ async fn lineage_columns_under_one_mechanism() {
     let merged = open(&catalog, "s1.merged", None, None);
     for row in rows(&merged.scan(&["rowid", "id", "snapshot_id"]).await.unwrap()) {
         let id = row["id"].as_i64().unwrap();
-        let want = if id >= 4100 { 33 } else { 30 + (id - 4000) / 10 };
+        let want = if id >= 4100 {
+            33
+        } else {
+            30 + (id - 4000) / 10
+        };
         assert_eq!(row["snapshot_id"].as_i64().unwrap(), want, "{row}");
     }
 }
@@ -158,24 +224,49 @@ async fn lineage_columns_under_one_mechanism() {
 async fn missing_row_id_start_is_null_or_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
-    execute(&catalog, "UPDATE ducklake_data_file SET row_id_start = NULL WHERE data_file_id = 9");
+    execute(
+        &catalog,
+        "UPDATE ducklake_data_file SET row_id_start = NULL WHERE data_file_id = 9",
+    );
     let t = open(&catalog, "s1.docs", None, None);
     let got = rows(&t.scan(&["rowid", "id"]).await.unwrap());
-    let nulls: Vec<i64> = got.iter().filter(|r| r["rowid"].is_null()).map(|r| r["id"].as_i64().unwrap()).collect();
+    let nulls: Vec<i64> = got
+        .iter()
+        .filter(|r| r["rowid"].is_null())
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
     assert_eq!(nulls, (190..200).collect::<Vec<_>>());
-    let err = t.scan_with(&["rowid", "id"], MissingRowId::Error).await.unwrap_err();
-    assert!(matches!(err, DuckLakeError::Lineage(LineageError::MissingRowIdStart { .. })), "{err}");
+    let err = t
+        .scan_with(&["rowid", "id"], MissingRowId::Error)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::Lineage(LineageError::MissingRowIdStart { .. })
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]
 async fn rowid_overflow_is_a_typed_error() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
-    execute(&catalog, "UPDATE ducklake_data_file SET row_id_start = 9223372036854775800 WHERE data_file_id = 9");
+    execute(
+        &catalog,
+        "UPDATE ducklake_data_file SET row_id_start = 9223372036854775800 WHERE data_file_id = 9",
+    );
     let t = open(&catalog, "s1.docs", None, None);
     let err = t.scan(&["rowid"]).await.unwrap_err();
     assert!(
-        matches!(err, DuckLakeError::Lineage(LineageError::RowIdOverflow { row_id_start: 9223372036854775800, .. })),
+        matches!(
+            err,
+            DuckLakeError::Lineage(LineageError::RowIdOverflow {
+                row_id_start: 9223372036854775800,
+                ..
+            })
+        ),
         "{err}"
     );
 }
@@ -184,13 +275,33 @@ async fn rowid_overflow_is_a_typed_error() {
 async fn snapshot_selection_and_table_lookup() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
-    let err = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions { snapshot: Some(46), ..Default::default() })
-        .unwrap_err();
-    assert!(matches!(err, DuckLakeError::SnapshotNotFound { requested: 46, latest: 45, .. }), "{err}");
+    let err = DuckLakeTable::open(
+        &catalog,
+        "s1.docs",
+        &DuckLakeOptions {
+            snapshot: Some(46),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::SnapshotNotFound {
+                requested: 46,
+                latest: 45,
+                ..
+            }
+        ),
+        "{err}"
+    );
     let err = DuckLakeTable::open(&catalog, "s1.nope", &DuckLakeOptions::default()).unwrap_err();
     assert!(matches!(err, DuckLakeError::TableNotFound { .. }), "{err}");
     let err = DuckLakeTable::open(&catalog, "docs", &DuckLakeOptions::default()).unwrap_err();
-    assert!(matches!(err, DuckLakeError::TableNotFound { ref table, .. } if table == "main.docs"), "{err}");
+    assert!(
+        matches!(err, DuckLakeError::TableNotFound { ref table, .. } if table == "main.docs"),
+        "{err}"
+    );
     let t = open(&catalog, "s1.docs", None, None);
     let err = t.scan(&["nope"]).await.unwrap_err();
     assert!(matches!(err, DuckLakeError::UnknownColumn { .. }), "{err}");
@@ -211,6 +322,14 @@ async fn the_catalog_is_never_written() {
         t.scan(&["rowid", "id"]).await.unwrap();
     }
     assert_eq!(std::fs::read(&catalog).unwrap(), before);
-    let entries: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
-    assert!(!entries.iter().any(|n| n.to_string_lossy().starts_with("meta.sqlite-")), "{entries:?}");
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !entries
+            .iter()
+            .any(|n| n.to_string_lossy().starts_with("meta.sqlite-")),
+        "{entries:?}"
+    );
 }

@@ -28,8 +28,17 @@ fn open_err(catalog: &Path) -> MappingError {
 #[test]
 fn mapping_without_name_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(dir.path(), "DELETE FROM ducklake_name_mapping WHERE mapping_id = 16");
-    assert!(matches!(open_err(&catalog), MappingError::EmptyMapping { table_id: 2, mapping_id: 16 }));
+    let catalog = corrupted(
+        dir.path(),
+        "DELETE FROM ducklake_name_mapping WHERE mapping_id = 16",
+    );
+    assert!(matches!(
+        open_err(&catalog),
+        MappingError::EmptyMapping {
+            table_id: 2,
+            mapping_id: 16
+        }
+    ));
 }
 
 #[test]
@@ -39,14 +48,30 @@ fn orphan_name_rows() {
         dir.path(),
         "INSERT INTO ducklake_name_mapping VALUES (77, 0, 'id', 1, NULL, 0), (77, 1, 'title', 2, NULL, 0)",
     );
-    assert!(matches!(open_err(&catalog), MappingError::OrphanNameRows { mapping_id: 77, rows: 2 }));
+    assert!(matches!(
+        open_err(&catalog),
+        MappingError::OrphanNameRows {
+            mapping_id: 77,
+            rows: 2
+        }
+    ));
 }
 
 #[test]
 fn duplicate_column_id() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(dir.path(), "INSERT INTO ducklake_name_mapping VALUES (12, 1, 'again', 2, NULL, 0)");
-    assert!(matches!(open_err(&catalog), MappingError::DuplicateColumnId { table_id: 2, mapping_id: 12, column_id: 1 }));
+    let catalog = corrupted(
+        dir.path(),
+        "INSERT INTO ducklake_name_mapping VALUES (12, 1, 'again', 2, NULL, 0)",
+    );
+    assert!(matches!(
+        open_err(&catalog),
+        MappingError::DuplicateColumnId {
+            table_id: 2,
+            mapping_id: 12,
+            column_id: 1
+        }
+    ));
 }
 
 #[test]
@@ -59,26 +84,51 @@ fn parent_column_not_before_child() {
     );
     assert!(matches!(
         open_err(&catalog),
-        MappingError::ParentNotBeforeChild { table_id: 5, mapping_id: 31, column_id: 4, parent_column: 5 }
+        MappingError::ParentNotBeforeChild {
+            table_id: 5,
+            mapping_id: 31,
+            column_id: 4,
+            parent_column: 5
+        }
     ));
     let dir = tempfile::tempdir().unwrap();
     let catalog = corrupted(
         dir.path(),
         "UPDATE ducklake_name_mapping SET parent_column = 3 WHERE mapping_id = 12 AND column_id = 3",
     );
-    assert!(matches!(open_err(&catalog), MappingError::ParentNotBeforeChild { mapping_id: 12, column_id: 3, .. }));
+    assert!(matches!(
+        open_err(&catalog),
+        MappingError::ParentNotBeforeChild {
+            mapping_id: 12,
+            column_id: 3,
+            ..
+        }
+    ));
 }
 
 #[test]
 fn duplicate_table_and_mapping_id() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(dir.path(), "INSERT INTO ducklake_column_mapping VALUES (12, 2, 'map_by_name')");
-    assert!(matches!(open_err(&catalog), MappingError::DuplicateMapping { table_id: 2, mapping_id: 12 }));
+    let catalog = corrupted(
+        dir.path(),
+        "INSERT INTO ducklake_column_mapping VALUES (12, 2, 'map_by_name')",
+    );
+    assert!(matches!(
+        open_err(&catalog),
+        MappingError::DuplicateMapping {
+            table_id: 2,
+            mapping_id: 12
+        }
+    ));
 }
 
 async fn docs_rows(catalog: &Path) -> Vec<serde_json::Value> {
     let t = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
-    rows(&t.scan(&["rowid", "id", "title", "embedding"]).await.unwrap())
+    rows(
+        &t.scan(&["rowid", "id", "title", "embedding"])
+            .await
+            .unwrap(),
+    )
 }
 
 #[tokio::test]
@@ -100,7 +150,12 @@ async fn resolution_rules_on_registered_files() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
     let got = docs_rows(&catalog).await;
-    let by_id = |id: i64| got.iter().find(|r| r["id"] == id).unwrap_or_else(|| panic!("id {id}")).clone();
+    let by_id = |id: i64| {
+        got.iter()
+            .find(|r| r["id"] == id)
+            .unwrap_or_else(|| panic!("id {id}"))
+            .clone()
+    };
     // missing_title.parquet: no node for title → NULL; embedding still read.
     assert!(by_id(1300)["title"].is_null());
     assert!(by_id(1300)["embedding"].is_array());
@@ -117,7 +172,13 @@ async fn resolution_rules_on_registered_files() {
     let parted = rows(&t.scan(&["rowid", "id", "part"]).await.unwrap());
     for r in &parted {
         let id = r["id"].as_i64().unwrap();
-        let want = if (2000..2005).contains(&id) { 1 } else if (2100..2105).contains(&id) { 2 } else { id % 2 };
+        let want = if (2000..2005).contains(&id) {
+            1
+        } else if (2100..2105).contains(&id) {
+            2
+        } else {
+            id % 2
+        };
         assert_eq!(r["part"], want, "{r}");
     }
 }

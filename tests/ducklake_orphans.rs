@@ -16,8 +16,8 @@ use ducklake_common::*;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
-    PutOptions, PutPayload, PutResult, Result,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
 };
 use parqivf::catalog::ducklake::{DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::paths;
@@ -38,10 +38,19 @@ impl fmt::Display for Recording {
 
 #[async_trait]
 impl ObjectStore for Recording {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
         self.inner.put_opts(location, payload, opts).await
     }
-    async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
+    async fn put_multipart_opts(
+        &self,
+        location: &Path,
+        opts: PutMultipartOptions,
+    ) -> Result<Box<dyn MultipartUpload>> {
         self.inner.put_multipart_opts(location, opts).await
     }
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
@@ -80,11 +89,17 @@ async fn orphan_files_are_never_opened() {
 
     // The orphans, from the catalog's own list; they are on disk.
     let conn = rusqlite::Connection::open(&catalog).unwrap();
-    let mut stmt = conn.prepare("SELECT path FROM ducklake_files_scheduled_for_deletion").unwrap();
+    let mut stmt = conn
+        .prepare("SELECT path FROM ducklake_files_scheduled_for_deletion")
+        .unwrap();
     let orphans: Vec<String> = stmt
         .query_map([], |r| r.get::<_, String>(0))
         .unwrap()
-        .map(|p| object_store::path::Path::from_filesystem_path(root.join(p.unwrap())).unwrap().to_string())
+        .map(|p| {
+            object_store::path::Path::from_filesystem_path(root.join(p.unwrap()))
+                .unwrap()
+                .to_string()
+        })
         .collect();
     assert_eq!(orphans.len(), 7);
     for o in &orphans {
@@ -101,8 +116,14 @@ async fn orphan_files_are_never_opened() {
     let mut listed = std::collections::HashSet::new();
     for table in TABLES {
         for snapshot in 0..=latest {
-            let options = DuckLakeOptions { snapshot: Some(snapshot), store: Some(store.clone()), ..Default::default() };
-            let Ok(t) = DuckLakeTable::open(&catalog, table, &options) else { continue };
+            let options = DuckLakeOptions {
+                snapshot: Some(snapshot),
+                store: Some(store.clone()),
+                ..Default::default()
+            };
+            let Ok(t) = DuckLakeTable::open(&catalog, table, &options) else {
+                continue;
+            };
             for location in t.locations() {
                 listed.insert(paths::object_path(location).unwrap().to_string());
             }
@@ -111,10 +132,17 @@ async fn orphan_files_are_never_opened() {
     }
     let reads = store.reads.lock().unwrap().clone();
     assert!(!reads.is_empty());
-    assert_eq!(*store.lists.lock().unwrap(), 0, "the scan never lists a prefix");
+    assert_eq!(
+        *store.lists.lock().unwrap(),
+        0,
+        "the scan never lists a prefix"
+    );
     for read in &reads {
         assert!(!orphans.contains(read), "orphan {read} was opened");
-        assert!(listed.contains(read), "{read} is not a file the catalog lists");
+        assert!(
+            listed.contains(read),
+            "{read} is not a file the catalog lists"
+        );
     }
     // And every file the catalog lists was read at some snapshot.
     let read: std::collections::HashSet<&String> = reads.iter().collect();

@@ -29,13 +29,25 @@ pub const SNAPSHOT_ID_FIELD_ID: i64 = 2_147_483_539;
 pub enum LineageError {
     /// `row_id_start + file_row_number` does not fit in BIGINT.
     #[error("{file}: rowid overflows: row_id_start {row_id_start} + file_row_number {row}")]
-    RowIdOverflow { file: String, row_id_start: i64, row: u64 },
+    RowIdOverflow {
+        file: String,
+        row_id_start: i64,
+        row: u64,
+    },
     /// The index needs rowids but the file neither embeds them nor has a `row_id_start`.
-    #[error("{file}: no rowid: the file embeds no _ducklake_internal_row_id and the catalog has no row_id_start")]
+    #[error(
+        "{file}: no rowid: the file embeds no _ducklake_internal_row_id and the catalog has no row_id_start"
+    )]
     MissingRowIdStart { file: String },
     /// An embedded lineage column that is not an integer.
-    #[error("{file}: embedded lineage column with field id {field_id} is {data_type}, not an integer")]
-    EmbeddedType { file: String, field_id: i64, data_type: DataType },
+    #[error(
+        "{file}: embedded lineage column with field id {field_id} is {data_type}, not an integer"
+    )]
+    EmbeddedType {
+        file: String,
+        field_id: i64,
+        data_type: DataType,
+    },
 }
 
 /// A virtual column of a lake row.
@@ -55,8 +67,13 @@ pub enum LineageColumn {
 
 impl LineageColumn {
     /// All virtual columns.
-    pub const ALL: [LineageColumn; 5] =
-        [Self::RowId, Self::SnapshotId, Self::FileIndex, Self::FileName, Self::FileRowNumber];
+    pub const ALL: [LineageColumn; 5] = [
+        Self::RowId,
+        Self::SnapshotId,
+        Self::FileIndex,
+        Self::FileName,
+        Self::FileRowNumber,
+    ];
 
     /// The column name (`rowid`, `snapshot_id`, …).
     pub fn name(self) -> &'static str {
@@ -115,7 +132,10 @@ pub struct FileLineage {
 /// The physical root index of `column`'s embedded value in a file schema, if embedded.
 pub fn embedded_root(physical: &Schema, column: LineageColumn) -> Option<usize> {
     let id = column.embedded_field_id()?;
-    physical.fields().iter().position(|f| field_id(f) == Some(id))
+    physical
+        .fields()
+        .iter()
+        .position(|f| field_id(f) == Some(id))
 }
 
 /// The values of `column` for `len` rows starting at `first_row` of the file.
@@ -145,17 +165,22 @@ pub fn materialize(
             Some(start) => {
                 let ids = rows
                     .map(|row| {
-                        i64::try_from(row).ok().and_then(|r| start.checked_add(r)).ok_or(LineageError::RowIdOverflow {
-                            file: file.filename.clone(),
-                            row_id_start: start,
-                            row,
-                        })
+                        i64::try_from(row)
+                            .ok()
+                            .and_then(|r| start.checked_add(r))
+                            .ok_or(LineageError::RowIdOverflow {
+                                file: file.filename.clone(),
+                                row_id_start: start,
+                                row,
+                            })
                     })
                     .collect::<Result<Vec<i64>, _>>()?;
                 Arc::new(Int64Array::from(ids))
             }
             None if missing == MissingRowId::Error => {
-                return Err(LineageError::MissingRowIdStart { file: file.filename.clone() });
+                return Err(LineageError::MissingRowIdStart {
+                    file: file.filename.clone(),
+                });
             }
             None => Arc::new(Int64Array::new_null(len)),
         },
@@ -173,47 +198,108 @@ mod tests {
     use arrow::datatypes::{Field, Int64Type, UInt64Type};
 
     fn file(row_id_start: Option<i64>) -> FileLineage {
-        FileLineage { file_index: 3, filename: "/d/f.parquet".into(), row_id_start, begin_snapshot: 7 }
+        FileLineage {
+            file_index: 3,
+            filename: "/d/f.parquet".into(),
+            row_id_start,
+            begin_snapshot: 7,
+        }
     }
 
     #[test]
     fn rowid_is_start_plus_position() {
-        let a = materialize(LineageColumn::RowId, &file(Some(100)), None, 5, 3, MissingRowId::Error).unwrap();
+        let a = materialize(
+            LineageColumn::RowId,
+            &file(Some(100)),
+            None,
+            5,
+            3,
+            MissingRowId::Error,
+        )
+        .unwrap();
         assert_eq!(a.as_primitive::<Int64Type>().values(), &[105, 106, 107]);
     }
 
     #[test]
     fn embedded_rowid_wins_over_start() {
         let embedded: ArrayRef = Arc::new(Int64Array::from(vec![42, 7]));
-        let a = materialize(LineageColumn::RowId, &file(Some(100)), Some(&embedded), 0, 2, MissingRowId::Error)
-            .unwrap();
+        let a = materialize(
+            LineageColumn::RowId,
+            &file(Some(100)),
+            Some(&embedded),
+            0,
+            2,
+            MissingRowId::Error,
+        )
+        .unwrap();
         assert_eq!(a.as_primitive::<Int64Type>().values(), &[42, 7]);
     }
 
     #[test]
     fn rowid_overflow_is_a_typed_error() {
-        let err = materialize(LineageColumn::RowId, &file(Some(i64::MAX - 1)), None, 0, 3, MissingRowId::Null);
-        assert!(matches!(err, Err(LineageError::RowIdOverflow { row: 2, row_id_start, .. }) if row_id_start == i64::MAX - 1));
+        let err = materialize(
+            LineageColumn::RowId,
+            &file(Some(i64::MAX - 1)),
+            None,
+            0,
+            3,
+            MissingRowId::Null,
+        );
+        assert!(
+            matches!(err, Err(LineageError::RowIdOverflow { row: 2, row_id_start, .. }) if row_id_start == i64::MAX - 1)
+        );
     }
 
     #[test]
     fn missing_row_id_start_is_null_or_error() {
-        let a = materialize(LineageColumn::RowId, &file(None), None, 0, 2, MissingRowId::Null).unwrap();
+        let a = materialize(
+            LineageColumn::RowId,
+            &file(None),
+            None,
+            0,
+            2,
+            MissingRowId::Null,
+        )
+        .unwrap();
         assert_eq!(a.null_count(), 2);
-        let err = materialize(LineageColumn::RowId, &file(None), None, 0, 2, MissingRowId::Error);
+        let err = materialize(
+            LineageColumn::RowId,
+            &file(None),
+            None,
+            0,
+            2,
+            MissingRowId::Error,
+        );
         assert!(matches!(err, Err(LineageError::MissingRowIdStart { .. })));
     }
 
     #[test]
     fn synthesised_columns() {
         let f = file(Some(0));
-        let s = materialize(LineageColumn::SnapshotId, &f, None, 0, 2, MissingRowId::Null).unwrap();
+        let s = materialize(
+            LineageColumn::SnapshotId,
+            &f,
+            None,
+            0,
+            2,
+            MissingRowId::Null,
+        )
+        .unwrap();
         assert_eq!(s.as_primitive::<Int64Type>().values(), &[7, 7]);
         let i = materialize(LineageColumn::FileIndex, &f, None, 0, 2, MissingRowId::Null).unwrap();
         assert_eq!(i.as_primitive::<UInt64Type>().values(), &[3, 3]);
-        let n = materialize(LineageColumn::FileRowNumber, &f, None, 10, 2, MissingRowId::Null).unwrap();
+        let n = materialize(
+            LineageColumn::FileRowNumber,
+            &f,
+            None,
+            10,
+            2,
+            MissingRowId::Null,
+        )
+        .unwrap();
         assert_eq!(n.as_primitive::<UInt64Type>().values(), &[10, 11]);
-        let name = materialize(LineageColumn::FileName, &f, None, 0, 1, MissingRowId::Null).unwrap();
+        let name =
+            materialize(LineageColumn::FileName, &f, None, 0, 1, MissingRowId::Null).unwrap();
         assert_eq!(name.as_string::<i32>().value(0), "/d/f.parquet");
     }
 
@@ -222,7 +308,11 @@ mod tests {
         let with_id = |name: &str, id: i64| {
             super::super::mapping::with_field_id(Field::new(name, DataType::Int64, true), id)
         };
-        let schema = Schema::new(vec![with_id("id", 1), with_id("x", SNAPSHOT_ID_FIELD_ID), with_id("y", ROW_ID_FIELD_ID)]);
+        let schema = Schema::new(vec![
+            with_id("id", 1),
+            with_id("x", SNAPSHOT_ID_FIELD_ID),
+            with_id("y", ROW_ID_FIELD_ID),
+        ]);
         assert_eq!(embedded_root(&schema, LineageColumn::RowId), Some(2));
         assert_eq!(embedded_root(&schema, LineageColumn::SnapshotId), Some(1));
         assert_eq!(embedded_root(&schema, LineageColumn::FileIndex), None);

@@ -33,7 +33,9 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, ListArray, RecordBatch, StringArray, StructArray, new_null_array};
+use arrow::array::{
+    Array, ArrayRef, ListArray, RecordBatch, StringArray, StructArray, new_null_array,
+};
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema};
 use parquet::arrow::PARQUET_FIELD_ID_META_KEY;
@@ -51,15 +53,31 @@ pub enum MappingError {
     OrphanNameRows { mapping_id: i64, rows: usize },
     /// Two name rows of one mapping share a `column_id`.
     #[error("mapping {mapping_id} of table {table_id} has column_id {column_id} twice")]
-    DuplicateColumnId { table_id: i64, mapping_id: i64, column_id: i64 },
+    DuplicateColumnId {
+        table_id: i64,
+        mapping_id: i64,
+        column_id: i64,
+    },
     /// A name row whose parent is not an earlier node (breaks the one-pass rebuild).
     #[error(
         "mapping {mapping_id} of table {table_id}: column_id {column_id} has parent_column {parent_column} (must be < column_id)"
     )]
-    ParentNotBeforeChild { table_id: i64, mapping_id: i64, column_id: i64, parent_column: i64 },
+    ParentNotBeforeChild {
+        table_id: i64,
+        mapping_id: i64,
+        column_id: i64,
+        parent_column: i64,
+    },
     /// A name row whose parent is not a node of the mapping.
-    #[error("mapping {mapping_id} of table {table_id}: column_id {column_id} has unknown parent_column {parent_column}")]
-    UnknownParent { table_id: i64, mapping_id: i64, column_id: i64, parent_column: i64 },
+    #[error(
+        "mapping {mapping_id} of table {table_id}: column_id {column_id} has unknown parent_column {parent_column}"
+    )]
+    UnknownParent {
+        table_id: i64,
+        mapping_id: i64,
+        column_id: i64,
+        parent_column: i64,
+    },
     /// The same (table_id, mapping_id) twice.
     #[error("mapping {mapping_id} of table {table_id} is defined twice")]
     DuplicateMapping { table_id: i64, mapping_id: i64 },
@@ -68,23 +86,33 @@ pub enum MappingError {
     MissingFieldId { field: String },
     /// A node names a physical column that the file does not have.
     #[error("{file}: mapping {mapping_id} maps `{column}` but the file has no such column")]
-    PhysicalColumnMissing { file: String, mapping_id: i64, column: String },
+    PhysicalColumnMissing {
+        file: String,
+        mapping_id: i64,
+        column: String,
+    },
     /// A partition node whose key is absent from the file's hive path.
     #[error("{file}: partition column `{column}` has no `{column}=value` segment in the path")]
     PartitionValueMissing { file: String, column: String },
     /// A hive value that does not convert to the logical type.
-    #[error("{file}: partition value `{value}` of `{column}` does not convert to {data_type}: {source}")]
+    #[error(
+        "{file}: partition value `{value}` of `{column}` does not convert to the column type: {source}"
+    )]
     PartitionValueInvalid {
         file: String,
         column: String,
         value: String,
-        data_type: DataType,
         #[source]
         source: arrow::error::ArrowError,
     },
     /// A physical type that does not read as the logical type (not equal, not a widening).
     #[error("{file}: column `{column}` is {actual} in the file, {expected} in the table")]
-    TypeMismatch { file: String, column: String, expected: DataType, actual: DataType },
+    TypeMismatch {
+        file: String,
+        column: String,
+        expected: String,
+        actual: String,
+    },
     /// A list whose element has no mapping node.
     #[error("{file}: list column `{column}` has no mapping node for its element")]
     ListElementUnmapped { file: String, column: String },
@@ -140,12 +168,19 @@ impl ColumnMapping {
         names: Vec<NameMapping>,
     ) -> Result<Self, MappingError> {
         if names.is_empty() {
-            return Err(MappingError::EmptyMapping { table_id, mapping_id });
+            return Err(MappingError::EmptyMapping {
+                table_id,
+                mapping_id,
+            });
         }
         let mut seen = std::collections::HashSet::new();
         for n in &names {
             if !seen.insert(n.column_id) {
-                return Err(MappingError::DuplicateColumnId { table_id, mapping_id, column_id: n.column_id });
+                return Err(MappingError::DuplicateColumnId {
+                    table_id,
+                    mapping_id,
+                    column_id: n.column_id,
+                });
             }
         }
         for n in &names {
@@ -168,15 +203,31 @@ impl ColumnMapping {
                 }
             }
         }
-        Ok(Self::from_valid_names(table_id, mapping_id, map_type.into(), names))
+        Ok(Self::from_valid_names(
+            table_id,
+            mapping_id,
+            map_type.into(),
+            names,
+        ))
     }
 
-    fn from_valid_names(table_id: i64, mapping_id: i64, map_type: String, names: Vec<NameMapping>) -> Self {
+    fn from_valid_names(
+        table_id: i64,
+        mapping_id: i64,
+        map_type: String,
+        names: Vec<NameMapping>,
+    ) -> Self {
         let mut children: HashMap<Option<i64>, Vec<usize>> = HashMap::new();
         for (i, n) in names.iter().enumerate() {
             children.entry(n.parent_column).or_default().push(i);
         }
-        Self { table_id, mapping_id, map_type, names, children }
+        Self {
+            table_id,
+            mapping_id,
+            map_type,
+            names,
+            children,
+        }
     }
 
     /// The mapping implied by a file's own Parquet field ids: every physical
@@ -218,11 +269,16 @@ impl ColumnMapping {
     }
 
     fn child_nodes(&self, parent: Option<i64>) -> impl Iterator<Item = &NameMapping> {
-        self.children.get(&parent).into_iter().flatten().filter_map(|&i| self.names.get(i))
+        self.children
+            .get(&parent)
+            .into_iter()
+            .flatten()
+            .filter_map(|&i| self.names.get(i))
     }
 
     fn node_for(&self, parent: Option<i64>, target: i64) -> Option<&NameMapping> {
-        self.child_nodes(parent).find(|n| n.target_field_id == target)
+        self.child_nodes(parent)
+            .find(|n| n.target_field_id == target)
     }
 
     /// Plans how `logical` fields (each with a `PARQUET:field_id`) read from a
@@ -242,7 +298,9 @@ impl ColumnMapping {
     ) -> Result<ResolvedColumns, MappingError> {
         let mut columns = Vec::with_capacity(logical.len());
         for field in logical {
-            let id = field_id(field).ok_or_else(|| MappingError::MissingFieldId { field: field.name().clone() })?;
+            let id = field_id(field).ok_or_else(|| MappingError::MissingFieldId {
+                field: field.name().clone(),
+            })?;
             let source = match self.node_for(None, id) {
                 None => ColumnSource::Null,
                 Some(node) if node.is_partition => {
@@ -257,15 +315,19 @@ impl ColumnMapping {
                     ColumnSource::Partition(value)
                 }
                 Some(node) => {
-                    let (index, pf) = physical.column_with_name(&node.source_name).ok_or_else(|| {
-                        MappingError::PhysicalColumnMissing {
-                            file: file.to_string(),
-                            mapping_id: self.mapping_id,
-                            column: node.source_name.clone(),
-                        }
-                    })?;
+                    let (index, pf) =
+                        physical
+                            .column_with_name(&node.source_name)
+                            .ok_or_else(|| MappingError::PhysicalColumnMissing {
+                                file: file.to_string(),
+                                mapping_id: self.mapping_id,
+                                column: node.source_name.clone(),
+                            })?;
                     // `slot` holds the physical index until the projection is known.
-                    ColumnSource::Physical { slot: index, plan: self.plan(field, pf, node, file)? }
+                    ColumnSource::Physical {
+                        slot: index,
+                        plan: self.plan(field, pf, node, file)?,
+                    }
                 }
             };
             columns.push((field.clone(), source));
@@ -284,15 +346,25 @@ impl ColumnMapping {
                 *slot = order.partition_point(|&o| o < *slot);
             }
         }
-        Ok(ResolvedColumns { file: file.to_string(), physical_roots: order, columns })
+        Ok(ResolvedColumns {
+            file: file.to_string(),
+            physical_roots: order,
+            columns,
+        })
     }
 
-    fn plan(&self, logical: &Field, physical: &Field, node: &NameMapping, file: &str) -> Result<FieldPlan, MappingError> {
+    fn plan(
+        &self,
+        logical: &Field,
+        physical: &Field,
+        node: &NameMapping,
+        file: &str,
+    ) -> Result<FieldPlan, MappingError> {
         let mismatch = || MappingError::TypeMismatch {
             file: file.to_string(),
             column: logical.name().clone(),
-            expected: logical.data_type().clone(),
-            actual: physical.data_type().clone(),
+            expected: logical.data_type().to_string(),
+            actual: physical.data_type().to_string(),
         };
         match logical.data_type() {
             DataType::List(lc) => {
@@ -308,7 +380,10 @@ impl ColumnMapping {
                         column: logical.name().clone(),
                     })?;
                 let element = self.plan(lc, pc, element, file)?;
-                Ok(FieldPlan::List { field: lc.clone(), element: Box::new(element) })
+                Ok(FieldPlan::List {
+                    field: lc.clone(),
+                    element: Box::new(element),
+                })
             }
             DataType::Struct(lfields) => {
                 let DataType::Struct(pfields) = physical.data_type() else {
@@ -316,27 +391,35 @@ impl ColumnMapping {
                 };
                 let mut children = Vec::with_capacity(lfields.len());
                 for lf in lfields {
-                    let child = match field_id(lf).and_then(|id| self.node_for(Some(node.column_id), id)) {
-                        None => None,
-                        Some(c) => {
-                            let (i, pf) = pfields.find(&c.source_name).ok_or_else(|| {
-                                MappingError::PhysicalColumnMissing {
-                                    file: file.to_string(),
-                                    mapping_id: self.mapping_id,
-                                    column: format!("{}.{}", physical.name(), c.source_name),
-                                }
-                            })?;
-                            Some((i, self.plan(lf, pf, c, file)?))
-                        }
-                    };
+                    let child =
+                        match field_id(lf).and_then(|id| self.node_for(Some(node.column_id), id)) {
+                            None => None,
+                            Some(c) => {
+                                let (i, pf) = pfields.find(&c.source_name).ok_or_else(|| {
+                                    MappingError::PhysicalColumnMissing {
+                                        file: file.to_string(),
+                                        mapping_id: self.mapping_id,
+                                        column: format!("{}.{}", physical.name(), c.source_name),
+                                    }
+                                })?;
+                                Some((i, self.plan(lf, pf, c, file)?))
+                            }
+                        };
                     children.push(child);
                 }
-                Ok(FieldPlan::Struct { fields: lfields.clone(), children })
+                Ok(FieldPlan::Struct {
+                    fields: lfields.clone(),
+                    children,
+                })
             }
-            DataType::Map(..) | DataType::LargeList(_) | DataType::FixedSizeList(..) => Err(mismatch()),
+            DataType::Map(..) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
+                Err(mismatch())
+            }
             target => {
                 if reads_as(physical.data_type(), target) {
-                    Ok(FieldPlan::Leaf { target: target.clone() })
+                    Ok(FieldPlan::Leaf {
+                        target: target.clone(),
+                    })
                 } else {
                     Err(mismatch())
                 }
@@ -380,7 +463,10 @@ fn push_by_name_nodes(field: &Field, parent: Option<i64>, out: &mut Vec<NameMapp
 
 fn child_fields(field: &Field) -> Vec<&FieldRef> {
     match field.data_type() {
-        DataType::List(c) | DataType::LargeList(c) | DataType::FixedSizeList(c, _) | DataType::Map(c, _) => vec![c],
+        DataType::List(c)
+        | DataType::LargeList(c)
+        | DataType::FixedSizeList(c, _)
+        | DataType::Map(c, _) => vec![c],
         DataType::Struct(fs) => fs.iter().collect(),
         _ => Vec::new(),
     }
@@ -392,7 +478,11 @@ fn has_any_field_id(field: &Field) -> bool {
 
 /// The `PARQUET:field_id` of an Arrow field, if it has a valid one.
 pub fn field_id(field: &Field) -> Option<i64> {
-    field.metadata().get(PARQUET_FIELD_ID_META_KEY)?.parse().ok()
+    field
+        .metadata()
+        .get(PARQUET_FIELD_ID_META_KEY)?
+        .parse()
+        .ok()
 }
 
 /// `field` carrying `PARQUET:field_id = id`.
@@ -406,7 +496,8 @@ pub fn with_field_id(field: Field, id: i64) -> Field {
 /// conventional element names (`list`, `element`, `item`) match each other.
 fn list_child_matches(source_name: &str, physical_name: &str) -> bool {
     const ELEMENT_NAMES: [&str; 3] = ["list", "element", "item"];
-    source_name == physical_name || (ELEMENT_NAMES.contains(&source_name) && ELEMENT_NAMES.contains(&physical_name))
+    source_name == physical_name
+        || (ELEMENT_NAMES.contains(&source_name) && ELEMENT_NAMES.contains(&physical_name))
 }
 
 /// Whether a physical leaf type reads as the logical one: equal, or a lossless widening.
@@ -445,9 +536,15 @@ pub enum FieldPlan {
     /// Equal type, or a widening cast.
     Leaf { target: DataType },
     /// Rebuild the list around the planned element.
-    List { field: FieldRef, element: Box<FieldPlan> },
+    List {
+        field: FieldRef,
+        element: Box<FieldPlan>,
+    },
     /// Rebuild the struct: each logical child is a physical child index + plan, or NULL.
-    Struct { fields: Fields, children: Vec<Option<(usize, FieldPlan)>> },
+    Struct {
+        fields: Fields,
+        children: Vec<Option<(usize, FieldPlan)>>,
+    },
 }
 
 /// The plan for reading one file's logical columns.
@@ -489,13 +586,15 @@ impl ResolvedColumns {
                             file: self.file.clone(),
                             column: field.name().clone(),
                             value: value.clone(),
-                            data_type: field.data_type().clone(),
                             source,
                         }
                     })
                 }
                 ColumnSource::Physical { slot, plan } => {
-                    let array = batch.columns().get(*slot).ok_or_else(|| self.shape_error(field, "missing column"))?;
+                    let array = batch
+                        .columns()
+                        .get(*slot)
+                        .ok_or_else(|| self.shape_error(field, "missing column"))?;
                     apply(plan, array).map_err(|source| MappingError::Assemble {
                         file: self.file.clone(),
                         column: field.name().clone(),
@@ -516,7 +615,10 @@ impl ResolvedColumns {
 }
 
 fn strict() -> CastOptions<'static> {
-    CastOptions { safe: false, ..Default::default() }
+    CastOptions {
+        safe: false,
+        ..Default::default()
+    }
 }
 
 fn apply(plan: &FieldPlan, array: &ArrayRef) -> Result<ArrayRef, arrow::error::ArrowError> {
@@ -531,35 +633,49 @@ fn apply(plan: &FieldPlan, array: &ArrayRef) -> Result<ArrayRef, arrow::error::A
         }
         FieldPlan::List { field, element } => {
             let list = match array.data_type() {
-                DataType::LargeList(c) => cast_with_options(array, &DataType::List(c.clone()), &strict())?,
+                DataType::LargeList(c) => {
+                    cast_with_options(array, &DataType::List(c.clone()), &strict())?
+                }
                 _ => array.clone(),
             };
-            let list = list
-                .as_any()
-                .downcast_ref::<ListArray>()
-                .ok_or_else(|| ArrowError::SchemaError(format!("expected a list, found {}", array.data_type())))?;
+            let list = list.as_any().downcast_ref::<ListArray>().ok_or_else(|| {
+                ArrowError::SchemaError(format!("expected a list, found {}", array.data_type()))
+            })?;
             let values = apply(element, list.values())?;
-            Ok(Arc::new(ListArray::try_new(field.clone(), list.offsets().clone(), values, list.nulls().cloned())?))
+            Ok(Arc::new(ListArray::try_new(
+                field.clone(),
+                list.offsets().clone(),
+                values,
+                list.nulls().cloned(),
+            )?))
         }
         FieldPlan::Struct { fields, children } => {
             let st = array
                 .as_any()
                 .downcast_ref::<StructArray>()
-                .ok_or_else(|| ArrowError::SchemaError(format!("expected a struct, found {}", array.data_type())))?;
+                .ok_or_else(|| {
+                    ArrowError::SchemaError(format!(
+                        "expected a struct, found {}",
+                        array.data_type()
+                    ))
+                })?;
             let mut arrays = Vec::with_capacity(fields.len());
             for (lf, child) in fields.iter().zip(children) {
                 arrays.push(match child {
                     None => new_null_array(lf.data_type(), st.len()),
                     Some((i, p)) => {
-                        let col = st
-                            .columns()
-                            .get(*i)
-                            .ok_or_else(|| ArrowError::SchemaError(format!("struct child {i} missing")))?;
+                        let col = st.columns().get(*i).ok_or_else(|| {
+                            ArrowError::SchemaError(format!("struct child {i} missing"))
+                        })?;
                         apply(p, col)?
                     }
                 });
             }
-            Ok(Arc::new(StructArray::try_new(fields.clone(), arrays, st.nulls().cloned())?))
+            Ok(Arc::new(StructArray::try_new(
+                fields.clone(),
+                arrays,
+                st.nulls().cloned(),
+            )?))
         }
     }
 }
@@ -599,14 +715,20 @@ impl MappingSet {
         for row in columns {
             let key = (row.table_id, row.mapping_id);
             if mappings.contains_key(&key) {
-                return Err(MappingError::DuplicateMapping { table_id: row.table_id, mapping_id: row.mapping_id });
+                return Err(MappingError::DuplicateMapping {
+                    table_id: row.table_id,
+                    mapping_id: row.mapping_id,
+                });
             }
             let group = groups.remove(&row.mapping_id).unwrap_or_default();
             let mapping = ColumnMapping::new(row.table_id, row.mapping_id, row.map_type, group)?;
             mappings.insert(key, Arc::new(mapping));
         }
         if let Some((&mapping_id, rows)) = groups.iter().next() {
-            return Err(MappingError::OrphanNameRows { mapping_id, rows: rows.len() });
+            return Err(MappingError::OrphanNameRows {
+                mapping_id,
+                rows: rows.len(),
+            });
         }
         Ok(Self { mappings })
     }

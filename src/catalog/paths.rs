@@ -40,10 +40,14 @@ pub struct PathPart<'a> {
 /// when it has no URL form.
 pub fn local_dir_url(dir: &std::path::Path) -> Result<Url, PathError> {
     if !dir.is_absolute() {
-        return Err(PathError::NotAbsolute { path: dir.display().to_string() });
+        return Err(PathError::NotAbsolute {
+            path: dir.display().to_string(),
+        });
     }
-    Url::from_directory_path(dir)
-        .map_err(|()| PathError::Invalid { path: dir.display().to_string(), reason: "no file URL form".into() })
+    Url::from_directory_path(dir).map_err(|()| PathError::Invalid {
+        path: dir.display().to_string(),
+        reason: "no file URL form".into(),
+    })
 }
 
 /// An absolute location given verbatim: a URL with a scheme (`s3://…`,
@@ -52,16 +56,25 @@ pub fn local_dir_url(dir: &std::path::Path) -> Result<Url, PathError> {
 /// # Errors
 /// [`PathError::NotAbsolute`], [`PathError::Invalid`].
 pub fn absolute(path: &str) -> Result<Url, PathError> {
-    let invalid = |reason: String| PathError::Invalid { path: path.to_string(), reason };
+    let invalid = |reason: String| PathError::Invalid {
+        path: path.to_string(),
+        reason,
+    };
     if has_scheme(path) {
         return Url::parse(path).map_err(|e| invalid(e.to_string()));
     }
     let p = std::path::Path::new(path);
     if p.is_absolute() {
-        let url = if path.ends_with('/') { Url::from_directory_path(p) } else { Url::from_file_path(p) };
+        let url = if path.ends_with('/') {
+            Url::from_directory_path(p)
+        } else {
+            Url::from_file_path(p)
+        };
         return url.map_err(|()| invalid("no file URL form".into()));
     }
-    Err(PathError::NotAbsolute { path: path.to_string() })
+    Err(PathError::NotAbsolute {
+        path: path.to_string(),
+    })
 }
 
 fn has_scheme(path: &str) -> bool {
@@ -69,7 +82,9 @@ fn has_scheme(path: &str) -> bool {
         Some((scheme, _)) => {
             scheme.len() > 1
                 && scheme.starts_with(|c: char| c.is_ascii_alphabetic())
-                && scheme.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
+                && scheme
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '-' | '.'))
         }
         None => false,
     }
@@ -86,9 +101,10 @@ pub fn resolve(parent: &Url, part: PathPart<'_>) -> Result<Url, PathError> {
     }
     let mut url = parent.clone();
     {
-        let mut segments = url
-            .path_segments_mut()
-            .map_err(|()| PathError::Invalid { path: parent.to_string(), reason: "cannot be a base".into() })?;
+        let mut segments = url.path_segments_mut().map_err(|()| PathError::Invalid {
+            path: parent.to_string(),
+            reason: "cannot be a base".into(),
+        })?;
         segments.pop_if_empty();
         for segment in part.path.split('/') {
             match segment {
@@ -118,7 +134,13 @@ pub fn resolve_chain(base: &Url, parts: &[PathPart<'_>]) -> Result<Url, PathErro
         url = resolve(&url, *part)?;
         // Every part but the last is a folder.
         if i + 1 < parts.len() && !url.path().ends_with('/') {
-            url = resolve(&url, PathPart { path: "", is_relative: true })?;
+            url = resolve(
+                &url,
+                PathPart {
+                    path: "",
+                    is_relative: true,
+                },
+            )?;
         }
     }
     Ok(url)
@@ -130,15 +152,20 @@ pub fn resolve_chain(base: &Url, parts: &[PathPart<'_>]) -> Result<Url, PathErro
 /// # Errors
 /// [`PathError::Invalid`] when the URL path does not decode.
 pub fn object_path(location: &Url) -> Result<object_store::path::Path, PathError> {
-    object_store::path::Path::from_url_path(location.path())
-        .map_err(|e| PathError::Invalid { path: location.to_string(), reason: e.to_string() })
+    object_store::path::Path::from_url_path(location.path()).map_err(|e| PathError::Invalid {
+        path: location.to_string(),
+        reason: e.to_string(),
+    })
 }
 
 /// A location for people and the `filename` lineage column: the filesystem
 /// path for `file://`, the URL otherwise.
 pub fn display(location: &Url) -> String {
     match location.scheme() {
-        "file" => location.to_file_path().map(|p| p.display().to_string()).unwrap_or_else(|()| location.to_string()),
+        "file" => location
+            .to_file_path()
+            .map(|p| p.display().to_string())
+            .unwrap_or_else(|()| location.to_string()),
         _ => location.to_string(),
     }
 }
@@ -146,13 +173,17 @@ pub fn display(location: &Url) -> String {
 /// The hive `name=value` segments of a location's folders, outermost first
 /// (percent-decoded).
 pub fn hive_partitions(location: &Url) -> Vec<(String, String)> {
-    let Some(segments) = location.path_segments() else { return Vec::new() };
+    let Some(segments) = location.path_segments() else {
+        return Vec::new();
+    };
     let segments: Vec<&str> = segments.collect();
     let folders = segments.len().saturating_sub(1);
     segments[..folders]
         .iter()
         .filter_map(|s| {
-            let decoded = percent_encoding::percent_decode_str(s).decode_utf8_lossy().into_owned();
+            let decoded = percent_encoding::percent_decode_str(s)
+                .decode_utf8_lossy()
+                .into_owned();
             let (k, v) = decoded.split_once('=')?;
             (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
         })
@@ -164,13 +195,20 @@ mod tests {
     use super::*;
 
     fn rel(path: &str) -> PathPart<'_> {
-        PathPart { path, is_relative: true }
+        PathPart {
+            path,
+            is_relative: true,
+        }
     }
 
     #[test]
     fn chain_appends_relative_parts() {
         let base = Url::parse("file:///lake/").unwrap();
-        let url = resolve_chain(&base, &[rel("data/"), rel("s1/"), rel("docs/"), rel("ext/x.parquet")]).unwrap();
+        let url = resolve_chain(
+            &base,
+            &[rel("data/"), rel("s1/"), rel("docs/"), rel("ext/x.parquet")],
+        )
+        .unwrap();
         assert_eq!(url.as_str(), "file:///lake/data/s1/docs/ext/x.parquet");
     }
 
@@ -184,17 +222,34 @@ mod tests {
     #[test]
     fn absolute_part_replaces_everything_before() {
         let base = Url::parse("file:///lake/data/").unwrap();
-        let abs = PathPart { path: "/elsewhere/o.parquet", is_relative: false };
-        assert_eq!(resolve_chain(&base, &[rel("s1/"), abs]).unwrap().as_str(), "file:///elsewhere/o.parquet");
-        let s3 = PathPart { path: "s3://b/k/o.parquet", is_relative: false };
-        assert_eq!(resolve_chain(&base, &[s3]).unwrap().as_str(), "s3://b/k/o.parquet");
+        let abs = PathPart {
+            path: "/elsewhere/o.parquet",
+            is_relative: false,
+        };
+        assert_eq!(
+            resolve_chain(&base, &[rel("s1/"), abs]).unwrap().as_str(),
+            "file:///elsewhere/o.parquet"
+        );
+        let s3 = PathPart {
+            path: "s3://b/k/o.parquet",
+            is_relative: false,
+        };
+        assert_eq!(
+            resolve_chain(&base, &[s3]).unwrap().as_str(),
+            "s3://b/k/o.parquet"
+        );
     }
 
     #[test]
     fn verbatim_relative_string_is_an_error_not_the_cwd() {
         let base = Url::parse("file:///lake/data/").unwrap();
-        let part = PathPart { path: "outside/o.parquet", is_relative: false };
-        assert!(matches!(resolve(&base, part), Err(PathError::NotAbsolute { path }) if path == "outside/o.parquet"));
+        let part = PathPart {
+            path: "outside/o.parquet",
+            is_relative: false,
+        };
+        assert!(
+            matches!(resolve(&base, part), Err(PathError::NotAbsolute { path }) if path == "outside/o.parquet")
+        );
     }
 
     #[test]
@@ -202,8 +257,14 @@ mod tests {
         let base = Url::parse("file:///lake/").unwrap();
         let url = resolve(&base, rel("part=a b/x:y.parquet")).unwrap();
         assert_eq!(display(&url), "/lake/part=a b/x:y.parquet");
-        assert_eq!(object_path(&url).unwrap().as_ref(), "lake/part=a b/x:y.parquet");
-        assert_eq!(hive_partitions(&url), vec![("part".to_string(), "a b".to_string())]);
+        assert_eq!(
+            object_path(&url).unwrap().as_ref(),
+            "lake/part=a b/x:y.parquet"
+        );
+        assert_eq!(
+            hive_partitions(&url),
+            vec![("part".to_string(), "a b".to_string())]
+        );
     }
 
     #[test]
@@ -211,7 +272,10 @@ mod tests {
         let url = Url::parse("file:///d/ext/part=1/k=v=w/file=3.parquet").unwrap();
         assert_eq!(
             hive_partitions(&url),
-            vec![("part".to_string(), "1".to_string()), ("k".to_string(), "v=w".to_string())]
+            vec![
+                ("part".to_string(), "1".to_string()),
+                ("k".to_string(), "v=w".to_string())
+            ]
         );
     }
 }

@@ -11,7 +11,14 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Int32Type, Int64Type, UInt64Type};
 use serde_json::{Map, Value, json};
 
-pub const TABLES: [&str; 6] = ["s1.docs", "s1.parted", "s1.nested", "s1.merged", "s1.compacted", "s1.outside"];
+pub const TABLES: [&str; 6] = [
+    "s1.docs",
+    "s1.parted",
+    "s1.nested",
+    "s1.merged",
+    "s1.compacted",
+    "s1.outside",
+];
 
 pub fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/ducklake")
@@ -19,7 +26,11 @@ pub fn fixture() -> PathBuf {
 
 fn fixture_dir() -> PathBuf {
     let local = fixture();
-    if local.exists() { local } else { PathBuf::from("/work/shared/fixtures/ducklake") }
+    if local.exists() {
+        local
+    } else {
+        PathBuf::from("/work/shared/fixtures/ducklake")
+    }
 }
 
 pub fn expected() -> Value {

@@ -32,7 +32,11 @@ impl LogicalColumns {
                 Some(p) => children.entry(p).or_default().push(row),
             }
         }
-        Self { table: table.to_string(), roots, children }
+        Self {
+            table: table.to_string(),
+            roots,
+            children,
+        }
     }
 
     /// The top-level column names, in table order.
@@ -45,11 +49,15 @@ impl LogicalColumns {
     /// # Errors
     /// [`DuckLakeError::UnknownColumn`], [`DuckLakeError::UnsupportedType`].
     pub fn field(&self, name: &str) -> Result<FieldRef, DuckLakeError> {
-        let row = self.roots.iter().find(|r| r.column_name == name).ok_or_else(|| DuckLakeError::UnknownColumn {
-            table: self.table.clone(),
-            column: name.to_string(),
-            available: self.names().join(", "),
-        })?;
+        let row = self
+            .roots
+            .iter()
+            .find(|r| r.column_name == name)
+            .ok_or_else(|| DuckLakeError::UnknownColumn {
+                table: self.table.clone(),
+                column: name.to_string(),
+                available: self.names().join(", "),
+            })?;
         Ok(Arc::new(self.build(row, 0)?))
     }
 
@@ -64,7 +72,12 @@ impl LogicalColumns {
             return Err(unsupported());
         }
         let kids = || -> Result<Vec<Field>, DuckLakeError> {
-            self.children.get(&row.column_id).into_iter().flatten().map(|c| self.build(c, depth + 1)).collect()
+            self.children
+                .get(&row.column_id)
+                .into_iter()
+                .flatten()
+                .map(|c| self.build(c, depth + 1))
+                .collect()
         };
         let data_type = match row.column_type.to_ascii_lowercase().as_str() {
             "boolean" => DataType::Boolean,
@@ -88,6 +101,9 @@ impl LogicalColumns {
             "struct" => DataType::Struct(Fields::from(kids()?)),
             _ => return Err(unsupported()),
         };
-        Ok(with_field_id(Field::new(&row.column_name, data_type, true), row.column_id))
+        Ok(with_field_id(
+            Field::new(&row.column_name, data_type, true),
+            row.column_id,
+        ))
     }
 }

@@ -43,7 +43,10 @@ pub struct LiveFile {
 /// # Errors
 /// [`DuckLakeError::PartialFileInfo`] for a malformed value.
 pub fn visible_rows(info: &str, snapshot: i64, file: &str) -> Result<u64, DuckLakeError> {
-    let bad = || DuckLakeError::PartialFileInfo { file: file.to_string(), value: info.to_string() };
+    let bad = || DuckLakeError::PartialFileInfo {
+        file: file.to_string(),
+        value: info.to_string(),
+    };
     let mut visible = 0;
     for entry in info.split('|') {
         let (snap, rows) = entry.split_once(':').ok_or_else(bad)?;
@@ -56,12 +59,21 @@ pub fn visible_rows(info: &str, snapshot: i64, file: &str) -> Result<u64, DuckLa
     Ok(visible)
 }
 
-fn checked_format(format: Option<&str>, encryption_key: Option<&str>, file: &str) -> Result<(), DuckLakeError> {
+fn checked_format(
+    format: Option<&str>,
+    encryption_key: Option<&str>,
+    file: &str,
+) -> Result<(), DuckLakeError> {
     if let Some(f) = format.filter(|f| !f.eq_ignore_ascii_case("parquet")) {
-        return Err(DuckLakeError::UnsupportedFileFormat { file: file.to_string(), format: f.to_string() });
+        return Err(DuckLakeError::UnsupportedFileFormat {
+            file: file.to_string(),
+            format: f.to_string(),
+        });
     }
     if encryption_key.is_some() {
-        return Err(DuckLakeError::Encrypted { file: file.to_string() });
+        return Err(DuckLakeError::Encrypted {
+            file: file.to_string(),
+        });
     }
     Ok(())
 }
@@ -83,8 +95,14 @@ pub fn plan(
         paths::resolve_chain(
             data_root,
             &[
-                PathPart { path: &table.schema_path, is_relative: table.schema_path_is_relative },
-                PathPart { path: &table.table_path, is_relative: table.table_path_is_relative },
+                PathPart {
+                    path: &table.schema_path,
+                    is_relative: table.schema_path_is_relative,
+                },
+                PathPart {
+                    path: &table.table_path,
+                    is_relative: table.table_path_is_relative,
+                },
                 PathPart { path, is_relative },
             ],
         )
@@ -108,10 +126,18 @@ pub fn plan(
         .into_iter()
         .enumerate()
         .map(|(index, f)| {
-            checked_format(f.file_format.as_deref(), f.encryption_key.as_deref(), &f.path)?;
+            checked_format(
+                f.file_format.as_deref(),
+                f.encryption_key.as_deref(),
+                &f.path,
+            )?;
             let location = locate(&f.path, f.path_is_relative)?;
             let filename = paths::display(&location);
-            let visible_rows = f.partial_file_info.as_deref().map(|i| visible_rows(i, snapshot, &filename)).transpose()?;
+            let visible_rows = f
+                .partial_file_info
+                .as_deref()
+                .map(|i| visible_rows(i, snapshot, &filename))
+                .transpose()?;
             Ok(LiveFile {
                 data_file_id: f.data_file_id,
                 size: f.file_size_bytes.and_then(|s| u64::try_from(s).ok()),
@@ -148,7 +174,13 @@ mod tests {
     #[test]
     fn malformed_partial_file_info_is_typed() {
         for bad in ["", "30", "a:1", "30:x", "30:10|"] {
-            assert!(matches!(visible_rows(bad, 30, "f"), Err(DuckLakeError::PartialFileInfo { .. })), "{bad}");
+            assert!(
+                matches!(
+                    visible_rows(bad, 30, "f"),
+                    Err(DuckLakeError::PartialFileInfo { .. })
+                ),
+                "{bad}"
+            );
         }
     }
 }

@@ -76,13 +76,19 @@ impl CatalogReader {
     pub fn open(path: &Path) -> Result<Self, DuckLakeError> {
         let catalog = path.display().to_string();
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX;
-        let conn = Connection::open_with_flags(path, flags)
-            .map_err(|source| DuckLakeError::Sqlite { catalog: catalog.clone(), source })?;
+        let conn =
+            Connection::open_with_flags(path, flags).map_err(|source| DuckLakeError::Sqlite {
+                catalog: catalog.clone(),
+                source,
+            })?;
         Ok(Self { conn, catalog })
     }
 
     fn sql(&self) -> impl Fn(rusqlite::Error) -> DuckLakeError + '_ {
-        |source| DuckLakeError::Sqlite { catalog: self.catalog.clone(), source }
+        |source| DuckLakeError::Sqlite {
+            catalog: self.catalog.clone(),
+            source,
+        }
     }
 
     /// The requested snapshot, or the latest when `None`.
@@ -92,17 +98,35 @@ impl CatalogReader {
     pub fn snapshot(&self, requested: Option<u64>) -> Result<i64, DuckLakeError> {
         let latest: Option<i64> = self
             .conn
-            .query_row("SELECT MAX(snapshot_id) FROM ducklake_snapshot", [], |r| r.get(0))
+            .query_row("SELECT MAX(snapshot_id) FROM ducklake_snapshot", [], |r| {
+                r.get(0)
+            })
             .map_err(self.sql())?;
-        let latest = latest.ok_or_else(|| DuckLakeError::NoSnapshots { catalog: self.catalog.clone() })?;
-        let Some(requested) = requested else { return Ok(latest) };
-        let not_found = || DuckLakeError::SnapshotNotFound { catalog: self.catalog.clone(), requested, latest };
+        let latest = latest.ok_or_else(|| DuckLakeError::NoSnapshots {
+            catalog: self.catalog.clone(),
+        })?;
+        let Some(requested) = requested else {
+            return Ok(latest);
+        };
+        let not_found = || DuckLakeError::SnapshotNotFound {
+            catalog: self.catalog.clone(),
+            requested,
+            latest,
+        };
         let id = i64::try_from(requested).map_err(|_| not_found())?;
         let exists: i64 = self
             .conn
-            .query_row("SELECT COUNT(*) FROM ducklake_snapshot WHERE snapshot_id = ?1", [id], |r| r.get(0))
+            .query_row(
+                "SELECT COUNT(*) FROM ducklake_snapshot WHERE snapshot_id = ?1",
+                [id],
+                |r| r.get(0),
+            )
             .map_err(self.sql())?;
-        if exists == 0 { Err(not_found()) } else { Ok(id) }
+        if exists == 0 {
+            Err(not_found())
+        } else {
+            Ok(id)
+        }
     }
 
     /// `ducklake_metadata.data_path` (global scope).
@@ -112,12 +136,16 @@ impl CatalogReader {
     pub fn data_path(&self) -> Result<String, DuckLakeError> {
         let mut stmt = self
             .conn
-            .prepare("SELECT value FROM ducklake_metadata WHERE key = 'data_path' AND scope IS NULL")
+            .prepare(
+                "SELECT value FROM ducklake_metadata WHERE key = 'data_path' AND scope IS NULL",
+            )
             .map_err(self.sql())?;
         let mut rows = stmt.query([]).map_err(self.sql())?;
         match rows.next().map_err(self.sql())? {
             Some(row) => row.get(0).map_err(self.sql()),
-            None => Err(DuckLakeError::MissingDataPath { catalog: self.catalog.clone() }),
+            None => Err(DuckLakeError::MissingDataPath {
+                catalog: self.catalog.clone(),
+            }),
         }
     }
 
@@ -125,19 +153,32 @@ impl CatalogReader {
     ///
     /// # Errors
     /// [`DuckLakeError::TableNotFound`].
-    pub fn table(&self, schema: &str, table: &str, snapshot: i64) -> Result<TableEntry, DuckLakeError> {
+    pub fn table(
+        &self,
+        schema: &str,
+        table: &str,
+        snapshot: i64,
+    ) -> Result<TableEntry, DuckLakeError> {
         let sql = "SELECT t.table_id, s.path, s.path_is_relative, t.path, t.path_is_relative \
              FROM ducklake_table t JOIN ducklake_schema s ON s.schema_id = t.schema_id \
              WHERE s.schema_name = ?2 AND t.table_name = ?3 \
                AND s.begin_snapshot <= ?1 AND (s.end_snapshot IS NULL OR s.end_snapshot > ?1) \
                AND t.begin_snapshot <= ?1 AND (t.end_snapshot IS NULL OR t.end_snapshot > ?1)";
         let mut stmt = self.conn.prepare(sql).map_err(self.sql())?;
-        let mut rows = stmt.query(params![snapshot, schema, table]).map_err(self.sql())?;
+        let mut rows = stmt
+            .query(params![snapshot, schema, table])
+            .map_err(self.sql())?;
         let Some(row) = rows.next().map_err(self.sql())? else {
-            return Err(DuckLakeError::TableNotFound { table: format!("{schema}.{table}"), snapshot });
+            return Err(DuckLakeError::TableNotFound {
+                table: format!("{schema}.{table}"),
+                snapshot,
+            });
         };
-        let get = |i: usize| -> Result<Option<String>, DuckLakeError> { row.get(i).map_err(self.sql()) };
-        let flag = |i: usize| -> Result<bool, DuckLakeError> { Ok(row.get::<_, Option<i64>>(i).map_err(self.sql())? != Some(0)) };
+        let get =
+            |i: usize| -> Result<Option<String>, DuckLakeError> { row.get(i).map_err(self.sql()) };
+        let flag = |i: usize| -> Result<bool, DuckLakeError> {
+            Ok(row.get::<_, Option<i64>>(i).map_err(self.sql())? != Some(0))
+        };
         Ok(TableEntry {
             table_id: row.get(0).map_err(self.sql())?,
             schema_path: get(1)?.unwrap_or_default(),
@@ -174,7 +215,11 @@ impl CatalogReader {
     ///
     /// # Errors
     /// [`DuckLakeError::Sqlite`].
-    pub fn data_files(&self, table_id: i64, snapshot: i64) -> Result<Vec<DataFileRow>, DuckLakeError> {
+    pub fn data_files(
+        &self,
+        table_id: i64,
+        snapshot: i64,
+    ) -> Result<Vec<DataFileRow>, DuckLakeError> {
         let sql = format!(
             "SELECT data_file_id, begin_snapshot, path, path_is_relative, file_format, record_count, \
                     file_size_bytes, row_id_start, encryption_key, partial_file_info, mapping_id \
@@ -205,7 +250,11 @@ impl CatalogReader {
     ///
     /// # Errors
     /// [`DuckLakeError::Sqlite`].
-    pub fn delete_files(&self, table_id: i64, snapshot: i64) -> Result<Vec<DeleteFileRow>, DuckLakeError> {
+    pub fn delete_files(
+        &self,
+        table_id: i64,
+        snapshot: i64,
+    ) -> Result<Vec<DeleteFileRow>, DuckLakeError> {
         let sql = format!(
             "SELECT delete_file_id, data_file_id, path, path_is_relative, format, file_size_bytes, encryption_key \
              FROM ducklake_delete_file WHERE table_id = ?2 AND {VISIBLE} ORDER BY delete_file_id"
@@ -234,9 +283,11 @@ impl CatalogReader {
     pub fn has_inlined_data(&self, table_id: i64) -> Result<bool, DuckLakeError> {
         let n: i64 = self
             .conn
-            .query_row("SELECT COUNT(*) FROM ducklake_inlined_data_tables WHERE table_id = ?1", [table_id], |r| {
-                r.get(0)
-            })
+            .query_row(
+                "SELECT COUNT(*) FROM ducklake_inlined_data_tables WHERE table_id = ?1",
+                [table_id],
+                |r| r.get(0),
+            )
             .map_err(self.sql())?;
         Ok(n > 0)
     }

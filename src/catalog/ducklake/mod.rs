@@ -48,7 +48,11 @@ pub enum DuckLakeError {
     #[error("catalog {catalog} has no snapshots")]
     NoSnapshots { catalog: String },
     #[error("catalog {catalog} has no snapshot {requested} (latest is {latest})")]
-    SnapshotNotFound { catalog: String, requested: u64, latest: i64 },
+    SnapshotNotFound {
+        catalog: String,
+        requested: u64,
+        latest: i64,
+    },
     #[error("catalog {catalog} has no data_path in ducklake_metadata")]
     MissingDataPath { catalog: String },
     #[error("catalog {catalog}: cannot use its folder as the base for data_path: {source}")]
@@ -62,9 +66,19 @@ pub enum DuckLakeError {
     #[error("table {table} does not exist at snapshot {snapshot}")]
     TableNotFound { table: String, snapshot: i64 },
     #[error("table {table} has no column `{column}` (columns: {available})")]
-    UnknownColumn { table: String, column: String, available: String },
-    #[error("table {table}: column `{column}` has type `{column_type}`, which this reader does not support")]
-    UnsupportedType { table: String, column: String, column_type: String },
+    UnknownColumn {
+        table: String,
+        column: String,
+        available: String,
+    },
+    #[error(
+        "table {table}: column `{column}` has type `{column_type}`, which this reader does not support"
+    )]
+    UnsupportedType {
+        table: String,
+        column: String,
+        column_type: String,
+    },
     #[error("table {table} has data inlined in the catalog, which this reader does not read")]
     InlinedData { table: String },
     #[error("{file}: file format `{format}` is not parquet")]
@@ -72,15 +86,31 @@ pub enum DuckLakeError {
     #[error("{file} is encrypted, which this reader does not support")]
     Encrypted { file: String },
     #[error("data file {data_file_id} has several visible delete files: {delete_file_ids:?}")]
-    MultipleDeleteFiles { data_file_id: i64, delete_file_ids: Vec<i64> },
+    MultipleDeleteFiles {
+        data_file_id: i64,
+        delete_file_ids: Vec<i64>,
+    },
     #[error("{file}: malformed partial_file_info `{value}`")]
     PartialFileInfo { file: String, value: String },
     #[error("{file}: mapping {mapping_id} of table {table_id} does not exist")]
-    UnknownMapping { file: String, table_id: i64, mapping_id: i64 },
+    UnknownMapping {
+        file: String,
+        table_id: i64,
+        mapping_id: i64,
+    },
     #[error("{file}: the catalog says {expected} rows, the file has {actual}")]
-    RowCountMismatch { file: String, expected: u64, actual: u64 },
+    RowCountMismatch {
+        file: String,
+        expected: u64,
+        actual: u64,
+    },
     #[error("{delete_file}: deleted position {pos} is outside data file {file} ({rows} rows)")]
-    DeletePosition { delete_file: String, file: String, pos: i64, rows: u64 },
+    DeletePosition {
+        delete_file: String,
+        file: String,
+        pos: i64,
+        rows: u64,
+    },
     #[error("{delete_file}: no integer `pos` column")]
     DeleteFileSchema { delete_file: String },
     #[error("data file {file} of the scan does not exist (the table has {files} files)")]
@@ -149,11 +179,19 @@ impl DuckLakeTable {
     /// Catalog errors ([`DuckLakeError::Sqlite`], [`DuckLakeError::SnapshotNotFound`],
     /// [`DuckLakeError::TableNotFound`], [`DuckLakeError::InlinedData`], …),
     /// mapping validation errors ([`DuckLakeError::Mapping`]) and path errors.
-    pub fn open(catalog_path: &Path, table: &str, options: &DuckLakeOptions) -> Result<Self, DuckLakeError> {
+    pub fn open(
+        catalog_path: &Path,
+        table: &str,
+        options: &DuckLakeOptions,
+    ) -> Result<Self, DuckLakeError> {
         let (schema_name, table_name) = match table.split_once('.') {
             Some((s, t)) if !s.is_empty() && !t.is_empty() => (s, t),
             None if !table.is_empty() => ("main", table),
-            _ => return Err(DuckLakeError::BadTableName { table: table.to_string() }),
+            _ => {
+                return Err(DuckLakeError::BadTableName {
+                    table: table.to_string(),
+                });
+            }
         };
         let catalog = catalog_path.display().to_string();
         let reader = CatalogReader::open(catalog_path)?;
@@ -164,15 +202,36 @@ impl DuckLakeTable {
             return Err(DuckLakeError::InlinedData { table: name });
         }
         let data_root = match &options.data_path {
-            Some(path) => paths::resolve(&paths::absolute(path)?, PathPart { path: "", is_relative: true })?,
+            Some(path) => paths::resolve(
+                &paths::absolute(path)?,
+                PathPart {
+                    path: "",
+                    is_relative: true,
+                },
+            )?,
             None => {
                 let folder = std::fs::canonicalize(catalog_path)
                     .map(|p| p.parent().map_or_else(|| p.clone(), Path::to_path_buf))
-                    .map_err(|source| DuckLakeError::CatalogFolder { catalog: catalog.clone(), source })?;
+                    .map_err(|source| DuckLakeError::CatalogFolder {
+                        catalog: catalog.clone(),
+                        source,
+                    })?;
                 let base = paths::local_dir_url(&folder)?;
                 let data_path = reader.data_path()?;
-                let root = paths::resolve(&base, PathPart { path: &data_path, is_relative: !is_absolute(&data_path) })?;
-                paths::resolve(&root, PathPart { path: "", is_relative: true })?
+                let root = paths::resolve(
+                    &base,
+                    PathPart {
+                        path: &data_path,
+                        is_relative: !is_absolute(&data_path),
+                    },
+                )?;
+                paths::resolve(
+                    &root,
+                    PathPart {
+                        path: "",
+                        is_relative: true,
+                    },
+                )?
             }
         };
         let columns = LogicalColumns::new(&name, reader.columns(entry.table_id, snapshot)?);
@@ -188,7 +247,17 @@ impl DuckLakeTable {
             Some(store) => store.clone(),
             None => default_store(&data_root, &files)?,
         };
-        Ok(Self { catalog, name, table_id: entry.table_id, snapshot, data_root, columns, files, mappings, store })
+        Ok(Self {
+            catalog,
+            name,
+            table_id: entry.table_id,
+            snapshot,
+            data_root,
+            columns,
+            files,
+            mappings,
+            store,
+        })
     }
 
     /// The catalog file this table was read from.
@@ -223,7 +292,12 @@ impl DuckLakeTable {
 
     /// Every location a scan may read: data files and their delete files.
     pub fn locations(&self) -> Vec<&Url> {
-        self.files.iter().flat_map(|f| std::iter::once(&f.location).chain(f.delete.as_ref().map(|d| &d.location))).collect()
+        self.files
+            .iter()
+            .flat_map(|f| {
+                std::iter::once(&f.location).chain(f.delete.as_ref().map(|d| &d.location))
+            })
+            .collect()
     }
 
     /// Reads `columns` of every live row: table columns in their logical Arrow
@@ -234,7 +308,10 @@ impl DuckLakeTable {
     ///
     /// # Errors
     /// [`DuckLakeError::UnknownColumn`], IO, Parquet, mapping and lineage errors.
-    pub async fn scan(&self, columns: &[&str]) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
+    pub async fn scan(
+        &self,
+        columns: &[&str],
+    ) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
         self.scan_with(columns, MissingRowId::Null).await
     }
 
@@ -270,7 +347,10 @@ impl DuckLakeTable {
         let file = self
             .files
             .get(file_index)
-            .ok_or(DuckLakeError::NoSuchFile { file: file_index, files: self.files.len() })?;
+            .ok_or(DuckLakeError::NoSuchFile {
+                file: file_index,
+                files: self.files.len(),
+            })?;
         let request = scan::Request::new(self, columns, missing)?;
         scan::read_file(self, &request, file).await
     }
@@ -282,8 +362,17 @@ fn is_absolute(path: &str) -> bool {
 
 /// The store for the table's files when none is injected: one store for the
 /// origin (scheme + authority) of the data root, which every file must share.
-fn default_store(data_root: &Url, files: &[LiveFile]) -> Result<Arc<dyn ObjectStore>, DuckLakeError> {
-    let origin = |u: &Url| (u.scheme().to_string(), u.host_str().map(str::to_string), u.port());
+fn default_store(
+    data_root: &Url,
+    files: &[LiveFile],
+) -> Result<Arc<dyn ObjectStore>, DuckLakeError> {
+    let origin = |u: &Url| {
+        (
+            u.scheme().to_string(),
+            u.host_str().map(str::to_string),
+            u.port(),
+        )
+    };
     let root = files.first().map(|f| &f.location).unwrap_or(data_root);
     if let Some(other) = files
         .iter()
@@ -299,7 +388,10 @@ fn default_store(data_root: &Url, files: &[LiveFile]) -> Result<Arc<dyn ObjectSt
         return Ok(Arc::new(object_store::local::LocalFileSystem::new()));
     }
     let env = std::env::vars().filter(|(k, _)| k.starts_with("AWS_"));
-    let (store, _) = object_store::parse_url_opts(root, env)
-        .map_err(|source| DuckLakeError::ObjectStore { path: root.to_string(), source })?;
+    let (store, _) =
+        object_store::parse_url_opts(root, env).map_err(|source| DuckLakeError::ObjectStore {
+            path: root.to_string(),
+            source,
+        })?;
     Ok(Arc::from(store))
 }

@@ -33,8 +33,15 @@ impl StoreReader {
     }
 
     async fn get(&self, range: GetRange) -> Result<Bytes> {
-        let options = GetOptions { range: Some(range), ..Default::default() };
-        let result = self.store.get_opts(&self.path, options).await.map_err(external)?;
+        let options = GetOptions {
+            range: Some(range),
+            ..Default::default()
+        };
+        let result = self
+            .store
+            .get_opts(&self.path, options)
+            .await
+            .map_err(external)?;
         result.bytes().await.map_err(external)
     }
 }
@@ -49,7 +56,13 @@ impl AsyncFileReader for StoreReader {
     }
 
     fn get_byte_ranges(&mut self, ranges: Vec<Range<u64>>) -> BoxFuture<'_, Result<Vec<Bytes>>> {
-        async move { self.store.get_ranges(&self.path, &ranges).await.map_err(external) }.boxed()
+        async move {
+            self.store
+                .get_ranges(&self.path, &ranges)
+                .await
+                .map_err(external)
+        }
+        .boxed()
     }
 
     fn get_metadata<'a>(

@@ -37,7 +37,11 @@ pub(super) struct Request {
 }
 
 impl Request {
-    pub(super) fn new(table: &DuckLakeTable, columns: &[&str], missing: MissingRowId) -> Result<Self, DuckLakeError> {
+    pub(super) fn new(
+        table: &DuckLakeTable,
+        columns: &[&str],
+        missing: MissingRowId,
+    ) -> Result<Self, DuckLakeError> {
         let names = table.columns.names();
         let mut wanted = Vec::with_capacity(columns.len());
         for &name in columns {
@@ -60,12 +64,20 @@ impl Request {
                 Wanted::Lineage(l) => Arc::new(Field::new(l.name(), l.data_type(), true)),
             })
             .collect();
-        Ok(Self { wanted, logical, schema: Arc::new(Schema::new(fields)), missing })
+        Ok(Self {
+            wanted,
+            logical,
+            schema: Arc::new(Schema::new(fields)),
+            missing,
+        })
     }
 }
 
 fn store_error(location: &Url) -> impl Fn(parquet::errors::ParquetError) -> DuckLakeError + '_ {
-    move |source| DuckLakeError::Parquet { path: paths::display(location), source }
+    move |source| DuckLakeError::Parquet {
+        path: paths::display(location),
+        source,
+    }
 }
 
 async fn open_builder(
@@ -74,12 +86,20 @@ async fn open_builder(
     size: Option<u64>,
 ) -> Result<ParquetRecordBatchStreamBuilder<StoreReader>, DuckLakeError> {
     let reader = StoreReader::new(table.store.clone(), paths::object_path(location)?, size);
-    ParquetRecordBatchStreamBuilder::new(reader).await.map_err(store_error(location))
+    ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(store_error(location))
 }
 
 /// The deleted positions listed by a delete file (`pos`, field id 2147483645).
-async fn deleted_positions(table: &DuckLakeTable, file: &LiveFile, rows: u64) -> Result<HashSet<u64>, DuckLakeError> {
-    let Some(delete) = &file.delete else { return Ok(HashSet::new()) };
+async fn deleted_positions(
+    table: &DuckLakeTable,
+    file: &LiveFile,
+    rows: u64,
+) -> Result<HashSet<u64>, DuckLakeError> {
+    let Some(delete) = &file.delete else {
+        return Ok(HashSet::new());
+    };
     let name = paths::display(&delete.location);
     let builder = open_builder(table, &delete.location, delete.size).await?;
     let index = builder
@@ -87,7 +107,9 @@ async fn deleted_positions(table: &DuckLakeTable, file: &LiveFile, rows: u64) ->
         .fields()
         .iter()
         .position(|f| f.name() == "pos" && f.data_type() == &DataType::Int64)
-        .ok_or_else(|| DuckLakeError::DeleteFileSchema { delete_file: name.clone() })?;
+        .ok_or_else(|| DuckLakeError::DeleteFileSchema {
+            delete_file: name.clone(),
+        })?;
     let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
     let batches: Vec<RecordBatch> = builder
         .with_projection(mask)
@@ -98,7 +120,9 @@ async fn deleted_positions(table: &DuckLakeTable, file: &LiveFile, rows: u64) ->
         .map_err(store_error(&delete.location))?;
     let mut positions = HashSet::new();
     for batch in &batches {
-        let column = batch.column(0).as_primitive::<arrow::datatypes::Int64Type>();
+        let column = batch
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int64Type>();
         for pos in column.iter().flatten() {
             match u64::try_from(pos) {
                 Ok(p) if p < rows => {
@@ -131,16 +155,31 @@ pub(super) async fn read_file(
     let builder = open_builder(table, &file.location, file.size).await?;
     let rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
     if let Some(expected) = file.record_count.filter(|&n| n != rows) {
-        return Err(DuckLakeError::RowCountMismatch { file: name.clone(), expected, actual: rows });
+        return Err(DuckLakeError::RowCountMismatch {
+            file: name.clone(),
+            expected,
+            actual: rows,
+        });
     }
     let physical = builder.schema().clone();
     let mapping = match file.mapping_id {
-        Some(mapping_id) => table.mappings.get(table.table_id, mapping_id).cloned().ok_or_else(|| {
-            DuckLakeError::UnknownMapping { file: name.clone(), table_id: table.table_id, mapping_id }
-        })?,
+        Some(mapping_id) => table
+            .mappings
+            .get(table.table_id, mapping_id)
+            .cloned()
+            .ok_or_else(|| DuckLakeError::UnknownMapping {
+                file: name.clone(),
+                table_id: table.table_id,
+                mapping_id,
+            })?,
         None => Arc::new(ColumnMapping::from_field_ids(&physical)),
     };
-    let resolved = mapping.resolve(&request.logical, &physical, name, &paths::hive_partitions(&file.location))?;
+    let resolved = mapping.resolve(
+        &request.logical,
+        &physical,
+        name,
+        &paths::hive_partitions(&file.location),
+    )?;
     let embedded: Vec<(LineageColumn, usize)> = request
         .wanted
         .iter()
@@ -159,12 +198,22 @@ pub(super) async fn read_file(
     let deleted = deleted_positions(table, file, rows).await?;
     let visible = file.visible_rows.unwrap_or(rows);
     let mask = ProjectionMask::roots(builder.parquet_schema(), roots.iter().copied());
-    let mut stream = builder.with_projection(mask).build().map_err(store_error(&file.location))?;
-    let arrow_error = |source| DuckLakeError::Arrow { path: name.clone(), source };
+    let mut stream = builder
+        .with_projection(mask)
+        .build()
+        .map_err(store_error(&file.location))?;
+    let arrow_error = |source| DuckLakeError::Arrow {
+        path: name.clone(),
+        source,
+    };
 
     let mut out = Vec::new();
     let mut first_row = 0u64;
-    while let Some(batch) = stream.try_next().await.map_err(store_error(&file.location))? {
+    while let Some(batch) = stream
+        .try_next()
+        .await
+        .map_err(store_error(&file.location))?
+    {
         let len = batch.num_rows();
         let logical = resolved.assemble(&batch.project(&mapped_slots).map_err(arrow_error)?)?;
         let mut logical = logical.into_iter();
@@ -172,27 +221,45 @@ pub(super) async fn read_file(
         for w in &request.wanted {
             columns.push(match w {
                 Wanted::Table(f) => logical.next().ok_or_else(|| {
-                    arrow_error(arrow::error::ArrowError::SchemaError(format!("column {} not assembled", f.name())))
+                    arrow_error(arrow::error::ArrowError::SchemaError(format!(
+                        "column {} not assembled",
+                        f.name()
+                    )))
                 })?,
                 Wanted::Lineage(l) => {
-                    let embedded = embedded.iter().find(|(c, _)| c == l).map(|(_, i)| batch.column(slot(*i)));
-                    lineage::materialize(*l, &file.lineage, embedded, first_row, len, request.missing)?
+                    let embedded = embedded
+                        .iter()
+                        .find(|(c, _)| c == l)
+                        .map(|(_, i)| batch.column(slot(*i)));
+                    lineage::materialize(
+                        *l,
+                        &file.lineage,
+                        embedded,
+                        first_row,
+                        len,
+                        request.missing,
+                    )?
                 }
             });
         }
-        let keep: BooleanArray =
-            (first_row..first_row + len as u64).map(|r| Some(r < visible && !deleted.contains(&r))).collect();
+        let keep: BooleanArray = (first_row..first_row + len as u64)
+            .map(|r| Some(r < visible && !deleted.contains(&r)))
+            .collect();
         first_row += len as u64;
         let options = RecordBatchOptions::new().with_row_count(Some(len));
-        let batch =
-            RecordBatch::try_new_with_options(request.schema.clone(), columns, &options).map_err(arrow_error)?;
+        let batch = RecordBatch::try_new_with_options(request.schema.clone(), columns, &options)
+            .map_err(arrow_error)?;
         let batch = filter_record_batch(&batch, &keep).map_err(arrow_error)?;
         if batch.num_rows() > 0 {
             out.push(batch);
         }
     }
     if first_row != rows {
-        return Err(DuckLakeError::RowCountMismatch { file: name.clone(), expected: rows, actual: first_row });
+        return Err(DuckLakeError::RowCountMismatch {
+            file: name.clone(),
+            expected: rows,
+            actual: first_row,
+        });
     }
     Ok(out)
 }
