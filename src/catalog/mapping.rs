@@ -243,12 +243,16 @@ impl ColumnMapping {
     }
 
     /// The mapping for a file without field ids, matched by the logical field
-    /// names at every level (the Parquet provider's fallback). Fields without
-    /// a field id get no node.
-    pub fn by_name(logical: &Schema) -> Self {
+    /// names at every level (the Parquet provider's fallback): a node for each
+    /// logical field (with a field id) whose name the file has at that level; a
+    /// list's element matches the file's list child whatever its name.
+    /// Logical fields the file lacks get no node and read as NULL.
+    pub fn by_name(logical: &Schema, physical: &Schema) -> Self {
         let mut names = Vec::new();
         for f in logical.fields() {
-            push_by_name_nodes(f, None, &mut names);
+            if let Some(pf) = physical.fields().find(f.name()).map(|(_, pf)| pf) {
+                push_by_name_nodes(f, pf, None, &mut names);
+            }
         }
         Self::from_valid_names(-1, -1, "map_by_name".to_string(), names)
     }
@@ -259,7 +263,7 @@ impl ColumnMapping {
         if physical.fields().iter().any(|f| has_any_field_id(f)) {
             Self::from_field_ids(physical)
         } else {
-            Self::by_name(logical)
+            Self::by_name(logical, physical)
         }
     }
 
@@ -446,18 +450,33 @@ fn push_field_id_nodes(field: &Field, parent: Option<i64>, out: &mut Vec<NameMap
     }
 }
 
-fn push_by_name_nodes(field: &Field, parent: Option<i64>, out: &mut Vec<NameMapping>) {
-    let Some(id) = field_id(field) else { return };
+fn push_by_name_nodes(
+    logical: &Field,
+    physical: &Field,
+    parent: Option<i64>,
+    out: &mut Vec<NameMapping>,
+) {
+    let Some(id) = field_id(logical) else { return };
     let column_id = out.len() as i64;
     out.push(NameMapping {
         column_id,
-        source_name: field.name().clone(),
+        source_name: physical.name().clone(),
         target_field_id: id,
         parent_column: parent,
         is_partition: false,
     });
-    for child in child_fields(field) {
-        push_by_name_nodes(child, Some(column_id), out);
+    match (logical.data_type(), physical.data_type()) {
+        (DataType::List(lc), DataType::List(pc) | DataType::LargeList(pc)) => {
+            push_by_name_nodes(lc, pc, Some(column_id), out);
+        }
+        (DataType::Struct(lfs), DataType::Struct(pfs)) => {
+            for lf in lfs {
+                if let Some((_, pf)) = pfs.find(lf.name()) {
+                    push_by_name_nodes(lf, pf, Some(column_id), out);
+                }
+            }
+        }
+        _ => {}
     }
 }
 
@@ -736,5 +755,259 @@ impl MappingSet {
     /// The mapping `(table_id, mapping_id)`, if any.
     pub fn get(&self, table_id: i64, mapping_id: i64) -> Option<&Arc<ColumnMapping>> {
         self.mappings.get(&(table_id, mapping_id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{AsArray, Int32Array, Int64Array, ListArray};
+    use arrow::datatypes::{Float32Type, Int64Type};
+
+    fn id(name: &str, data_type: DataType, id: i64) -> Field {
+        with_field_id(Field::new(name, data_type, true), id)
+    }
+
+    fn list_of(name: &str, id_: i64, element: Field) -> Field {
+        id(name, DataType::List(Arc::new(element)), id_)
+    }
+
+    /// The table `(id BIGINT, title VARCHAR, embedding FLOAT[])` with DuckLake's ids.
+    fn logical() -> Schema {
+        Schema::new(vec![
+            id("id", DataType::Int64, 1),
+            id("title", DataType::Utf8, 2),
+            list_of("embedding", 3, id("element", DataType::Float32, 4)),
+        ])
+    }
+
+    fn node(column_id: i64, name: &str, target: i64, parent: Option<i64>) -> NameMapping {
+        NameMapping {
+            column_id,
+            source_name: name.into(),
+            target_field_id: target,
+            parent_column: parent,
+            is_partition: false,
+        }
+    }
+
+    fn fields(schema: &Schema) -> Vec<FieldRef> {
+        schema.fields().iter().cloned().collect()
+    }
+
+    /// A pyarrow-style file without ids: `embedding` (list<item>), `id` INT32, an extra column.
+    fn foreign_batch() -> RecordBatch {
+        let embedding = ListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(1.0), Some(2.0)]),
+            None,
+        ]);
+        let schema = Schema::new(vec![
+            Field::new("embedding", embedding.data_type().clone(), true),
+            Field::new("extra", DataType::Int64, true),
+            Field::new("id", DataType::Int32, true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(embedding),
+                Arc::new(Int64Array::from(vec![9, 9])),
+                Arc::new(Int32Array::from(vec![7, 8])),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn by_name_resolves_item_lists_widens_and_nulls_missing() {
+        let logical = logical();
+        let batch = foreign_batch();
+        let mapping = ColumnMapping::for_file(&logical, &batch.schema());
+        assert_eq!(mapping.map_type, "map_by_name");
+        let resolved = mapping
+            .resolve(&fields(&logical), &batch.schema(), "f", &[])
+            .unwrap();
+        // Only the two mapped roots are read, the extra column is not.
+        assert_eq!(resolved.physical_roots(), &[0, 2]);
+        let cols = resolved
+            .assemble(&batch.project(resolved.physical_roots()).unwrap())
+            .unwrap();
+        assert_eq!(cols[0].as_primitive::<Int64Type>().values(), &[7, 8]);
+        assert_eq!(cols[1].null_count(), 2);
+        assert_eq!(cols[2].data_type(), logical.field(2).data_type());
+        let list = cols[2].as_list::<i32>();
+        assert!(list.is_null(1));
+        assert_eq!(
+            list.value(0).as_primitive::<Float32Type>().values(),
+            &[1.0, 2.0]
+        );
+    }
+
+    #[test]
+    fn field_ids_win_over_names() {
+        // A file with ids whose names differ from the table's.
+        let physical = Schema::new(vec![id("renamed_id", DataType::Int64, 1)]);
+        let mapping = ColumnMapping::for_file(&logical(), &physical);
+        let resolved = mapping
+            .resolve(&fields(&logical()), &physical, "f", &[])
+            .unwrap();
+        assert_eq!(resolved.physical_roots(), &[0]);
+        assert!(matches!(resolved.columns[1].1, ColumnSource::Null));
+    }
+
+    #[test]
+    fn partition_nodes_read_the_hive_value() {
+        let logical = Schema::new(vec![id("part", DataType::Int32, 5)]);
+        let mut n = node(0, "part", 5, None);
+        n.is_partition = true;
+        let mapping = ColumnMapping::new(3, 25, "map_by_name", vec![n]).unwrap();
+        let batch = foreign_batch();
+        let parts = vec![("part".to_string(), "2".to_string())];
+        let resolved = mapping
+            .resolve(&fields(&logical), &batch.schema(), "f", &parts)
+            .unwrap();
+        let cols = resolved
+            .assemble(&batch.project(resolved.physical_roots()).unwrap())
+            .unwrap();
+        assert_eq!(
+            cols[0]
+                .as_primitive::<arrow::datatypes::Int32Type>()
+                .values(),
+            &[2, 2]
+        );
+        let bad = vec![("part".to_string(), "x".to_string())];
+        let resolved = mapping
+            .resolve(&fields(&logical), &batch.schema(), "f", &bad)
+            .unwrap();
+        let err = resolved.assemble(&batch.project(resolved.physical_roots()).unwrap());
+        assert!(
+            matches!(err, Err(MappingError::PartitionValueInvalid { ref value, .. }) if value == "x")
+        );
+    }
+
+    #[test]
+    fn narrowing_is_a_type_mismatch() {
+        let logical = Schema::new(vec![id("id", DataType::Int32, 1)]);
+        let physical = Schema::new(vec![Field::new("id", DataType::Int64, true)]);
+        let err = ColumnMapping::by_name(&logical, &physical).resolve(
+            &fields(&logical),
+            &physical,
+            "f",
+            &[],
+        );
+        assert!(
+            matches!(err, Err(MappingError::TypeMismatch { ref column, .. }) if column == "id")
+        );
+    }
+
+    #[test]
+    fn structs_match_children_by_node_and_null_the_unmapped() {
+        let inner = Fields::from(vec![
+            id("src", DataType::Utf8, 3),
+            id("score", DataType::Float64, 4),
+        ]);
+        let logical = Schema::new(vec![id("meta", DataType::Struct(inner), 2)]);
+        let pfields = Fields::from(vec![Field::new("s", DataType::Utf8, true)]);
+        let physical = Schema::new(vec![Field::new(
+            "m",
+            DataType::Struct(pfields.clone()),
+            true,
+        )]);
+        let mapping = ColumnMapping::new(
+            5,
+            31,
+            "map_by_name",
+            vec![node(0, "m", 2, None), node(1, "s", 3, Some(0))],
+        )
+        .unwrap();
+        let st = StructArray::new(
+            pfields,
+            vec![Arc::new(StringArray::from(vec!["a"])) as ArrayRef],
+            None,
+        );
+        let batch = RecordBatch::try_new(Arc::new(physical.clone()), vec![Arc::new(st)]).unwrap();
+        let resolved = mapping
+            .resolve(&fields(&logical), &physical, "f", &[])
+            .unwrap();
+        let cols = resolved.assemble(&batch).unwrap();
+        let out = cols[0].as_struct();
+        assert_eq!(out.column(0).as_string::<i32>().value(0), "a");
+        assert!(out.column(1).is_null(0));
+    }
+
+    #[test]
+    fn validation_rules_are_typed() {
+        let err = ColumnMapping::new(2, 12, "map_by_name", vec![]);
+        assert!(matches!(
+            err,
+            Err(MappingError::EmptyMapping {
+                table_id: 2,
+                mapping_id: 12
+            })
+        ));
+        let err = ColumnMapping::new(
+            2,
+            12,
+            "x",
+            vec![node(0, "a", 1, None), node(0, "b", 2, None)],
+        );
+        assert!(matches!(
+            err,
+            Err(MappingError::DuplicateColumnId { column_id: 0, .. })
+        ));
+        let err = ColumnMapping::new(2, 12, "x", vec![node(1, "a", 1, Some(1))]);
+        assert!(matches!(
+            err,
+            Err(MappingError::ParentNotBeforeChild {
+                column_id: 1,
+                parent_column: 1,
+                ..
+            })
+        ));
+        let err = ColumnMapping::new(2, 12, "x", vec![node(5, "a", 1, Some(2))]);
+        assert!(matches!(
+            err,
+            Err(MappingError::UnknownParent {
+                parent_column: 2,
+                ..
+            })
+        ));
+        // Non-contiguous ordinals and any map type are accepted.
+        assert!(
+            ColumnMapping::new(
+                2,
+                12,
+                "future",
+                vec![node(3, "a", 1, None), node(9, "b", 2, Some(3))]
+            )
+            .is_ok()
+        );
+
+        let row = |mapping_id| ColumnMappingRow {
+            mapping_id,
+            table_id: 2,
+            map_type: "map_by_name".into(),
+        };
+        let err = MappingSet::from_rows(
+            vec![row(12)],
+            vec![(12, node(0, "a", 1, None)), (13, node(0, "a", 1, None))],
+        );
+        assert!(matches!(
+            err,
+            Err(MappingError::OrphanNameRows {
+                mapping_id: 13,
+                rows: 1
+            })
+        ));
+        let err = MappingSet::from_rows(vec![row(12), row(12)], vec![(12, node(0, "a", 1, None))]);
+        assert!(matches!(
+            err,
+            Err(MappingError::DuplicateMapping {
+                table_id: 2,
+                mapping_id: 12
+            })
+        ));
+        let set = MappingSet::from_rows(vec![row(12)], vec![(12, node(0, "a", 1, None))]).unwrap();
+        assert_eq!(set.get(2, 12).unwrap().names().len(), 1);
+        assert!(set.get(3, 12).is_none());
     }
 }
