@@ -11,7 +11,6 @@ use ducklake_common::*;
 use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::lineage::{LineageError, MissingRowId};
 use parqivf::catalog::paths::PathError;
-use serde_json::Value;
 
 fn open(
     catalog: &Path,
@@ -28,78 +27,12 @@ fn open(
         .unwrap_or_else(|e| panic!("{table}@{snapshot:?}: {e}"))
 }
 
-fn latest_columns(expected: &Value) -> Vec<String> {
-    let mut cols = vec!["rowid".to_string()];
-    cols.extend(
-        expected["columns"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|c| c[0].as_str().unwrap().to_string()),
-    );
-    cols
-}
-
-/// Every table at the latest snapshot and at every snapshot from its creation
-/// to the latest (content at v = at_snapshot[max key <= v]).
-async fn check_all_tables(catalog: &Path, data_path: Option<String>) {
-    let expected = expected();
-    let latest = expected["latest_snapshot"].as_u64().unwrap();
-    for table in TABLES {
-        let exp = &expected["tables"][table];
-        let cols = latest_columns(exp);
-        let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
-        let t = open(catalog, table, None, data_path.clone());
-        assert_eq!(t.snapshot(), latest as i64);
-        let got = rows(&t.scan(&cols).await.unwrap());
-        let want = exp["rows"].as_array().unwrap();
-        assert_eq!(
-            got.len() as u64,
-            exp["row_count"].as_u64().unwrap(),
-            "{table} row count"
-        );
-        assert_eq!(&got, want, "{table} latest");
-
-        let fields: Vec<&str> = exp["at_snapshot_fields"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|f| f.as_str().unwrap())
-            .collect();
-        let at = exp["at_snapshot"].as_object().unwrap();
-        let mut keys: Vec<u64> = at.keys().map(|k| k.parse().unwrap()).collect();
-        keys.sort_unstable();
-        let created = keys[0];
-        // Before its creation the table does not exist.
-        let before = DuckLakeTable::open(
-            catalog,
-            table,
-            &DuckLakeOptions {
-                snapshot: Some(created - 1),
-                data_path: data_path.clone(),
-                store: None,
-            },
-        );
-        assert!(
-            matches!(before, Err(DuckLakeError::TableNotFound { .. })),
-            "{table} before {created}"
-        );
-        for v in created..=latest {
-            let key = keys.iter().rev().find(|&&k| k <= v).unwrap();
-            let want = &at[&key.to_string()];
-            let t = open(catalog, table, Some(v), data_path.clone());
-            let got = tuples(&t.scan(&fields).await.unwrap());
-            assert_eq!(&Value::Array(got), want, "{table} at snapshot {v}");
-        }
-    }
-}
-
 #[tokio::test]
 async fn moved_fixture_reads_duckdb_answers() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
     rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
-    check_all_tables(&catalog, None).await;
+    check_all_tables(&catalog, &DuckLakeOptions::default()).await;
 }
 
 #[tokio::test]
@@ -117,7 +50,14 @@ async fn data_path_override_reads_duckdb_answers() {
         without.scan(&["rowid"]).await.is_err(),
         "data/ is gone from the catalog folder"
     );
-    check_all_tables(&catalog, Some(moved.display().to_string())).await;
+    check_all_tables(
+        &catalog,
+        &DuckLakeOptions {
+            data_path: Some(moved.display().to_string()),
+            ..Default::default()
+        },
+    )
+    .await;
 }
 
 #[tokio::test]

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Float32Type, Float64Type, Int32Type, Int64Type, UInt64Type};
+use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use serde_json::{Map, Value, json};
 
 pub const TABLES: [&str; 6] = [
@@ -122,4 +123,84 @@ pub fn tuples(batches: &[RecordBatch]) -> Vec<Value> {
         .into_iter()
         .map(|v| Value::Array(v.as_object().unwrap().values().cloned().collect()))
         .collect()
+}
+
+/// `table` at `snapshot` with the other options of `base`.
+pub fn open_at(
+    catalog: &Path,
+    table: &str,
+    snapshot: Option<u64>,
+    base: &DuckLakeOptions,
+) -> DuckLakeTable {
+    let options = DuckLakeOptions {
+        snapshot,
+        ..base.clone()
+    };
+    DuckLakeTable::open(catalog, table, &options)
+        .unwrap_or_else(|e| panic!("{table}@{snapshot:?}: {e}"))
+}
+
+fn latest_columns(expected: &Value) -> Vec<String> {
+    let mut cols = vec!["rowid".to_string()];
+    cols.extend(
+        expected["columns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c[0].as_str().unwrap().to_string()),
+    );
+    cols
+}
+
+/// Every table at the latest snapshot and at every snapshot from its creation
+/// to the latest (content at v = at_snapshot[max key <= v]).
+pub async fn check_all_tables(catalog: &Path, base: &DuckLakeOptions) {
+    let expected = expected();
+    let latest = expected["latest_snapshot"].as_u64().unwrap();
+    for table in TABLES {
+        let exp = &expected["tables"][table];
+        let cols = latest_columns(exp);
+        let cols: Vec<&str> = cols.iter().map(String::as_str).collect();
+        let t = open_at(catalog, table, None, base);
+        assert_eq!(t.snapshot(), latest as i64);
+        let got = rows(&t.scan(&cols).await.unwrap());
+        let want = exp["rows"].as_array().unwrap();
+        assert_eq!(
+            got.len() as u64,
+            exp["row_count"].as_u64().unwrap(),
+            "{table} row count"
+        );
+        assert_eq!(&got, want, "{table} latest");
+
+        let fields: Vec<&str> = exp["at_snapshot_fields"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|f| f.as_str().unwrap())
+            .collect();
+        let at = exp["at_snapshot"].as_object().unwrap();
+        let mut keys: Vec<u64> = at.keys().map(|k| k.parse().unwrap()).collect();
+        keys.sort_unstable();
+        let created = keys[0];
+        // Before its creation the table does not exist.
+        let before = DuckLakeTable::open(
+            catalog,
+            table,
+            &DuckLakeOptions {
+                snapshot: Some(created - 1),
+                ..base.clone()
+            },
+        );
+        assert!(
+            matches!(before, Err(DuckLakeError::TableNotFound { .. })),
+            "{table} before {created}"
+        );
+        for v in created..=latest {
+            let key = keys.iter().rev().find(|&&k| k <= v).unwrap();
+            let want = &at[&key.to_string()];
+            let t = open_at(catalog, table, Some(v), base);
+            let got = tuples(&t.scan(&fields).await.unwrap());
+            assert_eq!(&Value::Array(got), want, "{table} at snapshot {v}");
+        }
+    }
 }
