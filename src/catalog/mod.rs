@@ -1,20 +1,21 @@
 //! The catalog mapping layer: location URIs, provider definitions, type
 //! mapping, the column-mapping model, DuckLake catalog reading, path
 //! resolution and row lineage.
-//! SKELETON: shared by the URI/definitions helper and the DuckLake helper.
 
 pub mod definition;
 pub mod type_mapping;
 pub mod uri;
 pub mod vector_column;
+pub mod ducklake;
+pub mod lineage;
+pub mod mapping;
+pub mod paths;
 
 use thiserror::Error;
 
 /// Catalog errors.
 #[derive(Debug, Error)]
 pub enum CatalogError {
-    #[error("{0}")]
-    Invalid(String),
     #[error(transparent)]
     Uri(#[from] uri::UriError),
     #[error(transparent)]
@@ -23,4 +24,12 @@ pub enum CatalogError {
     TypeMapping(#[from] type_mapping::TypeMappingError),
     #[error(transparent)]
     VectorColumn(#[from] vector_column::VectorColumnError),
+    #[error(transparent)]
+    DuckLake(#[from] ducklake::DuckLakeError),
+    #[error(transparent)]
+    Mapping(#[from] mapping::MappingError),
+    #[error(transparent)]
+    Lineage(#[from] lineage::LineageError),
+    #[error(transparent)]
+    Path(#[from] paths::PathError),
 }

@@ -1,0 +1,265 @@
+//! Reading one live file: its footer through the object store, its columns
+//! through the column-mapping model, its lineage columns, and its delete
+//! file's positions; rows beyond the snapshot's `partial_file_info` count and
+//! deleted rows are dropped after lineage is computed.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow::compute::filter_record_batch;
+use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
+use futures::TryStreamExt;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use url::Url;
+
+use super::object_reader::StoreReader;
+use super::{DuckLakeError, DuckLakeTable, LiveFile};
+use crate::catalog::lineage::{self, LineageColumn, MissingRowId};
+use crate::catalog::mapping::ColumnMapping;
+use crate::catalog::paths;
+
+/// One requested output column.
+#[derive(Debug, Clone)]
+enum Wanted {
+    Table(FieldRef),
+    Lineage(LineageColumn),
+}
+
+/// The columns a scan produces, resolved once against the table.
+#[derive(Debug)]
+pub(super) struct Request {
+    wanted: Vec<Wanted>,
+    logical: Vec<FieldRef>,
+    schema: SchemaRef,
+    missing: MissingRowId,
+}
+
+impl Request {
+    pub(super) fn new(
+        table: &DuckLakeTable,
+        columns: &[&str],
+        missing: MissingRowId,
+    ) -> Result<Self, DuckLakeError> {
+        let names = table.columns.names();
+        let mut wanted = Vec::with_capacity(columns.len());
+        for &name in columns {
+            wanted.push(match LineageColumn::from_name(name) {
+                Some(l) if !names.contains(&name) => Wanted::Lineage(l),
+                _ => Wanted::Table(table.columns.field(name)?),
+            });
+        }
+        let logical = wanted
+            .iter()
+            .filter_map(|w| match w {
+                Wanted::Table(f) => Some(f.clone()),
+                Wanted::Lineage(_) => None,
+            })
+            .collect();
+        let fields: Vec<FieldRef> = wanted
+            .iter()
+            .map(|w| match w {
+                Wanted::Table(f) => f.clone(),
+                Wanted::Lineage(l) => Arc::new(Field::new(l.name(), l.data_type(), true)),
+            })
+            .collect();
+        Ok(Self {
+            wanted,
+            logical,
+            schema: Arc::new(Schema::new(fields)),
+            missing,
+        })
+    }
+}
+
+fn store_error(location: &Url) -> impl Fn(parquet::errors::ParquetError) -> DuckLakeError + '_ {
+    move |source| DuckLakeError::Parquet {
+        path: paths::display(location),
+        source,
+    }
+}
+
+async fn open_builder(
+    table: &DuckLakeTable,
+    location: &Url,
+    size: Option<u64>,
+) -> Result<ParquetRecordBatchStreamBuilder<StoreReader>, DuckLakeError> {
+    let reader = StoreReader::new(table.store.clone(), paths::object_path(location)?, size);
+    ParquetRecordBatchStreamBuilder::new(reader)
+        .await
+        .map_err(store_error(location))
+}
+
+/// The deleted positions listed by a delete file (`pos`, field id 2147483645).
+async fn deleted_positions(
+    table: &DuckLakeTable,
+    file: &LiveFile,
+    rows: u64,
+) -> Result<HashSet<u64>, DuckLakeError> {
+    let Some(delete) = &file.delete else {
+        return Ok(HashSet::new());
+    };
+    let name = paths::display(&delete.location);
+    let builder = open_builder(table, &delete.location, delete.size).await?;
+    let index = builder
+        .schema()
+        .fields()
+        .iter()
+        .position(|f| f.name() == "pos" && f.data_type() == &DataType::Int64)
+        .ok_or_else(|| DuckLakeError::DeleteFileSchema {
+            delete_file: name.clone(),
+        })?;
+    let mask = ProjectionMask::roots(builder.parquet_schema(), [index]);
+    let batches: Vec<RecordBatch> = builder
+        .with_projection(mask)
+        .build()
+        .map_err(store_error(&delete.location))?
+        .try_collect()
+        .await
+        .map_err(store_error(&delete.location))?;
+    let mut positions = HashSet::new();
+    for batch in &batches {
+        let column = batch
+            .column(0)
+            .as_primitive::<arrow::datatypes::Int64Type>();
+        for pos in column.iter().flatten() {
+            match u64::try_from(pos) {
+                Ok(p) if p < rows => {
+                    positions.insert(p);
+                }
+                _ => {
+                    return Err(DuckLakeError::DeletePosition {
+                        delete_file: name,
+                        file: file.lineage.filename.clone(),
+                        pos,
+                        rows,
+                    });
+                }
+            }
+        }
+    }
+    Ok(positions)
+}
+
+/// Reads the live rows of `file`.
+pub(super) async fn read_file(
+    table: &DuckLakeTable,
+    request: &Request,
+    file: &LiveFile,
+) -> Result<Vec<RecordBatch>, DuckLakeError> {
+    let name = &file.lineage.filename;
+    if file.visible_rows == Some(0) {
+        return Ok(Vec::new());
+    }
+    let builder = open_builder(table, &file.location, file.size).await?;
+    let rows = u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0);
+    if let Some(expected) = file.record_count.filter(|&n| n != rows) {
+        return Err(DuckLakeError::RowCountMismatch {
+            file: name.clone(),
+            expected,
+            actual: rows,
+        });
+    }
+    let physical = builder.schema().clone();
+    let mapping = match file.mapping_id {
+        Some(mapping_id) => table
+            .mappings
+            .get(table.table_id, mapping_id)
+            .cloned()
+            .ok_or_else(|| DuckLakeError::UnknownMapping {
+                file: name.clone(),
+                table_id: table.table_id,
+                mapping_id,
+            })?,
+        None => Arc::new(ColumnMapping::from_field_ids(&physical)),
+    };
+    let resolved = mapping.resolve(
+        &request.logical,
+        &physical,
+        name,
+        &paths::hive_partitions(&file.location),
+    )?;
+    let embedded: Vec<(LineageColumn, usize)> = request
+        .wanted
+        .iter()
+        .filter_map(|w| match w {
+            Wanted::Lineage(l) => lineage::embedded_root(&physical, *l).map(|i| (*l, i)),
+            Wanted::Table(_) => None,
+        })
+        .collect();
+    let mut roots: Vec<usize> = resolved.physical_roots().to_vec();
+    roots.extend(embedded.iter().map(|(_, i)| *i));
+    roots.sort_unstable();
+    roots.dedup();
+    let slot = |i: usize| roots.partition_point(|&r| r < i);
+    let mapped_slots: Vec<usize> = resolved.physical_roots().iter().map(|&i| slot(i)).collect();
+
+    let deleted = deleted_positions(table, file, rows).await?;
+    let visible = file.visible_rows.unwrap_or(rows);
+    let mask = ProjectionMask::roots(builder.parquet_schema(), roots.iter().copied());
+    let mut stream = builder
+        .with_projection(mask)
+        .build()
+        .map_err(store_error(&file.location))?;
+    let arrow_error = |source| DuckLakeError::Arrow {
+        path: name.clone(),
+        source,
+    };
+
+    let mut out = Vec::new();
+    let mut first_row = 0u64;
+    while let Some(batch) = stream
+        .try_next()
+        .await
+        .map_err(store_error(&file.location))?
+    {
+        let len = batch.num_rows();
+        let logical = resolved.assemble(&batch.project(&mapped_slots).map_err(arrow_error)?)?;
+        let mut logical = logical.into_iter();
+        let mut columns: Vec<ArrayRef> = Vec::with_capacity(request.wanted.len());
+        for w in &request.wanted {
+            columns.push(match w {
+                Wanted::Table(f) => logical.next().ok_or_else(|| {
+                    arrow_error(arrow::error::ArrowError::SchemaError(format!(
+                        "column {} not assembled",
+                        f.name()
+                    )))
+                })?,
+                Wanted::Lineage(l) => {
+                    let embedded = embedded
+                        .iter()
+                        .find(|(c, _)| c == l)
+                        .map(|(_, i)| batch.column(slot(*i)));
+                    lineage::materialize(
+                        *l,
+                        &file.lineage,
+                        embedded,
+                        first_row,
+                        len,
+                        request.missing,
+                    )?
+                }
+            });
+        }
+        let keep: BooleanArray = (first_row..first_row + len as u64)
+            .map(|r| Some(r < visible && !deleted.contains(&r)))
+            .collect();
+        first_row += len as u64;
+        let options = RecordBatchOptions::new().with_row_count(Some(len));
+        let batch = RecordBatch::try_new_with_options(request.schema.clone(), columns, &options)
+            .map_err(arrow_error)?;
+        let batch = filter_record_batch(&batch, &keep).map_err(arrow_error)?;
+        if batch.num_rows() > 0 {
+            out.push(batch);
+        }
+    }
+    if first_row != rows {
+        return Err(DuckLakeError::RowCountMismatch {
+            file: name.clone(),
+            expected: rows,
+            actual: first_row,
+        });
+    }
+    Ok(out)
+}

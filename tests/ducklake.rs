@@ -1,0 +1,275 @@
+//! DuckLake provider against the DuckDB-written fixture: every table, at the
+//! latest snapshot and at every snapshot since its creation, reads exactly
+//! DuckDB's answers (`expected.json`), for the moved fixture and for a
+//! data-path override; plus path, lineage and read-only rules.
+
+mod ducklake_common;
+
+use std::path::Path;
+
+use ducklake_common::*;
+use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
+use parqivf::catalog::lineage::{LineageError, MissingRowId};
+use parqivf::catalog::paths::PathError;
+
+fn open(
+    catalog: &Path,
+    table: &str,
+    snapshot: Option<u64>,
+    data_path: Option<String>,
+) -> DuckLakeTable {
+    let options = DuckLakeOptions {
+        snapshot,
+        data_path,
+        store: None,
+    };
+    DuckLakeTable::open(catalog, table, &options)
+        .unwrap_or_else(|e| panic!("{table}@{snapshot:?}: {e}"))
+}
+
+#[tokio::test]
+async fn moved_fixture_reads_duckdb_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
+    check_all_tables(&catalog, &DuckLakeOptions::default()).await;
+}
+
+#[tokio::test]
+async fn data_path_override_reads_duckdb_answers() {
+    let dir = tempfile::tempdir().unwrap();
+    let lake = dir.path().join("lake");
+    let catalog = copy_fixture(&lake);
+    // Catalog and data live apart; the catalog's own data_path would point at nothing.
+    let moved = dir.path().join("elsewhere/lake-files");
+    std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
+    std::fs::rename(lake.join("data"), &moved).unwrap();
+    rewrite_outside(&catalog, &lake.join("outside/o.parquet"));
+    let without = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
+    assert!(
+        without.scan(&["rowid"]).await.is_err(),
+        "data/ is gone from the catalog folder"
+    );
+    check_all_tables(
+        &catalog,
+        &DuckLakeOptions {
+            data_path: Some(moved.display().to_string()),
+            ..Default::default()
+        },
+    )
+    .await;
+}
+
+#[tokio::test]
+async fn relative_data_path_resolves_against_the_catalog_folder_not_the_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    let t = open(&catalog, "s1.docs", None, None);
+    let folder = dir.path().canonicalize().unwrap();
+    assert_eq!(t.data_root().to_file_path().unwrap(), folder.join("data"));
+    for location in t.locations() {
+        assert!(
+            location
+                .to_file_path()
+                .unwrap()
+                .starts_with(folder.join("data/s1/docs")),
+            "{location}"
+        );
+    }
+    // The process's working directory holds no data/ folder: reading works anyway.
+    assert!(!Path::new("data/s1").exists());
+    assert!(!t.scan(&["rowid", "embedding"]).await.unwrap().is_empty());
+}
+
+#[tokio::test]
+async fn verbatim_relative_path_is_refused_not_read_from_the_cwd() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    let err = DuckLakeTable::open(&catalog, "s1.outside", &DuckLakeOptions::default()).unwrap_err();
+    assert!(
+        matches!(&err, DuckLakeError::Path(PathError::NotAbsolute { path }) if path == "outside/o.parquet"),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn relative_override_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    let options = DuckLakeOptions {
+        data_path: Some("data/".into()),
+        ..Default::default()
+    };
+    let err = DuckLakeTable::open(&catalog, "s1.docs", &options).unwrap_err();
+    assert!(
+        matches!(err, DuckLakeError::Path(PathError::NotAbsolute { .. })),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn lineage_columns_under_one_mechanism() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    let t = open(&catalog, "s1.docs", None, None);
+    let all = [
+        "rowid",
+        "id",
+        "snapshot_id",
+        "file_index",
+        "filename",
+        "file_row_number",
+    ];
+    let got = rows(&t.scan(&all).await.unwrap());
+    let files = t.files();
+    for row in &got {
+        let file = &files[row["file_index"].as_u64().unwrap() as usize];
+        assert_eq!(row["filename"].as_str().unwrap(), file.lineage.filename);
+        assert_eq!(
+            row["snapshot_id"].as_i64().unwrap(),
+            file.lineage.begin_snapshot,
+            "{row}"
+        );
+        let pos = row["file_row_number"].as_u64().unwrap();
+        assert!(pos < file.record_count.unwrap());
+        // Files written by INSERT: rowid = row_id_start + file_row_number.
+        if file.location.path().contains("f9a4") || file.location.path().contains("ext/") {
+            assert_eq!(
+                row["rowid"].as_i64().unwrap(),
+                file.lineage.row_id_start.unwrap() + pos as i64,
+                "{row}"
+            );
+        }
+    }
+    // UPDATE rewrote id 5 into a file that embeds its rowid (5, not row_id_start + pos).
+    let id5 = got.iter().find(|r| r["id"] == 5).unwrap();
+    assert_eq!(id5["rowid"], 5);
+    let file = &files[id5["file_index"].as_u64().unwrap() as usize];
+    assert_ne!(file.lineage.row_id_start, Some(5));
+
+    // merge_adjacent_files embedded each row's snapshot: ids 40k0..40k9 came in 30, 31, 32, 33.
+    let merged = open(&catalog, "s1.merged", None, None);
+    for row in rows(&merged.scan(&["rowid", "id", "snapshot_id"]).await.unwrap()) {
+        let id = row["id"].as_i64().unwrap();
+        let want = if id >= 4100 {
+            33
+        } else {
+            30 + (id - 4000) / 10
+        };
+        assert_eq!(row["snapshot_id"].as_i64().unwrap(), want, "{row}");
+    }
+}
+
+#[tokio::test]
+async fn missing_row_id_start_is_null_or_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    execute(
+        &catalog,
+        "UPDATE ducklake_data_file SET row_id_start = NULL WHERE data_file_id = 9",
+    );
+    let t = open(&catalog, "s1.docs", None, None);
+    let got = rows(&t.scan(&["rowid", "id"]).await.unwrap());
+    let nulls: Vec<i64> = got
+        .iter()
+        .filter(|r| r["rowid"].is_null())
+        .map(|r| r["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(nulls, (190..200).collect::<Vec<_>>());
+    let err = t
+        .scan_with(&["rowid", "id"], MissingRowId::Error)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::Lineage(LineageError::MissingRowIdStart { .. })
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn rowid_overflow_is_a_typed_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    execute(
+        &catalog,
+        "UPDATE ducklake_data_file SET row_id_start = 9223372036854775800 WHERE data_file_id = 9",
+    );
+    let t = open(&catalog, "s1.docs", None, None);
+    let err = t.scan(&["rowid"]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::Lineage(LineageError::RowIdOverflow {
+                row_id_start: 9223372036854775800,
+                ..
+            })
+        ),
+        "{err}"
+    );
+}
+
+#[tokio::test]
+async fn snapshot_selection_and_table_lookup() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    let err = DuckLakeTable::open(
+        &catalog,
+        "s1.docs",
+        &DuckLakeOptions {
+            snapshot: Some(46),
+            ..Default::default()
+        },
+    )
+    .unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::SnapshotNotFound {
+                requested: 46,
+                latest: 45,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    let err = DuckLakeTable::open(&catalog, "s1.nope", &DuckLakeOptions::default()).unwrap_err();
+    assert!(matches!(err, DuckLakeError::TableNotFound { .. }), "{err}");
+    let err = DuckLakeTable::open(&catalog, "docs", &DuckLakeOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, DuckLakeError::TableNotFound { ref table, .. } if table == "main.docs"),
+        "{err}"
+    );
+    let t = open(&catalog, "s1.docs", None, None);
+    let err = t.scan(&["nope"]).await.unwrap_err();
+    assert!(matches!(err, DuckLakeError::UnknownColumn { .. }), "{err}");
+    // All of insert D (ids 180..189) was deleted at 9: its file ended there.
+    let at8 = open(&catalog, "s1.docs", Some(8), None);
+    let at9 = open(&catalog, "s1.docs", Some(9), None);
+    assert_eq!(at8.files().len(), at9.files().len() + 1);
+}
+
+#[tokio::test]
+async fn the_catalog_is_never_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = copy_fixture(dir.path());
+    rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
+    let before = std::fs::read(&catalog).unwrap();
+    for table in TABLES {
+        let t = open(&catalog, table, None, None);
+        t.scan(&["rowid", "id"]).await.unwrap();
+    }
+    assert_eq!(std::fs::read(&catalog).unwrap(), before);
+    let entries: Vec<_> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert!(
+        !entries
+            .iter()
+            .any(|n| n.to_string_lossy().starts_with("meta.sqlite-")),
+        "{entries:?}"
+    );
+}
