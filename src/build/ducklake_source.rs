@@ -12,7 +12,8 @@ use arrow::compute::concat_batches;
 use async_trait::async_trait;
 
 use super::BuildError;
-use super::source::{VectorBatch, VectorSource};
+use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use crate::catalog::definition::IndexSource;
 use crate::catalog::CatalogError;
 use crate::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use crate::catalog::lineage::MissingRowId;
@@ -187,13 +188,19 @@ impl VectorSource for DuckLakeSource {
         })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({
-            "provider": "ducklake",
-            "catalog": self.table.catalog(),
-            "table": self.table.name(),
-            "snapshot": self.table.snapshot(),
-            "column": self.column,
-        })
+    fn definition(&self) -> SourceDefinition {
+        let (schema, table) = self.table.name().split_once('.').unwrap_or(("main", self.table.name()));
+        SourceDefinition {
+            source: IndexSource::Ducklake {
+                catalog: self.table.catalog().to_string(),
+                schema: schema.to_string(),
+                table: table.to_string(),
+                snapshot_id: self.table.snapshot(),
+            },
+            vector_column: self.column.clone(),
+            id_column: None,
+            payload_columns: Vec::new(),
+            skip_invalid: self.skip_invalid,
+        }
     }
 }

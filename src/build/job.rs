@@ -12,7 +12,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use arrow::array::{ArrayRef, FixedSizeBinaryArray, Int32Array, Int64Array, UInt32Array};
 use arrow::compute::take_record_batch;
-use arrow::datatypes::{FieldRef, SchemaRef};
+use arrow::datatypes::{Field, SchemaRef};
 use arrow::record_batch::RecordBatch;
 use bytes::Bytes;
 use object_store::ObjectStore;
@@ -25,9 +25,12 @@ use super::progress::{Phase, ProgressMode, peak_rss_bytes};
 use super::source::{VectorBatch, VectorSource};
 use super::spill::BucketSpill;
 use super::BuildError;
-use crate::catalog::definition::{IndexDefinition, IndexTableDefinition, IndexTables};
+use crate::catalog::definition::{
+    BuildParams as DefinitionBuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition,
+};
+use crate::store::commit::put_if_absent;
 use crate::distance::Metric;
-use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams};
+use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, KMeansParams};
 use crate::postings::schema::postings_schema;
 use crate::postings::writer::{PostingsWriter, WriterOptions};
 
@@ -251,9 +254,11 @@ pub async fn build(
         nlist: params.nlist as usize,
         roots: roots as usize,
         metric: params.metric,
-        niter: params.niter,
-        max_points_per_centroid: params.max_points_per_centroid,
-        ..HierarchyParams::default()
+        kmeans: KMeansParams {
+            niter: params.niter,
+            max_points_per_centroid: params.max_points_per_centroid,
+            ..KMeansParams::default()
+        },
     };
     let phase = Phase::start(params.progress, "train", u64::from(params.nlist), "lists");
     let train_seed = params.seed;
@@ -270,7 +275,7 @@ pub async fn build(
     let hierarchy = Arc::new(hierarchy);
 
     // 4. Assign every row and group by root bucket under the memory budget.
-    let payload_fields: Vec<FieldRef> = source.payload_fields();
+    let payload_fields: Vec<Field> = source.payload_fields().iter().map(|f| f.as_ref().clone()).collect();
     let schema = postings_schema(dim, &payload_fields);
     let nroots = hierarchy.cid_offsets.len() - 1;
     let mut spill = BucketSpill::new(schema.clone(), nroots, params.memory_limit / 2)?;
@@ -301,7 +306,7 @@ pub async fn build(
         store.clone(),
         postings_root.clone(),
         dim,
-        payload_fields.clone(),
+        payload_fields,
         params.writer.clone(),
     )?;
     for bucket in 0..nroots {
@@ -315,36 +320,35 @@ pub async fn build(
 
     // 6. Publish: centroids, manifest (create-if-absent), index.json, commit.
     let phase = Phase::start(params.progress, "publish", 4, "steps");
-    let centroids_rel = "centroids/centroids.parquet";
-    crate::centroids::write(store.as_ref(), &join(&snapshot, centroids_rel), &hierarchy).await?;
+    let centroids = crate::centroids::encode(&hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
+    put_if_absent(store.as_ref(), &join(&snapshot, CENTROIDS_LOCATION), centroids).await?;
     phase.inc(1);
-    crate::postings::writer::publish(store.as_ref(), &postings_root, &manifest).await?;
+    crate::postings::writer::publish(&store, &postings_root, &manifest).await?;
     phase.inc(1);
-    let definition = IndexDefinition {
-        format_version: crate::manifest::FORMAT_VERSION,
-        provider: "parquet".into(),
-        definition_version: "1".into(),
-        metric: params.metric,
-        dim: dim as u32,
-        element_type: "f32".into(),
-        nlist: params.nlist,
-        roots: nroots as u32,
-        tables: IndexTables {
-            ivf_centroids: IndexTableDefinition {
-                definition_version: "1".into(),
-                location: centroids_rel.into(),
-                layout: None,
-            },
-            ivf_postings: IndexTableDefinition {
-                definition_version: "1".into(),
-                location: "postings/manifest.json".into(),
-                layout: Some("artifact-manifest".into()),
-            },
+    let src = source.definition();
+    let definition = IndexDefinition::new(
+        params.metric,
+        dim as u32,
+        params.nlist,
+        nroots as u32,
+        src.source,
+        DefinitionBuildParams {
+            vector_column: src.vector_column,
+            id_column: src.id_column,
+            payload_columns: src.payload_columns,
+            seed: params.seed,
+            sample_rows: sample_rows as u64,
+            max_iterations: params.niter as u32,
+            threads: rayon::current_num_threads() as u32,
+            skip_invalid: src.skip_invalid,
         },
-    };
-    let mut def_bytes = serde_json::to_vec_pretty(&definition).map_err(|e| BuildError::Internal(e.to_string()))?;
-    def_bytes.push(b'\n');
-    crate::store::commit::put_if_absent(store.as_ref(), &snapshot.child("index.json"), Bytes::from(def_bytes)).await?;
+    );
+    put_if_absent(
+        store.as_ref(),
+        &snapshot.child(INDEX_DEFINITION_FILE),
+        Bytes::from(definition.to_json()),
+    )
+    .await?;
     phase.inc(1);
     let commit = crate::warehouse::commit(&store, index, &snapshot_rel, parent, now_ms()).await?;
     phase.inc(1);
@@ -384,7 +388,7 @@ fn group_part(
     batch: VectorBatch,
 ) -> Result<Vec<(usize, RecordBatch)>, BuildError> {
     let dim = h.dim;
-    let cids = h.assign(&batch.vectors, mode);
+    let cids = h.assign(&batch.vectors, mode)?;
     let n = batch.len();
     let mut bytes = Vec::with_capacity(batch.vectors.len() * 4);
     for v in &batch.vectors {

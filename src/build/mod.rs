@@ -14,7 +14,7 @@ pub mod spill;
 pub use job::{BuildParams, BuildSummary, DEFAULT_SEED, PhaseTimes, build};
 pub use progress::ProgressMode;
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
-pub use source::{ArraySource, VectorBatch, VectorSource};
+pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};
 
 use thiserror::Error;
 

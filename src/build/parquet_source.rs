@@ -26,7 +26,8 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
 
 use super::BuildError;
-use super::source::{VectorBatch, VectorSource};
+use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
 use crate::catalog::vector_column::{DecodeOptions, decode};
 
@@ -425,14 +426,17 @@ impl VectorSource for ParquetSource {
         self.payload_fields.clone()
     }
 
-    fn describe(&self) -> serde_json::Value {
-        serde_json::json!({
-            "provider": "parquet",
-            "location": self.location,
-            "column": self.options.column,
-            "id-column": self.options.id_column,
-            "files": self.files.len(),
-        })
+    fn definition(&self) -> SourceDefinition {
+        SourceDefinition {
+            source: IndexSource::Parquet {
+                location: self.location.clone(),
+                table_identity: self.location.clone(),
+            },
+            vector_column: self.options.column.clone(),
+            id_column: self.options.id_column.clone(),
+            payload_columns: self.options.payload.clone(),
+            skip_invalid: self.options.skip_invalid,
+        }
     }
 }
 

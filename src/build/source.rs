@@ -8,6 +8,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 
 use super::BuildError;
+use crate::catalog::definition::IndexSource;
 
 /// The rows of one part: `rowids.len()` vectors of `dim` f32 each, row-major,
 /// and, when the build carries payload columns, a batch with one row per vector.
@@ -65,8 +66,18 @@ pub trait VectorSource: Send + Sync {
         Vec::new()
     }
 
-    /// A JSON description recorded in the index definition (`source`).
-    fn describe(&self) -> serde_json::Value;
+    /// What the index definition records about the source and its columns.
+    fn definition(&self) -> SourceDefinition;
+}
+
+/// The source as recorded in `index.json`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SourceDefinition {
+    pub source: IndexSource,
+    pub vector_column: String,
+    pub id_column: Option<String>,
+    pub payload_columns: Vec<String>,
+    pub skip_invalid: bool,
 }
 
 /// Vectors already in memory (generated data, `.npy`/`.fvecs` files). Row `i`
@@ -76,15 +87,16 @@ pub struct ArraySource {
     vectors: std::sync::Arc<Vec<f32>>,
     dim: usize,
     part_size: usize,
-    description: serde_json::Value,
+    location: String,
 }
 
 impl ArraySource {
-    /// `vectors` is row-major `n × dim`.
+    /// `vectors` is row-major `n × dim`; `location` names where they came
+    /// from (a `.npy`/`.fvecs` file, or a description of generated data).
     ///
     /// # Errors
     /// A zero dimension, or a length that is not a multiple of `dim`.
-    pub fn new(vectors: Vec<f32>, dim: usize, description: serde_json::Value) -> Result<Self, BuildError> {
+    pub fn new(vectors: Vec<f32>, dim: usize, location: impl Into<String>) -> Result<Self, BuildError> {
         if dim == 0 || vectors.len() % dim != 0 {
             return Err(BuildError::BadShape {
                 len: vectors.len(),
@@ -95,7 +107,7 @@ impl ArraySource {
             vectors: std::sync::Arc::new(vectors),
             dim,
             part_size: 65_536,
-            description,
+            location: location.into(),
         })
     }
 
@@ -147,7 +159,15 @@ impl VectorSource for ArraySource {
         })
     }
 
-    fn describe(&self) -> serde_json::Value {
-        self.description.clone()
+    fn definition(&self) -> SourceDefinition {
+        SourceDefinition {
+            source: IndexSource::VectorFile {
+                location: self.location.clone(),
+            },
+            vector_column: "vector".into(),
+            id_column: None,
+            payload_columns: Vec::new(),
+            skip_invalid: false,
+        }
     }
 }

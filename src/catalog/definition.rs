@@ -100,7 +100,9 @@ pub enum DefinitionError {
 }
 
 const TABLE_DOC: &str = "table-definition";
-const INDEX_DOC: &str = "index.json";
+/// The file name of the index definition at a snapshot root.
+pub const INDEX_DEFINITION_FILE: &str = "index.json";
+const INDEX_DOC: &str = INDEX_DEFINITION_FILE;
 
 /// The runtime table name of a source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -166,14 +166,14 @@ async fn open_source(args: &Args) -> anyhow::Result<Arc<dyn VectorSource>> {
         return Ok(Arc::new(s));
     }
     if src.ends_with(".npy") || src.ends_with(".fvecs") {
-        let (vectors, _n, dim) = parqivf::vector_file::read(std::path::Path::new(src))?;
-        let s = ArraySource::new(vectors, dim, serde_json::json!({ "provider": "file", "location": src }))?;
+        let v = parqivf::vector_file::read_vectors(std::path::Path::new(src))?;
+        let s = ArraySource::new(v.data, v.dim, src)?;
         return Ok(Arc::new(s));
     }
-    let (store, path) = parqivf::store::location::open_source(src)?;
+    let (store, pattern) = parqivf::store::location::open_pattern(src)?;
     let s = ParquetSource::open(
         store,
-        path.as_ref(),
+        &pattern,
         ParquetSourceOptions {
             column: args.column.clone(),
             id_column: args.id_column.clone(),

@@ -132,6 +132,30 @@ pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), Locat
     Ok((store, uri.object_path()))
 }
 
+/// Opens a *source* location, which may hold one `*` wildcard (a Parquet
+/// table pattern such as `s3://b/t/*.parquet` or `./data/*.parquet`): the
+/// store of the pattern's root folder, and the location inside that store as
+/// text (`*` kept), ready for listing and matching.
+///
+/// # Errors
+/// As [`open`]; a URI pattern must also follow the location-URI rules.
+pub fn open_pattern(location: &str) -> Result<(Arc<dyn ObjectStore>, String), LocationError> {
+    let Some(star) = location.find('*') else {
+        let (store, path) = open(location)?;
+        return Ok((store, path.to_string()));
+    };
+    if location.contains("://") {
+        LocationUri::parse(location)?;
+    }
+    let (root, rest) = match location[..star].rfind('/') {
+        Some(i) => (&location[..=i], &location[i + 1..]),
+        None => ("./", location),
+    };
+    let (store, root) = open(root)?;
+    let root = root.to_string();
+    Ok((store, if root.is_empty() { rest.to_string() } else { format!("{root}/{rest}") }))
+}
+
 /// The process-global in-memory store called `name`: the same name gives the
 /// same store for the life of the process.
 pub fn memory_store(name: &str) -> Arc<dyn ObjectStore> {
