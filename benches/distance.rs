@@ -14,8 +14,14 @@ fn bench(c: &mut Criterion) {
         let v = common::clustered(2, dim, 2, 1);
         let (a, b) = v.split_at(dim);
         g.throughput(Throughput::Elements(dim as u64));
-        for (name, metric) in [("l2", Metric::L2), ("ip", Metric::InnerProduct), ("cos", Metric::Cosine)] {
-            g.bench_function(format!("{name}/{dim}"), |bench| bench.iter(|| metric.distance(black_box(a), black_box(b))));
+        for (name, metric) in [
+            ("l2", Metric::L2),
+            ("ip", Metric::InnerProduct),
+            ("cos", Metric::Cosine),
+        ] {
+            g.bench_function(format!("{name}/{dim}"), |bench| {
+                bench.iter(|| metric.distance(black_box(a), black_box(b)))
+            });
         }
     }
     g.finish();

@@ -24,9 +24,21 @@ fn train(c: &mut Criterion) {
     g.sample_size(10);
     for (n, d, k) in [(20_000, 128, 64), (65_536, 128, 256)] {
         let data = common::clustered(n, d, 4 * k, 1);
-        let p = KMeansParams { k, ..KMeansParams::default() };
+        let p = KMeansParams {
+            k,
+            ..KMeansParams::default()
+        };
         g.bench_function(format!("{n}x{d}/k{k}"), |b| {
-            b.iter(|| kmeans::train(black_box(&data), d, &p, Metric::L2, &mut ChaCha8Rng::seed_from_u64(1)).unwrap())
+            b.iter(|| {
+                kmeans::train(
+                    black_box(&data),
+                    d,
+                    &p,
+                    Metric::L2,
+                    &mut ChaCha8Rng::seed_from_u64(1),
+                )
+                .unwrap()
+            })
         });
     }
     g.finish();
@@ -34,7 +46,10 @@ fn train(c: &mut Criterion) {
 
 /// The simsimd alternative: same point tiles in parallel, one dot per pair.
 fn simsimd_blocked(data: &[f32], cents: &[f32], d: usize) -> Vec<u32> {
-    let norms: Vec<f32> = cents.chunks_exact(d).map(|c| f32::dot(c, c).unwrap() as f32).collect();
+    let norms: Vec<f32> = cents
+        .chunks_exact(d)
+        .map(|c| f32::dot(c, c).unwrap() as f32)
+        .collect();
     data.par_chunks(256 * d)
         .flat_map_iter(|tile| {
             tile.chunks_exact(d)
@@ -60,7 +75,9 @@ fn assign(c: &mut Criterion) {
         let data = common::clustered(n, d, k, 2);
         let cents = common::clustered(k, d, k, 3);
         g.throughput(Throughput::Elements((2 * n * k * d) as u64));
-        g.bench_function(format!("{n}x{d}/k{k}"), |b| b.iter(|| kmeans::assign::nearest(black_box(&data), &cents, d, Metric::L2).unwrap()));
+        g.bench_function(format!("{n}x{d}/k{k}"), |b| {
+            b.iter(|| kmeans::assign::nearest(black_box(&data), &cents, d, Metric::L2).unwrap())
+        });
     }
     g.finish();
     let mut g = c.benchmark_group("assign_choice");
@@ -69,7 +86,9 @@ fn assign(c: &mut Criterion) {
     let data = common::clustered(n, d, k, 2);
     let cents = common::clustered(k, d, k, 3);
     g.throughput(Throughput::Elements((2 * n * k * d) as u64));
-    g.bench_function(format!("simsimd_blocked/{n}x{d}/k{k}"), |b| b.iter(|| simsimd_blocked(black_box(&data), &cents, d)));
+    g.bench_function(format!("simsimd_blocked/{n}x{d}/k{k}"), |b| {
+        b.iter(|| simsimd_blocked(black_box(&data), &cents, d))
+    });
     g.finish();
 }
 

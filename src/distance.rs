@@ -54,7 +54,10 @@ impl Metric {
         check_matrix(b, dim)?;
         if a.len() != dim || b.len() != dim {
             let actual = if a.len() != dim { a.len() } else { b.len() };
-            return Err(DistanceError::DimensionMismatch { expected: dim, actual });
+            return Err(DistanceError::DimensionMismatch {
+                expected: dim,
+                actual,
+            });
         }
         Ok(self.distance(a, b))
     }
@@ -93,12 +96,20 @@ impl Metric {
     /// [`DistanceError::DimensionMismatch`] when `data` is not a whole number
     /// of rows or `out` has the wrong length; [`DistanceError::NonFinite`]
     /// when the query or the data hold a NaN or ±∞.
-    pub fn distances_to(self, query: &[f32], data: &[f32], out: &mut [f32]) -> Result<(), DistanceError> {
+    pub fn distances_to(
+        self,
+        query: &[f32],
+        data: &[f32],
+        out: &mut [f32],
+    ) -> Result<(), DistanceError> {
         let dim = query.len();
         let rows = check_matrix(data, dim)?;
         check_matrix(query, dim)?;
         if out.len() != rows {
-            return Err(DistanceError::DimensionMismatch { expected: rows, actual: out.len() });
+            return Err(DistanceError::DimensionMismatch {
+                expected: rows,
+                actual: out.len(),
+            });
         }
         for (o, row) in out.iter_mut().zip(data.chunks_exact(dim)) {
             *o = self.distance(query, row);
@@ -133,17 +144,25 @@ pub fn check_matrix(data: &[f32], dim: usize) -> Result<usize, DistanceError> {
         return Err(DistanceError::ZeroDimension);
     }
     if data.len() % dim != 0 {
-        return Err(DistanceError::DimensionMismatch { expected: dim, actual: data.len() % dim });
+        return Err(DistanceError::DimensionMismatch {
+            expected: dim,
+            actual: data.len() % dim,
+        });
     }
     if let Some(position) = data.iter().position(|v| !v.is_finite()) {
-        return Err(DistanceError::NonFinite { position, value: data[position] });
+        return Err(DistanceError::NonFinite {
+            position,
+            value: data[position],
+        });
     }
     Ok(data.len() / dim)
 }
 
 /// Squared L2 norm of every row of a row-major matrix of width `dim`.
 pub fn squared_norms(data: &[f32], dim: usize) -> Vec<f32> {
-    data.chunks_exact(dim).map(|r| f32::dot(r, r).map_or(f32::NAN, |d| d as f32)).collect()
+    data.chunks_exact(dim)
+        .map(|r| f32::dot(r, r).map_or(f32::NAN, |d| d as f32))
+        .collect()
 }
 
 /// Scales every row of a row-major matrix of width `dim` to unit L2 norm;
@@ -179,7 +198,10 @@ mod tests {
 
     /// f64 reference and the sum of the absolute values of its terms.
     fn reference(metric: Metric, a: &[f32], b: &[f32]) -> (f64, f64) {
-        let (a, b): (Vec<f64>, Vec<f64>) = (a.iter().map(|&x| x as f64).collect(), b.iter().map(|&x| x as f64).collect());
+        let (a, b): (Vec<f64>, Vec<f64>) = (
+            a.iter().map(|&x| x as f64).collect(),
+            b.iter().map(|&x| x as f64).collect(),
+        );
         let dot: f64 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
         let abs_dot: f64 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum();
         match metric {
@@ -202,7 +224,11 @@ mod tests {
     /// we allow a further 1e-6 absolute.
     fn bound(metric: Metric, dim: usize, sum_abs: f64) -> f64 {
         let b = (dim as f64 + 2.0) * f32::EPSILON as f64 * sum_abs;
-        if metric == Metric::Cosine { b + 1e-6 } else { b }
+        if metric == Metric::Cosine {
+            b + 1e-6
+        } else {
+            b
+        }
     }
 
     #[test]
@@ -217,7 +243,10 @@ mod tests {
                     let (want, sum_abs) = reference(metric, &a, &b);
                     // The f64 → f32 result rounding adds half an ulp of the value.
                     let tol = bound(metric, dim, sum_abs) + want.abs() * f32::EPSILON as f64;
-                    assert!((got - want).abs() <= tol, "{metric:?} dim {dim}: got {got}, want {want}, tol {tol}");
+                    assert!(
+                        (got - want).abs() <= tol,
+                        "{metric:?} dim {dim}: got {got}, want {want}, tol {tol}"
+                    );
                 }
             }
         }
@@ -230,21 +259,33 @@ mod tests {
             for dim in DIMS {
                 let a: Vec<i8> = (0..dim).map(|_| rng.random_range(-100..=100)).collect();
                 let b: Vec<i8> = (0..dim).map(|_| rng.random_range(-100..=100)).collect();
-                let (af, bf): (Vec<f32>, Vec<f32>) = (a.iter().map(|&x| x as f32).collect(), b.iter().map(|&x| x as f32).collect());
+                let (af, bf): (Vec<f32>, Vec<f32>) = (
+                    a.iter().map(|&x| x as f32).collect(),
+                    b.iter().map(|&x| x as f32).collect(),
+                );
                 let (want, sum_abs) = reference(metric, &af, &bf);
                 let tol = bound(metric, dim, sum_abs) + 1e-3 * want.abs().max(1e-3);
                 let got = metric.distance_i8(&a, &b) as f64;
-                assert!((got - want).abs() <= tol, "i8 {metric:?} dim {dim}: got {got}, want {want}");
+                assert!(
+                    (got - want).abs() <= tol,
+                    "i8 {metric:?} dim {dim}: got {got}, want {want}"
+                );
                 // Small integers are exact in f16, so the same reference holds.
                 let (ah, bh): (Vec<half::f16>, Vec<half::f16>) = (
                     af.iter().map(|&x| half::f16::from_f32(x / 16.0)).collect(),
                     bf.iter().map(|&x| half::f16::from_f32(x / 16.0)).collect(),
                 );
-                let (af, bf): (Vec<f32>, Vec<f32>) = (ah.iter().map(|x| x.to_f32()).collect(), bh.iter().map(|x| x.to_f32()).collect());
+                let (af, bf): (Vec<f32>, Vec<f32>) = (
+                    ah.iter().map(|x| x.to_f32()).collect(),
+                    bh.iter().map(|x| x.to_f32()).collect(),
+                );
                 let (want, sum_abs) = reference(metric, &af, &bf);
                 let got = metric.distance_f16(&ah, &bh) as f64;
                 let tol = bound(metric, dim, sum_abs) + 1e-3 * want.abs().max(1e-3);
-                assert!((got - want).abs() <= tol, "f16 {metric:?} dim {dim}: got {got}, want {want}");
+                assert!(
+                    (got - want).abs() <= tol,
+                    "f16 {metric:?} dim {dim}: got {got}, want {want}"
+                );
             }
         }
     }
@@ -252,11 +293,31 @@ mod tests {
     #[test]
     fn checked_distance_rejects_mismatch_and_non_finite() {
         let m = Metric::L2;
-        assert_eq!(m.try_distance(&[1.0, 2.0], &[1.0], 2), Err(DistanceError::DimensionMismatch { expected: 2, actual: 1 }));
-        assert_eq!(m.try_distance(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0], 2), Err(DistanceError::DimensionMismatch { expected: 2, actual: 1 }));
-        assert!(matches!(m.try_distance(&[1.0, f32::NAN], &[1.0, 2.0], 2), Err(DistanceError::NonFinite { position: 1, .. })));
-        assert!(matches!(m.try_distance(&[1.0, 2.0], &[f32::INFINITY, 2.0], 2), Err(DistanceError::NonFinite { position: 0, value }) if value == f32::INFINITY));
-        assert_eq!(m.try_distance(&[], &[], 0), Err(DistanceError::ZeroDimension));
+        assert_eq!(
+            m.try_distance(&[1.0, 2.0], &[1.0], 2),
+            Err(DistanceError::DimensionMismatch {
+                expected: 2,
+                actual: 1
+            })
+        );
+        assert_eq!(
+            m.try_distance(&[1.0, 2.0, 3.0], &[1.0, 2.0, 3.0], 2),
+            Err(DistanceError::DimensionMismatch {
+                expected: 2,
+                actual: 1
+            })
+        );
+        assert!(matches!(
+            m.try_distance(&[1.0, f32::NAN], &[1.0, 2.0], 2),
+            Err(DistanceError::NonFinite { position: 1, .. })
+        ));
+        assert!(
+            matches!(m.try_distance(&[1.0, 2.0], &[f32::INFINITY, 2.0], 2), Err(DistanceError::NonFinite { position: 0, value }) if value == f32::INFINITY)
+        );
+        assert_eq!(
+            m.try_distance(&[], &[], 0),
+            Err(DistanceError::ZeroDimension)
+        );
         assert_eq!(m.try_distance(&[1.0, 2.0], &[3.0, 5.0], 2), Ok(13.0));
     }
 
@@ -275,11 +336,25 @@ mod tests {
         let mut out = [0.0; 3];
         Metric::Cosine.distances_to(&q, &data, &mut out).unwrap();
         assert_eq!(out, [0.0, 1.0, 2.0]);
-        Metric::InnerProduct.distances_to(&q, &data, &mut out).unwrap();
+        Metric::InnerProduct
+            .distances_to(&q, &data, &mut out)
+            .unwrap();
         assert_eq!(out, [-1.0, 0.0, 1.0]);
         let mut short = [0.0; 2];
-        assert_eq!(Metric::L2.distances_to(&q, &data, &mut short), Err(DistanceError::DimensionMismatch { expected: 3, actual: 2 }));
-        assert!(matches!(Metric::L2.distances_to(&q, &data[..5], &mut out), Err(DistanceError::DimensionMismatch { expected: 2, actual: 1 })));
+        assert_eq!(
+            Metric::L2.distances_to(&q, &data, &mut short),
+            Err(DistanceError::DimensionMismatch {
+                expected: 3,
+                actual: 2
+            })
+        );
+        assert!(matches!(
+            Metric::L2.distances_to(&q, &data[..5], &mut out),
+            Err(DistanceError::DimensionMismatch {
+                expected: 2,
+                actual: 1
+            })
+        ));
     }
 
     #[test]

@@ -41,13 +41,20 @@ pub struct TopK {
 impl TopK {
     /// An empty selection keeping at most `k` neighbours.
     pub fn new(k: usize) -> Self {
-        Self { k, heap: BinaryHeap::with_capacity(k + 1) }
+        Self {
+            k,
+            heap: BinaryHeap::with_capacity(k + 1),
+        }
     }
 
     /// Offer one candidate.
     #[inline]
     pub fn push(&mut self, distance: f32, rowid: i64) {
-        let distance = if distance.is_nan() { f32::NAN } else { distance };
+        let distance = if distance.is_nan() {
+            f32::NAN
+        } else {
+            distance
+        };
         let n = Neighbor { distance, rowid };
         if self.heap.len() < self.k {
             self.heap.push(n);
@@ -61,7 +68,11 @@ impl TopK {
     /// The distance a candidate must beat (or tie with a smaller rowid) once
     /// `k` neighbours are kept; `None` while the selection is not full.
     pub fn threshold(&self) -> Option<f32> {
-        if self.heap.len() < self.k { None } else { self.heap.peek().map(|n| n.distance) }
+        if self.heap.len() < self.k {
+            None
+        } else {
+            self.heap.peek().map(|n| n.distance)
+        }
     }
 
     /// Neighbours kept so far.
@@ -104,13 +115,19 @@ mod tests {
     fn keeps_the_k_smallest_and_breaks_ties_by_smaller_rowid_in_any_order() {
         let mut rng = ChaCha8Rng::seed_from_u64(1);
         // Few distinct distances: many ties.
-        let mut all: Vec<(f32, i64)> = (0..500).map(|i| (rng.random_range(0..8) as f32, i)).collect();
+        let mut all: Vec<(f32, i64)> = (0..500)
+            .map(|i| (rng.random_range(0..8) as f32, i))
+            .collect();
         let want = sorted_reference(all.clone(), 37);
         for _ in 0..5 {
             all.shuffle(&mut rng);
             let mut t = TopK::new(37);
             all.iter().for_each(|&(d, r)| t.push(d, r));
-            let got: Vec<(f32, i64)> = t.into_sorted().into_iter().map(|n| (n.distance, n.rowid)).collect();
+            let got: Vec<(f32, i64)> = t
+                .into_sorted()
+                .into_iter()
+                .map(|n| (n.distance, n.rowid))
+                .collect();
             assert_eq!(got, want);
         }
     }
@@ -118,13 +135,23 @@ mod tests {
     #[test]
     fn merge_equals_one_selection_over_the_union() {
         let mut rng = ChaCha8Rng::seed_from_u64(2);
-        let all: Vec<(f32, i64)> = (0..300).map(|i| (rng.random_range(0..20) as f32 * 0.5, i)).collect();
+        let all: Vec<(f32, i64)> = (0..300)
+            .map(|i| (rng.random_range(0..20) as f32 * 0.5, i))
+            .collect();
         let (mut a, mut b) = (TopK::new(10), TopK::new(10));
         for (i, &(d, r)) in all.iter().enumerate() {
-            if i % 3 == 0 { a.push(d, r) } else { b.push(d, r) }
+            if i % 3 == 0 {
+                a.push(d, r)
+            } else {
+                b.push(d, r)
+            }
         }
         a.merge(b);
-        let got: Vec<(f32, i64)> = a.into_sorted().into_iter().map(|n| (n.distance, n.rowid)).collect();
+        let got: Vec<(f32, i64)> = a
+            .into_sorted()
+            .into_iter()
+            .map(|n| (n.distance, n.rowid))
+            .collect();
         assert_eq!(got, sorted_reference(all, 10));
     }
 
@@ -137,7 +164,11 @@ mod tests {
         assert_eq!(t.threshold().map(f32::is_nan), Some(true));
         t.push(3.0, 1);
         let got: Vec<i64> = t.clone().into_sorted().iter().map(|n| n.rowid).collect();
-        assert_eq!(got, vec![5, 1], "a (negative) NaN must not beat real distances");
+        assert_eq!(
+            got,
+            vec![5, 1],
+            "a (negative) NaN must not beat real distances"
+        );
         assert_eq!((t.threshold(), t.len()), (Some(3.0), 2));
         let mut z = TopK::new(0);
         z.push(0.0, 1);

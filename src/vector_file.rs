@@ -21,7 +21,10 @@ pub struct Vectors<T> {
 #[derive(Debug, Error)]
 pub enum VectorFileError {
     #[error("{path}: {source}")]
-    Io { path: String, source: std::io::Error },
+    Io {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("{path}: unknown vector file extension (expected .npy, .fvecs or .ivecs)")]
     UnknownFormat { path: String },
     #[error("{path}: not a .npy file (bad magic or header)")]
@@ -33,9 +36,18 @@ pub enum VectorFileError {
     #[error("{path}: expected a 2-D array with dim ≥ 1, got shape {shape:?}")]
     BadShape { path: String, shape: Vec<usize> },
     #[error("{path}: expected {expected} bytes of data, got {actual}")]
-    Truncated { path: String, expected: usize, actual: usize },
+    Truncated {
+        path: String,
+        expected: usize,
+        actual: usize,
+    },
     #[error("{path}: row {row} has dimension {actual}, the first row has {expected}")]
-    InconsistentDim { path: String, row: usize, expected: usize, actual: usize },
+    InconsistentDim {
+        path: String,
+        row: usize,
+        expected: usize,
+        actual: usize,
+    },
 }
 
 /// Reads f32 vectors from a `.npy` (f32 or f64, converted) or `.fvecs` file,
@@ -47,7 +59,10 @@ pub enum VectorFileError {
 /// errors of [`parse_npy`] / [`parse_fvecs`].
 pub fn read_vectors(path: &Path) -> Result<Vectors<f32>, VectorFileError> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| VectorFileError::Io { path: name.clone(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| VectorFileError::Io {
+        path: name.clone(),
+        source,
+    })?;
     match path.extension().and_then(|e| e.to_str()) {
         Some("npy") => parse_npy(&bytes, &name),
         Some("fvecs") => parse_fvecs(&bytes, &name),
@@ -61,7 +76,10 @@ pub fn read_vectors(path: &Path) -> Result<Vectors<f32>, VectorFileError> {
 /// [`VectorFileError::Io`] and the errors of [`parse_ivecs`].
 pub fn read_ivecs(path: &Path) -> Result<Vectors<i32>, VectorFileError> {
     let name = path.display().to_string();
-    let bytes = std::fs::read(path).map_err(|source| VectorFileError::Io { path: name.clone(), source })?;
+    let bytes = std::fs::read(path).map_err(|source| VectorFileError::Io {
+        path: name.clone(),
+        source,
+    })?;
     parse_ivecs(&bytes, &name)
 }
 
@@ -73,24 +91,42 @@ pub fn read_ivecs(path: &Path) -> Result<Vectors<i32>, VectorFileError> {
 /// [`VectorFileError::FortranOrder`], [`VectorFileError::BadShape`],
 /// [`VectorFileError::Truncated`] (also for trailing bytes).
 pub fn parse_npy(bytes: &[u8], path: &str) -> Result<Vectors<f32>, VectorFileError> {
-    let bad = || VectorFileError::BadNpyHeader { path: path.to_string() };
+    let bad = || VectorFileError::BadNpyHeader {
+        path: path.to_string(),
+    };
     if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
         return Err(bad());
     }
     let (hlen, hstart) = match bytes[6] {
         1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize, 12),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
         _ => return Err(bad()),
     };
-    let header = bytes.get(hstart..hstart + hlen).and_then(|h| std::str::from_utf8(h).ok()).ok_or_else(bad)?;
-    let descr = dict_value(header, "descr").ok_or_else(bad)?.trim_matches(|c| c == '\'' || c == '"').to_string();
+    let header = bytes
+        .get(hstart..hstart + hlen)
+        .and_then(|h| std::str::from_utf8(h).ok())
+        .ok_or_else(bad)?;
+    let descr = dict_value(header, "descr")
+        .ok_or_else(bad)?
+        .trim_matches(|c| c == '\'' || c == '"')
+        .to_string();
     let width = match descr.as_str() {
         "<f4" => 4,
         "<f8" => 8,
-        _ => return Err(VectorFileError::UnsupportedDtype { path: path.to_string(), descr }),
+        _ => {
+            return Err(VectorFileError::UnsupportedDtype {
+                path: path.to_string(),
+                descr,
+            });
+        }
     };
     if dict_value(header, "fortran_order").ok_or_else(bad)? != "False" {
-        return Err(VectorFileError::FortranOrder { path: path.to_string() });
+        return Err(VectorFileError::FortranOrder {
+            path: path.to_string(),
+        });
     }
     let shape_text = dict_value(header, "shape").ok_or_else(bad)?;
     let shape: Vec<usize> = shape_text
@@ -101,20 +137,40 @@ pub fn parse_npy(bytes: &[u8], path: &str) -> Result<Vectors<f32>, VectorFileErr
         .map(|s| s.parse().map_err(|_| bad()))
         .collect::<Result<_, _>>()?;
     let [n, dim] = shape[..] else {
-        return Err(VectorFileError::BadShape { path: path.to_string(), shape });
+        return Err(VectorFileError::BadShape {
+            path: path.to_string(),
+            shape,
+        });
     };
     if dim == 0 {
-        return Err(VectorFileError::BadShape { path: path.to_string(), shape });
+        return Err(VectorFileError::BadShape {
+            path: path.to_string(),
+            shape,
+        });
     }
     let body = &bytes[hstart + hlen..];
-    let expected = n.checked_mul(dim).and_then(|v| v.checked_mul(width)).ok_or_else(|| VectorFileError::BadShape { path: path.to_string(), shape: shape.clone() })?;
+    let expected = n
+        .checked_mul(dim)
+        .and_then(|v| v.checked_mul(width))
+        .ok_or_else(|| VectorFileError::BadShape {
+            path: path.to_string(),
+            shape: shape.clone(),
+        })?;
     if body.len() != expected {
-        return Err(VectorFileError::Truncated { path: path.to_string(), expected, actual: body.len() });
+        return Err(VectorFileError::Truncated {
+            path: path.to_string(),
+            expected,
+            actual: body.len(),
+        });
     }
     let data = if width == 4 {
-        body.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+        body.chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect()
     } else {
-        body.chunks_exact(8).map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32).collect()
+        body.chunks_exact(8)
+            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32)
+            .collect()
     };
     Ok(Vectors { data, n, dim })
 }
@@ -124,7 +180,11 @@ pub fn parse_npy(bytes: &[u8], path: &str) -> Result<Vectors<f32>, VectorFileErr
 fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
     let at = header.find(&format!("'{key}'"))? + key.len() + 2;
     let rest = header[at..].trim_start().strip_prefix(':')?.trim_start();
-    let end = if rest.starts_with('(') { rest.find(')')? + 1 } else { rest.find([',', '}'])? };
+    let end = if rest.starts_with('(') {
+        rest.find(')')? + 1
+    } else {
+        rest.find([',', '}'])?
+    };
     Some(rest[..end].trim())
 }
 
@@ -146,28 +206,60 @@ pub fn parse_ivecs(bytes: &[u8], path: &str) -> Result<Vectors<i32>, VectorFileE
     parse_vecs(bytes, path, i32::from_le_bytes)
 }
 
-fn parse_vecs<T>(bytes: &[u8], path: &str, decode: fn([u8; 4]) -> T) -> Result<Vectors<T>, VectorFileError> {
+fn parse_vecs<T>(
+    bytes: &[u8],
+    path: &str,
+    decode: fn([u8; 4]) -> T,
+) -> Result<Vectors<T>, VectorFileError> {
     let word = |at: usize| bytes.get(at..at + 4).map(|b| [b[0], b[1], b[2], b[3]]);
     let Some(first) = word(0) else {
         if bytes.is_empty() {
-            return Ok(Vectors { data: Vec::new(), n: 0, dim: 0 });
+            return Ok(Vectors {
+                data: Vec::new(),
+                n: 0,
+                dim: 0,
+            });
         }
-        return Err(VectorFileError::Truncated { path: path.to_string(), expected: 4, actual: bytes.len() });
+        return Err(VectorFileError::Truncated {
+            path: path.to_string(),
+            expected: 4,
+            actual: bytes.len(),
+        });
     };
     let d = i32::from_le_bytes(first);
-    let dim = usize::try_from(d).ok().filter(|&d| d > 0).ok_or_else(|| VectorFileError::BadShape { path: path.to_string(), shape: vec![d.max(0) as usize] })?;
+    let dim =
+        usize::try_from(d)
+            .ok()
+            .filter(|&d| d > 0)
+            .ok_or_else(|| VectorFileError::BadShape {
+                path: path.to_string(),
+                shape: vec![d.max(0) as usize],
+            })?;
     let rec = 4 * (dim + 1);
     if bytes.len() % rec != 0 {
-        return Err(VectorFileError::Truncated { path: path.to_string(), expected: (bytes.len() / rec + 1) * rec, actual: bytes.len() });
+        return Err(VectorFileError::Truncated {
+            path: path.to_string(),
+            expected: (bytes.len() / rec + 1) * rec,
+            actual: bytes.len(),
+        });
     }
     let n = bytes.len() / rec;
     let mut data = Vec::with_capacity(n * dim);
     for (row, r) in bytes.chunks_exact(rec).enumerate() {
         let rd = i32::from_le_bytes([r[0], r[1], r[2], r[3]]);
         if rd != d {
-            return Err(VectorFileError::InconsistentDim { path: path.to_string(), row, expected: dim, actual: rd.max(0) as usize });
+            return Err(VectorFileError::InconsistentDim {
+                path: path.to_string(),
+                row,
+                expected: dim,
+                actual: rd.max(0) as usize,
+            });
         }
-        data.extend(r[4..].chunks_exact(4).map(|b| decode([b[0], b[1], b[2], b[3]])));
+        data.extend(
+            r[4..]
+                .chunks_exact(4)
+                .map(|b| decode([b[0], b[1], b[2], b[3]])),
+        );
     }
     Ok(Vectors { data, n, dim })
 }
@@ -177,7 +269,8 @@ mod tests {
     use super::*;
 
     fn npy(descr: &str, fortran: &str, shape: &str, body: &[u8]) -> Vec<u8> {
-        let mut h = format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}");
+        let mut h =
+            format!("{{'descr': '{descr}', 'fortran_order': {fortran}, 'shape': {shape}, }}");
         while (10 + h.len() + 1) % 64 != 0 {
             h.push(' ');
         }
@@ -195,7 +288,10 @@ mod tests {
         let body: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
         let v = parse_npy(&npy("<f4", "False", "(3, 2)", &body), "a.npy").unwrap();
         assert_eq!((v.n, v.dim, v.data.as_slice()), (3, 2, &vals[..]));
-        let body: Vec<u8> = vals.iter().flat_map(|&v| (v as f64).to_le_bytes()).collect();
+        let body: Vec<u8> = vals
+            .iter()
+            .flat_map(|&v| (v as f64).to_le_bytes())
+            .collect();
         let v = parse_npy(&npy("<f8", "False", "(2, 3)", &body), "a.npy").unwrap();
         assert_eq!((v.n, v.dim, v.data.as_slice()), (2, 3, &vals[..]));
     }
@@ -203,18 +299,53 @@ mod tests {
     #[test]
     fn npy_errors_are_typed() {
         let body = [0u8; 24];
-        assert!(matches!(parse_npy(b"NOTNUMPY..", "x"), Err(VectorFileError::BadNpyHeader { .. })));
-        assert!(matches!(parse_npy(&npy("<i4", "False", "(3, 2)", &body), "x"), Err(VectorFileError::UnsupportedDtype { descr, .. }) if descr == "<i4"));
-        assert!(matches!(parse_npy(&npy(">f4", "False", "(3, 2)", &body), "x"), Err(VectorFileError::UnsupportedDtype { .. })));
-        assert!(matches!(parse_npy(&npy("<f4", "True", "(3, 2)", &body), "x"), Err(VectorFileError::FortranOrder { .. })));
-        assert!(matches!(parse_npy(&npy("<f4", "False", "(6,)", &body), "x"), Err(VectorFileError::BadShape { shape, .. }) if shape == vec![6]));
-        assert!(matches!(parse_npy(&npy("<f4", "False", "(3, 0)", &[]), "x"), Err(VectorFileError::BadShape { .. })));
-        assert!(matches!(parse_npy(&npy("<f4", "False", "(4, 2)", &body), "x"), Err(VectorFileError::Truncated { expected: 32, actual: 24, .. })));
-        assert!(matches!(parse_npy(&npy("<f4", "False", "(4000000000000000000, 2000000000)", &body), "x"), Err(VectorFileError::BadShape { .. })));
+        assert!(matches!(
+            parse_npy(b"NOTNUMPY..", "x"),
+            Err(VectorFileError::BadNpyHeader { .. })
+        ));
+        assert!(
+            matches!(parse_npy(&npy("<i4", "False", "(3, 2)", &body), "x"), Err(VectorFileError::UnsupportedDtype { descr, .. }) if descr == "<i4")
+        );
+        assert!(matches!(
+            parse_npy(&npy(">f4", "False", "(3, 2)", &body), "x"),
+            Err(VectorFileError::UnsupportedDtype { .. })
+        ));
+        assert!(matches!(
+            parse_npy(&npy("<f4", "True", "(3, 2)", &body), "x"),
+            Err(VectorFileError::FortranOrder { .. })
+        ));
+        assert!(
+            matches!(parse_npy(&npy("<f4", "False", "(6,)", &body), "x"), Err(VectorFileError::BadShape { shape, .. }) if shape == vec![6])
+        );
+        assert!(matches!(
+            parse_npy(&npy("<f4", "False", "(3, 0)", &[]), "x"),
+            Err(VectorFileError::BadShape { .. })
+        ));
+        assert!(matches!(
+            parse_npy(&npy("<f4", "False", "(4, 2)", &body), "x"),
+            Err(VectorFileError::Truncated {
+                expected: 32,
+                actual: 24,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse_npy(
+                &npy("<f4", "False", "(4000000000000000000, 2000000000)", &body),
+                "x"
+            ),
+            Err(VectorFileError::BadShape { .. })
+        ));
     }
 
     fn vecs(rows: &[(i32, &[f32])]) -> Vec<u8> {
-        rows.iter().flat_map(|(d, r)| d.to_le_bytes().into_iter().chain(r.iter().flat_map(|v| v.to_le_bytes()))).collect()
+        rows.iter()
+            .flat_map(|(d, r)| {
+                d.to_le_bytes()
+                    .into_iter()
+                    .chain(r.iter().flat_map(|v| v.to_le_bytes()))
+            })
+            .collect()
     }
 
     #[test]
@@ -224,11 +355,28 @@ mod tests {
         assert_eq!((v.n, v.dim, v.data), (2, 2, vec![1.0, 2.0, 3.0, 4.0]));
         let ids: Vec<u8> = [2i32, 7, 9].iter().flat_map(|v| v.to_le_bytes()).collect();
         assert_eq!(parse_ivecs(&ids, "g.ivecs").unwrap().data, vec![7, 9]);
-        assert!(matches!(parse_fvecs(&ok[..ok.len() - 2], "b"), Err(VectorFileError::Truncated { .. })));
+        assert!(matches!(
+            parse_fvecs(&ok[..ok.len() - 2], "b"),
+            Err(VectorFileError::Truncated { .. })
+        ));
         let bad = vecs(&[(2, &[1.0, 2.0]), (3, &[3.0, 4.0])]);
-        assert!(matches!(parse_fvecs(&bad, "b"), Err(VectorFileError::InconsistentDim { row: 1, expected: 2, actual: 3, .. })));
-        assert!(matches!(parse_fvecs(&vecs(&[(0, &[])]), "b"), Err(VectorFileError::BadShape { .. })));
-        assert!(matches!(parse_fvecs(&vecs(&[(-1, &[])]), "b"), Err(VectorFileError::BadShape { .. })));
+        assert!(matches!(
+            parse_fvecs(&bad, "b"),
+            Err(VectorFileError::InconsistentDim {
+                row: 1,
+                expected: 2,
+                actual: 3,
+                ..
+            })
+        ));
+        assert!(matches!(
+            parse_fvecs(&vecs(&[(0, &[])]), "b"),
+            Err(VectorFileError::BadShape { .. })
+        ));
+        assert!(matches!(
+            parse_fvecs(&vecs(&[(-1, &[])]), "b"),
+            Err(VectorFileError::BadShape { .. })
+        ));
     }
 
     #[test]
@@ -239,7 +387,12 @@ mod tests {
         assert_eq!(read_vectors(&p).unwrap().data, vec![5.0]);
         let q = dir.path().join("v.txt");
         std::fs::write(&q, b"x").unwrap();
-        assert!(matches!(read_vectors(&q), Err(VectorFileError::UnknownFormat { .. })));
-        assert!(matches!(read_vectors(&dir.path().join("missing.npy")), Err(VectorFileError::Io { path, .. }) if path.ends_with("missing.npy")));
+        assert!(matches!(
+            read_vectors(&q),
+            Err(VectorFileError::UnknownFormat { .. })
+        ));
+        assert!(
+            matches!(read_vectors(&dir.path().join("missing.npy")), Err(VectorFileError::Io { path, .. }) if path.ends_with("missing.npy"))
+        );
     }
 }

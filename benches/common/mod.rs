@@ -8,7 +8,9 @@ use rand_chacha::ChaCha8Rng;
 /// noise ±16 per coordinate; seeded, so identical across runs.
 pub fn clustered(n: usize, dim: usize, centers: usize, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let mu: Vec<f32> = (0..centers * dim).map(|_| rng.random_range(0.0..255.0)).collect();
+    let mu: Vec<f32> = (0..centers * dim)
+        .map(|_| rng.random_range(0.0..255.0))
+        .collect();
     let mut out = Vec::with_capacity(n * dim);
     for _ in 0..n {
         let c = rng.random_range(0..centers);

@@ -63,12 +63,16 @@ pub struct Args {
 }
 
 fn parse_metric(s: &str) -> Result<Metric, String> {
-    serde_json::from_value(Value::String(s.to_string())).map_err(|_| format!("unknown metric {s:?} (l2, ip, cosine)"))
+    serde_json::from_value(Value::String(s.to_string()))
+        .map_err(|_| format!("unknown metric {s:?} (l2, ip, cosine)"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if let Some(t) = args.threads {
-        rayon::ThreadPoolBuilder::new().num_threads(t).build_global().context("setting the thread count")?;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(t)
+            .build_global()
+            .context("setting the thread count")?;
     }
     let t0 = Instant::now();
     let v = read_vectors(&args.data)?;
@@ -77,7 +81,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         k: args.k,
         niter: args.niter,
         max_points_per_centroid: args.max_points_per_centroid,
-        init: if args.kmeans_plus_plus { Init::KMeansPlusPlus } else { Init::Random },
+        init: if args.kmeans_plus_plus {
+            Init::KMeansPlusPlus
+        } else {
+            Init::Random
+        },
         tol: args.tol,
         ..KMeansParams::default()
     };
@@ -91,22 +99,33 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         None => {
             let r = kmeans::train(&v.data, v.dim, &params, args.metric, &mut rng)?;
             let train_s = t0.elapsed().as_secs_f64();
-            extend(&mut out, json!({
-                "mode": "flat", "train_s": train_s, "per_iter_s": train_s / r.iterations.max(1) as f64,
-                "objective": r.objective, "iterations": r.iterations, "imbalance": r.imbalance,
-                "splits": r.splits, "train_points": r.train_points, "warnings": r.warning.into_iter().collect::<Vec<_>>(),
-            }));
+            extend(
+                &mut out,
+                json!({
+                    "mode": "flat", "train_s": train_s, "per_iter_s": train_s / r.iterations.max(1) as f64,
+                    "objective": r.objective, "iterations": r.iterations, "imbalance": r.imbalance,
+                    "splits": r.splits, "train_points": r.train_points, "warnings": r.warning.into_iter().collect::<Vec<_>>(),
+                }),
+            );
             r.centroids
         }
         Some(roots) => {
-            let hp = HierarchyParams { nlist: args.k, roots, metric: args.metric, kmeans: params };
+            let hp = HierarchyParams {
+                nlist: args.k,
+                roots,
+                metric: args.metric,
+                kmeans: params,
+            };
             let (h, r) = Hierarchy::train(&v.data, v.dim, &hp, &mut rng)?;
-            extend(&mut out, json!({
-                "mode": "hierarchy", "roots": roots, "train_s": t0.elapsed().as_secs_f64(),
-                "objective": r.objective, "root_objective": r.root_objective, "imbalance": r.imbalance,
-                "splits": r.splits, "train_points": r.train_points, "warnings": r.warnings,
-                "min_leaves_per_root": r.leaves_per_root.iter().min(), "max_leaves_per_root": r.leaves_per_root.iter().max(),
-            }));
+            extend(
+                &mut out,
+                json!({
+                    "mode": "hierarchy", "roots": roots, "train_s": t0.elapsed().as_secs_f64(),
+                    "objective": r.objective, "root_objective": r.root_objective, "imbalance": r.imbalance,
+                    "splits": r.splits, "train_points": r.train_points, "warnings": r.warnings,
+                    "min_leaves_per_root": r.leaves_per_root.iter().min(), "max_leaves_per_root": r.leaves_per_root.iter().max(),
+                }),
+            );
             if !args.compare_assign.is_empty() {
                 out["assign_compare"] = compare_assign(&h, &v.data, &args.compare_assign)?;
             }
@@ -118,7 +137,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         let (_, dists) = kmeans::assign::nearest(&v.data, &centroids, v.dim, args.metric)?;
         let s = t0.elapsed().as_secs_f64();
         let obj: f64 = dists.iter().map(|&d| d as f64).sum();
-        extend(&mut out, json!({ "obj_all": obj, "assign_all_s": s, "assign_vectors_per_s": v.n as f64 / s }));
+        extend(
+            &mut out,
+            json!({ "obj_all": obj, "assign_all_s": s, "assign_vectors_per_s": v.n as f64 / s }),
+        );
     }
     if args.json {
         println!("{}", serde_json::to_string(&out)?);

@@ -28,7 +28,12 @@ pub const CENTROID_TILE: usize = 1024;
 /// # Errors
 /// [`KMeansError::Input`] when either matrix has a bad shape or a non-finite
 /// value, [`KMeansError::NoCentroids`] when `centroids` is empty.
-pub fn nearest(data: &[f32], centroids: &[f32], dim: usize, metric: Metric) -> Result<(Vec<u32>, Vec<f32>), KMeansError> {
+pub fn nearest(
+    data: &[f32],
+    centroids: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> Result<(Vec<u32>, Vec<f32>), KMeansError> {
     check_matrix(data, dim)?;
     if check_matrix(centroids, dim)? == 0 {
         return Err(KMeansError::NoCentroids);
@@ -37,19 +42,36 @@ pub fn nearest(data: &[f32], centroids: &[f32], dim: usize, metric: Metric) -> R
 }
 
 /// [`nearest`] without the input checks (callers have validated the shapes).
-pub(crate) fn nearest_unchecked(data: &[f32], centroids: &[f32], dim: usize, metric: Metric) -> (Vec<u32>, Vec<f32>) {
+pub(crate) fn nearest_unchecked(
+    data: &[f32],
+    centroids: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>) {
+    let (labels, first, _) = nearest2_unchecked(data, centroids, dim, metric);
+    (labels, first)
+}
+
+/// Like [`nearest_unchecked`], also returning the distance to the second
+/// nearest centroid (∞ when there is only one), for the trainer's bounds.
+pub(crate) fn nearest2_unchecked(
+    data: &[f32],
+    centroids: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
     let n = data.len() / dim;
     let prepared = Prepared::new(centroids, dim, metric);
-    let mut labels = vec![0u32; n];
-    let mut dists = vec![0f32; n];
+    let (mut labels, mut first, mut second) = (vec![0u32; n], vec![0f32; n], vec![0f32; n]);
     data.par_chunks(POINT_TILE * dim)
         .zip(labels.par_chunks_mut(POINT_TILE))
-        .zip(dists.par_chunks_mut(POINT_TILE))
+        .zip(first.par_chunks_mut(POINT_TILE))
+        .zip(second.par_chunks_mut(POINT_TILE))
         .for_each_init(
             || vec![0f32; POINT_TILE * CENTROID_TILE.min(prepared.k)],
-            |scratch, ((x, l), d)| prepared.tile(x, l, d, scratch),
+            |scratch, (((x, l), d1), d2)| prepared.tile(x, l, d1, d2, scratch),
         );
-    (labels, dists)
+    (labels, first, second)
 }
 
 /// Centroids with their per-metric column offsets, ready for tiled search.
@@ -68,15 +90,38 @@ impl<'a> Prepared<'a> {
         let col = match metric {
             Metric::L2 => norms,
             Metric::InnerProduct => Vec::new(),
-            Metric::Cosine => norms.into_iter().map(|n| if n > 0.0 { 1.0 / n.sqrt() } else { 0.0 }).collect(),
+            Metric::Cosine => norms
+                .into_iter()
+                .map(|n| if n > 0.0 { 1.0 / n.sqrt() } else { 0.0 })
+                .collect(),
         };
-        Self { centroids, dim, k: centroids.len() / dim, metric, col }
+        Self {
+            centroids,
+            dim,
+            k: centroids.len() / dim,
+            metric,
+            col,
+        }
     }
 
-    /// One point tile: GEMM against every centroid tile, running argmin.
-    fn tile(&self, x: &[f32], labels: &mut [u32], dists: &mut [f32], scratch: &mut [f32]) {
+    /// One point tile: GEMM against every centroid tile, running top-2.
+    fn tile(
+        &self,
+        x: &[f32],
+        labels: &mut [u32],
+        first: &mut [f32],
+        second: &mut [f32],
+        scratch: &mut [f32],
+    ) {
         let (dim, m) = (self.dim, labels.len());
-        let mut best = vec![(f32::INFINITY, 0u32); m];
+        let mut best = vec![
+            Best {
+                s1: f32::INFINITY,
+                j1: 0,
+                s2: f32::INFINITY
+            };
+            m
+        ];
         for c0 in (0..self.k).step_by(CENTROID_TILE) {
             let nc = CENTROID_TILE.min(self.k - c0);
             let c = &self.centroids[c0 * dim..(c0 + nc) * dim];
@@ -86,62 +131,93 @@ impl<'a> Prepared<'a> {
             // strides below stay inside them.
             unsafe {
                 matrixmultiply::sgemm(
-                    m, dim, nc, 1.0, x.as_ptr(), dim as isize, 1, c.as_ptr(), 1, dim as isize, 0.0,
-                    out.as_mut_ptr(), nc as isize, 1,
+                    m,
+                    dim,
+                    nc,
+                    1.0,
+                    x.as_ptr(),
+                    dim as isize,
+                    1,
+                    c.as_ptr(),
+                    1,
+                    dim as isize,
+                    0.0,
+                    out.as_mut_ptr(),
+                    nc as isize,
+                    1,
                 );
             }
             for (row, b) in out.chunks_exact(nc).zip(best.iter_mut()) {
                 self.scan(row, c0, b);
             }
         }
-        let xnorms = if self.metric == Metric::L2 || self.metric == Metric::Cosine { squared_norms(x, dim) } else { Vec::new() };
-        for (i, ((l, d), (s, j))) in labels.iter_mut().zip(dists.iter_mut()).zip(best).enumerate() {
-            *l = j;
-            *d = match self.metric {
-                Metric::L2 => (xnorms[i] + s).max(0.0),
-                Metric::InnerProduct => s,
-                Metric::Cosine => {
-                    let xn = xnorms[i].sqrt();
-                    if xn > 0.0 && s != 0.0 { 1.0 + s / xn } else { 1.0 }
-                }
-            };
+        let xnorms = if self.metric == Metric::L2 || self.metric == Metric::Cosine {
+            squared_norms(x, dim)
+        } else {
+            Vec::new()
+        };
+        for (i, b) in best.into_iter().enumerate() {
+            labels[i] = b.j1;
+            first[i] = self.finish(b.s1, xnorms.get(i).copied());
+            second[i] = self.finish(b.s2, xnorms.get(i).copied());
         }
     }
 
-    /// Folds one GEMM output row into the running best `(score, index)`;
-    /// strict `<` keeps the smaller index on ties.
+    /// The metric's distance from a scan score and the point's squared norm.
     #[inline]
-    fn scan(&self, row: &[f32], c0: usize, best: &mut (f32, u32)) {
-        let (mut bs, mut bj) = *best;
+    fn finish(&self, s: f32, xnorm: Option<f32>) -> f32 {
+        match (self.metric, xnorm) {
+            _ if s == f32::INFINITY => s,
+            (Metric::L2, Some(xn)) => (xn + s).max(0.0),
+            (Metric::Cosine, Some(xn)) if xn > 0.0 && s != 0.0 => 1.0 + s / xn.sqrt(),
+            (Metric::Cosine, _) => 1.0,
+            _ => s,
+        }
+    }
+
+    /// Folds one GEMM output row into the running top-2 scores; strict `<`
+    /// keeps the smaller index on ties.
+    #[inline]
+    fn scan(&self, row: &[f32], c0: usize, best: &mut Best) {
         match self.metric {
-            Metric::L2 => {
-                for (j, (&dot, &cn)) in row.iter().zip(&self.col[c0..]).enumerate() {
-                    let s = cn - 2.0 * dot;
-                    if s < bs {
-                        bs = s;
-                        bj = (c0 + j) as u32;
-                    }
-                }
-            }
-            Metric::InnerProduct => {
-                for (j, &dot) in row.iter().enumerate() {
-                    if -dot < bs {
-                        bs = -dot;
-                        bj = (c0 + j) as u32;
-                    }
-                }
-            }
-            Metric::Cosine => {
-                for (j, (&dot, &inv)) in row.iter().zip(&self.col[c0..]).enumerate() {
-                    let s = -dot * inv;
-                    if s < bs {
-                        bs = s;
-                        bj = (c0 + j) as u32;
-                    }
-                }
+            Metric::L2 => row
+                .iter()
+                .zip(&self.col[c0..])
+                .enumerate()
+                .for_each(|(j, (&dot, &cn))| best.offer(cn - 2.0 * dot, c0 + j)),
+            Metric::InnerProduct => row
+                .iter()
+                .enumerate()
+                .for_each(|(j, &dot)| best.offer(-dot, c0 + j)),
+            Metric::Cosine => row
+                .iter()
+                .zip(&self.col[c0..])
+                .enumerate()
+                .for_each(|(j, (&dot, &inv))| best.offer(-dot * inv, c0 + j)),
+        }
+    }
+}
+
+/// Running best and second-best scores of one point.
+#[derive(Debug, Clone, Copy)]
+struct Best {
+    s1: f32,
+    j1: u32,
+    s2: f32,
+}
+
+impl Best {
+    #[inline(always)]
+    fn offer(&mut self, s: f32, j: usize) {
+        if s < self.s2 {
+            if s < self.s1 {
+                self.s2 = self.s1;
+                self.s1 = s;
+                self.j1 = j as u32;
+            } else {
+                self.s2 = s;
             }
         }
-        *best = (bs, bj);
     }
 }
 
@@ -180,8 +256,16 @@ mod tests {
                     // Different labels are allowed only for near-ties.
                     let x = &data[i * dim..(i + 1) * dim];
                     let got = metric.distance(x, &cents[labels[i] as usize * dim..][..dim]);
-                    assert!(got - bd <= 1e-4 * (1.0 + bd.abs()), "{metric:?} row {i}: label {} vs {bl}", labels[i]);
-                    assert!((dists[i] - got).abs() <= 1e-3 * (1.0 + got.abs()), "{metric:?} row {i}: {} vs {got}", dists[i]);
+                    assert!(
+                        got - bd <= 1e-4 * (1.0 + bd.abs()),
+                        "{metric:?} row {i}: label {} vs {bl}",
+                        labels[i]
+                    );
+                    assert!(
+                        (dists[i] - got).abs() <= 1e-3 * (1.0 + got.abs()),
+                        "{metric:?} row {i}: {} vs {got}",
+                        dists[i]
+                    );
                 }
             }
         }
@@ -198,8 +282,23 @@ mod tests {
 
     #[test]
     fn bad_input_is_a_typed_error() {
-        assert!(matches!(nearest(&[1.0, 2.0, 3.0], &[1.0, 2.0], 2, Metric::L2), Err(KMeansError::Input(DistanceError::DimensionMismatch { expected: 2, actual: 1 }))));
-        assert!(matches!(nearest(&[1.0, f32::NAN], &[1.0, 2.0], 2, Metric::L2), Err(KMeansError::Input(DistanceError::NonFinite { position: 1, .. }))));
-        assert!(matches!(nearest(&[1.0, 2.0], &[], 2, Metric::L2), Err(KMeansError::NoCentroids)));
+        assert!(matches!(
+            nearest(&[1.0, 2.0, 3.0], &[1.0, 2.0], 2, Metric::L2),
+            Err(KMeansError::Input(DistanceError::DimensionMismatch {
+                expected: 2,
+                actual: 1
+            }))
+        ));
+        assert!(matches!(
+            nearest(&[1.0, f32::NAN], &[1.0, 2.0], 2, Metric::L2),
+            Err(KMeansError::Input(DistanceError::NonFinite {
+                position: 1,
+                ..
+            }))
+        ));
+        assert!(matches!(
+            nearest(&[1.0, 2.0], &[], 2, Metric::L2),
+            Err(KMeansError::NoCentroids)
+        ));
     }
 }

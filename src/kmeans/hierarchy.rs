@@ -31,7 +31,12 @@ pub struct HierarchyParams {
 
 impl Default for HierarchyParams {
     fn default() -> Self {
-        Self { nlist: 4096, roots: 64, metric: Metric::L2, kmeans: KMeansParams::default() }
+        Self {
+            nlist: 4096,
+            roots: 64,
+            metric: Metric::L2,
+            kmeans: KMeansParams::default(),
+        }
     }
 }
 
@@ -72,27 +77,51 @@ impl Hierarchy {
     /// [`KMeansError::ZeroK`] for `nlist == 0`, [`KMeansError::BadRoots`]
     /// unless `1 ≤ roots ≤ nlist`, [`KMeansError::TooFewPoints`] when there
     /// are fewer points than `nlist`.
-    pub fn train(data: &[f32], dim: usize, params: &HierarchyParams, rng: &mut impl Rng) -> Result<(Hierarchy, HierarchyReport), KMeansError> {
+    pub fn train(
+        data: &[f32],
+        dim: usize,
+        params: &HierarchyParams,
+        rng: &mut impl Rng,
+    ) -> Result<(Hierarchy, HierarchyReport), KMeansError> {
         let (nlist, nroots, metric) = (params.nlist, params.roots, params.metric);
         let n = check_matrix(data, dim)?;
         if nlist == 0 {
             return Err(KMeansError::ZeroK);
         }
         if nroots == 0 || nroots > nlist {
-            return Err(KMeansError::BadRoots { roots: nroots, nlist });
+            return Err(KMeansError::BadRoots {
+                roots: nroots,
+                nlist,
+            });
         }
         if n < nlist {
             return Err(KMeansError::TooFewPoints { n, k: nlist });
         }
-        let cap = params.kmeans.max_points_per_centroid.saturating_mul(nlist).max(nlist);
+        let cap = params
+            .kmeans
+            .max_points_per_centroid
+            .saturating_mul(nlist)
+            .max(nlist);
         let mut sample = subsample(data, dim, cap, rng).unwrap_or_else(|| data.to_vec());
         if metric == Metric::Cosine {
             normalize_rows(&mut sample, dim);
         }
-        let root = train(&sample, dim, &KMeansParams { k: nroots, ..params.kmeans.clone() }, metric, rng)?;
+        let root = train(
+            &sample,
+            dim,
+            &KMeansParams {
+                k: nroots,
+                ..params.kmeans.clone()
+            },
+            metric,
+            rng,
+        )?;
         let (labels, _) = nearest_unchecked(&sample, &root.centroids, dim, metric);
         let mut members: Vec<Vec<u32>> = vec![Vec::new(); nroots];
-        labels.iter().enumerate().for_each(|(i, &r)| members[r as usize].push(i as u32));
+        labels
+            .iter()
+            .enumerate()
+            .for_each(|(i, &r)| members[r as usize].push(i as u32));
         let counts: Vec<usize> = members.iter().map(Vec::len).collect();
         let leaves_per_root = allot_leaves(&counts, nlist);
         let seeds: Vec<u64> = (0..nroots).map(|_| rng.random()).collect();
@@ -103,9 +132,22 @@ impl Hierarchy {
                 if members[r].is_empty() {
                     return Ok((root_centroid.to_vec(), 0.0, vec![0], 0, None));
                 }
-                let pts: Vec<f32> = members[r].iter().flat_map(|&i| &sample[i as usize * dim..(i as usize + 1) * dim]).copied().collect();
-                let p = KMeansParams { k: leaves_per_root[r], ..params.kmeans.clone() };
-                let res = train(&pts, dim, &p, metric, &mut ChaCha8Rng::seed_from_u64(seeds[r]))?;
+                let pts: Vec<f32> = members[r]
+                    .iter()
+                    .flat_map(|&i| &sample[i as usize * dim..(i as usize + 1) * dim])
+                    .copied()
+                    .collect();
+                let p = KMeansParams {
+                    k: leaves_per_root[r],
+                    ..params.kmeans.clone()
+                };
+                let res = train(
+                    &pts,
+                    dim,
+                    &p,
+                    metric,
+                    &mut ChaCha8Rng::seed_from_u64(seeds[r]),
+                )?;
                 let (l, _) = nearest_unchecked(&pts, &res.centroids, dim, metric);
                 let mut hist = vec![0usize; p.k];
                 l.iter().for_each(|&j| hist[j as usize] += 1);
@@ -133,7 +175,16 @@ impl Hierarchy {
             splits,
             warnings,
         };
-        Ok((Hierarchy { dim, metric, roots: root.centroids, leaves, cid_offsets }, report))
+        Ok((
+            Hierarchy {
+                dim,
+                metric,
+                roots: root.centroids,
+                leaves,
+                cid_offsets,
+            },
+            report,
+        ))
     }
 
     /// Number of leaves (CIDs).
@@ -160,9 +211,15 @@ impl Hierarchy {
             AssignMode::Exact => Ok(nearest_unchecked(data, &self.leaves, self.dim, self.metric).0),
             AssignMode::Hierarchical { m } => {
                 if m == 0 || m > self.nroots() {
-                    return Err(KMeansError::BadProbe { m, roots: self.nroots() });
+                    return Err(KMeansError::BadProbe {
+                        m,
+                        roots: self.nroots(),
+                    });
                 }
-                Ok(data.par_chunks(self.dim).map(|x| self.assign_one(x, m)).collect())
+                Ok(data
+                    .par_chunks(self.dim)
+                    .map(|x| self.assign_one(x, m))
+                    .collect())
             }
         }
     }
@@ -170,12 +227,20 @@ impl Hierarchy {
     /// Nearest leaf among the children of the `m` nearest roots (ties by smaller index).
     fn assign_one(&self, x: &[f32], m: usize) -> u32 {
         let dim = self.dim;
-        let mut roots: Vec<(f32, usize)> = self.roots.chunks_exact(dim).map(|c| self.metric.distance(x, c)).zip(0..).collect();
+        let mut roots: Vec<(f32, usize)> = self
+            .roots
+            .chunks_exact(dim)
+            .map(|c| self.metric.distance(x, c))
+            .zip(0..)
+            .collect();
         roots.select_nth_unstable_by(m - 1, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         let mut best = (f32::INFINITY, u32::MAX);
         for &(_, r) in &roots[..m] {
             for cid in self.cid_offsets[r]..self.cid_offsets[r + 1] {
-                let d = self.metric.distance(x, &self.leaves[cid as usize * dim..(cid as usize + 1) * dim]);
+                let d = self.metric.distance(
+                    x,
+                    &self.leaves[cid as usize * dim..(cid as usize + 1) * dim],
+                );
                 if d < best.0 || (d == best.0 && cid < best.1) {
                     best = (d, cid);
                 }
@@ -189,26 +254,40 @@ impl Hierarchy {
 /// `[1, max(1, count)]`, summing to `nlist` (requires `1 ≤ counts.len() ≤ nlist ≤ Σcounts`).
 fn allot_leaves(counts: &[usize], nlist: usize) -> Vec<usize> {
     let total: usize = counts.iter().sum();
-    let ideal: Vec<f64> = counts.iter().map(|&c| nlist as f64 * c as f64 / total.max(1) as f64).collect();
+    let ideal: Vec<f64> = counts
+        .iter()
+        .map(|&c| nlist as f64 * c as f64 / total.max(1) as f64)
+        .collect();
     let cap: Vec<usize> = counts.iter().map(|&c| c.max(1)).collect();
-    let mut alloc: Vec<usize> = ideal.iter().zip(&cap).map(|(&i, &c)| (i.floor() as usize).clamp(1, c)).collect();
+    let mut alloc: Vec<usize> = ideal
+        .iter()
+        .zip(&cap)
+        .map(|(&i, &c)| (i.floor() as usize).clamp(1, c))
+        .collect();
     let mut sum: usize = alloc.iter().sum();
     // Strict comparisons keep the first root on ties: deterministic.
     while sum < nlist {
-        let Some(r) = (0..alloc.len()).filter(|&r| alloc[r] < cap[r]).fold(None, |b: Option<usize>, r| match b {
-            Some(b) if ideal[b] - alloc[b] as f64 >= ideal[r] - alloc[r] as f64 => Some(b),
-            _ => Some(r),
-        }) else {
+        let Some(r) = (0..alloc.len()).filter(|&r| alloc[r] < cap[r]).fold(
+            None,
+            |b: Option<usize>, r| match b {
+                Some(b) if ideal[b] - alloc[b] as f64 >= ideal[r] - alloc[r] as f64 => Some(b),
+                _ => Some(r),
+            },
+        ) else {
             break;
         };
         alloc[r] += 1;
         sum += 1;
     }
     while sum > nlist {
-        let Some(r) = (0..alloc.len()).filter(|&r| alloc[r] > 1).fold(None, |b: Option<usize>, r| match b {
-            Some(b) if ideal[b] - alloc[b] as f64 <= ideal[r] - alloc[r] as f64 => Some(b),
-            _ => Some(r),
-        }) else {
+        let Some(r) =
+            (0..alloc.len())
+                .filter(|&r| alloc[r] > 1)
+                .fold(None, |b: Option<usize>, r| match b {
+                    Some(b) if ideal[b] - alloc[b] as f64 <= ideal[r] - alloc[r] as f64 => Some(b),
+                    _ => Some(r),
+                })
+        else {
             break;
         };
         alloc[r] -= 1;
@@ -230,10 +309,19 @@ mod tests {
         assert_eq!(allot_leaves(&[1000, 1, 0], 4), vec![2, 1, 1]);
         // An empty root's leaf is taken from the first of the exactly-served roots.
         assert_eq!(allot_leaves(&[0, 5, 5], 10), vec![1, 4, 5]);
-        for (counts, nlist) in [(vec![7usize, 0, 3, 90, 1], 20), (vec![1; 5], 5), (vec![3, 3], 6)] {
+        for (counts, nlist) in [
+            (vec![7usize, 0, 3, 90, 1], 20),
+            (vec![1; 5], 5),
+            (vec![3, 3], 6),
+        ] {
             let a = allot_leaves(&counts, nlist);
             assert_eq!(a.iter().sum::<usize>(), nlist, "{counts:?}");
-            assert!(a.iter().zip(&counts).all(|(&a, &c)| a >= 1 && a <= c.max(1)), "{a:?} for {counts:?}");
+            assert!(
+                a.iter()
+                    .zip(&counts)
+                    .all(|(&a, &c)| a >= 1 && a <= c.max(1)),
+                "{a:?} for {counts:?}"
+            );
         }
     }
 }

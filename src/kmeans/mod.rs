@@ -67,11 +67,23 @@ pub struct KMeansParams {
     /// Stop when the objective improves by less than this fraction in one
     /// iteration. 0 (the default, as FAISS) always runs `niter` iterations.
     pub tol: f64,
+    /// L2 only: skip points whose nearest centroid provably did not change
+    /// (Hamerly bounds). Same result as plain Lloyd up to rounding at
+    /// near-ties; default on.
+    pub bounds: bool,
 }
 
 impl Default for KMeansParams {
     fn default() -> Self {
-        Self { k: 256, niter: 20, max_points_per_centroid: 256, min_points_per_centroid: 39, init: Init::Random, tol: 0.0 }
+        Self {
+            k: 256,
+            niter: 20,
+            max_points_per_centroid: 256,
+            min_points_per_centroid: 39,
+            init: Init::Random,
+            tol: 0.0,
+            bounds: true,
+        }
     }
 }
 
