@@ -1,0 +1,297 @@
+//! Flat k-means: Lloyd iterations over a FAISS-style sample, with FAISS's
+//! empty-cluster split and the spherical variant for inner product / cosine.
+//!
+//! One iteration: assign every sample point with the blocked-GEMM kernel,
+//! recompute each centroid as the mean of its points (summed in f64, in point
+//! order, one cluster per task, so the bytes do not depend on the thread
+//! count), split a large cluster into every empty one, and normalise the
+//! centroids in spherical mode.
+//!
+//! For L2 the assignment skips points whose nearest centroid provably did not
+//! change (Hamerly's bounds): each point keeps a lower bound on its distance
+//! to every *other* centroid, lowered each iteration by the largest centroid
+//! drift; a point whose exact distance to its current centroid is within that
+//! bound keeps its label, and only the others go through the GEMM kernel.
+//! This is exact Lloyd (up to the GEMM form's rounding at near-ties, covered
+//! by a 1e-4 relative slack on the bound), with far fewer distance
+//! computations once the centroids settle.
+
+use super::assign::{nearest_unchecked, nearest2_unchecked};
+use super::sample::{init_kmeans_plus_plus, init_random, subsample};
+use super::{Init, KMeansError, KMeansParams, KMeansResult, imbalance_factor};
+use crate::distance::{Metric, check_matrix, normalize_rows};
+use rand::Rng;
+use rayon::prelude::*;
+use std::borrow::Cow;
+
+/// FAISS's relative perturbation when a centroid is split in two.
+const SPLIT_EPS: f32 = 1.0 / 1024.0;
+
+/// Trains `params.k` centroids on `data` (row-major, width `dim`).
+///
+/// With `metric` `InnerProduct` or `Cosine` the k-means is spherical: the
+/// centroids are normalised to unit length after every update (and for
+/// `Cosine` the sample points are normalised first).
+///
+/// # Errors
+/// [`KMeansError::Input`] for a bad shape or a non-finite value,
+/// [`KMeansError::ZeroK`] for `k == 0`, [`KMeansError::TooFewPoints`] when
+/// there are fewer points than `k`.
+pub fn train(
+    data: &[f32],
+    dim: usize,
+    params: &KMeansParams,
+    metric: Metric,
+    rng: &mut impl Rng,
+) -> Result<KMeansResult, KMeansError> {
+    let n = check_matrix(data, dim)?;
+    let k = params.k;
+    if k == 0 {
+        return Err(KMeansError::ZeroK);
+    }
+    if n < k {
+        return Err(KMeansError::TooFewPoints { n, k });
+    }
+    let mut x = match subsample(
+        data,
+        dim,
+        params.max_points_per_centroid.saturating_mul(k).max(k),
+        rng,
+    ) {
+        Some(s) => Cow::Owned(s),
+        None => Cow::Borrowed(data),
+    };
+    if metric == Metric::Cosine {
+        normalize_rows(x.to_mut(), dim);
+    }
+    let n_train = x.len() / dim;
+    let warning = (n_train < params.min_points_per_centroid.saturating_mul(k)).then(|| {
+        format!(
+            "{n_train} training points for k = {k}: fewer than {} per centroid",
+            params.min_points_per_centroid
+        )
+    });
+    let mut centroids = match params.init {
+        Init::Random => init_random(&x, dim, k, rng),
+        Init::KMeansPlusPlus => init_kmeans_plus_plus(&x, dim, k, metric, rng),
+    };
+    if metric.is_spherical() {
+        normalize_rows(&mut centroids, dim);
+    }
+    let mut history = Vec::with_capacity(params.niter);
+    let (mut splits, mut hist) = (0, vec![0usize; k]);
+    let use_bounds = params.bounds && metric == Metric::L2;
+    let mut bounds: Option<Bounds> = None;
+    for _ in 0..params.niter {
+        let (labels, dists) = if use_bounds {
+            assign_bounded(&x, dim, &centroids, &mut bounds)
+        } else {
+            nearest_unchecked(&x, &centroids, dim, metric)
+        };
+        let objective: f64 = dists.iter().map(|&d| d as f64).sum();
+        let old = use_bounds.then(|| centroids.clone());
+        hist = update_centroids(&x, dim, &labels, &mut centroids);
+        splits += split_empty(&mut centroids, dim, &mut hist, rng);
+        if metric.is_spherical() {
+            normalize_rows(&mut centroids, dim);
+        }
+        if let (Some(old), Some(b)) = (old, bounds.as_mut()) {
+            b.lower_by_drift(&old, &centroids, dim);
+        }
+        let converged = history
+            .last()
+            .is_some_and(|&prev: &f64| (prev - objective) <= params.tol * prev.abs());
+        history.push(objective);
+        if converged {
+            break;
+        }
+    }
+    Ok(KMeansResult {
+        centroids,
+        objective: history.last().copied().unwrap_or(f64::NAN),
+        iterations: history.len(),
+        objective_history: history,
+        imbalance: imbalance_factor(&hist),
+        splits,
+        train_points: n_train,
+        warning,
+    })
+}
+
+/// Hamerly state per training point: its label and a lower bound on the
+/// (Euclidean, not squared) distance to every other centroid.
+struct Bounds {
+    labels: Vec<u32>,
+    lower: Vec<f32>,
+}
+
+/// Relative slack on the lower bound, covering the rounding of the GEMM form.
+const BOUND_SLACK: f32 = 1e-4;
+
+/// L2 assignment that reuses a label when its exact distance is within the
+/// point's lower bound; other points go through the GEMM kernel (top-2).
+fn assign_bounded(
+    x: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    bounds: &mut Option<Bounds>,
+) -> (Vec<u32>, Vec<f32>) {
+    let Some(b) = bounds else {
+        let (labels, d1, d2) = nearest2_unchecked(x, centroids, dim, Metric::L2);
+        let lower = d2.iter().map(|&d| d.sqrt() * (1.0 - BOUND_SLACK)).collect();
+        *bounds = Some(Bounds {
+            labels: labels.clone(),
+            lower,
+        });
+        return (labels, d1);
+    };
+    let mut d1: Vec<f32> = x
+        .par_chunks(dim)
+        .zip(b.labels.par_iter())
+        .map(|(p, &l)| Metric::L2.distance(p, &centroids[l as usize * dim..(l as usize + 1) * dim]))
+        .collect();
+    let todo: Vec<usize> = (0..d1.len())
+        .filter(|&i| d1[i].sqrt() > b.lower[i])
+        .collect();
+    let mut batch = Vec::with_capacity(todo.len() * dim);
+    todo.iter()
+        .for_each(|&i| batch.extend_from_slice(&x[i * dim..(i + 1) * dim]));
+    let (labels, e1, e2) = nearest2_unchecked(&batch, centroids, dim, Metric::L2);
+    for (t, &i) in todo.iter().enumerate() {
+        b.labels[i] = labels[t];
+        d1[i] = e1[t];
+        b.lower[i] = e2[t].sqrt() * (1.0 - BOUND_SLACK);
+    }
+    (b.labels.clone(), d1)
+}
+
+impl Bounds {
+    /// After the centroids moved from `old` to `new`: every other centroid
+    /// came at most the largest drift (excluding the point's own) closer.
+    fn lower_by_drift(&mut self, old: &[f32], new: &[f32], dim: usize) {
+        let drift: Vec<f32> = old
+            .chunks_exact(dim)
+            .zip(new.chunks_exact(dim))
+            .map(|(a, b)| Metric::L2.distance(a, b).sqrt())
+            .collect();
+        let (mut m1, mut j1, mut m2) = (0f32, usize::MAX, 0f32);
+        for (j, &d) in drift.iter().enumerate() {
+            if d > m1 {
+                (m2, m1, j1) = (m1, d, j);
+            } else if d > m2 {
+                m2 = d;
+            }
+        }
+        for (lower, &l) in self.lower.iter_mut().zip(&self.labels) {
+            *lower -= if l as usize == j1 { m2 } else { m1 };
+        }
+    }
+}
+
+/// Sets each centroid to the mean of its points (empty clusters keep their
+/// old centroid) and returns the cluster sizes.
+fn update_centroids(x: &[f32], dim: usize, labels: &[u32], centroids: &mut [f32]) -> Vec<usize> {
+    let k = centroids.len() / dim;
+    let mut hist = vec![0usize; k];
+    labels.iter().for_each(|&l| hist[l as usize] += 1);
+    // Counting sort: the points of cluster c, ascending, at order[start[c]..start[c + 1]].
+    let mut start = Vec::with_capacity(k + 1);
+    start.push(0);
+    for h in &hist {
+        start.push(start[start.len() - 1] + h);
+    }
+    let mut fill = start.clone();
+    let mut order = vec![0u32; labels.len()];
+    for (i, &l) in labels.iter().enumerate() {
+        order[fill[l as usize]] = i as u32;
+        fill[l as usize] += 1;
+    }
+    centroids.par_chunks_mut(dim).enumerate().for_each_init(
+        || vec![0f64; dim],
+        |acc, (c, centroid)| {
+            let members = &order[start[c]..start[c + 1]];
+            if members.is_empty() {
+                return;
+            }
+            acc.iter_mut().for_each(|a| *a = 0.0);
+            for &i in members {
+                let p = &x[i as usize * dim..(i as usize + 1) * dim];
+                acc.iter_mut().zip(p).for_each(|(a, &v)| *a += v as f64);
+            }
+            let inv = 1.0 / members.len() as f64;
+            centroid
+                .iter_mut()
+                .zip(acc.iter())
+                .for_each(|(c, &a)| *c = (a * inv) as f32);
+        },
+    );
+    hist
+}
+
+/// FAISS's `split_clusters`: every empty cluster takes a copy of a cluster
+/// chosen with probability proportional to (size − 1), the two copies are
+/// pushed apart by ±1/1024 in alternating coordinates, and the size is split
+/// evenly between them. Returns the number of splits.
+fn split_empty(centroids: &mut [f32], dim: usize, hist: &mut [usize], rng: &mut impl Rng) -> usize {
+    let k = hist.len();
+    let n: usize = hist.iter().sum();
+    let mut splits = 0;
+    for ci in 0..k {
+        if hist[ci] != 0 {
+            continue;
+        }
+        // An empty cluster and n ≥ k points imply some cluster holds ≥ 2, so this ends.
+        if !hist.iter().any(|&h| h >= 2) {
+            break;
+        }
+        let denom = n.saturating_sub(k).max(1) as f64;
+        let mut cj = 0;
+        loop {
+            let p = (hist[cj] as f64 - 1.0) / denom;
+            if rng.random::<f64>() < p {
+                break;
+            }
+            cj = (cj + 1) % k;
+        }
+        let (src, dst) = (cj * dim, ci * dim);
+        centroids.copy_within(src..src + dim, dst);
+        for j in 0..dim {
+            let (up, down) = (1.0 + SPLIT_EPS, 1.0 - SPLIT_EPS);
+            let (fi, fj) = if j % 2 == 0 { (up, down) } else { (down, up) };
+            centroids[dst + j] *= fi;
+            centroids[src + j] *= fj;
+        }
+        hist[ci] = hist[cj] / 2;
+        hist[cj] -= hist[ci];
+        splits += 1;
+    }
+    splits
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::SeedableRng;
+    use rand_chacha::ChaCha8Rng;
+
+    #[test]
+    fn split_copies_a_cluster_with_at_least_two_points_and_halves_it() {
+        let mut c = vec![1.0, 2.0, 9.0, 9.0, 4.0, 4.0];
+        let mut hist = vec![1, 0, 6];
+        let mut rng = ChaCha8Rng::seed_from_u64(0);
+        assert_eq!(split_empty(&mut c, 2, &mut hist, &mut rng), 1);
+        assert_eq!(hist, vec![1, 3, 3]);
+        assert_eq!(c[0..2], [1.0, 2.0]);
+        assert_eq!(c[2..4], [4.0 * (1.0 + SPLIT_EPS), 4.0 * (1.0 - SPLIT_EPS)]);
+        assert_eq!(c[4..6], [4.0 * (1.0 - SPLIT_EPS), 4.0 * (1.0 + SPLIT_EPS)]);
+    }
+
+    #[test]
+    fn update_takes_means_and_keeps_empty_centroids() {
+        let x = [0.0, 2.0, 4.0, 10.0];
+        let mut c = vec![0.0, 5.0, 7.0];
+        let hist = update_centroids(&x, 1, &[0, 0, 0, 2], &mut c);
+        assert_eq!(hist, vec![3, 0, 1]);
+        assert_eq!(c, vec![2.0, 5.0, 10.0]);
+    }
+}

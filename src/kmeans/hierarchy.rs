@@ -1,0 +1,327 @@
+//! The two-level hierarchy: R root centroids trained on the sample, then each
+//! root's share of the sample clustered into its own leaves, in parallel
+//! across roots. Root `r` owns the leaf CIDs `[cid_offsets[r], cid_offsets[r + 1])`.
+//!
+//! Leaves are allotted in proportion to each root's share of the sample by
+//! largest remainder, at least 1 per root and at most the root's point count,
+//! summing to `nlist`. Every root trains with its own ChaCha8 stream, seeded
+//! from the caller's generator in root order before the parallel section, so
+//! the result does not depend on scheduling.
+
+use super::assign::nearest_unchecked;
+use super::sample::subsample;
+use super::{Hierarchy, KMeansError, KMeansParams, imbalance_factor, train};
+use crate::distance::{Metric, check_matrix, normalize_rows};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+/// Parameters of a two-level build.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HierarchyParams {
+    /// Leaves (CIDs) in all.
+    pub nlist: usize,
+    /// Root centroids R (1 ≤ R ≤ nlist).
+    pub roots: usize,
+    pub metric: Metric,
+    /// Lloyd settings for the root and every leaf training (its `k` is ignored;
+    /// `max_points_per_centroid · nlist` also caps the overall sample).
+    pub kmeans: KMeansParams,
+}
+
+impl Default for HierarchyParams {
+    fn default() -> Self {
+        Self {
+            nlist: 4096,
+            roots: 64,
+            metric: Metric::L2,
+            kmeans: KMeansParams::default(),
+        }
+    }
+}
+
+/// What a hierarchy build did.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HierarchyReport {
+    /// Points in the overall training sample.
+    pub train_points: usize,
+    /// Objective of the root k-means on its own sample.
+    pub root_objective: f64,
+    /// Sum over roots of their leaf k-means objectives: every sample point's
+    /// distance to its leaf within its nearest root (L2: sum of squares).
+    pub objective: f64,
+    /// Leaves per root (sums to nlist).
+    pub leaves_per_root: Vec<usize>,
+    /// Imbalance factor k·Σh²/(Σh)² over all leaves' final cluster sizes.
+    pub imbalance: f64,
+    /// Empty-cluster splits, roots and leaves together.
+    pub splits: usize,
+    /// Sampling warnings of the root and leaf trainings.
+    pub warnings: Vec<String>,
+}
+
+/// How [`Hierarchy::assign`] picks a leaf.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AssignMode {
+    /// Nearest leaf over all `nlist` leaves (blocked GEMM).
+    Exact,
+    /// Nearest `m` roots, then the nearest leaf among their children.
+    Hierarchical { m: usize },
+}
+
+impl Hierarchy {
+    /// Trains a two-level hierarchy on `data` (row-major, width `dim`).
+    ///
+    /// # Errors
+    /// [`KMeansError::Input`] for a bad shape or non-finite value,
+    /// [`KMeansError::ZeroK`] for `nlist == 0`, [`KMeansError::BadRoots`]
+    /// unless `1 ≤ roots ≤ nlist`, [`KMeansError::TooFewPoints`] when there
+    /// are fewer points than `nlist`.
+    pub fn train(
+        data: &[f32],
+        dim: usize,
+        params: &HierarchyParams,
+        rng: &mut impl Rng,
+    ) -> Result<(Hierarchy, HierarchyReport), KMeansError> {
+        let (nlist, nroots, metric) = (params.nlist, params.roots, params.metric);
+        let n = check_matrix(data, dim)?;
+        if nlist == 0 {
+            return Err(KMeansError::ZeroK);
+        }
+        if nroots == 0 || nroots > nlist {
+            return Err(KMeansError::BadRoots {
+                roots: nroots,
+                nlist,
+            });
+        }
+        if n < nlist {
+            return Err(KMeansError::TooFewPoints { n, k: nlist });
+        }
+        let cap = params
+            .kmeans
+            .max_points_per_centroid
+            .saturating_mul(nlist)
+            .max(nlist);
+        let mut sample = subsample(data, dim, cap, rng).unwrap_or_else(|| data.to_vec());
+        if metric == Metric::Cosine {
+            normalize_rows(&mut sample, dim);
+        }
+        let root = train(
+            &sample,
+            dim,
+            &KMeansParams {
+                k: nroots,
+                ..params.kmeans.clone()
+            },
+            metric,
+            rng,
+        )?;
+        let (labels, _) = nearest_unchecked(&sample, &root.centroids, dim, metric);
+        let mut members: Vec<Vec<u32>> = vec![Vec::new(); nroots];
+        labels
+            .iter()
+            .enumerate()
+            .for_each(|(i, &r)| members[r as usize].push(i as u32));
+        let counts: Vec<usize> = members.iter().map(Vec::len).collect();
+        let leaves_per_root = allot_leaves(&counts, nlist);
+        let seeds: Vec<u64> = (0..nroots).map(|_| rng.random()).collect();
+        let trained: Vec<_> = (0..nroots)
+            .into_par_iter()
+            .map(|r| {
+                let root_centroid = &root.centroids[r * dim..(r + 1) * dim];
+                if members[r].is_empty() {
+                    return Ok((root_centroid.to_vec(), 0.0, vec![0], 0, None));
+                }
+                let pts: Vec<f32> = members[r]
+                    .iter()
+                    .flat_map(|&i| &sample[i as usize * dim..(i as usize + 1) * dim])
+                    .copied()
+                    .collect();
+                let p = KMeansParams {
+                    k: leaves_per_root[r],
+                    ..params.kmeans.clone()
+                };
+                let res = train(
+                    &pts,
+                    dim,
+                    &p,
+                    metric,
+                    &mut ChaCha8Rng::seed_from_u64(seeds[r]),
+                )?;
+                let (l, _) = nearest_unchecked(&pts, &res.centroids, dim, metric);
+                let mut hist = vec![0usize; p.k];
+                l.iter().for_each(|&j| hist[j as usize] += 1);
+                Ok((res.centroids, res.objective, hist, res.splits, res.warning))
+            })
+            .collect::<Result<_, KMeansError>>()?;
+        let mut cid_offsets = vec![0u32];
+        let (mut leaves, mut sizes) = (Vec::with_capacity(nlist * dim), Vec::with_capacity(nlist));
+        let (mut objective, mut splits, mut warnings) = (0.0, root.splits, Vec::new());
+        warnings.extend(root.warning.map(|w| format!("roots: {w}")));
+        for (r, (c, obj, hist, s, warning)) in trained.into_iter().enumerate() {
+            leaves.extend_from_slice(&c);
+            sizes.extend_from_slice(&hist);
+            cid_offsets.push((sizes.len()) as u32);
+            objective += obj;
+            splits += s;
+            warnings.extend(warning.map(|w| format!("root {r}: {w}")));
+        }
+        let report = HierarchyReport {
+            train_points: sample.len() / dim,
+            root_objective: root.objective,
+            objective,
+            leaves_per_root,
+            imbalance: imbalance_factor(&sizes),
+            splits,
+            warnings,
+        };
+        Ok((
+            Hierarchy {
+                dim,
+                metric,
+                roots: root.centroids,
+                leaves,
+                cid_offsets,
+            },
+            report,
+        ))
+    }
+
+    /// Number of leaves (CIDs).
+    pub fn nlist(&self) -> usize {
+        self.leaves.len() / self.dim.max(1)
+    }
+
+    /// Number of roots.
+    pub fn nroots(&self) -> usize {
+        self.cid_offsets.len().saturating_sub(1)
+    }
+
+    /// The leaf CID of every row of `data` (row-major, width `self.dim`).
+    ///
+    /// # Errors
+    /// [`KMeansError::Input`] for a bad shape or non-finite value,
+    /// [`KMeansError::BadProbe`] unless `1 ≤ m ≤ roots`.
+    pub fn assign(&self, data: &[f32], mode: AssignMode) -> Result<Vec<u32>, KMeansError> {
+        check_matrix(data, self.dim)?;
+        if self.leaves.is_empty() {
+            return Err(KMeansError::NoCentroids);
+        }
+        match mode {
+            AssignMode::Exact => Ok(nearest_unchecked(data, &self.leaves, self.dim, self.metric).0),
+            AssignMode::Hierarchical { m } => {
+                if m == 0 || m > self.nroots() {
+                    return Err(KMeansError::BadProbe {
+                        m,
+                        roots: self.nroots(),
+                    });
+                }
+                Ok(data
+                    .par_chunks(self.dim)
+                    .map(|x| self.assign_one(x, m))
+                    .collect())
+            }
+        }
+    }
+
+    /// Nearest leaf among the children of the `m` nearest roots (ties by smaller index).
+    fn assign_one(&self, x: &[f32], m: usize) -> u32 {
+        let dim = self.dim;
+        let mut roots: Vec<(f32, usize)> = self
+            .roots
+            .chunks_exact(dim)
+            .map(|c| self.metric.distance(x, c))
+            .zip(0..)
+            .collect();
+        roots.select_nth_unstable_by(m - 1, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        let mut best = (f32::INFINITY, u32::MAX);
+        for &(_, r) in &roots[..m] {
+            for cid in self.cid_offsets[r]..self.cid_offsets[r + 1] {
+                let d = self.metric.distance(
+                    x,
+                    &self.leaves[cid as usize * dim..(cid as usize + 1) * dim],
+                );
+                if d < best.0 || (d == best.0 && cid < best.1) {
+                    best = (d, cid);
+                }
+            }
+        }
+        best.1
+    }
+}
+
+/// Leaves per root: proportional to `counts` by largest remainder, each in
+/// `[1, max(1, count)]`, summing to `nlist` (requires `1 ≤ counts.len() ≤ nlist ≤ Σcounts`).
+fn allot_leaves(counts: &[usize], nlist: usize) -> Vec<usize> {
+    let total: usize = counts.iter().sum();
+    let ideal: Vec<f64> = counts
+        .iter()
+        .map(|&c| nlist as f64 * c as f64 / total.max(1) as f64)
+        .collect();
+    let cap: Vec<usize> = counts.iter().map(|&c| c.max(1)).collect();
+    let mut alloc: Vec<usize> = ideal
+        .iter()
+        .zip(&cap)
+        .map(|(&i, &c)| (i.floor() as usize).clamp(1, c))
+        .collect();
+    let mut sum: usize = alloc.iter().sum();
+    // Strict comparisons keep the first root on ties: deterministic.
+    while sum < nlist {
+        let Some(r) = (0..alloc.len()).filter(|&r| alloc[r] < cap[r]).fold(
+            None,
+            |b: Option<usize>, r| match b {
+                Some(b) if ideal[b] - alloc[b] as f64 >= ideal[r] - alloc[r] as f64 => Some(b),
+                _ => Some(r),
+            },
+        ) else {
+            break;
+        };
+        alloc[r] += 1;
+        sum += 1;
+    }
+    while sum > nlist {
+        let Some(r) =
+            (0..alloc.len())
+                .filter(|&r| alloc[r] > 1)
+                .fold(None, |b: Option<usize>, r| match b {
+                    Some(b) if ideal[b] - alloc[b] as f64 <= ideal[r] - alloc[r] as f64 => Some(b),
+                    _ => Some(r),
+                })
+        else {
+            break;
+        };
+        alloc[r] -= 1;
+        sum -= 1;
+    }
+    alloc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn allot_is_proportional_at_least_one_and_sums_to_nlist() {
+        assert_eq!(allot_leaves(&[50, 30, 20], 10), vec![5, 3, 2]);
+        // Largest remainder: ideal 3.33/3.33/3.33 → the first root gets the extra one.
+        assert_eq!(allot_leaves(&[10, 10, 10], 10), vec![4, 3, 3]);
+        // A tiny root still gets one leaf, taken from the most over-served.
+        assert_eq!(allot_leaves(&[1000, 1, 0], 4), vec![2, 1, 1]);
+        // An empty root's leaf is taken from the first of the exactly-served roots.
+        assert_eq!(allot_leaves(&[0, 5, 5], 10), vec![1, 4, 5]);
+        for (counts, nlist) in [
+            (vec![7usize, 0, 3, 90, 1], 20),
+            (vec![1; 5], 5),
+            (vec![3, 3], 6),
+        ] {
+            let a = allot_leaves(&counts, nlist);
+            assert_eq!(a.iter().sum::<usize>(), nlist, "{counts:?}");
+            assert!(
+                a.iter()
+                    .zip(&counts)
+                    .all(|(&a, &c)| a >= 1 && a <= c.max(1)),
+                "{a:?} for {counts:?}"
+            );
+        }
+    }
+}
