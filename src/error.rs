@@ -23,6 +23,8 @@ pub enum Error {
     Catalog(#[from] crate::catalog::CatalogError),
     #[error(transparent)]
     Build(#[from] crate::build::BuildError),
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
 }
 
 /// `Result` with the crate [`enum@Error`].

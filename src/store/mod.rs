@@ -3,6 +3,8 @@
 //! SKELETON: shared; `commit.rs` belongs to the format helper (issue 2),
 //! `counting.rs` to the probe helper (issue 4).
 
+pub mod counting;
+
 use thiserror::Error;
 
 /// Store errors.
