@@ -25,6 +25,8 @@ pub enum Error {
     Build(#[from] crate::build::BuildError),
     #[error(transparent)]
     Warehouse(#[from] crate::warehouse::WarehouseError),
+    #[error(transparent)]
+    Index(#[from] crate::index::IndexError),
 }
 
 /// `Result` with the crate [`enum@Error`].

@@ -1,12 +1,451 @@
-//! The query API: `Index::open` and `Index::search`.
-//! SKELETON: owned by the probe helper (issue 4). The signatures below are the
-//! contract the CLI, the HTTP server and the quick start call.
+//! The query API: [`Index::open`], [`Index::search`], [`Index::search_batch`],
+//! plus [`Index::warm`] (read every footer: warm queries cost one round of
+//! requests) and [`Index::preload`] (every posting in memory, like FAISS).
 //!
 //! ```text
-//! Index::open(store: Arc<dyn ObjectStore>, location: &Path) -> Result<Index>   (async)
-//! Index::search(&self, query: &[f32], params: &SearchParams) -> Result<SearchResult>   (async)
-//! Index::search_batch(&self, queries: &[f32], params: &SearchParams) -> Result<Vec<SearchResult>>   (async)
-//! SearchParams { k, nprobe, include_payload, .. } : Default
-//! SearchResult { hits: Vec<Hit>, stats: SearchStats }
-//! Hit { rowid: i64, distance: f32, payload: Option<serde_json::Map<..>> }
+//! Index::open(store, location)       index.json, then manifest.json + centroids: one GET each, no LIST
+//! Index::search(query, params)       probe → plan → fetch → scan → SearchResult { hits, stats }
 //! ```
+//!
+//! Memory: the footer cache holds at most [`IndexOptions::footer_cache_bytes`]
+//! (a footer is ~1 KiB per row group). The decoded-postings cache holds at most
+//! [`IndexOptions::postings_cache_bytes`] (0 = off); a row group costs
+//! `rows × (dim × 4 + 8)` bytes plus its payload. `preload` lifts that bound and
+//! holds the whole table: `ntotal × (dim × 4 + 8)` bytes (1M × 128-d ≈ 520 MB).
+
+use crate::catalog::definition::IndexDefinition;
+use crate::centroids::{self, CentroidsError};
+use crate::kmeans::Hierarchy;
+use crate::manifest::{self, Manifest};
+use crate::probe::ProbeError;
+use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan};
+use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
+use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use rayon::prelude::*;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use thiserror::Error;
+
+/// The `index.json` format version this reader understands.
+pub const INDEX_FORMAT_VERSION: u32 = 1;
+
+/// Errors of opening and querying an index.
+#[derive(Debug, Error)]
+pub enum IndexError {
+    #[error("object store error on {path}: {source}")]
+    Store {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
+    #[error("{path} is not valid: {source}")]
+    Json {
+        path: String,
+        #[source]
+        source: serde_json::Error,
+    },
+    /// A document's format version is unknown to this reader.
+    #[error("{path} has format version {found}; this reader supports {supported}")]
+    Incompatible { path: String, found: u64, supported: u32 },
+    #[error("{path}: {what} is {found:?}, this reader supports {supported:?}")]
+    Unsupported { path: String, what: &'static str, found: String, supported: &'static str },
+    #[error("{path}: {what} is {found}, expected {expected}")]
+    Mismatch { path: String, what: &'static str, expected: u64, found: u64 },
+    #[error("{path}: table location {location:?} is not a relative object path")]
+    InvalidLocation { path: String, location: String },
+    #[error("{path}: files[{index}] is out of cid order")]
+    UnorderedManifest { path: String, index: usize },
+    #[error("query {query} has dimension {actual}, the index has {expected}")]
+    DimensionMismatch { query: usize, expected: usize, actual: usize },
+    #[error("query {query} has a non-finite value {value} at position {position}")]
+    NonFinite { query: usize, position: usize, value: f32 },
+    #[error("k must be at least 1")]
+    InvalidK,
+    #[error("nprobe {nprobe} must be within 1..={nlist} (nlist)")]
+    InvalidNprobe { nprobe: usize, nlist: usize },
+    #[error(transparent)]
+    Centroids(#[from] CentroidsError),
+}
+
+/// Tuning of an opened index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexOptions {
+    /// Byte bound of the footer cache (default 64 MiB).
+    pub footer_cache_bytes: usize,
+    /// Byte bound of the decoded-postings cache (default 0: off).
+    pub postings_cache_bytes: usize,
+    /// Tail bytes read with each footer (default 64 KiB).
+    pub prefetch_hint: u64,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        Self { footer_cache_bytes: 64 << 20, postings_cache_bytes: 0, prefetch_hint: DEFAULT_PREFETCH_HINT }
+    }
+}
+
+/// Parameters of a search.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SearchParams {
+    /// Neighbours to return (≥ 1). Default 10.
+    pub k: usize,
+    /// Leaf lists to probe (1..=nlist). Default 16.
+    pub nprobe: usize,
+    /// Roots are visited nearest first until they own `root_factor × nprobe`
+    /// leaves (default 4); the nearest `nprobe` leaves among them are probed.
+    pub root_factor: usize,
+    /// Return the payload columns of each hit. Default false.
+    pub include_payload: bool,
+}
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        Self { k: 10, nprobe: 16, root_factor: DEFAULT_ROOT_FACTOR, include_payload: false }
+    }
+}
+
+/// One neighbour.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// The source row identity.
+    pub rowid: i64,
+    /// Smaller is closer (see [`crate::distance::Metric`]).
+    pub distance: f32,
+    pub payload: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// What a search cost. In a batch, the IO fields and `plan/fetch/decode`
+/// times are those of the whole batch (row groups are shared); `probe` and
+/// `scan` are the query's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SearchStats {
+    pub candidate_files: u64,
+    pub footers_read: u64,
+    pub footers_cached: u64,
+    pub planned_row_groups: u64,
+    pub row_groups_read: u64,
+    pub row_groups_cached: u64,
+    pub requests: u64,
+    pub bytes: u64,
+    pub rounds: u64,
+    pub probe_us: u64,
+    pub plan_us: u64,
+    pub fetch_us: u64,
+    pub decode_us: u64,
+    pub scan_us: u64,
+}
+
+impl SearchStats {
+    fn new(io: LoadIo, times: LoadTimes, probe: Duration, scan: Duration) -> Self {
+        let us = |d: Duration| d.as_micros() as u64;
+        Self {
+            candidate_files: io.candidate_files,
+            footers_read: io.footers_read,
+            footers_cached: io.footers_cached,
+            planned_row_groups: io.planned_row_groups,
+            row_groups_read: io.row_groups_read,
+            row_groups_cached: io.row_groups_cached,
+            requests: io.requests,
+            bytes: io.bytes,
+            rounds: io.rounds,
+            probe_us: us(probe),
+            plan_us: us(times.plan),
+            fetch_us: us(times.fetch),
+            decode_us: us(times.decode),
+            scan_us: us(scan),
+        }
+    }
+}
+
+/// The answer to one query.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    /// Best first; ties by the smaller rowid.
+    pub hits: Vec<Hit>,
+    pub stats: SearchStats,
+}
+
+/// An opened index snapshot.
+#[derive(Debug)]
+pub struct Index {
+    store: Arc<dyn ObjectStore>,
+    definition: IndexDefinition,
+    manifest: Manifest,
+    postings_dir: Path,
+    hierarchy: Hierarchy,
+    footers: FooterCache,
+    row_groups: RowGroupCache,
+    options: IndexOptions,
+}
+
+fn join(base: &Path, rel: &str, doc: &Path) -> Result<Path, IndexError> {
+    let invalid = || IndexError::InvalidLocation { path: doc.to_string(), location: rel.to_string() };
+    if rel.contains("://") || rel.starts_with('/') {
+        return Err(invalid());
+    }
+    let rel = Path::parse(rel).map_err(|_| invalid())?;
+    Ok(Path::from_iter(base.parts().chain(rel.parts())))
+}
+
+fn parent(p: &Path) -> Path {
+    let parts: Vec<_> = p.parts().collect();
+    Path::from_iter(parts[..parts.len().saturating_sub(1)].iter().cloned())
+}
+
+async fn get(store: &dyn ObjectStore, path: &Path) -> Result<bytes::Bytes, IndexError> {
+    let err = |source| IndexError::Store { path: path.to_string(), source };
+    store.get(path).await.map_err(err)?.bytes().await.map_err(err)
+}
+
+/// Check `format-version` before the strict parse, so a newer document is
+/// `Incompatible` rather than a confusing unknown-field error.
+fn check_version(path: &Path, bytes: &[u8], supported: u32) -> Result<(), IndexError> {
+    let json = |source| IndexError::Json { path: path.to_string(), source };
+    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(json)?;
+    let found = value.get("format-version").and_then(serde_json::Value::as_u64);
+    match found {
+        Some(v) if v == u64::from(supported) => Ok(()),
+        Some(v) => Err(IndexError::Incompatible { path: path.to_string(), found: v, supported }),
+        None => Err(json(serde::de::Error::missing_field("format-version"))),
+    }
+}
+
+impl Index {
+    /// Open the snapshot whose `index.json` is at `location/index.json`,
+    /// with default [`IndexOptions`].
+    ///
+    /// # Errors
+    /// See [`Index::open_with_options`].
+    pub async fn open(store: Arc<dyn ObjectStore>, location: &Path) -> crate::Result<Index> {
+        Self::open_with_options(store, location, IndexOptions::default()).await
+    }
+
+    /// Open an index: `index.json`, then `manifest.json` and the centroids
+    /// concurrently, one GET each. Never lists.
+    ///
+    /// # Errors
+    /// [`IndexError::Incompatible`] for an unknown format version of
+    /// `index.json` or `manifest.json`; `Store`, `Json`, `Unsupported`,
+    /// `Mismatch`, `InvalidLocation`, `UnorderedManifest` and
+    /// [`CentroidsError`] for an unreadable or inconsistent snapshot.
+    pub async fn open_with_options(
+        store: Arc<dyn ObjectStore>,
+        location: &Path,
+        options: IndexOptions,
+    ) -> crate::Result<Index> {
+        Ok(Self::open_inner(store, location, options).await?)
+    }
+
+    async fn open_inner(
+        store: Arc<dyn ObjectStore>,
+        location: &Path,
+        options: IndexOptions,
+    ) -> Result<Index, IndexError> {
+        let def_path = join(location, "index.json", location)?;
+        let bytes = get(store.as_ref(), &def_path).await?;
+        check_version(&def_path, &bytes, INDEX_FORMAT_VERSION)?;
+        let definition: IndexDefinition = serde_json::from_slice(&bytes)
+            .map_err(|source| IndexError::Json { path: def_path.to_string(), source })?;
+        let unsupported = |what, found: &str, supported| IndexError::Unsupported {
+            path: def_path.to_string(),
+            what,
+            found: found.to_string(),
+            supported,
+        };
+        if definition.provider != "parquet" {
+            return Err(unsupported("provider", &definition.provider, "parquet"));
+        }
+        if definition.element_type != "f32" {
+            return Err(unsupported("element-type", &definition.element_type, "f32"));
+        }
+        let postings = &definition.tables.ivf_postings;
+        if postings.layout.as_deref() != Some("artifact-manifest") {
+            return Err(unsupported("ivf_postings layout", postings.layout.as_deref().unwrap_or(""), "artifact-manifest"));
+        }
+        let manifest_path = join(location, &postings.location, &def_path)?;
+        let centroids_path = join(location, &definition.tables.ivf_centroids.location, &def_path)?;
+        let (m, c) = futures::join!(get(store.as_ref(), &manifest_path), get(store.as_ref(), &centroids_path));
+        let (m, c) = (m?, c?);
+        check_version(&manifest_path, &m, manifest::FORMAT_VERSION)?;
+        let manifest: Manifest = serde_json::from_slice(&m)
+            .map_err(|source| IndexError::Json { path: manifest_path.to_string(), source })?;
+        let dim = definition.dim as usize;
+        let hierarchy = centroids::decode(&centroids_path.to_string(), c, dim, definition.metric)?;
+        let mismatch = |path: &Path, what, expected: usize, found: usize| IndexError::Mismatch {
+            path: path.to_string(),
+            what,
+            expected: expected as u64,
+            found: found as u64,
+        };
+        let nlist = definition.nlist as usize;
+        let checks = [
+            (&manifest_path, "nlist", nlist, manifest.nlist as usize),
+            (&manifest_path, "roots", definition.roots as usize, manifest.cid_offsets.len().saturating_sub(1)),
+            (&manifest_path, "cid-offsets end", nlist, manifest.cid_offsets.last().copied().unwrap_or(0) as usize),
+            (&centroids_path, "leaf count", nlist, hierarchy.leaves.len() / dim.max(1)),
+        ];
+        for (path, what, expected, found) in checks {
+            if expected != found {
+                return Err(mismatch(path, what, expected, found));
+            }
+        }
+        if let Some(r) = (0..manifest.cid_offsets.len())
+            .find(|&r| hierarchy.cid_offsets.get(r) != manifest.cid_offsets.get(r))
+        {
+            let at = |o: &[u32]| o.get(r).copied().unwrap_or(0) as usize;
+            return Err(mismatch(&centroids_path, "cid-offsets entry", at(&manifest.cid_offsets), at(&hierarchy.cid_offsets)));
+        }
+        let files = &manifest.files;
+        for (i, f) in files.iter().enumerate() {
+            let prev_ok = i == 0 || (files[i - 1].min_cid, files[i - 1].max_cid) <= (f.min_cid, f.max_cid);
+            if f.min_cid > f.max_cid || !prev_ok {
+                return Err(IndexError::UnorderedManifest { path: manifest_path.to_string(), index: i });
+            }
+        }
+        Ok(Index {
+            store,
+            postings_dir: parent(&manifest_path),
+            definition,
+            manifest,
+            hierarchy,
+            footers: FooterCache::new(options.footer_cache_bytes),
+            row_groups: RowGroupCache::new(options.postings_cache_bytes),
+            options,
+        })
+    }
+
+    /// The index definition (`index.json`).
+    pub fn definition(&self) -> &IndexDefinition {
+        &self.definition
+    }
+
+    /// The postings manifest.
+    pub fn manifest(&self) -> &Manifest {
+        &self.manifest
+    }
+
+    /// The centroid hierarchy.
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    fn postings(&self) -> Postings<'_> {
+        Postings {
+            store: self.store.as_ref(),
+            dir: &self.postings_dir,
+            files: &self.manifest.files,
+            dim: self.hierarchy.dim,
+            footers: &self.footers,
+            row_groups: &self.row_groups,
+            prefetch: self.options.prefetch_hint,
+        }
+    }
+
+    /// Read every footer not yet cached, all at once (one round), so later
+    /// cold queries cost one round. The footer cache must be large enough to
+    /// hold them (see [`IndexOptions::footer_cache_bytes`]).
+    ///
+    /// # Errors
+    /// [`ProbeError`] for a missing or invalid postings file.
+    pub async fn warm(&self) -> crate::Result<SearchStats> {
+        let all: Vec<usize> = (0..self.manifest.files.len()).collect();
+        let mut io = LoadIo { candidate_files: all.len() as u64, ..LoadIo::default() };
+        let t = Instant::now();
+        self.postings().footers(&all, &mut io).await?;
+        let times = LoadTimes { plan: t.elapsed(), ..LoadTimes::default() };
+        Ok(SearchStats::new(io, times, Duration::ZERO, Duration::ZERO))
+    }
+
+    /// Decode every posting into memory (the decoded-postings cache becomes
+    /// unbounded): queries then do no IO. Costs `ntotal × (dim × 4 + 8)` bytes.
+    ///
+    /// # Errors
+    /// [`ProbeError`] for a missing, invalid or corrupt postings file.
+    pub async fn preload(&self) -> crate::Result<SearchStats> {
+        self.row_groups.set_capacity(usize::MAX);
+        let all: Vec<u32> = (0..self.manifest.nlist).collect();
+        let (_, io, times) = self.postings().load(&all, false).await?;
+        Ok(SearchStats::new(io, times, Duration::ZERO, Duration::ZERO))
+    }
+
+    /// Search one query (`dim` values).
+    ///
+    /// # Errors
+    /// [`IndexError::DimensionMismatch`], [`IndexError::NonFinite`],
+    /// [`IndexError::InvalidK`], [`IndexError::InvalidNprobe`] for bad input;
+    /// [`ProbeError`] for IO failures and a corrupt index. Nothing partial.
+    pub async fn search(&self, query: &[f32], params: &SearchParams) -> crate::Result<SearchResult> {
+        let dim = self.hierarchy.dim;
+        if query.len() != dim {
+            return Err(IndexError::DimensionMismatch { query: 0, expected: dim, actual: query.len() }.into());
+        }
+        let mut results = self.search_batch(query, params).await?;
+        Ok(results.remove(0))
+    }
+
+    /// Search `queries.len() / dim` queries (row-major). Queries run in
+    /// parallel; a row group needed by several of them is read once.
+    ///
+    /// # Errors
+    /// As [`Index::search`]; a length not a multiple of `dim` is a
+    /// `DimensionMismatch` naming the incomplete last query.
+    pub async fn search_batch(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+    ) -> crate::Result<Vec<SearchResult>> {
+        let dim = self.hierarchy.dim;
+        let nlist = self.manifest.nlist as usize;
+        if queries.len() % dim != 0 {
+            let query = queries.len() / dim;
+            return Err(IndexError::DimensionMismatch { query, expected: dim, actual: queries.len() % dim }.into());
+        }
+        if let Some((i, &value)) = queries.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+            return Err(IndexError::NonFinite { query: i / dim, position: i % dim, value }.into());
+        }
+        if params.k == 0 {
+            return Err(IndexError::InvalidK.into());
+        }
+        if params.nprobe == 0 || params.nprobe > nlist {
+            return Err(IndexError::InvalidNprobe { nprobe: params.nprobe, nlist }.into());
+        }
+        let selected: Vec<(Vec<u32>, Duration)> = queries
+            .par_chunks_exact(dim)
+            .map(|q| {
+                let t = Instant::now();
+                let cids = select_cids(&self.hierarchy, q, params.nprobe, params.root_factor);
+                (cids, t.elapsed())
+            })
+            .collect();
+        let mut union: Vec<u32> = selected.iter().flat_map(|(c, _)| c.iter().copied()).collect();
+        union.sort_unstable();
+        union.dedup();
+        let postings = self.postings();
+        let (loaded, io, times) = postings.load(&union, params.include_payload).await?;
+        let metric = self.hierarchy.metric;
+        queries
+            .par_chunks_exact(dim)
+            .zip(&selected)
+            .map(|(q, (cids, probe))| {
+                let t = Instant::now();
+                let top = scan(metric, dim, q, cids, &loaded, params.k);
+                let hits = top
+                    .into_sorted()
+                    .into_iter()
+                    .map(|n| {
+                        let payload = if params.include_payload {
+                            payload_of(&postings, &loaded, cids, n.rowid)?
+                        } else {
+                            None
+                        };
+                        Ok(Hit { rowid: n.rowid, distance: n.distance, payload })
+                    })
+                    .collect::<Result<Vec<_>, ProbeError>>()?;
+                Ok(SearchResult { hits, stats: SearchStats::new(io, times, *probe, t.elapsed()) })
+            })
+            .collect()
+    }
+}

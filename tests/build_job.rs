@@ -2,7 +2,7 @@
 //! (pyarrow), every bad-input case with its typed error and nothing published,
 //! fault injection at every write of a build, reproducibility and spilling.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
@@ -62,7 +62,7 @@ fn write_parquet(dir: &std::path::Path, name: &str, batch: &RecordBatch) {
 }
 
 fn rows(n: usize, dim: usize, seed: u64) -> Vec<Option<Vec<f32>>> {
-    common::random_vectors(n, dim, seed)
+    support::random_vectors(n, dim, seed)
         .chunks(dim)
         .map(|c| Some(c.to_vec()))
         .collect()
@@ -223,7 +223,7 @@ async fn no_matching_files_is_typed() {
 /// never gains a version, and the earlier version stays current.
 #[tokio::test]
 async fn a_build_failing_at_any_write_publishes_nothing() {
-    let data = common::random_vectors(600, 8, 7);
+    let data = support::random_vectors(600, 8, 7);
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
     let src = Arc::new(ArraySource::new(data.clone(), 8, serde_json::json!({})).unwrap());
@@ -231,7 +231,7 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
     assert_eq!(first.version, 1);
     let mut k = 0;
     loop {
-        let faulty: Arc<dyn ObjectStore> = Arc::new(common::FailNthPut::new(inner.clone(), k));
+        let faulty: Arc<dyn ObjectStore> = Arc::new(support::FailNthPut::new(inner.clone(), k));
         match build(src.clone(), faulty, &idx, &params(8)).await {
             Ok(s) => {
                 // Every write succeeded: this is the first k past the last write.
@@ -251,7 +251,7 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
 
 #[tokio::test]
 async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
-    let data = common::random_vectors(3000, 16, 11);
+    let data = support::random_vectors(3000, 16, 11);
     let src = Arc::new(ArraySource::new(data, 16, serde_json::json!({})).unwrap().with_part_size(500));
     let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let b: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -263,8 +263,8 @@ async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
     let sb = build(src, b.clone(), &Path::from("i"), &tiny).await.unwrap();
     assert_eq!(sa.spill_events, 0);
     assert!(sb.spill_events > 0, "a 64 KiB limit must spill");
-    let fa = common::snapshot_files(&a, &Path::from(sa.snapshot.as_str())).await;
-    let fb = common::snapshot_files(&b, &Path::from(sb.snapshot.as_str())).await;
+    let fa = support::snapshot_files(&a, &Path::from(sa.snapshot.as_str())).await;
+    let fb = support::snapshot_files(&b, &Path::from(sb.snapshot.as_str())).await;
     assert_eq!(fa.len(), fb.len());
     for ((pa, ba), (pb, bb)) in fa.iter().zip(&fb) {
         assert_eq!(pa, pb);
@@ -276,7 +276,7 @@ async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
 /// an extra column, vectors as list<float>: build, search, recall.
 #[tokio::test]
 async fn pyarrow_written_table_builds_and_searches() {
-    let Some(python) = common::python_with("pyarrow") else {
+    let Some(python) = support::python_with("pyarrow") else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
@@ -299,7 +299,7 @@ for f in range(3):
     pq.write_table(t, f"{out}/part-{f}.parquet")
     np.save(f"{out}/x{f}.npy", x)
 "#;
-    common::run_python(&python, script, &[d.path().to_str().unwrap()]);
+    support::run_python(&python, script, &[d.path().to_str().unwrap()]);
     let src = open_local(
         d.path(),
         ParquetSourceOptions {

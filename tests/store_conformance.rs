@@ -3,7 +3,7 @@
 //! `scripts/test.sh` started one; required in CI). The same build, publish,
 //! verify and search calls must give the same bytes and the same answers.
 
-mod common;
+mod support;
 
 use std::sync::Arc;
 
@@ -75,8 +75,8 @@ fn backends() -> Vec<Backend> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_bytes_and_answers_on_every_backend() {
     let dim = 16;
-    let data = common::random_vectors(4000, dim, 3);
-    let queries = common::random_vectors(20, dim, 4);
+    let data = support::random_vectors(4000, dim, 3);
+    let queries = support::random_vectors(20, dim, 4);
     let params = BuildParams {
         nlist: 32,
         progress: ProgressMode::Quiet,
@@ -107,7 +107,7 @@ async fn same_bytes_and_answers_on_every_backend() {
             .into_iter()
             .map(|r| r.hits.iter().map(|h| (h.rowid, h.distance)).collect())
             .collect();
-        let files = common::snapshot_files(&b.store, &snapshot).await;
+        let files = support::snapshot_files(&b.store, &snapshot).await;
         assert!(files.iter().any(|(p, _)| p.ends_with("manifest.json")));
         match &reference {
             None => reference = Some((files, answers)),

@@ -1,12 +1,68 @@
-//! Probe reader: choose centroids, intersect CIDs with manifest ranges, read
-//! candidate footers, build an explicit row-group plan, execute it.
-//! SKELETON: owned by the probe helper (issue 4).
+//! Probe reader: choose centroids ([`select`]), intersect CIDs with manifest
+//! ranges and build an explicit row-group plan from footer statistics
+//! ([`planner`], [`access_plan`], [`footer`]), then execute it with one ranged
+//! fetch per file for all planned row groups ([`executor`]).
+//!
+//! A cold query costs at most two dependent rounds of requests: every
+//! candidate footer at once, then every planned row group at once. With all
+//! footers cached (`Index::warm`) it is one round.
+
+pub mod access_plan;
+pub mod cache;
+pub mod executor;
+pub mod footer;
+pub mod planner;
+pub mod select;
 
 use thiserror::Error;
 
-/// Probe errors.
+/// Probe errors. Every variant names the object and the numbers involved.
 #[derive(Debug, Error)]
 pub enum ProbeError {
-    #[error("corrupt index: {0}")]
-    CorruptIndex(String),
+    /// A decoded row's cid differs from its row group's exact statistics:
+    /// the index is corrupt (an error, never a wrong answer).
+    #[error(
+        "corrupt index: {path} row group {row_group} row {row} has cid {found}, its statistics say {expected}"
+    )]
+    CorruptIndex { path: String, row_group: usize, row: usize, found: i64, expected: i64 },
+    /// A row group's cid statistics are missing or inexact.
+    #[error("{path} row group {row_group}: exact cid min/max statistics are required")]
+    MissingCidStatistics { path: String, row_group: usize },
+    /// A row group holds more than one cid.
+    #[error("{path} row group {row_group} holds cids {min}..={max}; one cid per row group is required")]
+    MultiCidRowGroup { path: String, row_group: usize, min: i64, max: i64 },
+    /// A row group's cid lies outside its file's manifest range.
+    #[error("{path} row group {row_group} has cid {cid}, outside the manifest range {min_cid}..={max_cid}")]
+    CidOutsideManifestRange { path: String, row_group: usize, cid: i64, min_cid: u32, max_cid: u32 },
+    /// A plan's length differs from the footer's row-group count.
+    #[error("{path}: access plan has {expected} row groups, footer has {actual}")]
+    RowGroupCountMismatch { path: String, expected: usize, actual: usize },
+    /// A required postings column is missing or has the wrong type.
+    #[error("{path}: column {column} must be {expected}, found {found}")]
+    Schema { path: String, column: String, expected: String, found: String },
+    /// A payload column's type has no JSON mapping.
+    #[error("{path}: payload column {column} of type {data_type} cannot be returned")]
+    UnsupportedPayload { path: String, column: String, data_type: String },
+    /// The footer could not be decoded.
+    #[error("{path}: cannot decode the Parquet footer: {source}")]
+    Footer {
+        path: String,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// A planned row group could not be decoded.
+    #[error("{path} row group {row_group}: cannot decode: {source}")]
+    Decode {
+        path: String,
+        row_group: usize,
+        #[source]
+        source: parquet::errors::ParquetError,
+    },
+    /// The store failed (a missing object named by the manifest lands here).
+    #[error("object store error on {path}: {source}")]
+    Store {
+        path: String,
+        #[source]
+        source: object_store::Error,
+    },
 }

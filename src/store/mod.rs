@@ -4,6 +4,8 @@
 pub mod commit;
 pub mod location;
 
+pub mod counting;
+
 use thiserror::Error;
 
 /// Store errors.

@@ -1,152 +1,273 @@
-//! Shared test fixtures: seeded data, a fault-injecting store, snapshot
-//! readers, and the Python interpreter with the independent readers.
+//! Test fixture: writes a small index snapshot (index.json, centroids,
+//! postings files in the exact `ivf_postings` format, manifest.json) through
+//! the library's public types. TEMPORARY: the coordinator swaps the postings
+//! part for `postings::writer` and the hierarchy for `kmeans::Hierarchy::train`.
 #![allow(dead_code)]
 
-use std::fmt;
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
-
-use async_trait::async_trait;
-use futures::stream::BoxStream;
+use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
+use arrow::datatypes::{DataType, Field, Schema};
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
+use parqivf::catalog::definition::{IndexDefinition, IndexTableDefinition, IndexTables};
+use parqivf::distance::Metric;
+use parqivf::kmeans::Hierarchy;
+use parqivf::manifest::{FileEntry, Manifest};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+use sha2::{Digest, Sha256};
+use std::sync::Arc;
 
-/// `n × dim` values uniform in [-1, 1), deterministic by `seed`.
-pub fn random_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+/// `n` clustered vectors of `dim`, seeded; rows `dup_every` apart repeat an
+/// earlier vector exactly (to exercise ties).
+pub fn dataset(n: usize, dim: usize, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..n * dim).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-10.0..10.0)).collect();
+    let mut v = Vec::with_capacity(n * dim);
+    for i in 0..n {
+        if i % 50 == 49 {
+            let src = (i - 7) * dim;
+            v.extend_from_within(src..src + dim);
+            continue;
+        }
+        let c = rng.random_range(0..16) * dim;
+        v.extend((0..dim).map(|j| centers[c + j] + rng.random_range(-1.5f32..1.5)));
+    }
+    v
 }
 
-/// A store whose `n`-th write (0-based, puts and multipart uploads together)
-/// fails, as a crash at that point of a build would.
-#[derive(Debug)]
-pub struct FailNthPut {
-    inner: Arc<dyn ObjectStore>,
-    fail_at: usize,
-    writes: AtomicUsize,
+/// Rowids: a scrambled, non-contiguous identity per row.
+pub fn rowids(n: usize) -> Vec<i64> {
+    (0..n as i64).map(|i| (i * 7919) % (n as i64 * 3 + 1) + 1_000).collect()
 }
 
-impl FailNthPut {
-    pub fn new(inner: Arc<dyn ObjectStore>, fail_at: usize) -> Self {
-        Self {
-            inner,
-            fail_at,
-            writes: AtomicUsize::new(0),
+fn nearest(metric: Metric, q: &[f32], centroids: &[f32], dim: usize) -> usize {
+    let mut best = (f32::INFINITY, 0);
+    for (i, c) in centroids.chunks_exact(dim).enumerate() {
+        let d = metric.distance(q, c);
+        if d < best.0 {
+            best = (d, i);
         }
     }
+    best.1
+}
 
-    fn check(&self, location: &Path) -> object_store::Result<()> {
-        if self.writes.fetch_add(1, Ordering::SeqCst) == self.fail_at {
-            return Err(object_store::Error::Generic {
-                store: "FailNthPut",
-                source: format!("injected failure writing {location}").into(),
+fn lloyd(data: &[f32], dim: usize, k: usize, iters: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
+    let n = data.len() / dim;
+    let mut c: Vec<f32> = (0..k).flat_map(|_| {
+        let i = rng.random_range(0..n) * dim;
+        data[i..i + dim].to_vec()
+    }).collect();
+    for _ in 0..iters {
+        let mut sum = vec![0f32; k * dim];
+        let mut cnt = vec![0usize; k];
+        for p in data.chunks_exact(dim) {
+            let a = nearest(Metric::L2, p, &c, dim);
+            cnt[a] += 1;
+            sum[a * dim..(a + 1) * dim].iter_mut().zip(p).for_each(|(s, x)| *s += x);
+        }
+        for j in 0..k {
+            if cnt[j] > 0 {
+                for d in 0..dim {
+                    c[j * dim + d] = sum[j * dim + d] / cnt[j] as f32;
+                }
+            }
+        }
+    }
+    c
+}
+
+/// A naive two-level hierarchy: `nlist` leaves by Lloyd's k-means, grouped
+/// under `nroots` roots (k-means of the leaves), renumbered so each root's
+/// leaves are contiguous.
+pub fn hierarchy(data: &[f32], dim: usize, nroots: usize, nlist: usize, seed: u64) -> Hierarchy {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let leaves = lloyd(data, dim, nlist, 6, &mut rng);
+    let roots = lloyd(&leaves, dim, nroots, 6, &mut rng);
+    let owner: Vec<usize> =
+        leaves.chunks_exact(dim).map(|l| nearest(Metric::L2, l, &roots, dim)).collect();
+    let mut order: Vec<usize> = (0..nlist).collect();
+    order.sort_by_key(|&l| (owner[l], l));
+    let sorted: Vec<f32> = order.iter().flat_map(|&l| leaves[l * dim..(l + 1) * dim].to_vec()).collect();
+    let mut cid_offsets = vec![0u32];
+    for r in 0..nroots {
+        cid_offsets.push(cid_offsets[r] + owner.iter().filter(|&&o| o == r).count() as u32);
+    }
+    Hierarchy { dim, metric: Metric::L2, roots, leaves: sorted, cid_offsets }
+}
+
+/// Options of [`write_index`].
+#[derive(Debug, Clone, Copy)]
+pub struct Layout {
+    /// Roll to a new file after this many rows (at a row-group boundary).
+    pub rows_per_file: usize,
+    /// Split a cid's rows into row groups of at most this many rows.
+    pub rows_per_row_group: usize,
+    /// Write a `title` Utf8 payload column.
+    pub payload: bool,
+}
+
+impl Default for Layout {
+    fn default() -> Self {
+        Self { rows_per_file: 200, rows_per_row_group: 1 << 20, payload: false }
+    }
+}
+
+/// Assign every vector to its nearest leaf; returns cid per row.
+pub fn assign(h: &Hierarchy, data: &[f32]) -> Vec<u32> {
+    data.chunks_exact(h.dim).map(|v| nearest(h.metric, v, &h.leaves, h.dim) as u32).collect()
+}
+
+fn props() -> WriterProperties {
+    let v = ColumnPath::from("vector");
+    let c = ColumnPath::from("cid");
+    WriterProperties::builder()
+        .set_column_encoding(c.clone(), Encoding::PLAIN)
+        .set_column_dictionary_enabled(c, false)
+        .set_compression(Compression::UNCOMPRESSED)
+        .set_column_encoding(v.clone(), Encoding::PLAIN)
+        .set_column_dictionary_enabled(v.clone(), false)
+        .set_column_statistics_enabled(v, EnabledStatistics::None)
+        .set_statistics_enabled(EnabledStatistics::Chunk)
+        .build()
+}
+
+/// One postings object from `(cid, rowid, data row)` sorted by cid: one cid
+/// per row group (flush at each cid change), exact cid statistics, vector
+/// PLAIN / uncompressed / no dictionary / no statistics. The cid column is
+/// PLAIN too, so a test can patch its values in place.
+pub fn postings_file(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout) -> Vec<u8> {
+    let mut fields = vec![
+        Field::new("cid", DataType::Int32, false),
+        Field::new("rowid", DataType::Int64, false),
+        Field::new("vector", DataType::FixedSizeBinary((dim * 4) as i32), false),
+    ];
+    if layout.payload {
+        fields.push(Field::new("title", DataType::Utf8, true));
+    }
+    let schema = Arc::new(Schema::new(fields));
+    let mut buf = Vec::new();
+    let mut w = ArrowWriter::try_new(&mut buf, schema.clone(), Some(props())).unwrap();
+    let mut start = 0;
+    while start < rows.len() {
+        let cid = rows[start].0;
+        let mut end = start;
+        while end < rows.len() && rows[end].0 == cid && end - start < layout.rows_per_row_group {
+            end += 1;
+        }
+        let g = &rows[start..end];
+        let cids: Vec<i32> = g.iter().map(|r| r.0 as i32).collect();
+        let bytes: Vec<u8> = g
+            .iter()
+            .flat_map(|r| data[r.2 * dim..(r.2 + 1) * dim].iter().flat_map(|x| x.to_le_bytes()))
+            .collect();
+        let mut cols: Vec<arrow::array::ArrayRef> = vec![
+            Arc::new(Int32Array::from(cids)),
+            Arc::new(Int64Array::from(g.iter().map(|r| r.1).collect::<Vec<_>>())),
+            Arc::new(FixedSizeBinaryArray::try_new((dim * 4) as i32, bytes.into(), None).unwrap()),
+        ];
+        if layout.payload {
+            cols.push(Arc::new(StringArray::from(
+                g.iter().map(|r| Some(format!("row-{}", r.1))).collect::<Vec<_>>(),
+            )));
+        }
+        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap()).unwrap();
+        w.flush().unwrap();
+        start = end;
+    }
+    w.close().unwrap();
+    buf
+}
+
+/// Write a complete snapshot under `root`: files per root bucket, rolled at
+/// cid boundaries after `layout.rows_per_file` rows.
+pub async fn write_index(
+    store: &dyn ObjectStore,
+    root: &Path,
+    h: &Hierarchy,
+    data: &[f32],
+    ids: &[i64],
+    layout: Layout,
+) -> Manifest {
+    let dim = h.dim;
+    let cids = assign(h, data);
+    let mut rows: Vec<(u32, i64, usize)> =
+        cids.iter().zip(ids).enumerate().map(|(i, (&c, &r))| (c, r, i)).collect();
+    rows.sort_by_key(|r| (r.0, r.1));
+    let nroots = h.cid_offsets.len() - 1;
+    let mut files = Vec::new();
+    for r in 0..nroots {
+        let (lo, hi) = (h.cid_offsets[r], h.cid_offsets[r + 1]);
+        let bucket: Vec<_> = rows.iter().copied().filter(|x| (lo..hi).contains(&x.0)).collect();
+        // Roll at cid boundaries once a file holds rows_per_file rows.
+        let mut part = 0;
+        let mut start = 0;
+        while start < bucket.len() {
+            let mut end = start;
+            while end < bucket.len() && (end - start < layout.rows_per_file || bucket[end].0 == bucket[end - 1].0) {
+                end += 1;
+            }
+            let chunk = &bucket[start..end];
+            let bytes = postings_file(dim, chunk, data, layout);
+            let path = format!("cid_bucket={r:06}/part-{part:05}.parquet");
+            files.push(FileEntry {
+                path: path.clone(),
+                cid_bucket: r as u32,
+                min_cid: chunk[0].0,
+                max_cid: chunk[chunk.len() - 1].0,
+                rows: chunk.len() as u64,
+                size: bytes.len() as u64,
+                sha256: hex::encode(Sha256::digest(&bytes)),
             });
+            store.put(&Path::from(format!("{root}/postings/{path}")), PutPayload::from(bytes)).await.unwrap();
+            part += 1;
+            start = end;
         }
-        Ok(())
     }
+    let manifest = Manifest {
+        format_version: 1,
+        nlist: h.leaves.len() as u32 / dim as u32,
+        ntotal: rows.len() as u64,
+        cid_offsets: h.cid_offsets.clone(),
+        files,
+    };
+    put_json(store, &format!("{root}/postings/manifest.json"), &manifest).await;
+    let centroids = parqivf::centroids::encode(h).unwrap();
+    store.put(&Path::from(format!("{root}/centroids/centroids.parquet")), PutPayload::from(centroids)).await.unwrap();
+    let table = |location: &str, layout: Option<&str>| IndexTableDefinition {
+        definition_version: "1".into(),
+        location: location.into(),
+        layout: layout.map(String::from),
+    };
+    let def = IndexDefinition {
+        format_version: 1,
+        provider: "parquet".into(),
+        definition_version: "1".into(),
+        metric: h.metric,
+        dim: dim as u32,
+        element_type: "f32".into(),
+        nlist: manifest.nlist,
+        roots: nroots as u32,
+        tables: IndexTables {
+            ivf_centroids: table("centroids/centroids.parquet", None),
+            ivf_postings: table("postings/manifest.json", Some("artifact-manifest")),
+        },
+    };
+    put_json(store, &format!("{root}/index.json"), &def).await;
+    manifest
 }
 
-impl fmt::Display for FailNthPut {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "FailNthPut({})", self.inner)
-    }
+pub async fn put_json<T: serde::Serialize>(store: &dyn ObjectStore, path: &str, v: &T) {
+    let bytes = serde_json::to_vec_pretty(v).unwrap();
+    store.put(&Path::from(path), PutPayload::from(bytes)).await.unwrap();
 }
 
-#[async_trait]
-impl ObjectStore for FailNthPut {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
-        self.check(location)?;
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.check(location)?;
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
-
-/// Every object below `snapshot`, as (relative path, bytes), sorted.
-pub async fn snapshot_files(store: &Arc<dyn ObjectStore>, snapshot: &Path) -> Vec<(String, bytes::Bytes)> {
-    use futures::TryStreamExt;
-    let metas: Vec<ObjectMeta> = store.list(Some(snapshot)).try_collect().await.unwrap();
-    let mut out = Vec::new();
-    for m in metas {
-        let rel = m.location.as_ref()[snapshot.as_ref().len()..].to_string();
-        let b = store.get(&m.location).await.unwrap().bytes().await.unwrap();
-        out.push((rel, b));
-    }
-    out.sort_by(|a, b| a.0.cmp(&b.0));
-    out
-}
-
-/// The Python that has `module`, from `PARQIVF_PYTHON` (set by
-/// `scripts/test.sh`). When it is unset the test is skipped with a note,
-/// unless `PARQIVF_REQUIRE_INTEROP=1` (CI), where that is a failure.
-pub fn python_with(module: &str) -> Option<String> {
-    let required = std::env::var("PARQIVF_REQUIRE_INTEROP").is_ok_and(|v| v == "1");
-    let python = std::env::var("PARQIVF_PYTHON").ok();
-    let ok = python.as_ref().is_some_and(|p| {
-        std::process::Command::new(p)
-            .args(["-c", &format!("import {module}")])
-            .output()
-            .is_ok_and(|o| o.status.success())
-    });
-    if ok {
-        return python;
-    }
-    assert!(
-        !required,
-        "PARQIVF_REQUIRE_INTEROP=1 but PARQIVF_PYTHON={python:?} cannot import {module}"
-    );
-    eprintln!("skipping: no Python with {module} (run scripts/test.sh)");
-    None
-}
-
-/// Run `script` with `args`; panic with its output if it fails.
-pub fn run_python(python: &str, script: &str, args: &[&str]) -> String {
-    let out = std::process::Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .args(args)
-        .output()
-        .expect("python starts");
-    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
-    assert!(
-        out.status.success(),
-        "python failed:\nstdout:\n{stdout}\nstderr:\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    stdout
+/// Exact k nearest by brute force, ties by the smaller rowid.
+pub fn brute_force(metric: Metric, dim: usize, data: &[f32], ids: &[i64], q: &[f32], k: usize) -> Vec<(i64, f32)> {
+    let mut all: Vec<(f32, i64)> = data.chunks_exact(dim).zip(ids).map(|(v, &r)| (metric.distance(q, v), r)).collect();
+    all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    all.into_iter().take(k).map(|(d, r)| (r, d)).collect()
 }

@@ -1,0 +1,151 @@
+//! Footers of postings files: read with ONE ranged GET of the file's tail
+//! (a prefetch hint, default 64 KiB, and the manifest's `size`, so no HEAD),
+//! decoded by parquet's metadata push decoder, validated once (column types,
+//! one exact cid per row group, cids within the manifest range) and cached
+//! in a byte-bounded LRU. A footer larger than the hint costs a second GET for
+//! the missing bytes; the decoder says which.
+
+use super::ProbeError;
+use super::cache::ByteLru;
+use super::planner::row_group_cids;
+use crate::manifest::FileEntry;
+use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
+use arrow::datatypes::DataType;
+use object_store::ObjectStore;
+use object_store::path::Path;
+use parquet::DecodeResult;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataPushDecoder};
+use std::sync::Arc;
+
+/// Default footer prefetch hint.
+pub const DEFAULT_PREFETCH_HINT: u64 = 64 * 1024;
+
+/// A decoded, validated footer of one postings file.
+#[derive(Debug)]
+pub struct Footer {
+    /// Arrow view of the file metadata (what the row-group decoder needs).
+    pub arrow: ArrowReaderMetadata,
+    /// Root column indices of cid, rowid and vector.
+    pub cid_root: usize,
+    pub rowid_root: usize,
+    pub vector_root: usize,
+    /// Root column indices of the payload columns (all others).
+    pub payload_roots: Vec<usize>,
+    /// The cid of each row group.
+    pub row_group_cids: Vec<u32>,
+    /// Approximate memory held, for the cache bound.
+    pub bytes: usize,
+}
+
+/// The footer cache: manifest file index → footer.
+pub type FooterCache = ByteLru<usize, Footer>;
+
+/// IO done to read one footer.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FooterIo {
+    pub requests: u64,
+    pub bytes: u64,
+}
+
+/// Read, decode and validate the footer of `path` (manifest entry `entry`).
+///
+/// # Errors
+/// [`ProbeError::Store`] (e.g. a missing object), [`ProbeError::Footer`],
+/// [`ProbeError::Schema`] and the statistics errors of
+/// [`row_group_cids`].
+pub async fn read_footer(
+    store: &dyn ObjectStore,
+    path: &Path,
+    entry: &FileEntry,
+    dim: usize,
+    prefetch: u64,
+) -> Result<(Footer, FooterIo), ProbeError> {
+    let name = path.to_string();
+    let footer_err = |source| ProbeError::Footer { path: name.clone(), source };
+    let store_err = |source| ProbeError::Store { path: name.clone(), source };
+    let size = entry.size;
+    let mut io = FooterIo::default();
+    let mut decoder = ParquetMetaDataPushDecoder::try_new(size)
+        .map_err(footer_err)?
+        .with_page_index_policy(PageIndexPolicy::Skip);
+    let tail = size.saturating_sub(prefetch)..size;
+    let bytes = store.get_range(path, tail.clone()).await.map_err(store_err)?;
+    io.requests += 1;
+    io.bytes += bytes.len() as u64;
+    decoder.push_range(tail, bytes).map_err(footer_err)?;
+    let metadata = loop {
+        match decoder.try_decode().map_err(footer_err)? {
+            DecodeResult::Data(m) => break m,
+            DecodeResult::NeedsData(ranges) => {
+                let data = store.get_ranges(path, &ranges).await.map_err(store_err)?;
+                io.requests += ranges.len() as u64;
+                io.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();
+                decoder.push_ranges(ranges, data).map_err(footer_err)?;
+            }
+            DecodeResult::Finished => {
+                return Err(footer_err(parquet::errors::ParquetError::General(
+                    "metadata decoder finished without metadata".into(),
+                )));
+            }
+        }
+    };
+    let bytes = metadata.memory_size();
+    let arrow = ArrowReaderMetadata::try_new(Arc::new(metadata), ArrowReaderOptions::new())
+        .map_err(footer_err)?;
+    let footer = validate(&name, entry, arrow, dim, bytes)?;
+    Ok((footer, io))
+}
+
+fn validate(
+    path: &str,
+    entry: &FileEntry,
+    arrow: ArrowReaderMetadata,
+    dim: usize,
+    bytes: usize,
+) -> Result<Footer, ProbeError> {
+    let schema = Arc::clone(arrow.schema());
+    let find = |name: &str, expected: DataType| -> Result<usize, ProbeError> {
+        let err = |found: String| ProbeError::Schema {
+            path: path.to_string(),
+            column: name.to_string(),
+            expected: format!("{expected} (required)"),
+            found,
+        };
+        let (i, field) = schema.column_with_name(name).ok_or_else(|| err("nothing".into()))?;
+        if *field.data_type() != expected || field.is_nullable() {
+            return Err(err(format!("{} (nullable: {})", field.data_type(), field.is_nullable())));
+        }
+        Ok(i)
+    };
+    let cid_root = find(CID_COLUMN, DataType::Int32)?;
+    let rowid_root = find(ROWID_COLUMN, DataType::Int64)?;
+    let width = i32::try_from(dim * 4).unwrap_or(i32::MAX);
+    let vector_root = find(VECTOR_COLUMN, DataType::FixedSizeBinary(width))?;
+    let payload_roots = (0..schema.fields().len())
+        .filter(|i| ![cid_root, rowid_root, vector_root].contains(i))
+        .collect();
+    let metadata = arrow.metadata();
+    let cid_leaf = metadata
+        .file_metadata()
+        .schema_descr()
+        .columns()
+        .iter()
+        .position(|c| c.path().string() == CID_COLUMN)
+        .ok_or_else(|| ProbeError::Schema {
+            path: path.to_string(),
+            column: CID_COLUMN.to_string(),
+            expected: "a leaf column".into(),
+            found: "nothing".into(),
+        })?;
+    let row_group_cids = row_group_cids(path, entry, metadata, cid_leaf)?;
+    Ok(Footer {
+        bytes: bytes + row_group_cids.len() * 4,
+        arrow,
+        cid_root,
+        rowid_root,
+        vector_root,
+        payload_roots,
+        row_group_cids,
+    })
+}

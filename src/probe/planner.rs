@@ -1,0 +1,123 @@
+//! The pure planner: selected CIDs ∩ manifest file ranges (binary search, no
+//! scan of all files), then one [`AccessPlan`] per candidate file from the
+//! footer's exact cid statistics. No predicate expression, no `IN` list: the
+//! plan is plain data computed here.
+
+use super::ProbeError;
+use super::access_plan::AccessPlan;
+use crate::manifest::FileEntry;
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::statistics::Statistics;
+
+/// Manifest indices of the files whose `[min-cid, max-cid]` holds at least one
+/// of `cids` (sorted ascending), in manifest order. `files` must be ordered by
+/// `(min-cid, max-cid)` with `min-cid ≤ max-cid` (checked when the index opens);
+/// cost is `O(|cids| · log |files| + |result|)`.
+pub fn candidate_files(files: &[FileEntry], cids: &[u32]) -> Vec<usize> {
+    let mut out: Vec<usize> = Vec::new();
+    for &cid in cids {
+        // First file that could hold `cid`: max-cid is non-decreasing.
+        let mut i = files.partition_point(|f| f.max_cid < cid);
+        while let Some(f) = files.get(i) {
+            if f.min_cid > cid {
+                break;
+            }
+            if out.last().is_none_or(|&last| last < i) {
+                out.push(i);
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
+/// The single cid of each row group, from exact statistics, checked against
+/// the file's manifest range.
+///
+/// # Errors
+/// [`ProbeError::MissingCidStatistics`], [`ProbeError::MultiCidRowGroup`],
+/// [`ProbeError::CidOutsideManifestRange`].
+pub fn row_group_cids(
+    path: &str,
+    entry: &FileEntry,
+    metadata: &ParquetMetaData,
+    cid_leaf: usize,
+) -> Result<Vec<u32>, ProbeError> {
+    (0..metadata.num_row_groups())
+        .map(|rg| {
+            let missing =
+                || ProbeError::MissingCidStatistics { path: path.to_string(), row_group: rg };
+            let stats = metadata.row_group(rg).columns().get(cid_leaf).and_then(|c| c.statistics());
+            let Some(Statistics::Int32(s)) = stats else { return Err(missing()) };
+            let (Some(&min), Some(&max)) = (s.min_opt(), s.max_opt()) else {
+                return Err(missing());
+            };
+            if !(s.min_is_exact() && s.max_is_exact()) {
+                return Err(missing());
+            }
+            if min != max {
+                return Err(ProbeError::MultiCidRowGroup {
+                    path: path.to_string(),
+                    row_group: rg,
+                    min: min.into(),
+                    max: max.into(),
+                });
+            }
+            match u32::try_from(min) {
+                Ok(cid) if (entry.min_cid..=entry.max_cid).contains(&cid) => Ok(cid),
+                _ => Err(ProbeError::CidOutsideManifestRange {
+                    path: path.to_string(),
+                    row_group: rg,
+                    cid: min.into(),
+                    min_cid: entry.min_cid,
+                    max_cid: entry.max_cid,
+                }),
+            }
+        })
+        .collect()
+}
+
+/// Scan exactly the row groups whose cid is in `selected` (sorted ascending).
+pub fn plan_row_groups(row_group_cids: &[u32], selected: &[u32]) -> AccessPlan {
+    let mut plan = AccessPlan::skip_all(row_group_cids.len());
+    for (rg, cid) in row_group_cids.iter().enumerate() {
+        if selected.binary_search(cid).is_ok() {
+            plan.scan(rg);
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::access_plan::RowGroupAccess::{Scan, Skip};
+
+    fn entry(min_cid: u32, max_cid: u32) -> FileEntry {
+        FileEntry {
+            path: format!("f{min_cid}-{max_cid}"),
+            cid_bucket: 0,
+            min_cid,
+            max_cid,
+            rows: 1,
+            size: 1,
+            sha256: String::new(),
+        }
+    }
+
+    #[test]
+    fn candidates_by_binary_search_include_spanning_cids() {
+        // cid 3 spans files 1 and 2.
+        let files = vec![entry(0, 1), entry(2, 3), entry(3, 3), entry(4, 7), entry(9, 9)];
+        assert_eq!(candidate_files(&files, &[3]), vec![1, 2]);
+        assert_eq!(candidate_files(&files, &[0, 1, 5, 8]), vec![0, 3]);
+        assert_eq!(candidate_files(&files, &[8]), Vec::<usize>::new());
+        assert_eq!(candidate_files(&files, &[3, 9, 10]), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn plan_scans_exactly_selected_row_groups() {
+        let plan = plan_row_groups(&[4, 5, 5, 6, 7], &[5, 7, 100]);
+        assert_eq!(plan.entries(), &[Skip, Scan, Scan, Skip, Scan]);
+    }
+}

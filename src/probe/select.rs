@@ -1,0 +1,82 @@
+//! Centroid selection through the two-level hierarchy: rank the roots by
+//! distance to the query, visit roots nearest first until they own at least
+//! `root_factor × nprobe` leaves (all roots when that is never reached), then
+//! keep the `nprobe` nearest leaves among those roots. Ties order by the
+//! smaller id, so selection is deterministic.
+//!
+//! With `nprobe = nlist` every root is visited and every leaf is kept, so the
+//! search is exhaustive. Pure compute: no IO.
+
+use crate::kmeans::Hierarchy;
+
+/// Default oversampling of roots: visit roots until they own `4 × nprobe` leaves.
+pub const DEFAULT_ROOT_FACTOR: usize = 4;
+
+/// The `nprobe` leaf CIDs nearest to `query`, sorted ascending.
+/// `query.len()` must equal `h.dim` (checked by the caller).
+pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+    let dim = h.dim;
+    let nroots = h.cid_offsets.len().saturating_sub(1);
+    let mut roots: Vec<(f32, usize)> = h
+        .roots
+        .chunks_exact(dim)
+        .take(nroots)
+        .enumerate()
+        .map(|(r, c)| (h.metric.distance(query, c), r))
+        .collect();
+    roots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    let want_leaves = nprobe.saturating_mul(root_factor.max(1));
+    let mut leaves: Vec<(f32, u32)> = Vec::new();
+    for (_, r) in roots {
+        let (lo, hi) = (h.cid_offsets[r] as usize, h.cid_offsets[r + 1] as usize);
+        for cid in lo..hi {
+            if let Some(c) = h.leaves.get(cid * dim..(cid + 1) * dim) {
+                leaves.push((h.metric.distance(query, c), cid as u32));
+            }
+        }
+        if leaves.len() >= want_leaves {
+            break;
+        }
+    }
+    let keep = nprobe.min(leaves.len());
+    if keep < leaves.len() && keep > 0 {
+        leaves.select_nth_unstable_by(keep - 1, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+    }
+    let mut cids: Vec<u32> = leaves[..keep].iter().map(|l| l.1).collect();
+    cids.sort_unstable();
+    cids
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::distance::Metric;
+
+    /// Two roots on a line at 0 and 10, each with two leaves.
+    fn hierarchy() -> Hierarchy {
+        Hierarchy {
+            dim: 1,
+            metric: Metric::L2,
+            roots: vec![0.0, 10.0],
+            leaves: vec![-1.0, 1.0, 9.0, 11.0],
+            cid_offsets: vec![0, 2, 4],
+        }
+    }
+
+    #[test]
+    fn nearest_root_first_then_nearest_leaves() {
+        let h = hierarchy();
+        // factor 1, nprobe 1: only root 0 is visited; leaf 1 is nearest to 2.0.
+        assert_eq!(select_cids(&h, &[2.0], 1, 1), vec![1]);
+        // nprobe 2 with factor 1: root 0 owns 2 leaves, enough.
+        assert_eq!(select_cids(&h, &[4.9], 2, 1), vec![0, 1]);
+        // factor 2 widens to root 1, whose leaf 9.0 beats -1.0.
+        assert_eq!(select_cids(&h, &[4.9], 2, 2), vec![1, 2]);
+    }
+
+    #[test]
+    fn nprobe_nlist_selects_every_leaf() {
+        let h = hierarchy();
+        assert_eq!(select_cids(&h, &[100.0], 4, 1), vec![0, 1, 2, 3]);
+    }
+}

@@ -1,0 +1,161 @@
+//! IO of open and search through a counting, delaying store: no LIST, one
+//! footer GET per uncached candidate file, row groups read = planned, at most
+//! two dependent rounds cold and one warm; a row group whose cid differs from
+//! its statistics is `CorruptIndex`; a missing postings object is named.
+
+mod common;
+
+use common::{Layout, dataset, hierarchy, rowids, write_index};
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parqivf::Error;
+use parqivf::index::{Index, SearchParams};
+use parqivf::manifest::Manifest;
+use parqivf::probe::ProbeError;
+use parqivf::store::counting::CountingStore;
+use std::sync::Arc;
+use std::time::Duration;
+
+const DIM: usize = 8;
+const N: usize = 4000;
+const NLIST: usize = 48;
+
+/// Small files (≈ 60 rows) so a probe touches many of them.
+async fn fixture() -> (Arc<InMemory>, Manifest, Vec<f32>) {
+    let mem = Arc::new(InMemory::new());
+    let data = dataset(N, DIM, 3);
+    let h = hierarchy(&data, DIM, 4, NLIST, 5);
+    let layout = Layout { rows_per_file: 60, ..Layout::default() };
+    let manifest = write_index(mem.as_ref(), &Path::from("idx"), &h, &data, &rowids(N), layout).await;
+    (mem, manifest, data)
+}
+
+#[tokio::test]
+async fn open_and_search_io_is_bounded() {
+    let (mem, manifest, data) = fixture().await;
+    let counting = CountingStore::new(mem).with_latency(Duration::from_millis(5));
+    let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+
+    let index = Index::open(Arc::clone(&store), &Path::from("idx")).await.unwrap();
+    let open = counting.counts();
+    assert_eq!((open.get_requests, open.list_requests, open.head_requests), (3, 0, 0));
+    assert_eq!(open.rounds, 2, "index.json, then manifest and centroids together");
+
+    let q = &data[100 * DIM..101 * DIM];
+    let params = SearchParams { k: 10, nprobe: 8, ..SearchParams::default() };
+    let r = index.search(q, &params).await.unwrap();
+    let io = counting.counts() - open;
+    let s = r.stats;
+    println!("cold query: {s:?}\nstore: {io:?}");
+    assert_eq!((io.list_requests, io.head_requests), (0, 0));
+    assert!(s.candidate_files > 0 && s.candidate_files < manifest.files.len() as u64);
+    assert!(s.footers_read <= s.candidate_files);
+    assert_eq!(s.footers_read, s.candidate_files, "cold: every candidate footer read once");
+    assert_eq!(s.row_groups_read, s.planned_row_groups);
+    assert!(s.planned_row_groups >= 8, "one cid per row group, 8 cids probed");
+    // Store-side: one GET per footer, then one GET per coalesced range.
+    assert_eq!(io.get_requests, s.requests);
+    assert_eq!(io.get_bytes, s.bytes);
+    assert!(io.get_requests >= s.footers_read + s.candidate_files.min(1));
+    assert!(io.rounds <= 2 && s.rounds == 2, "cold: {} rounds observed", io.rounds);
+
+    // Same query again: footers come from the cache, one round.
+    let before = counting.counts();
+    let again = index.search(q, &params).await.unwrap();
+    let io = counting.counts() - before;
+    assert_eq!(again.hits, r.hits);
+    assert_eq!(again.stats.footers_read, 0);
+    assert_eq!(again.stats.footers_cached, s.candidate_files);
+    assert_eq!((io.rounds, io.list_requests), (1, 0));
+}
+
+#[tokio::test]
+async fn cold_query_over_many_files_is_two_rounds_and_warm_is_one() {
+    let (mem, _, data) = fixture().await;
+    let counting = CountingStore::new(mem).with_latency(Duration::from_millis(20));
+    let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+    let params = SearchParams { k: 10, nprobe: 24, ..SearchParams::default() };
+    let q = &data[7 * DIM..8 * DIM];
+
+    let cold = Index::open(Arc::clone(&store), &Path::from("idx")).await.unwrap();
+    let before = counting.counts();
+    let r = cold.search(q, &params).await.unwrap();
+    let io = counting.counts() - before;
+    assert!(r.stats.candidate_files >= 8, "touches {} files", r.stats.candidate_files);
+    assert_eq!(io.rounds, 2, "footers at once, then row groups at once");
+
+    let warm = Index::open(Arc::clone(&store), &Path::from("idx")).await.unwrap();
+    let w = warm.warm().await.unwrap();
+    let before = counting.counts();
+    let r2 = warm.search(q, &params).await.unwrap();
+    let io = counting.counts() - before;
+    assert!(w.footers_read >= r.stats.candidate_files);
+    assert_eq!(io.rounds, 1);
+    assert_eq!(r2.stats.footers_read, 0);
+    assert_eq!(r2.hits, r.hits);
+}
+
+#[tokio::test]
+async fn postings_cache_and_preload_remove_row_group_io() {
+    let (mem, _, data) = fixture().await;
+    let counting = CountingStore::new(mem);
+    let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+    let index = Index::open(Arc::clone(&store), &Path::from("idx")).await.unwrap();
+    let pre = index.preload().await.unwrap();
+    assert_eq!(pre.row_groups_read, pre.planned_row_groups);
+    let before = counting.counts();
+    let params = SearchParams { nprobe: NLIST, ..SearchParams::default() };
+    let r = index.search(&data[..DIM], &params).await.unwrap();
+    assert_eq!(counting.counts() - before, Default::default(), "preloaded: no IO at all");
+    assert_eq!(r.stats.row_groups_read, 0);
+    assert_eq!(r.stats.row_groups_cached, r.stats.planned_row_groups);
+}
+
+/// Rewrite the last cid value of row group 0 of the first file: its data now
+/// holds a cid its (unchanged) statistics deny.
+#[tokio::test]
+async fn lying_statistics_are_corrupt_index() {
+    let (mem, manifest, data) = fixture().await;
+    let entry = &manifest.files[0];
+    let path = Path::from(format!("idx/postings/{}", entry.path));
+    let bytes = mem.get(&path).await.unwrap().bytes().await.unwrap();
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes)
+        .unwrap();
+    let (start, len) = meta.row_group(0).column(0).byte_range();
+    let rows = meta.row_group(0).num_rows() as usize;
+    let end = (start + len) as usize;
+    let mut patched = bytes.to_vec();
+    let old = i32::from_le_bytes(patched[end - 4..end].try_into().unwrap());
+    patched[end - 4..end].copy_from_slice(&(old + 1).to_le_bytes());
+    mem.put(&path, PutPayload::from(patched)).await.unwrap();
+
+    let index = Index::open(mem, &Path::from("idx")).await.unwrap();
+    let params = SearchParams { nprobe: NLIST, ..SearchParams::default() };
+    match index.search(&data[..DIM], &params).await {
+        Err(Error::Probe(ProbeError::CorruptIndex { path: p, row_group: 0, row, found, expected })) => {
+            assert_eq!(p, path.to_string());
+            assert_eq!(row, rows - 1);
+            assert_eq!((found, expected), (i64::from(old) + 1, i64::from(old)));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn missing_postings_object_is_named_and_orphans_are_never_read() {
+    let (mem, manifest, data) = fixture().await;
+    let missing = Path::from(format!("idx/postings/{}", manifest.files[1].path));
+    mem.delete(&missing).await.unwrap();
+    let orphan = Path::from("idx/postings/cid_bucket=000000/part-99999.parquet");
+    mem.put(&orphan, PutPayload::from_static(b"not parquet")).await.unwrap();
+    let index = Index::open(mem, &Path::from("idx")).await.unwrap();
+    let params = SearchParams { nprobe: NLIST, ..SearchParams::default() };
+    match index.search(&data[..DIM], &params).await {
+        Err(Error::Probe(ProbeError::Store { path, source: object_store::Error::NotFound { .. } })) => {
+            assert_eq!(path, missing.to_string())
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
