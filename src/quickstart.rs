@@ -214,7 +214,7 @@ pub fn table_batch(first_id: i64, vectors: &[f32], dim: usize) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("title", DataType::Utf8, false),
-        Field::new("embedding", emb.data_type().clone(), true),
+        Field::new("embedding", arrow::array::Array::data_type(&emb).clone(), true),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(ids)),

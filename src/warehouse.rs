@@ -25,7 +25,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 use object_store::path::Path;
-use object_store::{ObjectStore, PutPayload};
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
@@ -81,16 +81,16 @@ pub enum WarehouseError {
 }
 
 fn versions_dir(index: &Path) -> Path {
-    index.child("versions")
+    index.clone().join("versions")
 }
 
 /// The path of version `v`'s commit document.
 pub fn version_path(index: &Path, v: u64) -> Path {
-    versions_dir(index).child(format!("{v:020}.json"))
+    versions_dir(index).join(format!("{v:020}.json"))
 }
 
 fn hint_path(index: &Path) -> Path {
-    versions_dir(index).child("latest-hint.json")
+    versions_dir(index).join("latest-hint.json")
 }
 
 async fn get_opt(store: &dyn ObjectStore, path: &Path) -> Result<Option<Bytes>, StoreError> {
@@ -182,7 +182,7 @@ pub async fn current_snapshot(store: &Arc<dyn ObjectStore>, index: &Path) -> Res
         Some(c) => {
             let mut p = index.clone();
             for part in c.snapshot.split('/') {
-                p = p.child(part);
+                p = p.join(part);
             }
             Ok((c, p))
         }

@@ -300,7 +300,7 @@ pub async fn build(
     // 5. Write postings bucket by bucket into a fresh snapshot folder.
     let snapshot_rel = format!("snapshots/{:013}-{:016x}", now_ms(), rand::random::<u64>());
     let snapshot = join(index, &snapshot_rel);
-    let postings_root = snapshot.child("postings");
+    let postings_root = snapshot.clone().join("postings");
     let phase = Phase::start(params.progress, "write", nroots as u64, "buckets");
     let mut writer = PostingsWriter::new(
         store.clone(),
@@ -345,7 +345,7 @@ pub async fn build(
     );
     put_if_absent(
         store.as_ref(),
-        &snapshot.child(INDEX_DEFINITION_FILE),
+        &snapshot.clone().join(INDEX_DEFINITION_FILE),
         Bytes::from(definition.to_json()),
     )
     .await?;
@@ -377,7 +377,7 @@ pub async fn build(
 }
 
 fn join(base: &Path, rel: &str) -> Path {
-    rel.split('/').fold(base.clone(), |p, part| p.child(part))
+    rel.split('/').fold(base.clone(), |p, part| p.join(part))
 }
 
 /// Assign one part's rows and split them into postings batches by root bucket.

@@ -20,16 +20,17 @@ use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use async_trait::async_trait;
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore};
+use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::async_reader::{ParquetObjectReader, ParquetRecordBatchStreamBuilder};
+use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::BuildError;
 use super::source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
 use crate::catalog::vector_column::{DecodeOptions, decode};
+use crate::catalog::ducklake::object_reader::StoreReader;
 
 /// What to read from the table.
 #[derive(Debug, Clone, Default)]
@@ -164,7 +165,7 @@ impl ParquetSource {
         let metas = expand(store.as_ref(), location).await?;
         let mut footers = Vec::with_capacity(metas.len());
         for meta in &metas {
-            let reader = ParquetObjectReader::new(store.clone(), meta.location.clone()).with_file_size(meta.size);
+            let reader = StoreReader::new(store.clone(), meta.location.clone(), Some(meta.size));
             let builder = ParquetRecordBatchStreamBuilder::new(reader)
                 .await
                 .map_err(|e| unreadable(&meta.location, e))?;
@@ -207,7 +208,7 @@ impl ParquetSource {
             let mapping = if by_id {
                 ColumnMapping::from_field_ids(&physical)
             } else {
-                ColumnMapping::by_name(&logical_schema)
+                ColumnMapping::by_name(&logical_schema, &physical)
             };
             let resolved = mapping
                 .resolve(&logical, &physical, &path, &partitions(&meta.location))

@@ -17,7 +17,7 @@
 mod columns;
 mod files;
 mod metadata;
-mod object_reader;
+pub mod object_reader;
 mod scan;
 
 use std::path::Path;
