@@ -32,7 +32,7 @@ async fn moved_fixture_reads_duckdb_answers() {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
     rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
-    check_all_tables(&catalog, &DuckLakeOptions::default()).await;
+    check_all_tables(&catalog, &DuckLakeOptions::default(), true).await;
 }
 
 #[tokio::test]
@@ -46,16 +46,16 @@ async fn data_path_override_reads_duckdb_answers() {
     std::fs::rename(lake.join("data"), &moved).unwrap();
     rewrite_outside(&catalog, &lake.join("outside/o.parquet"));
     let without = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
-    assert!(
-        without.scan(&["rowid"]).await.is_err(),
-        "data/ is gone from the catalog folder"
-    );
+    // data/ is gone from the catalog folder: the catalog's own data_path finds nothing.
+    let err = without.scan(&["rowid"]).await.unwrap_err();
+    assert!(matches!(err, DuckLakeError::Parquet { .. }), "{err}");
     check_all_tables(
         &catalog,
         &DuckLakeOptions {
             data_path: Some(moved.display().to_string()),
             ..Default::default()
         },
+        true,
     )
     .await;
 }
@@ -271,5 +271,69 @@ async fn the_catalog_is_never_written() {
             .iter()
             .any(|n| n.to_string_lossy().starts_with("meta.sqlite-")),
         "{entries:?}"
+    );
+}
+
+#[tokio::test]
+async fn corrupt_catalogs_give_typed_errors() {
+    let case = |sql: &str| {
+        let dir = tempfile::tempdir().unwrap();
+        let catalog = copy_fixture(dir.path());
+        execute(&catalog, sql);
+        (dir, catalog)
+    };
+    // Two visible delete files for one data file.
+    let (_d, catalog) =
+        case("UPDATE ducklake_delete_file SET end_snapshot = NULL WHERE delete_file_id = 4");
+    let err = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::MultipleDeleteFiles {
+                data_file_id: 0,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // Inlined data is refused rather than silently missed.
+    let (_d, catalog) =
+        case("INSERT INTO ducklake_inlined_data_tables VALUES (2, 'ducklake_inlined_data_2_2', 2)");
+    let err = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
+    assert!(matches!(err, DuckLakeError::InlinedData { .. }), "{err}");
+    // The catalog's record_count disagrees with the file.
+    let (_d, catalog) =
+        case("UPDATE ducklake_data_file SET record_count = 61 WHERE data_file_id = 0");
+    let t = open(&catalog, "s1.docs", None, None);
+    let err = t.scan(&["rowid"]).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            DuckLakeError::RowCountMismatch {
+                expected: 61,
+                actual: 60,
+                ..
+            }
+        ),
+        "{err}"
+    );
+    // A column type this reader does not read fails only when that column is asked for.
+    let (_d, catalog) = case(
+        "UPDATE ducklake_column SET column_type = 'timestamp_ns' WHERE table_id = 2 AND column_id = 2",
+    );
+    let t = open(&catalog, "s1.docs", None, None);
+    assert!(!t.scan(&["rowid", "id"]).await.unwrap().is_empty());
+    let err = t.scan(&["title"]).await.unwrap_err();
+    assert!(
+        matches!(err, DuckLakeError::UnsupportedType { ref column_type, .. } if column_type == "timestamp_ns"),
+        "{err}"
+    );
+    // A malformed partial_file_info.
+    let (_d, catalog) =
+        case("UPDATE ducklake_data_file SET partial_file_info = '30-10' WHERE data_file_id = 38");
+    let err = DuckLakeTable::open(&catalog, "s1.merged", &DuckLakeOptions::default()).unwrap_err();
+    assert!(
+        matches!(err, DuckLakeError::PartialFileInfo { .. }),
+        "{err}"
     );
 }

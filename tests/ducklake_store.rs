@@ -60,7 +60,7 @@ async fn lake_on_an_object_store_reads_duckdb_answers() {
         store: Some(store),
         ..Default::default()
     };
-    check_all_tables(&catalog, &options).await;
+    check_all_tables(&catalog, &options, true).await;
 }
 
 #[tokio::test]
@@ -83,5 +83,6 @@ async fn lake_on_s3_reads_duckdb_answers() {
         data_path: Some(format!("s3://{bucket}/lake/")),
         ..Default::default()
     };
-    check_all_tables(&catalog, &options).await;
+    // Latest and the listed snapshots: every snapshot is covered locally, and moto is slow.
+    check_all_tables(&catalog, &options, false).await;
 }

@@ -144,7 +144,9 @@ pub struct NameMapping {
 /// One immutable mapping value keyed `(table_id, mapping_id)`, name rows embedded.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ColumnMapping {
+    /// The table; -1 for a mapping implied by a file (field ids, by name).
     pub table_id: i64,
+    /// The catalog's mapping id; -1 for a mapping implied by a file.
     pub mapping_id: i64,
     /// Stored verbatim (`map_by_name` upstream), never validated (RFC 0018).
     pub map_type: String,
