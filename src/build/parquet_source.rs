@@ -30,7 +30,7 @@ use super::source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
 use crate::catalog::vector_column::{DecodeOptions, decode};
-use crate::catalog::ducklake::object_reader::StoreReader;
+use crate::store::parquet_reader::StoreReader;
 
 /// What to read from the table.
 #[derive(Debug, Clone, Default)]

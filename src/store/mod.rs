@@ -3,6 +3,7 @@
 
 pub mod commit;
 pub mod location;
+pub mod parquet_reader;
 
 pub mod counting;
 

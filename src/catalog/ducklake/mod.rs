@@ -17,7 +17,6 @@
 mod columns;
 mod files;
 mod metadata;
-pub mod object_reader;
 mod scan;
 
 use std::path::Path;
@@ -30,7 +29,6 @@ use url::Url;
 pub use columns::LogicalColumns;
 pub use files::{DeleteFile, LiveFile, visible_rows};
 pub use metadata::CatalogReader;
-pub use object_reader::StoreReader;
 
 use super::lineage::{LineageError, MissingRowId};
 use super::mapping::{MappingError, MappingSet};

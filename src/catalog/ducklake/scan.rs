@@ -14,7 +14,7 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use url::Url;
 
-use super::object_reader::StoreReader;
+use crate::store::parquet_reader::StoreReader;
 use super::{DuckLakeError, DuckLakeTable, LiveFile};
 use crate::catalog::lineage::{self, LineageColumn, MissingRowId};
 use crate::catalog::mapping::ColumnMapping;

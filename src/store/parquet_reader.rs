@@ -1,4 +1,5 @@
-//! A Parquet `AsyncFileReader` over `Arc<dyn ObjectStore>` (parquet 60
+//! A Parquet `AsyncFileReader` over `Arc<dyn ObjectStore>`, shared by every
+//! Parquet reader of the crate (parquet 60
 //! deprecates its own `ParquetObjectReader`). With the object's size known
 //! from the catalog, the footer is one ranged GET with a 64 KiB prefetch
 //! hint and no HEAD; without it, one suffix GET.
