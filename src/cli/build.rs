@@ -154,12 +154,23 @@ async fn open_source(args: &Args) -> anyhow::Result<Arc<dyn VectorSource>> {
             .table
             .as_deref()
             .context("a DuckLake source needs --table schema.table")?;
+        // A relative --data-path means relative to where the user stands, so
+        // it is made absolute here, at the CLI edge, once.
+        let data_path = match args.data_path.as_deref() {
+            Some(p) if !p.contains("://") => Some(
+                std::path::absolute(p)
+                    .with_context(|| format!("--data-path {p}"))?
+                    .display()
+                    .to_string(),
+            ),
+            other => other.map(str::to_string),
+        };
         let s = parqivf::build::ducklake_source::DuckLakeSource::open(
             catalog,
             table,
             &args.column,
             args.snapshot,
-            args.data_path.as_deref(),
+            data_path.as_deref(),
             args.skip_invalid,
         )
         .await?;

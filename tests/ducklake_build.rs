@@ -1,0 +1,94 @@
+//! An index over a real DuckLake table (`s1.docs` of the fixture written by
+//! DuckDB): every posting carries DuckLake's rowid, so a query equal to a
+//! stored embedding returns that row's DuckDB rowid first, and results join
+//! back with `SELECT * FROM lake.s1.docs WHERE rowid IN (…)`.
+
+mod ducklake_common;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use parqivf::build::ducklake_source::DuckLakeSource;
+use parqivf::build::{BuildError, BuildParams, ProgressMode, VectorSource, build};
+use parqivf::catalog::definition::IndexSource;
+use parqivf::index::{Index, SearchParams};
+
+fn params(nlist: u32) -> BuildParams {
+    BuildParams {
+        nlist,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    }
+}
+
+#[tokio::test]
+async fn docs_index_returns_duckdb_rowids() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = ducklake_common::copy_fixture(dir.path());
+    let catalog = catalog.to_str().unwrap();
+
+    // Row 150 has a NULL embedding: a typed error unless asked to skip it.
+    let strict = DuckLakeSource::open(catalog, "s1.docs", "embedding", None, None, false)
+        .await
+        .unwrap();
+    let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let err = build(Arc::new(strict), out.clone(), &Path::from("i"), &params(8))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, BuildError::VectorColumn { .. }), "{err}");
+
+    let source = DuckLakeSource::open(catalog, "s1.docs", "embedding", None, None, true)
+        .await
+        .unwrap();
+    let def = source.definition();
+    assert!(matches!(
+        def.source,
+        IndexSource::Ducklake { ref schema, ref table, snapshot_id: 45, .. } if schema == "s1" && table == "docs"
+    ));
+    let source = Arc::new(source);
+    let idx = Path::from("idx");
+    let summary = build(source.clone(), out.clone(), &idx, &params(8)).await.unwrap();
+    assert_eq!(source.skipped_rows(), 1, "only row 150 has no embedding");
+
+    // DuckDB's own answer: `SELECT rowid, * FROM lake.s1.docs ORDER BY rowid`.
+    let expected = ducklake_common::expected();
+    let rows = expected["tables"]["s1.docs"]["rows"].as_array().unwrap().clone();
+    let with_vectors: Vec<(i64, Vec<f32>)> = rows
+        .iter()
+        .filter(|r| !r["embedding"].is_null())
+        .map(|r| {
+            (
+                r["rowid"].as_i64().unwrap(),
+                r["embedding"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|x| x.as_f64().unwrap() as f32)
+                    .collect(),
+            )
+        })
+        .collect();
+    assert_eq!(summary.rows as usize, with_vectors.len());
+
+    let index = Index::open_current(out, &idx).await.unwrap();
+    let sp = SearchParams {
+        k: 3,
+        nprobe: 8,
+        ..SearchParams::default()
+    };
+    // Equal embeddings tie; the smaller rowid wins. Count duplicates first.
+    let mut first_rowid: HashMap<Vec<u32>, i64> = HashMap::new();
+    for (rowid, v) in &with_vectors {
+        first_rowid.entry(v.iter().map(|x| x.to_bits()).collect()).or_insert(*rowid);
+    }
+    for (rowid, v) in &with_vectors {
+        let r = index.search(v, &sp).await.unwrap();
+        let best = &r.hits[0];
+        let key: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
+        assert_eq!(best.rowid, first_rowid[&key], "query = embedding of rowid {rowid}");
+        assert_eq!(best.distance, 0.0);
+    }
+}
