@@ -219,32 +219,34 @@ async fn missing_cid_statistics() {
     );
 }
 
-#[tokio::test]
-async fn inexact_cid_statistics() {
+/// The footer of a one-row-group file (cid 1) with its cid statistics and row
+/// count replaced: exactness flags, nulls and empty row groups cannot be
+/// produced by a conforming writer, so these footers are tampered in memory.
+fn tampered_footer(stats: ValueStatistics<i32>, num_rows: i64) -> ParquetMetaData {
     let bytes = Bytes::from(parquet_file(&cids(&[&[1]]), props()));
     let metadata = ParquetMetaDataReader::new()
         .parse_and_finish(&bytes)
         .unwrap();
-    let mut row_groups = Vec::new();
-    for rg in metadata.row_groups() {
-        let mut columns = rg.columns().to_vec();
-        let inexact = ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false)
-            .with_max_is_exact(false);
-        columns[0] = columns[0]
-            .clone()
-            .into_builder()
-            .set_statistics(Statistics::Int32(inexact))
-            .build()
-            .unwrap();
-        row_groups.push(
-            rg.clone()
-                .into_builder()
-                .set_column_metadata(columns)
-                .build()
-                .unwrap(),
-        );
-    }
-    let tampered = ParquetMetaData::new(metadata.file_metadata().clone(), row_groups);
+    let rg = &metadata.row_groups()[0];
+    let mut columns = rg.columns().to_vec();
+    columns[0] = columns[0]
+        .clone()
+        .into_builder()
+        .set_statistics(Statistics::Int32(stats))
+        .build()
+        .unwrap();
+    let rg = rg
+        .clone()
+        .into_builder()
+        .set_column_metadata(columns)
+        .set_num_rows(num_rows)
+        .build()
+        .unwrap();
+    ParquetMetaData::new(metadata.file_metadata().clone(), vec![rg])
+}
+
+#[test]
+fn inexact_statistics_null_cids_and_empty_row_groups() {
     let entry = FileEntry {
         path: part_path(0, 0),
         cid_bucket: 0,
@@ -254,10 +256,34 @@ async fn inexact_cid_statistics() {
         size: 0,
         sha256: String::new(),
     };
-    assert!(check_footer("f", &entry, &metadata).is_empty());
-    let v = check_footer("f", &entry, &tampered);
+    let exact = || ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false);
+    assert!(check_footer("f", &entry, &tampered_footer(exact(), 1)).is_empty());
+    let v = check_footer(
+        "f",
+        &entry,
+        &tampered_footer(exact().with_max_is_exact(false), 1),
+    );
     assert!(
         matches!(v[..], [Violation::StatisticsInexact { row_group: 0, .. }]),
+        "{v:?}"
+    );
+    let nulls = ValueStatistics::new(Some(1i32), Some(1i32), None, Some(2), false);
+    let v = check_footer("f", &entry, &tampered_footer(nulls, 1));
+    assert!(
+        matches!(
+            v[..],
+            [Violation::CidNulls {
+                row_group: 0,
+                nulls: 2,
+                ..
+            }]
+        ),
+        "{v:?}"
+    );
+    let v = check_footer("f", &entry, &tampered_footer(exact(), 0));
+    assert!(
+        v.iter()
+            .any(|v| matches!(v, Violation::EmptyRowGroup { row_group: 0, .. })),
         "{v:?}"
     );
 }

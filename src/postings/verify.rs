@@ -469,6 +469,6 @@ async fn find_orphans(
             })
         })
         .collect();
-    orphans.sort_by(|a, b| a.to_string().cmp(&b.to_string()));
+    orphans.sort_by_key(ToString::to_string);
     Ok(orphans)
 }
