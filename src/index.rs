@@ -429,7 +429,7 @@ impl Index {
         queries
             .par_chunks_exact(dim)
             .zip(&selected)
-            .map(|(q, (cids, probe))| {
+            .map(|(q, (cids, probe))| -> crate::Result<SearchResult> {
                 let t = Instant::now();
                 let top = scan(metric, dim, q, cids, &loaded, params.k);
                 let hits = top

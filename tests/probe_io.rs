@@ -10,7 +10,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::Error;
-use parqivf::index::{Index, SearchParams};
+use parqivf::index::{Index, IndexOptions, SearchParams};
 use parqivf::manifest::Manifest;
 use parqivf::probe::ProbeError;
 use parqivf::store::counting::CountingStore;
@@ -155,6 +155,55 @@ async fn missing_postings_object_is_named_and_orphans_are_never_read() {
     match index.search(&data[..DIM], &params).await {
         Err(Error::Probe(ProbeError::Store { path, source: object_store::Error::NotFound { .. } })) => {
             assert_eq!(path, missing.to_string())
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
+
+/// A small prefetch hint: each footer costs a second GET for exactly the
+/// missing bytes (a third dependent round), and answers stay the same.
+#[tokio::test]
+async fn footer_larger_than_prefetch_hint_costs_one_more_get() {
+    let (mem, _, data) = fixture().await;
+    let counting = CountingStore::new(mem).with_latency(Duration::from_millis(5));
+    let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+    let options = IndexOptions { prefetch_hint: 16, ..IndexOptions::default() };
+    let small = Index::open_with_options(Arc::clone(&store), &Path::from("idx"), options).await.unwrap();
+    let normal = Index::open(Arc::clone(&store), &Path::from("idx")).await.unwrap();
+    let params = SearchParams { nprobe: 8, ..SearchParams::default() };
+    let q = &data[..DIM];
+    let before = counting.counts();
+    let a = small.search(q, &params).await.unwrap();
+    let io = counting.counts() - before;
+    let b = normal.search(q, &params).await.unwrap();
+    assert_eq!(a.hits, b.hits);
+    assert_eq!(io.rounds, 3);
+    assert_eq!(a.stats.rounds, 3);
+    assert_eq!(a.stats.requests, b.stats.requests + a.stats.footers_read);
+}
+
+/// A row group holding two cids (min ≠ max in its statistics) is refused.
+#[tokio::test]
+async fn row_group_with_two_cids_is_refused() {
+    let (mem, mut manifest, data) = fixture().await;
+    let entry = manifest.files[0].clone();
+    let rows: Vec<(u32, i64, usize)> = (0..4).map(|i| (entry.min_cid + (i % 2), i as i64, i as usize)).collect();
+    // One row group for all four rows: no flush between the two cids.
+    let layout = Layout { rows_per_row_group: usize::MAX, ..Layout::default() };
+    let mut sorted = rows.clone();
+    sorted.sort_by_key(|r| r.0);
+    let bytes = common::postings_file_single_row_group(DIM, &sorted, &data, layout);
+    manifest.files[0].size = bytes.len() as u64;
+    manifest.files[0].max_cid = manifest.files[0].max_cid.max(entry.min_cid + 1);
+    let path = Path::from(format!("idx/postings/{}", entry.path));
+    mem.put(&path, PutPayload::from(bytes)).await.unwrap();
+    common::put_json(mem.as_ref(), "idx/postings/manifest.json", &manifest).await;
+    let index = Index::open(mem, &Path::from("idx")).await.unwrap();
+    let params = SearchParams { nprobe: NLIST, ..SearchParams::default() };
+    match index.search(&data[..DIM], &params).await {
+        Err(Error::Probe(ProbeError::MultiCidRowGroup { path: p, row_group: 0, min, max })) => {
+            assert_eq!(p, path.to_string());
+            assert_eq!((min, max), (i64::from(entry.min_cid), i64::from(entry.min_cid) + 1));
         }
         other => panic!("unexpected {other:?}"),
     }

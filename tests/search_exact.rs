@@ -29,8 +29,8 @@ async fn nprobe_nlist_equals_brute_force_with_ties_by_rowid() {
     let (store, data, ids) = fixture(Layout::default()).await;
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let params = SearchParams { k: 10, nprobe: 32, ..SearchParams::default() };
-    // Queries: rows with an exact duplicate (rows 42 and 49 are equal, distance 0 ties),
-    // plus perturbed rows.
+    // Queries: dataset rows (row 42 has an exact duplicate, row 49: a tie at
+    // distance 0), plus a perturbed row.
     let mut queries = Vec::new();
     for i in [42usize, 99, 7, 500, 1234, 2999] {
         queries.extend_from_slice(&data[i * DIM..(i + 1) * DIM]);
@@ -44,8 +44,8 @@ async fn nprobe_nlist_equals_brute_force_with_ties_by_rowid() {
         let single = index.search(q, &params).await.unwrap();
         assert_eq!(single.hits, batch[qi].hits);
     }
-    // The tie: row 42 duplicates row 35; both at distance 0, smaller rowid first.
-    let (a, b) = (ids[35], ids[42]);
+    // The tie: row 49 duplicates row 42; both at distance 0, smaller rowid first.
+    let (a, b) = (ids[42], ids[49]);
     let first: Vec<i64> = batch[0].hits.iter().take(2).map(|h| h.rowid).collect();
     assert_eq!(first, vec![a.min(b), a.max(b)]);
     assert_eq!(batch[0].hits[1].distance, 0.0);
@@ -73,6 +73,7 @@ async fn payload_only_when_asked() {
     let (store, _, _) = fixture(Layout { payload: true, ..Layout::default() }).await;
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let q = vec![0.5f32; DIM];
+    index.search(&q, &SearchParams::default()).await.unwrap(); // footers now cached
     let plain = index.search(&q, &SearchParams::default()).await.unwrap();
     assert!(plain.hits.iter().all(|h| h.payload.is_none()));
     let with = index.search(&q, &SearchParams { include_payload: true, ..SearchParams::default() }).await.unwrap();

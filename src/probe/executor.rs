@@ -360,10 +360,9 @@ fn decode(
             .as_fixed_size_binary_opt()
             .filter(|v| v.value_length() as usize == dim * 4 && v.null_count() == 0)
             .ok_or_else(|| err(format!("vector is not FixedSizeBinary({})", dim * 4)))?;
-        let start = vectors.value_offset(0).max(0) as usize;
         let bytes = vectors
             .value_data()
-            .get(start..start + vectors.len() * dim * 4)
+            .get(..vectors.len() * dim * 4)
             .ok_or_else(|| err("vector buffer too short".into()))?;
         out.vectors.extend(
             bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),

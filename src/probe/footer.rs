@@ -11,7 +11,7 @@ use super::planner::row_group_cids;
 use crate::manifest::FileEntry;
 use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use arrow::datatypes::DataType;
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path;
 use parquet::DecodeResult;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};

@@ -140,6 +140,16 @@ fn props() -> WriterProperties {
 /// PLAIN / uncompressed / no dictionary / no statistics. The cid column is
 /// PLAIN too, so a test can patch its values in place.
 pub fn postings_file(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout) -> Vec<u8> {
+    write_rows(dim, rows, data, layout, true)
+}
+
+/// Like [`postings_file`] but never flushing at a cid change: a broken file
+/// whose row group holds several cids.
+pub fn postings_file_single_row_group(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout) -> Vec<u8> {
+    write_rows(dim, rows, data, layout, false)
+}
+
+fn write_rows(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout, flush: bool) -> Vec<u8> {
     let mut fields = vec![
         Field::new("cid", DataType::Int32, false),
         Field::new("rowid", DataType::Int64, false),
@@ -175,7 +185,9 @@ pub fn postings_file(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layou
             )));
         }
         w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap()).unwrap();
-        w.flush().unwrap();
+        if flush {
+            w.flush().unwrap();
+        }
         start = end;
     }
     w.close().unwrap();
