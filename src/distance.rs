@@ -38,7 +38,7 @@ impl Metric {
         let d = match self {
             Metric::L2 => f32::l2sq(a, b),
             Metric::InnerProduct => f32::dot(a, b).map(|d| -d),
-            Metric::Cosine => f32::cos(a, b),
+            Metric::Cosine => <f32 as SpatialSimilarity>::cos(a, b),
         };
         d.map_or(f32::NAN, |d| d as f32)
     }

@@ -449,3 +449,28 @@ impl Index {
             .collect()
     }
 }
+
+impl Index {
+    /// Open the current snapshot of the index named by `location`: the
+    /// snapshot its commit log makes current (see [`crate::warehouse`]), or,
+    /// when `location` is itself a snapshot folder (holding `index.json`),
+    /// that snapshot. Never lists.
+    ///
+    /// # Errors
+    /// [`crate::warehouse::WarehouseError::NoSnapshot`] when neither exists,
+    /// and the errors of [`Index::open`].
+    pub async fn open_current(store: Arc<dyn ObjectStore>, location: &Path) -> crate::Result<Index> {
+        match crate::warehouse::current_snapshot(&store, location).await {
+            Ok((_, snapshot)) => Self::open(store, &snapshot).await,
+            Err(crate::warehouse::WarehouseError::NoSnapshot { .. })
+                if store
+                    .head(&location.clone().join(crate::catalog::definition::INDEX_DEFINITION_FILE))
+                    .await
+                    .is_ok() =>
+            {
+                Self::open(store, location).await
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+}
