@@ -352,6 +352,14 @@ fn index_table_locations_are_relative_and_cannot_escape() {
             .unwrap(),
         Path::from("warehouse/idx/snapshots/000001/postings/manifest.json")
     );
+    assert_eq!(
+        definition.centroids_path(&snapshot).unwrap(),
+        Path::from("warehouse/idx/snapshots/000001/centroids/centroids.parquet")
+    );
+    assert_eq!(
+        definition.postings_manifest_path(&snapshot).unwrap(),
+        Path::from("warehouse/idx/snapshots/000001/postings/manifest.json")
+    );
     let index_json = LocationUri::parse("s3://b/idx/snapshots/000001/index.json").unwrap();
     assert_eq!(
         definition
