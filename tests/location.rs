@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::catalog::uri::{LocationUri, UriError};
-use parqivf::store::location::{LocationError, expand, open};
+use parqivf::catalog::uri::UriError;
+use parqivf::store::location::{LocationError, open};
 
 async fn put_get(store: &Arc<dyn ObjectStore>, path: &Path, bytes: &'static [u8]) -> Vec<u8> {
     store
@@ -143,62 +143,4 @@ async fn s3_round_trip_on_the_configured_endpoint() {
         put_get(&store, &prefix.join("x.bin"), b"on s3").await,
         b"on s3"
     );
-}
-
-async fn expanded(uri: &str) -> Result<Vec<String>, LocationError> {
-    let (_, objects) = expand(&LocationUri::parse(uri).unwrap()).await?;
-    Ok(objects
-        .into_iter()
-        .map(|o| o.location.to_string())
-        .collect())
-}
-
-#[tokio::test]
-async fn sources_expand_to_sorted_objects() {
-    let (store, _) = open("memory://location-expand/").unwrap();
-    for name in [
-        "t/date=2/part-1.parquet",
-        "t/date=1/part-2.parquet",
-        "t/date=1/part-1.parquet",
-        "t/date=1/_SUCCESS",
-        "t/date=1/deeper/part-9.parquet",
-        "u/part-1.parquet",
-    ] {
-        put_get(&store, &Path::from(name), b"x").await;
-    }
-    assert_eq!(
-        expanded("memory://location-expand/t/date=*/part-*.parquet")
-            .await
-            .unwrap(),
-        [
-            "t/date=1/part-1.parquet",
-            "t/date=1/part-2.parquet",
-            "t/date=2/part-1.parquet"
-        ]
-    );
-    assert_eq!(
-        expanded("memory://location-expand/t/").await.unwrap(),
-        [
-            "t/date=1/deeper/part-9.parquet",
-            "t/date=1/part-1.parquet",
-            "t/date=1/part-2.parquet",
-            "t/date=2/part-1.parquet"
-        ]
-    );
-    assert_eq!(
-        expanded("memory://location-expand/u/part-1.parquet")
-            .await
-            .unwrap(),
-        ["u/part-1.parquet"]
-    );
-    for empty in [
-        "memory://location-expand/t/*.csv",
-        "memory://location-expand/none/",
-        "memory://location-expand/u/part-2.parquet",
-    ] {
-        assert!(
-            matches!(expanded(empty).await, Err(LocationError::NoFiles { .. })),
-            "{empty}"
-        );
-    }
 }

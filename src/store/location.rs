@@ -10,9 +10,6 @@
 //! | `gs://bucket/prefix` (feature `gcp`) | `GoogleCloudStorageBuilder::from_env()` | `prefix` |
 //! | `az://container/prefix` (feature `azure`) | `MicrosoftAzureBuilder::from_env()` | `prefix` |
 //!
-//! [`expand`] turns a source location (a root, one object or a `*` pattern)
-//! into its objects, sorted by path: the only place that lists.
-//!
 //! URIs must follow the six location-URI rules ([`crate::catalog::uri`]), and
 //! name one location (no `*` pattern). A relative plain path is made absolute
 //! against the current directory once, when it is opened; the longest existing
@@ -29,11 +26,10 @@ use std::collections::HashMap;
 use std::path::{Component, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 
-use futures::TryStreamExt;
+use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
 use thiserror::Error;
 
 use crate::catalog::uri::{LocationUri, Scheme, UriError};
@@ -54,14 +50,6 @@ pub enum LocationError {
         #[source]
         source: object_store::Error,
     },
-    #[error("cannot list or read the source {location:?}: {source}")]
-    Listing {
-        location: String,
-        #[source]
-        source: object_store::Error,
-    },
-    #[error("the source {location:?} matches no Parquet file")]
-    NoFiles { location: String },
 }
 
 /// Opens `location` (a plain local path or a location URI).
@@ -97,11 +85,6 @@ pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), Locat
         }
         .into());
     }
-    Ok((store_for(uri)?, uri.object_path()))
-}
-
-/// The store a URI (root or pattern) lives in.
-fn store_for(uri: &LocationUri) -> Result<Arc<dyn ObjectStore>, LocationError> {
     let configure = |scheme, source| LocationError::Configure {
         scheme,
         location: uri.to_string(),
@@ -146,70 +129,7 @@ fn store_for(uri: &LocationUri) -> Result<Arc<dyn ObjectStore>, LocationError> {
             .into());
         }
     };
-    Ok(store)
-}
-
-/// Expands a source location to its objects, sorted by path (the file order
-/// that row identities derive from). Listing happens here, on sources only,
-/// never on an index's postings.
-///
-/// - a pattern: every object below [`LocationUri::static_prefix`] that
-///   [`LocationUri::matches`] accepts;
-/// - a directory root (`…/`): every object below it whose name ends in
-///   `.parquet` (writers' markers such as `_SUCCESS` are ignored);
-/// - one object: that object.
-///
-/// # Errors
-/// [`LocationError::Listing`] when the store fails, [`LocationError::NoFiles`]
-/// when nothing matches, and the errors of [`open`].
-pub async fn expand(
-    uri: &LocationUri,
-) -> Result<(Arc<dyn ObjectStore>, Vec<ObjectMeta>), LocationError> {
-    let store = store_for(uri)?;
-    let listing_err = |source| LocationError::Listing {
-        location: uri.to_string(),
-        source,
-    };
-    let mut objects: Vec<ObjectMeta> = if uri.is_pattern() {
-        let prefix = uri.static_prefix();
-        let listed: Vec<ObjectMeta> = store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(listing_err)?;
-        listed
-            .into_iter()
-            .filter(|o| uri.matches(&o.location))
-            .collect()
-    } else if uri.is_directory() {
-        let prefix = uri.object_path();
-        let listed: Vec<ObjectMeta> = store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(listing_err)?;
-        listed
-            .into_iter()
-            .filter(|o| {
-                o.location
-                    .filename()
-                    .is_some_and(|name| name.ends_with(".parquet"))
-            })
-            .collect()
-    } else {
-        match store.head(&uri.object_path()).await {
-            Ok(meta) => vec![meta],
-            Err(object_store::Error::NotFound { .. }) => Vec::new(),
-            Err(source) => return Err(listing_err(source)),
-        }
-    };
-    if objects.is_empty() {
-        return Err(LocationError::NoFiles {
-            location: uri.to_string(),
-        });
-    }
-    objects.sort_by(|a, b| a.location.cmp(&b.location));
-    Ok((store, objects))
+    Ok((store, uri.object_path()))
 }
 
 /// The process-global in-memory store called `name`: the same name gives the
