@@ -73,7 +73,7 @@ fn index_value() -> Value {
 }
 
 fn parse_index(value: &Value) -> Result<IndexDefinition, DefinitionError> {
-    IndexDefinition::from_json(&value.to_string())
+    IndexDefinition::from_json(value.to_string())
 }
 
 #[test]
@@ -176,7 +176,7 @@ fn unknown_and_missing_keys_are_typed_errors() {
     let mut table: Value = serde_json::from_str(TABLE_EXAMPLES[0]).unwrap();
     table["properties"]["secret-access-key"] = json!("x");
     assert!(matches!(
-        TableDefinition::from_json(&table.to_string()),
+        TableDefinition::from_json(table.to_string()),
         Err(DefinitionError::UnknownKey { key, .. }) if key == "secret-access-key"
     ));
     assert!(!schema_accepts(TABLE_SCHEMA, &table));
@@ -187,7 +187,7 @@ fn unknown_and_missing_keys_are_typed_errors() {
         .unwrap()
         .remove("location");
     assert!(matches!(
-        TableDefinition::from_json(&table.to_string()),
+        TableDefinition::from_json(table.to_string()),
         Err(DefinitionError::MissingKey { key, .. }) if key == "location"
     ));
 
@@ -234,7 +234,7 @@ fn unknown_versions_are_incompatible() {
     table["properties"]["definition-version"] = json!("2");
     table["properties"]["scan-options"] = json!("x");
     assert!(matches!(
-        TableDefinition::from_json(&table.to_string()),
+        TableDefinition::from_json(table.to_string()),
         Err(DefinitionError::Incompatible { found, .. }) if found == "2"
     ));
     assert!(!schema_accepts(TABLE_SCHEMA, &table));
@@ -331,7 +331,7 @@ fn values_are_validated() {
     let mut table: Value = serde_json::from_str(TABLE_EXAMPLES[0]).unwrap();
     table["properties"]["location"] = json!("s3://bucket/docs/?x=1");
     assert!(matches!(
-        TableDefinition::from_json(&table.to_string()),
+        TableDefinition::from_json(table.to_string()),
         Err(DefinitionError::Location {
             source: UriError::Query { .. },
             ..
@@ -350,6 +350,14 @@ fn index_table_locations_are_relative_and_cannot_escape() {
             .ivf_postings
             .resolve_path("ivf_postings", &snapshot)
             .unwrap(),
+        Path::from("warehouse/idx/snapshots/000001/postings/manifest.json")
+    );
+    assert_eq!(
+        definition.centroids_path(&snapshot).unwrap(),
+        Path::from("warehouse/idx/snapshots/000001/centroids/centroids.parquet")
+    );
+    assert_eq!(
+        definition.postings_manifest_path(&snapshot).unwrap(),
         Path::from("warehouse/idx/snapshots/000001/postings/manifest.json")
     );
     let index_json = LocationUri::parse("s3://b/idx/snapshots/000001/index.json").unwrap();

@@ -157,7 +157,7 @@ impl TableDefinition {
     /// [`DefinitionError::Incompatible`] for an unknown `definition-version`,
     /// `UnknownKey`/`MissingKey`/`Json` for a malformed document, then the
     /// errors of [`TableDefinition::validate`].
-    pub fn from_json(text: &str) -> Result<TableDefinition, DefinitionError> {
+    pub fn from_json(text: impl AsRef<[u8]>) -> Result<TableDefinition, DefinitionError> {
         let value = parse_value(TABLE_DOC, text)?;
         check_version(
             TABLE_DOC,
@@ -435,7 +435,7 @@ impl IndexDefinition {
     /// `definition-version` (top level or per table), `UnknownKey` /
     /// `MissingKey` / `Json` for a malformed document, then the errors of
     /// [`IndexDefinition::validate`].
-    pub fn from_json(text: &str) -> Result<IndexDefinition, DefinitionError> {
+    pub fn from_json(text: impl AsRef<[u8]>) -> Result<IndexDefinition, DefinitionError> {
         let value = parse_value(INDEX_DOC, text)?;
         match value.get("format-version") {
             Some(Value::Number(n)) if n.as_u64() != Some(u64::from(INDEX_FORMAT_VERSION)) => {
@@ -463,6 +463,28 @@ impl IndexDefinition {
         let definition: IndexDefinition = from_value(INDEX_DOC, value)?;
         definition.validate()?;
         Ok(definition)
+    }
+
+    /// The `ivf_postings` `manifest.json`, resolved against the snapshot
+    /// directory holding `index.json`.
+    ///
+    /// # Errors
+    /// As [`IndexTableDefinition::resolve_path`].
+    pub fn postings_manifest_path(&self, snapshot: &Path) -> Result<Path, DefinitionError> {
+        self.tables
+            .ivf_postings
+            .resolve_path("ivf_postings", snapshot)
+    }
+
+    /// The `ivf_centroids` Parquet object, resolved against the snapshot
+    /// directory holding `index.json`.
+    ///
+    /// # Errors
+    /// As [`IndexTableDefinition::resolve_path`].
+    pub fn centroids_path(&self, snapshot: &Path) -> Result<Path, DefinitionError> {
+        self.tables
+            .ivf_centroids
+            .resolve_path("ivf_centroids", snapshot)
     }
 
     /// Pretty-printed JSON, the bytes the build job writes.
@@ -565,8 +587,9 @@ impl IndexSource {
     }
 }
 
-fn parse_value(document: &'static str, text: &str) -> Result<Value, DefinitionError> {
-    serde_json::from_str(text).map_err(|source| DefinitionError::Json { document, source })
+fn parse_value(document: &'static str, text: impl AsRef<[u8]>) -> Result<Value, DefinitionError> {
+    serde_json::from_slice(text.as_ref())
+        .map_err(|source| DefinitionError::Json { document, source })
 }
 
 /// Deserialises a strict document, turning serde's unknown/missing-field
