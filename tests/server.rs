@@ -125,7 +125,7 @@ async fn every_bad_input_is_a_4xx_with_a_named_error() {
         (json!({"vector": [1, 2, 3, 4], "k": 21}).to_string(), StatusCode::BAD_REQUEST, "k_too_large"),
         (json!({"vector": [1, 2, 3, 4], "nprobe": 9}).to_string(), StatusCode::BAD_REQUEST, "nprobe_out_of_range"),
         (json!({"vector": [1, 2, 3, 4], "nprobe": 0}).to_string(), StatusCode::BAD_REQUEST, "nprobe_out_of_range"),
-        (json!({"vectors": [[0, 0, 0, 0]; 5]}).to_string(), StatusCode::BAD_REQUEST, "too_many_vectors"),
+        (json!({"vectors": vec![[0, 0, 0, 0]; 5]}).to_string(), StatusCode::BAD_REQUEST, "too_many_vectors"),
         (json!({"vectors": []}).to_string(), StatusCode::BAD_REQUEST, "empty_batch"),
         (json!({"k": 3}).to_string(), StatusCode::BAD_REQUEST, "invalid_request"),
         (json!({"vector": [1, 2, 3, 4], "top": 3}).to_string(), StatusCode::BAD_REQUEST, "invalid_request"),
@@ -315,4 +315,43 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     let addr = server.addr;
     server.shutdown().await;
     assert!(reqwest::get(format!("http://{addr}/healthz")).await.is_err(), "no longer listening");
+}
+
+/// A validator for one schema of `manifests/openapi.json`.
+fn openapi_schema(name: &str) -> jsonschema::Validator {
+    let mut doc: Value = serde_json::from_str(include_str!("../manifests/openapi.json")).expect("openapi.json parses");
+    doc["$schema"] = json!("https://json-schema.org/draft/2020-12/schema");
+    doc["$ref"] = json!(format!("#/components/schemas/{name}"));
+    jsonschema::validator_for(&doc).expect("schema compiles")
+}
+
+fn assert_matches(schema: &str, value: &Value) {
+    let validator = openapi_schema(schema);
+    let errors: Vec<String> = validator.iter_errors(value).map(|e| e.to_string()).collect();
+    assert!(errors.is_empty(), "{value} does not match {schema}: {errors:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn responses_match_the_openapi_description() {
+    let (server, _loader, _backend) = started().await;
+    let request = json!({"vectors": [[0, 0, 0, 0], [1, 0, 0, 0]], "k": 3, "include": ["payload", "stats"]});
+    assert_matches("SearchRequest", &request);
+    let (status, body) = post(&server, "/v1/indexes/small/search", request.to_string()).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_matches("SearchResponse", &body);
+    let (_, plain) = post(&server, "/v1/indexes/small/search", json!({"vector": [0, 0, 0, 0]}).to_string()).await;
+    assert_matches("SearchResponse", &plain);
+    assert_matches("IndexInfo", &get_json(&server, "/v1/indexes/small").await.1);
+    for info in get_json(&server, "/v1/indexes").await.1["indexes"].as_array().unwrap() {
+        assert_matches("IndexInfo", info);
+    }
+    assert_matches("ReloadOutcome", &post(&server, "/v1/indexes/small/reload", "").await.1);
+    assert_matches("Error", &post(&server, "/v1/indexes/small/search", "{").await.1);
+    assert_matches("Error", &get_json(&server, "/v1/indexes/nope").await.1);
+    // The schema itself rejects what the server rejects.
+    let bad_request = openapi_schema("SearchRequest");
+    for bad in [json!({"vector": [1], "vectors": [[1]]}), json!({"k": 0, "vector": [1]}), json!({"vector": [1], "top": 1})] {
+        assert!(!bad_request.is_valid(&bad), "{bad} should not match SearchRequest");
+    }
+    server.shutdown().await;
 }

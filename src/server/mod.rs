@@ -20,7 +20,7 @@ pub mod backend;
 pub mod limits;
 pub mod metrics;
 pub mod reload;
-pub mod routes;
+mod routes;
 
 use std::future::Future;
 use std::net::SocketAddr;
