@@ -33,7 +33,11 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
     loader.publish("memory:///load", Arc::clone(&backend));
     let config = ServerConfig {
         indexes: vec![("load".into(), "memory:///load".into())],
-        limits: Limits { max_k: K, default_k: K, ..Limits::default() },
+        limits: Limits {
+            max_k: K,
+            default_k: K,
+            ..Limits::default()
+        },
         queue: 2 * CLIENTS,
         ..ServerConfig::default()
     };
@@ -41,12 +45,23 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
     let url = server.url("/v1/indexes/load/search");
 
     let mut rng = ChaCha8Rng::seed_from_u64(9);
-    let queries: Arc<Vec<Vec<f32>>> =
-        Arc::new((0..256).map(|_| (0..DIM).map(|_| rng.random_range(-1.0f32..1.0)).collect()).collect());
-    let params = SearchRequestParams { k: K, nprobe: 8, include_payload: false };
+    let queries: Arc<Vec<Vec<f32>>> = Arc::new(
+        (0..256)
+            .map(|_| (0..DIM).map(|_| rng.random_range(-1.0f32..1.0)).collect())
+            .collect(),
+    );
+    let params = SearchRequestParams {
+        k: K,
+        nprobe: 8,
+        include_payload: false,
+    };
     let direct_started = Instant::now();
-    let expected: Arc<Vec<Vec<(i64, f32)>>> =
-        Arc::new(queries.iter().map(|q| pairs(&backend.answer(q, &params))).collect());
+    let expected: Arc<Vec<Vec<(i64, f32)>>> = Arc::new(
+        queries
+            .iter()
+            .map(|q| pairs(&backend.answer(q, &params)))
+            .collect(),
+    );
     let direct_per_query = direct_started.elapsed() / queries.len() as u32;
     let info = backend.info();
     assert_eq!(info.dim, DIM);
@@ -54,7 +69,8 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
     let started = Instant::now();
     let clients: Vec<_> = (0..CLIENTS)
         .map(|c| {
-            let (url, queries, expected) = (url.clone(), Arc::clone(&queries), Arc::clone(&expected));
+            let (url, queries, expected) =
+                (url.clone(), Arc::clone(&queries), Arc::clone(&expected));
             tokio::spawn(async move {
                 let client = reqwest::Client::new();
                 let mut latencies = Vec::with_capacity(REQUESTS_PER_CLIENT);
@@ -62,7 +78,12 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
                     let q = (c * REQUESTS_PER_CLIENT + i) % queries.len();
                     let body = json!({"vector": queries[q], "k": K}).to_string();
                     let sent = Instant::now();
-                    let response = client.post(&url).body(body).send().await.expect("request sent");
+                    let response = client
+                        .post(&url)
+                        .body(body)
+                        .send()
+                        .await
+                        .expect("request sent");
                     let status = response.status();
                     let body: Value = response.json().await.expect("JSON body");
                     latencies.push(sent.elapsed());
@@ -75,7 +96,9 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
         .collect();
     let mut latencies = Vec::with_capacity(CLIENTS * REQUESTS_PER_CLIENT);
     for client in clients {
-        let done = tokio::time::timeout(Duration::from_secs(120), client).await.expect("load test bounded to 120 s");
+        let done = tokio::time::timeout(Duration::from_secs(120), client)
+            .await
+            .expect("load test bounded to 120 s");
         latencies.extend(done.expect("client saw 0 errors"));
     }
     let wall = started.elapsed();
@@ -90,8 +113,16 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
         percentile(&latencies, 0.99).as_secs_f64() * 1e3,
         direct_per_query.as_secs_f64() * 1e3,
     );
-    let metrics = reqwest::get(server.url("/metrics")).await.unwrap().text().await.unwrap();
-    let line = format!("parqivf_queries_total{{index=\"load\"}} {}", CLIENTS * REQUESTS_PER_CLIENT);
+    let metrics = reqwest::get(server.url("/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let line = format!(
+        "parqivf_queries_total{{index=\"load\"}} {}",
+        CLIENTS * REQUESTS_PER_CLIENT
+    );
     assert!(metrics.lines().any(|l| l == line), "{metrics}");
     server.shutdown().await;
 }

@@ -21,7 +21,11 @@ const LOCATION: &str = "memory:///live";
 fn config() -> ServerConfig {
     ServerConfig {
         indexes: vec![("live".into(), LOCATION.into())],
-        limits: Limits { max_k: 10, default_k: 10, ..Limits::default() },
+        limits: Limits {
+            max_k: 10,
+            default_k: 10,
+            ..Limits::default()
+        },
         queue: 64,
         workers: 2,
         ..ServerConfig::default()
@@ -34,7 +38,12 @@ fn snapshot(n: u32) -> Arc<BruteForce> {
 }
 
 async fn search(client: &reqwest::Client, url: &str, query: &[f32]) -> (StatusCode, Value) {
-    let response = client.post(url).body(json!({"vector": query, "k": 10}).to_string()).send().await.expect("sent");
+    let response = client
+        .post(url)
+        .body(json!({"vector": query, "k": 10}).to_string())
+        .send()
+        .await
+        .expect("sent");
     let status = response.status();
     (status, response.json().await.expect("JSON body"))
 }
@@ -42,13 +51,18 @@ async fn search(client: &reqwest::Client, url: &str, query: &[f32]) -> (StatusCo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn swaps_under_load_never_fail_or_mix_snapshots() {
     const SNAPSHOTS: u32 = 15;
-    let backends: BTreeMap<u32, Arc<BruteForce>> = (1..=SNAPSHOTS).map(|n| (n, snapshot(n))).collect();
+    let backends: BTreeMap<u32, Arc<BruteForce>> =
+        (1..=SNAPSHOTS).map(|n| (n, snapshot(n))).collect();
     let loader = Arc::new(FakeLoader::default());
     loader.publish(LOCATION, Arc::clone(&backends[&1]));
     let server = start(config(), Arc::clone(&loader)).await;
     let url = server.url("/v1/indexes/live/search");
     let stop = Arc::new(AtomicBool::new(false));
-    let params = SearchRequestParams { k: 10, nprobe: 8, include_payload: false };
+    let params = SearchRequestParams {
+        k: 10,
+        nprobe: 8,
+        include_payload: false,
+    };
 
     let clients: Vec<_> = (0..16)
         .map(|c| {
@@ -58,13 +72,22 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
                 let mut seen = Vec::new();
                 let mut i = 0u32;
                 while !stop.load(Ordering::SeqCst) {
-                    let query: Vec<f32> = (0..DIM).map(|d| ((c * 31 + i * 7 + d as u32) % 17) as f32 / 8.0 - 1.0).collect();
+                    let query: Vec<f32> = (0..DIM)
+                        .map(|d| ((c * 31 + i * 7 + d as u32) % 17) as f32 / 8.0 - 1.0)
+                        .collect();
                     let (status, body) = search(&client, &url, &query).await;
                     assert_eq!(status, StatusCode::OK, "{body}");
                     let name = body["snapshot"].as_str().expect("snapshot");
-                    let n: u32 = name.strip_prefix("snap-").and_then(|n| n.parse().ok()).expect("snapshot number");
+                    let n: u32 = name
+                        .strip_prefix("snap-")
+                        .and_then(|n| n.parse().ok())
+                        .expect("snapshot number");
                     let hits = hits_of(&body["results"][0]);
-                    assert!(hits.iter().all(|(rowid, _)| rowid / ROWID_STRIDE == i64::from(n)), "mixed answer {body}");
+                    assert!(
+                        hits.iter()
+                            .all(|(rowid, _)| rowid / ROWID_STRIDE == i64::from(n)),
+                        "mixed answer {body}"
+                    );
                     assert_eq!(hits, pairs(&backends[&n].answer(&query, &params)));
                     seen.push(n);
                     i += 1;
@@ -78,7 +101,11 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
     for n in 2..=SNAPSHOTS {
         tokio::time::sleep(Duration::from_millis(30)).await;
         loader.publish(LOCATION, Arc::clone(&backends[&n]));
-        let response = admin.post(server.url("/v1/indexes/live/reload")).send().await.expect("reload sent");
+        let response = admin
+            .post(server.url("/v1/indexes/live/reload"))
+            .send()
+            .await
+            .expect("reload sent");
         assert_eq!(response.status(), StatusCode::OK);
         let outcome: Value = response.json().await.unwrap();
         assert_eq!(outcome["snapshot"], format!("snap-{n}"));
@@ -89,22 +116,34 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
     let mut answers = 0;
     let mut distinct = std::collections::BTreeSet::new();
     for client in clients {
-        let seen = tokio::time::timeout(Duration::from_secs(60), client).await.expect("bounded").expect("no failed request");
+        let seen = tokio::time::timeout(Duration::from_secs(60), client)
+            .await
+            .expect("bounded")
+            .expect("no failed request");
         // Each client only ever moves forward through snapshots.
-        assert!(seen.windows(2).all(|w| w[0] <= w[1]), "a client went back to an older snapshot: {seen:?}");
+        assert!(
+            seen.windows(2).all(|w| w[0] <= w[1]),
+            "a client went back to an older snapshot: {seen:?}"
+        );
         answers += seen.len();
         distinct.extend(seen);
     }
     assert!(answers >= 16, "only {answers} answers");
     assert!(distinct.len() >= 3, "answers came from only {distinct:?}");
-    assert!(distinct.contains(&SNAPSHOTS), "the last snapshot was never served");
+    assert!(
+        distinct.contains(&SNAPSHOTS),
+        "the last snapshot was never served"
+    );
     server.shutdown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn in_flight_request_finishes_on_the_old_snapshot() {
     let gate = Arc::new(Gate::default());
-    let old = Arc::new(BruteForce { gate: Some(Arc::clone(&gate)), ..BruteForce::random(200, DIM, 1, 1) });
+    let old = Arc::new(BruteForce {
+        gate: Some(Arc::clone(&gate)),
+        ..BruteForce::random(200, DIM, 1, 1)
+    });
     let new = snapshot(2);
     let loader = Arc::new(FakeLoader::default());
     loader.publish(LOCATION, Arc::clone(&old));
@@ -118,17 +157,37 @@ async fn in_flight_request_finishes_on_the_old_snapshot() {
     };
     gate.wait_entered(1).await;
     loader.publish(LOCATION, Arc::clone(&new));
-    let reload = reqwest::Client::new().post(server.url("/v1/indexes/live/reload")).send().await.unwrap();
+    let reload = reqwest::Client::new()
+        .post(server.url("/v1/indexes/live/reload"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(reload.json::<Value>().await.unwrap()["changed"], true);
 
-    let params = SearchRequestParams { k: 10, nprobe: 8, include_payload: false };
+    let params = SearchRequestParams {
+        k: 10,
+        nprobe: 8,
+        include_payload: false,
+    };
     let (status, fresh) = search(&reqwest::Client::new(), &url, &query).await;
-    assert_eq!((status, fresh["snapshot"].as_str()), (StatusCode::OK, Some("snap-2")));
-    assert_eq!(hits_of(&fresh["results"][0]), pairs(&new.answer(&query, &params)));
+    assert_eq!(
+        (status, fresh["snapshot"].as_str()),
+        (StatusCode::OK, Some("snap-2"))
+    );
+    assert_eq!(
+        hits_of(&fresh["results"][0]),
+        pairs(&new.answer(&query, &params))
+    );
 
     gate.open();
     let (status, finished) = blocked.await.unwrap();
-    assert_eq!((status, finished["snapshot"].as_str()), (StatusCode::OK, Some("snap-1")));
-    assert_eq!(hits_of(&finished["results"][0]), pairs(&old.answer(&query, &params)));
+    assert_eq!(
+        (status, finished["snapshot"].as_str()),
+        (StatusCode::OK, Some("snap-1"))
+    );
+    assert_eq!(
+        hits_of(&finished["results"][0]),
+        pairs(&old.answer(&query, &params))
+    );
     server.shutdown().await;
 }

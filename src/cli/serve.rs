@@ -79,20 +79,35 @@ fn config(args: &Args) -> ServerConfig {
 /// `index::Index` to `server::SearchBackend` is wired here once the query API
 /// (issue 4) is merged; until then serving fails with this message, exit 2.
 fn index_loader(_preload: bool) -> anyhow::Result<Arc<dyn BackendLoader>> {
-    anyhow::bail!("this build has no index backend: the index::Index adapter (issue 4) is not linked in yet")
+    anyhow::bail!(
+        "this build has no index backend: the index::Index adapter (issue 4) is not linked in yet"
+    )
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=info"));
-    let builder = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
     // A subscriber may already be installed (e.g. by a test harness); keep it then.
-    let _ = if args.log_json { builder.json().try_init() } else { builder.try_init() };
+    let _ = if args.log_json {
+        builder.json().try_init()
+    } else {
+        builder.try_init()
+    };
 
     let config = config(&args);
     let loader = index_loader(args.preload)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().context("starting tokio")?;
-    runtime.block_on(parqivf::server::serve(config, loader, parqivf::server::shutdown_signal()))?;
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("starting tokio")?;
+    runtime.block_on(parqivf::server::serve(
+        config,
+        loader,
+        parqivf::server::shutdown_signal(),
+    ))?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -110,15 +125,44 @@ mod tests {
     #[test]
     fn flags_become_the_server_config() {
         let cmd = Cmd::try_parse_from([
-            "serve", "--index", "a=file:///x", "--index", "b=s3://bucket/p=q", "--addr", "0.0.0.0:9000", "--max-k", "50",
-            "--max-batch", "8", "--max-body-bytes", "1000", "--queue", "4", "--workers", "2", "--reload-interval", "30",
+            "serve",
+            "--index",
+            "a=file:///x",
+            "--index",
+            "b=s3://bucket/p=q",
+            "--addr",
+            "0.0.0.0:9000",
+            "--max-k",
+            "50",
+            "--max-batch",
+            "8",
+            "--max-body-bytes",
+            "1000",
+            "--queue",
+            "4",
+            "--workers",
+            "2",
+            "--reload-interval",
+            "30",
         ])
         .unwrap();
         let c = config(&cmd.args);
-        assert_eq!(c.indexes, vec![("a".into(), "file:///x".into()), ("b".into(), "s3://bucket/p=q".into())]);
+        assert_eq!(
+            c.indexes,
+            vec![
+                ("a".into(), "file:///x".into()),
+                ("b".into(), "s3://bucket/p=q".into())
+            ]
+        );
         assert_eq!(c.addr, "0.0.0.0:9000".parse().unwrap());
-        assert_eq!((c.limits.max_k, c.limits.max_batch, c.limits.max_body_bytes), (50, 8, 1000));
-        assert_eq!((c.queue, c.workers, c.reload_interval), (4, 2, Some(Duration::from_secs(30))));
+        assert_eq!(
+            (c.limits.max_k, c.limits.max_batch, c.limits.max_body_bytes),
+            (50, 8, 1000)
+        );
+        assert_eq!(
+            (c.queue, c.workers, c.reload_interval),
+            (4, 2, Some(Duration::from_secs(30)))
+        );
     }
 
     #[test]

@@ -21,7 +21,11 @@ pub struct ApiError {
 impl ApiError {
     /// A 400 with the given code.
     pub fn bad_request(code: &'static str, message: impl Into<String>) -> Self {
-        Self { status: StatusCode::BAD_REQUEST, code, message: message.into() }
+        Self {
+            status: StatusCode::BAD_REQUEST,
+            code,
+            message: message.into(),
+        }
     }
 
     /// The named index is not served here.
@@ -44,7 +48,11 @@ impl ApiError {
 
     /// A server-side failure that is not the client's fault.
     pub fn internal(message: impl Into<String>) -> Self {
-        Self { status: StatusCode::INTERNAL_SERVER_ERROR, code: "internal", message: message.into() }
+        Self {
+            status: StatusCode::INTERNAL_SERVER_ERROR,
+            code: "internal",
+            message: message.into(),
+        }
     }
 }
 
@@ -52,10 +60,16 @@ impl From<BackendError> for ApiError {
     fn from(err: BackendError) -> Self {
         let (status, code) = match &err {
             BackendError::BadRequest { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
-            BackendError::Storage { .. } => (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable"),
+            BackendError::Storage { .. } => {
+                (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
+            }
             BackendError::Corrupt { .. } => (StatusCode::INTERNAL_SERVER_ERROR, "corrupt_index"),
         };
-        Self { status, code, message: err.to_string() }
+        Self {
+            status,
+            code,
+            message: err.to_string(),
+        }
     }
 }
 
@@ -68,8 +82,12 @@ impl IntoResponse for ApiError {
         }
         let body = json!({ "error": { "code": self.code, "message": self.message } });
         let mut response = (self.status, axum::Json(body)).into_response();
-        if self.status == StatusCode::TOO_MANY_REQUESTS || self.status == StatusCode::SERVICE_UNAVAILABLE {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        if self.status == StatusCode::TOO_MANY_REQUESTS
+            || self.status == StatusCode::SERVICE_UNAVAILABLE
+        {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

@@ -31,7 +31,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_body_bytes: 4 << 20, max_batch: 256, max_k: 1000, default_k: 10, default_nprobe: 16 }
+        Self {
+            max_body_bytes: 4 << 20,
+            max_batch: 256,
+            max_k: 1000,
+            default_k: 10,
+            default_nprobe: 16,
+        }
     }
 }
 
@@ -49,7 +55,11 @@ impl QueryPool {
     pub fn new(queue: usize, workers: usize) -> Self {
         let queue = queue.max(1);
         let workers = workers.clamp(1, queue);
-        Self { queue, admission: Arc::new(Semaphore::new(queue)), workers: Arc::new(Semaphore::new(workers)) }
+        Self {
+            queue,
+            admission: Arc::new(Semaphore::new(queue)),
+            workers: Arc::new(Semaphore::new(workers)),
+        }
     }
 
     /// Runs `job` on the blocking pool once admitted.
@@ -62,7 +72,9 @@ impl QueryPool {
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
-        let admitted = Arc::clone(&self.admission).try_acquire_owned().map_err(|_| ApiError::overloaded(self.queue))?;
+        let admitted = Arc::clone(&self.admission)
+            .try_acquire_owned()
+            .map_err(|_| ApiError::overloaded(self.queue))?;
         let worker = Arc::clone(&self.workers)
             .acquire_owned()
             .await
@@ -98,7 +110,9 @@ mod tests {
                 .await
             })
         };
-        tokio::task::spawn_blocking(move || entered_rx.recv()).await.ok();
+        tokio::task::spawn_blocking(move || entered_rx.recv())
+            .await
+            .ok();
         let rejected = pool.run(|| 1).await.unwrap_err();
         assert_eq!(rejected.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(rejected.code, "overloaded");

@@ -13,8 +13,12 @@ use std::time::Duration;
 use super::backend::{IndexInfo, QueryStats};
 
 /// Upper bounds (seconds) of the latency histogram buckets.
-const LATENCY_BUCKETS: [f64; 14] =
-    [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0];
+const LATENCY_BUCKETS: [f64; 14] = [
+    0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
+];
+
+/// One per-index metric: name, help text, and how to read its value.
+type Series<T> = (&'static str, &'static str, fn(&T) -> u64);
 
 #[derive(Debug, Default, Clone)]
 struct Histogram {
@@ -49,7 +53,10 @@ impl Metrics {
     fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
         // A poisoned lock only means another thread panicked mid-update of
         // plain counters; the counters are still usable.
-        let mut guard = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut guard = self
+            .inner
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut guard)
     }
 
@@ -57,7 +64,10 @@ impl Metrics {
     pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
         let seconds = elapsed.as_secs_f64();
         self.with(|inner| {
-            *inner.requests.entry((route.to_owned(), status)).or_default() += 1;
+            *inner
+                .requests
+                .entry((route.to_owned(), status))
+                .or_default() += 1;
             let hist = inner.latency.entry(route.to_owned()).or_default();
             for (bucket, bound) in hist.buckets.iter_mut().zip(LATENCY_BUCKETS) {
                 if seconds <= bound {
@@ -83,7 +93,12 @@ impl Metrics {
 
     /// Records one reload attempt of `index` (`outcome`: swapped, unchanged, failed).
     pub fn record_reload(&self, index: &str, outcome: &'static str) {
-        self.with(|inner| *inner.reloads.entry((index.to_owned(), outcome)).or_default() += 1);
+        self.with(|inner| {
+            *inner
+                .reloads
+                .entry((index.to_owned(), outcome))
+                .or_default() += 1
+        });
     }
 
     /// Prometheus text for the counters plus gauges from the current `indexes`.
@@ -112,7 +127,7 @@ impl Metrics {
                 let _ = writeln!(out, "parqivf_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", hist.sum_seconds);
                 let _ = writeln!(out, "parqivf_http_request_duration_seconds_count{{route=\"{route}\"}} {}", hist.count);
             }
-            let counters: [(&str, &str, fn(&IndexCounters) -> u64); 3] = [
+            let counters: [Series<IndexCounters>; 3] = [
                 ("parqivf_queries_total", "Query vectors answered.", |c| c.queries),
                 ("parqivf_object_store_requests_total", "Object-store requests issued by queries.", |c| c.store_requests),
                 ("parqivf_object_store_bytes_total", "Bytes fetched from the object store by queries.", |c| c.store_bytes),
@@ -129,17 +144,32 @@ impl Metrics {
                 let _ = writeln!(out, "parqivf_index_reloads_total{{index=\"{index}\",outcome=\"{outcome}\"}} {n}");
             }
         });
-        let gauges: [(&str, &str, fn(&IndexInfo) -> u64); 3] = [
-            ("parqivf_index_vectors", "Vectors in the served snapshot.", |i| i.ntotal),
-            ("parqivf_index_footer_cache_bytes", "Bytes held by the footer cache.", |i| i.cache.footer_cache_bytes),
-            ("parqivf_index_postings_cache_bytes", "Bytes held by the postings cache.", |i| {
-                i.cache.postings_cache_bytes
-            }),
+        let gauges: [Series<IndexInfo>; 3] = [
+            (
+                "parqivf_index_vectors",
+                "Vectors in the served snapshot.",
+                |i| i.ntotal,
+            ),
+            (
+                "parqivf_index_footer_cache_bytes",
+                "Bytes held by the footer cache.",
+                |i| i.cache.footer_cache_bytes,
+            ),
+            (
+                "parqivf_index_postings_cache_bytes",
+                "Bytes held by the postings cache.",
+                |i| i.cache.postings_cache_bytes,
+            ),
         ];
         for (name, help, get) in gauges {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
             for (index, info) in indexes {
-                let _ = writeln!(out, "{name}{{index=\"{index}\",snapshot=\"{}\"}} {}", escape(&info.snapshot), get(info));
+                let _ = writeln!(
+                    out,
+                    "{name}{{index=\"{index}\",snapshot=\"{}\"}} {}",
+                    escape(&info.snapshot),
+                    get(info)
+                );
             }
         }
         out
@@ -148,7 +178,10 @@ impl Metrics {
 
 /// Escapes a Prometheus label value.
 fn escape(value: &str) -> String {
-    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n")
+    value
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -162,20 +195,34 @@ mod tests {
         m.record_request("/healthz", 200, Duration::from_millis(30));
         m.record_request("/healthz", 404, Duration::from_secs(20));
         let text = m.render(&[]);
-        assert!(text.contains("parqivf_http_requests_total{route=\"/healthz\",status=\"200\"} 2\n"));
-        assert!(text.contains("parqivf_http_requests_total{route=\"/healthz\",status=\"404\"} 1\n"));
+        assert!(
+            text.contains("parqivf_http_requests_total{route=\"/healthz\",status=\"200\"} 2\n")
+        );
+        assert!(
+            text.contains("parqivf_http_requests_total{route=\"/healthz\",status=\"404\"} 1\n")
+        );
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"0.0005\"} 1\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"0.05\"} 2\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"10\"} 2\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"+Inf\"} 3\n"));
-        assert!(text.contains("parqivf_http_request_duration_seconds_count{route=\"/healthz\"} 3\n"));
+        assert!(
+            text.contains("parqivf_http_request_duration_seconds_count{route=\"/healthz\"} 3\n")
+        );
     }
 
     #[test]
     fn store_counters_sum_query_stats() {
         let m = Metrics::default();
-        let a = QueryStats { requests: 3, bytes: 100, ..QueryStats::default() };
-        let b = QueryStats { requests: 2, bytes: 50, ..QueryStats::default() };
+        let a = QueryStats {
+            requests: 3,
+            bytes: 100,
+            ..QueryStats::default()
+        };
+        let b = QueryStats {
+            requests: 2,
+            bytes: 50,
+            ..QueryStats::default()
+        };
         m.record_queries("x", [&a, &b]);
         m.record_queries("x", [&a]);
         let text = m.render(&[]);

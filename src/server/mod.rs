@@ -36,8 +36,8 @@ use tower_http::trace::TraceLayer;
 
 pub use api_error::ApiError;
 pub use backend::{
-    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats, SearchBackend,
-    SearchRequestParams,
+    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
+    SearchBackend, SearchRequestParams,
 };
 pub use limits::{Limits, QueryPool};
 pub use reload::{OpenError, Registry, ReloadOutcome};
@@ -116,7 +116,9 @@ fn check_names(indexes: &[(String, String)]) -> Result<(), ServeError> {
     let mut seen = std::collections::BTreeSet::new();
     for (name, _) in indexes {
         let usable = (1..=64).contains(&name.len())
-            && name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'));
         if !usable {
             return Err(ServeError::BadName { name: name.clone() });
         }
@@ -133,11 +135,18 @@ impl Server {
     /// # Errors
     /// [`ServeError`]: no or badly named indexes, an index that fails to open
     /// ([`ServeError::Open`] names it and its location), or a bind failure.
-    pub async fn bind(config: ServerConfig, loader: Arc<dyn BackendLoader>) -> Result<Self, ServeError> {
+    pub async fn bind(
+        config: ServerConfig,
+        loader: Arc<dyn BackendLoader>,
+    ) -> Result<Self, ServeError> {
         check_names(&config.indexes)?;
         let registry = Registry::open(&config.indexes, loader).await?;
-        let listener =
-            TcpListener::bind(config.addr).await.map_err(|source| ServeError::Bind { addr: config.addr, source })?;
+        let listener = TcpListener::bind(config.addr)
+            .await
+            .map_err(|source| ServeError::Bind {
+                addr: config.addr,
+                source,
+            })?;
         let local_addr = listener.local_addr()?;
         let app = Arc::new(AppState {
             registry,
@@ -145,7 +154,12 @@ impl Server {
             pool: QueryPool::new(config.queue, config.workers),
             metrics: metrics::Metrics::default(),
         });
-        Ok(Self { listener, local_addr, app, reload_interval: config.reload_interval })
+        Ok(Self {
+            listener,
+            local_addr,
+            app,
+            reload_interval: config.reload_interval,
+        })
     }
 
     /// The bound address (the real port when configured with port 0).
@@ -158,10 +172,17 @@ impl Server {
     ///
     /// # Errors
     /// [`ServeError::Io`] if the listener fails.
-    pub async fn run(self, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), ServeError> {
-        let poller = self.reload_interval.map(|every| tokio::spawn(poll_reloads(Arc::clone(&self.app), every)));
+    pub async fn run(
+        self,
+        shutdown: impl Future<Output = ()> + Send + 'static,
+    ) -> Result<(), ServeError> {
+        let poller = self
+            .reload_interval
+            .map(|every| tokio::spawn(poll_reloads(Arc::clone(&self.app), every)));
         tracing::info!(addr = %self.local_addr, "serving");
-        let result = axum::serve(self.listener, router(self.app)).with_graceful_shutdown(shutdown).await;
+        let result = axum::serve(self.listener, router(self.app))
+            .with_graceful_shutdown(shutdown)
+            .await;
         if let Some(poller) = poller {
             poller.abort();
         }
@@ -217,7 +238,14 @@ async fn poll_reloads(app: Arc<AppState>, every: Duration) {
         let names: Vec<String> = app.registry.names().map(str::to_owned).collect();
         for name in names {
             match app.registry.reload(&name).await {
-                Some(Ok(outcome)) => app.metrics.record_reload(&name, if outcome.changed { "swapped" } else { "unchanged" }),
+                Some(Ok(outcome)) => app.metrics.record_reload(
+                    &name,
+                    if outcome.changed {
+                        "swapped"
+                    } else {
+                        "unchanged"
+                    },
+                ),
                 Some(Err(err)) => {
                     tracing::warn!(index = %name, error = %err, "periodic reload failed; keeping the old snapshot");
                     app.metrics.record_reload(&name, "failed");
@@ -239,7 +267,10 @@ fn router(app: Arc<AppState>) -> Router {
         .route("/v1/indexes/{name}/reload", post(routes::reload))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
-        .layer(axum::middleware::from_fn_with_state(Arc::clone(&app), routes::record))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            routes::record,
+        ))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(TraceLayer::new_for_http())
         .with_state(app)
@@ -250,15 +281,26 @@ mod tests {
     use super::*;
 
     fn named(names: &[&str]) -> Vec<(String, String)> {
-        names.iter().map(|n| (n.to_string(), "memory:///x".to_string())).collect()
+        names
+            .iter()
+            .map(|n| (n.to_string(), "memory:///x".to_string()))
+            .collect()
     }
 
     #[test]
     fn index_names_must_be_present_unique_and_path_safe() {
         assert!(matches!(check_names(&[]), Err(ServeError::NoIndexes)));
-        assert!(matches!(check_names(&named(&["a/b"])), Err(ServeError::BadName { .. })));
-        assert!(matches!(check_names(&named(&[""])), Err(ServeError::BadName { .. })));
-        assert!(matches!(check_names(&named(&["a", "a"])), Err(ServeError::DuplicateName { name }) if name == "a"));
+        assert!(matches!(
+            check_names(&named(&["a/b"])),
+            Err(ServeError::BadName { .. })
+        ));
+        assert!(matches!(
+            check_names(&named(&[""])),
+            Err(ServeError::BadName { .. })
+        ));
+        assert!(
+            matches!(check_names(&named(&["a", "a"])), Err(ServeError::DuplicateName { name }) if name == "a")
+        );
         assert!(check_names(&named(&["sift-1m", "docs_v2.1"])).is_ok());
     }
 }

@@ -26,7 +26,12 @@ struct Slot {
 impl Slot {
     fn get(&self) -> Arc<dyn SearchBackend> {
         // The lock only guards a pointer store, which cannot leave it half-written.
-        Arc::clone(&self.current.read().unwrap_or_else(std::sync::PoisonError::into_inner))
+        Arc::clone(
+            &self
+                .current
+                .read()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
     }
 }
 
@@ -62,7 +67,10 @@ impl Registry {
     ///
     /// # Errors
     /// [`OpenError`] naming the first index that failed to open.
-    pub async fn open(indexes: &[(String, String)], loader: Arc<dyn BackendLoader>) -> Result<Self, OpenError> {
+    pub async fn open(
+        indexes: &[(String, String)],
+        loader: Arc<dyn BackendLoader>,
+    ) -> Result<Self, OpenError> {
         let mut slots = BTreeMap::new();
         for (name, location) in indexes {
             let backend = loader.load(location).await.map_err(|source| OpenError {
@@ -73,7 +81,11 @@ impl Registry {
             tracing::info!(index = %name, %location, snapshot = %backend.info().snapshot, "index opened");
             slots.insert(
                 name.clone(),
-                Slot { location: location.clone(), current: RwLock::new(backend), reload: tokio::sync::Mutex::new(()) },
+                Slot {
+                    location: location.clone(),
+                    current: RwLock::new(backend),
+                    reload: tokio::sync::Mutex::new(()),
+                },
             );
         }
         Ok(Self { loader, slots })
@@ -86,7 +98,10 @@ impl Registry {
 
     /// Names and current snapshots, ordered by name.
     pub fn all(&self) -> Vec<(String, Arc<dyn SearchBackend>)> {
-        self.slots.iter().map(|(name, slot)| (name.clone(), slot.get())).collect()
+        self.slots
+            .iter()
+            .map(|(name, slot)| (name.clone(), slot.get()))
+            .collect()
     }
 
     /// Names served, ordered.
@@ -110,9 +125,16 @@ impl Registry {
         let snapshot = fresh.info().snapshot;
         let changed = snapshot != previous;
         if changed {
-            *slot.current.write().unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
+            *slot
+                .current
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = fresh;
             tracing::info!(index = %name, %previous, %snapshot, "snapshot swapped");
         }
-        Some(Ok(ReloadOutcome { previous, snapshot, changed }))
+        Some(Ok(ReloadOutcome {
+            previous,
+            snapshot,
+            changed,
+        }))
     }
 }

@@ -13,8 +13,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use parqivf::server::{
-    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats, SearchBackend,
-    SearchRequestParams, Server, ServerConfig,
+    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
+    SearchBackend, SearchRequestParams, Server, ServerConfig,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -52,7 +52,10 @@ impl Gate {
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
-        panic!("only {} searches reached the gate", self.entered.load(Ordering::SeqCst));
+        panic!(
+            "only {} searches reached the gate",
+            self.entered.load(Ordering::SeqCst)
+        );
     }
 }
 
@@ -70,8 +73,17 @@ impl BruteForce {
     /// `n` seeded random vectors of `dim` (same data for the same seed).
     pub fn random(n: usize, dim: usize, seed: u64, snapshot: u32) -> Self {
         let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let vectors = (0..n * dim).map(|_| rng.random_range(-1.0f32..1.0)).collect();
-        Self { dim, nlist: 8, snapshot, vectors, gate: None, fail: None }
+        let vectors = (0..n * dim)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        Self {
+            dim,
+            nlist: 8,
+            snapshot,
+            vectors,
+            gate: None,
+            fail: None,
+        }
     }
 
     pub fn rowid(&self, row: usize) -> i64 {
@@ -84,7 +96,15 @@ impl BruteForce {
             .vectors
             .chunks_exact(self.dim)
             .enumerate()
-            .map(|(row, v)| (v.iter().zip(query).map(|(a, b)| (a - b) * (a - b)).sum::<f32>(), self.rowid(row)))
+            .map(|(row, v)| {
+                (
+                    v.iter()
+                        .zip(query)
+                        .map(|(a, b)| (a - b) * (a - b))
+                        .sum::<f32>(),
+                    self.rowid(row),
+                )
+            })
             .collect();
         scored.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
         scored.truncate(params.k);
@@ -101,7 +121,15 @@ impl BruteForce {
             })
             .collect();
         let bytes = (self.vectors.len() * 4) as u64;
-        QueryAnswer { hits, stats: QueryStats { requests: 2, bytes, row_groups_read: 1, ..QueryStats::default() } }
+        QueryAnswer {
+            hits,
+            stats: QueryStats {
+                requests: 2,
+                bytes,
+                row_groups_read: 1,
+                ..QueryStats::default()
+            },
+        }
     }
 }
 
@@ -114,18 +142,29 @@ impl SearchBackend for BruteForce {
             ntotal: (self.vectors.len() / self.dim) as u64,
             snapshot: format!("snap-{}", self.snapshot),
             definition: serde_json::json!({ "provider": "parquet", "dim": self.dim }),
-            cache: CacheState { preloaded: true, footer_cache_bytes: 0, postings_cache_bytes: 4 * self.vectors.len() as u64 },
+            cache: CacheState {
+                preloaded: true,
+                footer_cache_bytes: 0,
+                postings_cache_bytes: 4 * self.vectors.len() as u64,
+            },
         }
     }
 
-    fn search_batch(&self, queries: &[f32], params: &SearchRequestParams) -> Result<Vec<QueryAnswer>, BackendError> {
+    fn search_batch(
+        &self,
+        queries: &[f32],
+        params: &SearchRequestParams,
+    ) -> Result<Vec<QueryAnswer>, BackendError> {
         if let Some(gate) = &self.gate {
             gate.pass();
         }
         if let Some(err) = &self.fail {
             return Err(err.clone());
         }
-        Ok(queries.chunks_exact(self.dim).map(|q| self.answer(q, params)).collect())
+        Ok(queries
+            .chunks_exact(self.dim)
+            .map(|q| self.answer(q, params))
+            .collect())
     }
 }
 
@@ -138,11 +177,17 @@ pub struct FakeLoader {
 
 impl FakeLoader {
     pub fn publish(&self, location: &str, backend: Arc<BruteForce>) {
-        self.published.lock().unwrap().insert(location.to_owned(), Ok(backend));
+        self.published
+            .lock()
+            .unwrap()
+            .insert(location.to_owned(), Ok(backend));
     }
 
     pub fn break_location(&self, location: &str, err: BackendError) {
-        self.published.lock().unwrap().insert(location.to_owned(), Err(err));
+        self.published
+            .lock()
+            .unwrap()
+            .insert(location.to_owned(), Err(err));
     }
 }
 
@@ -153,7 +198,10 @@ impl BackendLoader for FakeLoader {
         match self.published.lock().unwrap().get(location) {
             Some(Ok(backend)) => Ok(Arc::clone(backend) as Arc<dyn SearchBackend>),
             Some(Err(err)) => Err(err.clone()),
-            None => Err(BackendError::Storage { location: location.to_owned(), message: "not found".into() }),
+            None => Err(BackendError::Storage {
+                location: location.to_owned(),
+                message: "not found".into(),
+            }),
         }
     }
 }
@@ -192,7 +240,11 @@ pub async fn start(mut config: ServerConfig, loader: Arc<FakeLoader>) -> Running
     let task = tokio::spawn(server.run(async move {
         stopped.await.ok();
     }));
-    Running { addr, stop: Some(stop), task }
+    Running {
+        addr,
+        stop: Some(stop),
+        task,
+    }
 }
 
 /// `(rowid, distance)` pairs of an HTTP result object.
@@ -201,7 +253,12 @@ pub fn hits_of(result: &serde_json::Value) -> Vec<(i64, f32)> {
         .as_array()
         .expect("hits array")
         .iter()
-        .map(|h| (h["rowid"].as_i64().expect("rowid"), h["distance"].as_f64().expect("distance") as f32))
+        .map(|h| {
+            (
+                h["rowid"].as_i64().expect("rowid"),
+                h["distance"].as_f64().expect("distance") as f32,
+            )
+        })
         .collect()
 }
 
