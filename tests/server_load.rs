@@ -17,7 +17,6 @@ use server_support::{BruteForce, FakeLoader, hits_of, pairs, start};
 
 const CLIENTS: usize = 32;
 const REQUESTS_PER_CLIENT: usize = 100;
-const N: usize = 2_000;
 const DIM: usize = 32;
 const K: usize = 10;
 
@@ -26,9 +25,9 @@ fn percentile(sorted: &[Duration], p: f64) -> Duration {
     sorted[rank.min(sorted.len() - 1)]
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn thirty_two_clients_get_exact_answers_without_errors() {
-    let backend = Arc::new(BruteForce::random(N, DIM, 42, 1));
+/// 3 200 requests from 32 clients against an `n`-vector brute-force index.
+async fn load(n: usize) {
+    let backend = Arc::new(BruteForce::random(n, DIM, 42, 1));
     let loader = Arc::new(FakeLoader::default());
     loader.publish("memory:///load", Arc::clone(&backend));
     let config = ServerConfig {
@@ -105,7 +104,7 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
     assert_eq!(latencies.len(), CLIENTS * REQUESTS_PER_CLIENT);
     latencies.sort();
     println!(
-        "server_load: {} requests, {CLIENTS} clients, n={N} dim={DIM} k={K}: {:.0} QPS, p50 {:.2} ms, p99 {:.2} ms; \
+        "server_load: {} requests, {CLIENTS} clients, n={n} dim={DIM} k={K}: {:.0} QPS, p50 {:.2} ms, p99 {:.2} ms; \
          direct backend {:.3} ms/query on one thread",
         latencies.len(),
         latencies.len() as f64 / wall.as_secs_f64(),
@@ -125,4 +124,16 @@ async fn thirty_two_clients_get_exact_answers_without_errors() {
     );
     assert!(metrics.lines().any(|l| l == line), "{metrics}");
     server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn thirty_two_clients_get_exact_answers_without_errors() {
+    load(2_000).await;
+}
+
+/// A 16-vector index makes the search nearly free, so this run measures the
+/// HTTP, JSON and queueing overhead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_overhead_with_a_tiny_index() {
+    load(16).await;
 }
