@@ -114,7 +114,8 @@ pub enum BackendError {
 
 /// One opened, immutable index snapshot.
 pub trait SearchBackend: Send + Sync + 'static {
-    /// Shape, snapshot identity and cache state.
+    /// Shape, snapshot identity and cache state. Called on async threads for
+    /// every request, so it must be cheap (no IO, no blocking).
     fn info(&self) -> IndexInfo;
 
     /// Answers `queries.len() / dim` queries laid out row-major, one
