@@ -1,0 +1,131 @@
+//! Request limits and the bounded query pool.
+//!
+//! Backpressure: a query first takes one of `queue` admission slots without
+//! waiting — if none is free the request is answered 429 at once (no unbounded
+//! queue builds up in memory). Holding a slot it waits (asynchronously) for one
+//! of `workers` compute permits, then runs on tokio's blocking pool via
+//! `spawn_blocking`, so the async runtime never runs search compute or blocking
+//! IO. At most `workers` searches compute at once and at most `queue - workers`
+//! wait behind them.
+
+use std::sync::Arc;
+
+use tokio::sync::Semaphore;
+
+use super::api_error::ApiError;
+
+/// Limits on one request.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Largest accepted request body; larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Most query vectors in one request.
+    pub max_batch: usize,
+    /// Largest accepted `k`.
+    pub max_k: usize,
+    /// `k` when the request omits it.
+    pub default_k: usize,
+    /// `nprobe` when the request omits it (clamped to the index's `nlist`).
+    pub default_nprobe: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 4 << 20,
+            max_batch: 256,
+            max_k: 1000,
+            default_k: 10,
+            default_nprobe: 16,
+        }
+    }
+}
+
+/// Admission slots plus compute permits in front of `spawn_blocking`.
+#[derive(Debug, Clone)]
+pub struct QueryPool {
+    queue: usize,
+    admission: Arc<Semaphore>,
+    workers: Arc<Semaphore>,
+}
+
+impl QueryPool {
+    /// A pool admitting `queue` queries of which `workers` compute at once
+    /// (both at least 1; `workers` is capped at `queue`).
+    pub fn new(queue: usize, workers: usize) -> Self {
+        let queue = queue.max(1);
+        let workers = workers.clamp(1, queue);
+        Self {
+            queue,
+            admission: Arc::new(Semaphore::new(queue)),
+            workers: Arc::new(Semaphore::new(workers)),
+        }
+    }
+
+    /// Runs `job` on the blocking pool once admitted.
+    ///
+    /// # Errors
+    /// [`ApiError`] 429 `overloaded` when every admission slot is taken, 500
+    /// `internal` if the job panicked.
+    pub async fn run<T, F>(&self, job: F) -> Result<T, ApiError>
+    where
+        T: Send + 'static,
+        F: FnOnce() -> T + Send + 'static,
+    {
+        let admitted = Arc::clone(&self.admission)
+            .try_acquire_owned()
+            .map_err(|_| ApiError::overloaded(self.queue))?;
+        let worker = Arc::clone(&self.workers)
+            .acquire_owned()
+            .await
+            .map_err(|_| ApiError::internal("query pool closed"))?;
+        let result = tokio::task::spawn_blocking(move || {
+            let _slots = (admitted, worker);
+            job()
+        })
+        .await;
+        result.map_err(|err| ApiError::internal(format!("search task failed: {err}")))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::http::StatusCode;
+    use std::sync::mpsc;
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn full_queue_rejects_at_once_and_frees_slots_after() {
+        let pool = QueryPool::new(1, 1);
+        let (entered_tx, entered_rx) = mpsc::channel();
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let busy = {
+            let pool = pool.clone();
+            tokio::spawn(async move {
+                pool.run(move || {
+                    entered_tx.send(()).ok();
+                    release_rx.recv().ok();
+                    7
+                })
+                .await
+            })
+        };
+        tokio::task::spawn_blocking(move || entered_rx.recv())
+            .await
+            .ok();
+        let rejected = pool.run(|| 1).await.unwrap_err();
+        assert_eq!(rejected.status, StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(rejected.code, "overloaded");
+        release_tx.send(()).ok();
+        assert_eq!(busy.await.ok().and_then(Result::ok), Some(7));
+        assert_eq!(pool.run(|| 2).await.ok(), Some(2));
+    }
+
+    #[tokio::test]
+    async fn panicking_job_is_a_500_not_a_crash() {
+        let pool = QueryPool::new(2, 1);
+        let err = pool.run(|| -> u8 { panic!("boom") }).await.unwrap_err();
+        assert_eq!(err.status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(pool.run(|| 3).await.ok(), Some(3));
+    }
+}

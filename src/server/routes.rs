@@ -1,0 +1,449 @@
+//! The endpoints (documented in `docs/http.md`, described in
+//! `manifests/openapi.json`) and the validation of search requests. Bodies
+//! are read as bytes and parsed here, so that every rejection — malformed
+//! JSON, an oversized body, a bad field — gets the JSON error shape of
+//! [`ApiError`] instead of the framework's plain-text one.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::rejection::BytesRejection;
+use axum::extract::{MatchedPath, Path, Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use super::AppState;
+use super::api_error::ApiError;
+use super::backend::{IndexInfo, SearchRequestParams};
+use super::limits::Limits;
+
+/// `POST /v1/indexes/{name}/search` body.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SearchBody {
+    /// One query vector.
+    pub vector: Option<Vec<f64>>,
+    /// A batch of query vectors.
+    pub vectors: Option<Vec<Vec<f64>>>,
+    pub k: Option<u64>,
+    pub nprobe: Option<u64>,
+    #[serde(default)]
+    pub include: Vec<Include>,
+}
+
+/// Optional parts of each answer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Include {
+    Payload,
+    Stats,
+}
+
+/// A search request checked against the index and the limits.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ValidSearch {
+    /// Query vectors, row-major, `dim` floats each.
+    pub queries: Vec<f32>,
+    pub count: usize,
+    pub params: SearchRequestParams,
+    pub include_stats: bool,
+}
+
+/// Checks a parsed search body against the served index and the limits.
+///
+/// # Errors
+/// A 400 [`ApiError`] naming the problem: `invalid_request` (neither or both
+/// of `vector`/`vectors`), `empty_batch`, `too_many_vectors`,
+/// `wrong_dimension`, `non_finite_value` (NaN, infinity, or a number beyond
+/// the f32 range), `k_zero`, `k_too_large`, `nprobe_out_of_range`.
+pub fn validate(
+    body: SearchBody,
+    info: &IndexInfo,
+    limits: &Limits,
+) -> Result<ValidSearch, ApiError> {
+    let vectors = match (body.vector, body.vectors) {
+        (Some(v), None) => vec![v],
+        (None, Some(vs)) => vs,
+        (Some(_), Some(_)) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "give either \"vector\" or \"vectors\", not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ApiError::bad_request(
+                "invalid_request",
+                "missing \"vector\" or \"vectors\"",
+            ));
+        }
+    };
+    if vectors.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty_batch",
+            "\"vectors\" holds no vector",
+        ));
+    }
+    if vectors.len() > limits.max_batch {
+        return Err(ApiError::bad_request(
+            "too_many_vectors",
+            format!(
+                "{} vectors in one request; the limit is {}",
+                vectors.len(),
+                limits.max_batch
+            ),
+        ));
+    }
+    let k = body.k.unwrap_or(limits.default_k as u64);
+    if k == 0 {
+        return Err(ApiError::bad_request("k_zero", "k must be at least 1"));
+    }
+    if k > limits.max_k as u64 {
+        return Err(ApiError::bad_request(
+            "k_too_large",
+            format!("k = {k} exceeds the limit {}", limits.max_k),
+        ));
+    }
+    let nprobe = body
+        .nprobe
+        .unwrap_or(limits.default_nprobe.min(info.nlist) as u64);
+    if nprobe == 0 || nprobe > info.nlist as u64 {
+        return Err(ApiError::bad_request(
+            "nprobe_out_of_range",
+            format!(
+                "nprobe = {nprobe} is outside 1..={} (the index's nlist)",
+                info.nlist
+            ),
+        ));
+    }
+    let mut queries = Vec::with_capacity(vectors.len() * info.dim);
+    for (i, vector) in vectors.iter().enumerate() {
+        if vector.len() != info.dim {
+            return Err(ApiError::bad_request(
+                "wrong_dimension",
+                format!(
+                    "vector {i} has {} values; the index has dimension {}",
+                    vector.len(),
+                    info.dim
+                ),
+            ));
+        }
+        for (j, &x) in vector.iter().enumerate() {
+            let value = x as f32;
+            if !value.is_finite() {
+                return Err(ApiError::bad_request(
+                    "non_finite_value",
+                    format!("vector {i} value {j} ({x}) is not a finite 32-bit float"),
+                ));
+            }
+            queries.push(value);
+        }
+    }
+    Ok(ValidSearch {
+        queries,
+        count: vectors.len(),
+        params: SearchRequestParams {
+            // Both bounded by the limits checked above, which are usizes.
+            k: k as usize,
+            nprobe: nprobe as usize,
+            include_payload: body.include.contains(&Include::Payload),
+        },
+        include_stats: body.include.contains(&Include::Stats),
+    })
+}
+
+/// Maps a body-reading failure (oversized, broken stream) to the JSON error shape.
+fn body_rejection(rejection: BytesRejection) -> ApiError {
+    let status = rejection.status();
+    if status == StatusCode::PAYLOAD_TOO_LARGE {
+        ApiError {
+            status,
+            code: "body_too_large",
+            message: rejection.body_text(),
+        }
+    } else {
+        ApiError {
+            status,
+            code: "unreadable_body",
+            message: rejection.body_text(),
+        }
+    }
+}
+
+/// Parses a JSON body: syntax errors are `malformed_json`, shape errors `invalid_request`.
+fn parse_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(body).map_err(|err| {
+        let code = if err.is_data() {
+            "invalid_request"
+        } else {
+            "malformed_json"
+        };
+        ApiError::bad_request(code, err.to_string())
+    })
+}
+
+#[derive(Serialize)]
+struct IndexView<'a> {
+    name: &'a str,
+    #[serde(flatten)]
+    info: &'a IndexInfo,
+}
+
+/// `POST /v1/indexes/{name}/search`.
+pub async fn search(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    body: Result<Bytes, BytesRejection>,
+) -> Result<Json<Value>, ApiError> {
+    let body = body.map_err(body_rejection)?;
+    let backend = app
+        .registry
+        .get(&name)
+        .ok_or_else(|| ApiError::unknown_index(&name))?;
+    let info = backend.info();
+    let request = validate(parse_body(&body)?, &info, &app.limits)?;
+    let count = request.count;
+    let params = request.params;
+    let answers = app
+        .pool
+        .run(move || backend.search_batch(&request.queries, &params))
+        .await??;
+    if answers.len() != count {
+        return Err(ApiError::internal(format!(
+            "index {name:?} answered {} of {count} queries",
+            answers.len()
+        )));
+    }
+    app.metrics
+        .record_queries(&name, answers.iter().map(|a| &a.stats));
+    let results: Vec<Value> = answers
+        .into_iter()
+        .map(|answer| {
+            let mut result = json!({ "hits": answer.hits });
+            if request.include_stats {
+                result["stats"] = json!(answer.stats);
+            }
+            result
+        })
+        .collect();
+    Ok(Json(
+        json!({ "index": name, "snapshot": info.snapshot, "results": results }),
+    ))
+}
+
+/// `GET /v1/indexes`.
+pub async fn list_indexes(State(app): State<Arc<AppState>>) -> Json<Value> {
+    let all = app.registry.all();
+    let infos: Vec<(String, IndexInfo)> = all
+        .iter()
+        .map(|(name, backend)| (name.clone(), backend.info()))
+        .collect();
+    let views: Vec<IndexView<'_>> = infos
+        .iter()
+        .map(|(name, info)| IndexView { name, info })
+        .collect();
+    Json(json!({ "indexes": views }))
+}
+
+/// `GET /v1/indexes/{name}`.
+pub async fn get_index(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let backend = app
+        .registry
+        .get(&name)
+        .ok_or_else(|| ApiError::unknown_index(&name))?;
+    let info = backend.info();
+    Ok(Json(json!(IndexView {
+        name: &name,
+        info: &info
+    })))
+}
+
+/// `POST /v1/indexes/{name}/reload`.
+pub async fn reload(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let outcome = app
+        .registry
+        .reload(&name)
+        .await
+        .ok_or_else(|| ApiError::unknown_index(&name))?;
+    let outcome = outcome.inspect_err(|_| app.metrics.record_reload(&name, "failed"))?;
+    app.metrics.record_reload(
+        &name,
+        if outcome.changed {
+            "swapped"
+        } else {
+            "unchanged"
+        },
+    );
+    Ok(Json(json!(outcome)))
+}
+
+/// `GET /healthz`.
+pub async fn healthz(State(app): State<Arc<AppState>>) -> Json<Value> {
+    Json(json!({ "status": "ok", "indexes": app.registry.names().collect::<Vec<_>>() }))
+}
+
+/// `GET /metrics`.
+pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    let infos: Vec<(String, IndexInfo)> = app
+        .registry
+        .all()
+        .into_iter()
+        .map(|(name, backend)| (name, backend.info()))
+        .collect();
+    (
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        app.metrics.render(&infos),
+    )
+        .into_response()
+}
+
+/// Any path no route matches.
+pub async fn not_found(request: Request) -> ApiError {
+    ApiError {
+        status: StatusCode::NOT_FOUND,
+        code: "not_found",
+        message: format!(
+            "no endpoint at {} {}",
+            request.method(),
+            request.uri().path()
+        ),
+    }
+}
+
+/// A known path with the wrong method.
+pub async fn method_not_allowed(request: Request) -> ApiError {
+    ApiError {
+        status: StatusCode::METHOD_NOT_ALLOWED,
+        code: "method_not_allowed",
+        message: format!(
+            "{} is not allowed on {}",
+            request.method(),
+            request.uri().path()
+        ),
+    }
+}
+
+/// Middleware counting every response by route template and status and
+/// timing it into the latency histogram.
+pub async fn record(State(app): State<Arc<AppState>>, request: Request, next: Next) -> Response {
+    let route = request
+        .extensions()
+        .get::<MatchedPath>()
+        .map_or_else(|| "unmatched".to_owned(), |path| path.as_str().to_owned());
+    let started = Instant::now();
+    let response = next.run(request).await;
+    app.metrics
+        .record_request(&route, response.status().as_u16(), started.elapsed());
+    response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::backend::CacheState;
+
+    fn info() -> IndexInfo {
+        IndexInfo {
+            dim: 2,
+            metric: "l2".into(),
+            nlist: 4,
+            ntotal: 10,
+            snapshot: "s".into(),
+            definition: Value::Null,
+            cache: CacheState::default(),
+        }
+    }
+
+    fn check(body: &str) -> Result<ValidSearch, &'static str> {
+        let limits = Limits {
+            max_batch: 2,
+            max_k: 5,
+            default_k: 3,
+            ..Limits::default()
+        };
+        parse_body::<SearchBody>(body.as_bytes())
+            .and_then(|b| validate(b, &info(), &limits))
+            .map_err(|e| e.code)
+    }
+
+    #[test]
+    fn accepts_single_and_batch_with_defaults() {
+        let one = check(r#"{"vector":[1,2]}"#).unwrap();
+        assert_eq!(one.queries, vec![1.0, 2.0]);
+        assert_eq!(
+            one.params,
+            SearchRequestParams {
+                k: 3,
+                nprobe: 4,
+                include_payload: false
+            }
+        );
+        let two =
+            check(r#"{"vectors":[[1,2],[3,4]],"k":5,"nprobe":1,"include":["payload","stats"]}"#)
+                .unwrap();
+        assert_eq!((two.count, two.params.k, two.params.nprobe), (2, 5, 1));
+        assert!(two.params.include_payload && two.include_stats);
+    }
+
+    #[test]
+    fn each_bad_input_has_its_code() {
+        assert_eq!(
+            check(r#"{"vector":[1,2,3]}"#).unwrap_err(),
+            "wrong_dimension"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,1e39]}"#).unwrap_err(),
+            "non_finite_value"
+        );
+        assert_eq!(check(r#"{"vector":[1,2],"k":0}"#).unwrap_err(), "k_zero");
+        assert_eq!(
+            check(r#"{"vector":[1,2],"k":6}"#).unwrap_err(),
+            "k_too_large"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"nprobe":5}"#).unwrap_err(),
+            "nprobe_out_of_range"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"nprobe":0}"#).unwrap_err(),
+            "nprobe_out_of_range"
+        );
+        assert_eq!(
+            check(r#"{"vectors":[[1,2],[1,2],[1,2]]}"#).unwrap_err(),
+            "too_many_vectors"
+        );
+        assert_eq!(check(r#"{"vectors":[]}"#).unwrap_err(), "empty_batch");
+        assert_eq!(
+            check(r#"{"vector":[1,2],"vectors":[[1,2]]}"#).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(check(r#"{"k":3}"#).unwrap_err(), "invalid_request");
+        assert_eq!(
+            check(r#"{"vector":[1,2],"kk":3}"#).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"k":-1}"#).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"include":["all"]}"#).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,NaN]}"#).unwrap_err(),
+            "malformed_json"
+        );
+        assert_eq!(check(r#"{"vector":[1,2"#).unwrap_err(), "malformed_json");
+    }
+}
