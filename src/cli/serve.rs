@@ -75,13 +75,9 @@ fn config(args: &Args) -> ServerConfig {
     }
 }
 
-/// The loader opening locations with `index::Index`. The adapter from
-/// `index::Index` to `server::SearchBackend` is wired here once the query API
-/// (issue 4) is merged; until then serving fails with this message, exit 2.
-fn index_loader(_preload: bool) -> anyhow::Result<Arc<dyn BackendLoader>> {
-    anyhow::bail!(
-        "this build has no index backend: the index::Index adapter (issue 4) is not linked in yet"
-    )
+/// The loader opening locations at their current snapshot with `index::Index`.
+fn index_loader(preload: bool) -> Arc<dyn BackendLoader> {
+    Arc::new(parqivf::server::index_backend::IndexLoader { preload })
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -98,7 +94,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
 
     let config = config(&args);
-    let loader = index_loader(args.preload)?;
+    let loader = index_loader(args.preload);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -17,6 +17,7 @@
 
 pub mod api_error;
 pub mod backend;
+pub mod index_backend;
 pub mod limits;
 pub mod metrics;
 pub mod reload;

@@ -1,0 +1,143 @@
+//! The real backend: a published index opened with [`Index`], behind the
+//! server's [`SearchBackend`] trait. The loader resolves a location to its
+//! current snapshot through the commit log (never listing), so a reload picks
+//! up a newly published snapshot and `IndexInfo::snapshot` names it.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+
+use super::backend::{
+    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats, SearchBackend,
+    SearchRequestParams,
+};
+use crate::Error;
+use crate::index::{Index, IndexError, SearchParams};
+use crate::warehouse::{self, WarehouseError};
+
+/// One opened snapshot.
+pub struct IndexBackend {
+    index: Index,
+    location: String,
+    snapshot: String,
+    preloaded: bool,
+    handle: tokio::runtime::Handle,
+}
+
+fn classify(location: &str, e: Error) -> BackendError {
+    let message = e.to_string();
+    match e {
+        Error::Index(
+            IndexError::DimensionMismatch { .. }
+            | IndexError::NonFinite { .. }
+            | IndexError::InvalidK
+            | IndexError::InvalidNprobe { .. },
+        ) => BackendError::BadRequest { message },
+        Error::Probe(crate::probe::ProbeError::Store { .. })
+        | Error::Index(IndexError::Store { .. })
+        | Error::Store(_)
+        | Error::Warehouse(WarehouseError::Store(_)) => BackendError::Storage {
+            location: location.to_string(),
+            message,
+        },
+        _ => BackendError::Corrupt {
+            location: location.to_string(),
+            message,
+        },
+    }
+}
+
+impl SearchBackend for IndexBackend {
+    fn info(&self) -> IndexInfo {
+        let def = self.index.definition();
+        IndexInfo {
+            dim: def.dim as usize,
+            metric: serde_json::to_value(def.metric)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default(),
+            nlist: def.nlist as usize,
+            ntotal: self.index.manifest().ntotal,
+            snapshot: self.snapshot.clone(),
+            definition: serde_json::from_str(&def.to_json()).unwrap_or_default(),
+            cache: CacheState {
+                preloaded: self.preloaded,
+                ..CacheState::default()
+            },
+        }
+    }
+
+    fn search_batch(&self, queries: &[f32], params: &SearchRequestParams) -> Result<Vec<QueryAnswer>, BackendError> {
+        let sp = SearchParams {
+            k: params.k,
+            nprobe: params.nprobe,
+            include_payload: params.include_payload,
+            ..SearchParams::default()
+        };
+        // Called on the server's blocking pool, where blocking on IO is allowed.
+        let results = self
+            .handle
+            .block_on(self.index.search_batch(queries, &sp))
+            .map_err(|e| classify(&self.location, e))?;
+        Ok(results
+            .into_iter()
+            .map(|r| QueryAnswer {
+                hits: r
+                    .hits
+                    .into_iter()
+                    .map(|h| Hit {
+                        rowid: h.rowid,
+                        distance: h.distance,
+                        payload: h.payload,
+                    })
+                    .collect(),
+                stats: QueryStats {
+                    requests: r.stats.requests,
+                    bytes: r.stats.bytes,
+                    footers_read: r.stats.footers_read,
+                    footers_from_cache: r.stats.footers_cached,
+                    row_groups_read: r.stats.row_groups_read,
+                    probe_us: r.stats.probe_us,
+                    plan_us: r.stats.plan_us,
+                    fetch_us: r.stats.fetch_us,
+                    scan_us: r.stats.scan_us,
+                },
+            })
+            .collect())
+    }
+}
+
+/// Opens locations (`store::location` syntax) at their current snapshot.
+pub struct IndexLoader {
+    /// Load every posting into memory after opening.
+    pub preload: bool,
+}
+
+#[async_trait]
+impl BackendLoader for IndexLoader {
+    async fn load(&self, location: &str) -> Result<Arc<dyn SearchBackend>, BackendError> {
+        let storage = |message: String| BackendError::Storage {
+            location: location.to_string(),
+            message,
+        };
+        let (store, path) = crate::store::location::open(location).map_err(|e| storage(e.to_string()))?;
+        let snapshot = match warehouse::current(&store, &path).await {
+            Ok(Some(c)) => format!("v{}:{}", c.version, c.snapshot),
+            Ok(None) => path.to_string(),
+            Err(e) => return Err(classify(location, e.into())),
+        };
+        let index = Index::open_current(store, &path)
+            .await
+            .map_err(|e| classify(location, e))?;
+        if self.preload {
+            index.preload().await.map_err(|e| classify(location, e))?;
+        }
+        Ok(Arc::new(IndexBackend {
+            index,
+            location: location.to_string(),
+            snapshot,
+            preloaded: self.preload,
+            handle: tokio::runtime::Handle::current(),
+        }))
+    }
+}
