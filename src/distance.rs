@@ -143,7 +143,7 @@ pub fn check_matrix(data: &[f32], dim: usize) -> Result<usize, DistanceError> {
     if dim == 0 {
         return Err(DistanceError::ZeroDimension);
     }
-    if data.len() % dim != 0 {
+    if !data.len().is_multiple_of(dim) {
         return Err(DistanceError::DimensionMismatch {
             expected: dim,
             actual: data.len() % dim,
@@ -336,7 +336,12 @@ mod tests {
         let mut out = [0.0; 3];
         Metric::Cosine.distances_to(&q, &data, &mut out).unwrap();
         // simsimd's cosine uses a refined reciprocal square root: ~1e-7 off.
-        assert!(out.iter().zip([0.0, 1.0, 2.0]).all(|(a, b)| (a - b).abs() < 1e-6), "{out:?}");
+        assert!(
+            out.iter()
+                .zip([0.0, 1.0, 2.0])
+                .all(|(a, b)| (a - b).abs() < 1e-6),
+            "{out:?}"
+        );
         Metric::InnerProduct
             .distances_to(&q, &data, &mut out)
             .unwrap();

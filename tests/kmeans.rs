@@ -277,11 +277,21 @@ fn hierarchy_offsets_cover_nlist_and_assignment_modes_agree_on_clean_data() {
     let all = h.assign(&data, AssignMode::Hierarchical { m: 6 }).unwrap();
     // Probing every root is exact, up to the GEMM form's rounding at near-ties
     // (|error| ≲ a few ε·(‖x‖² + ‖c‖²)).
-    for (i, (&a, &e)) in all.iter().zip(&exact).enumerate().filter(|(_, (a, e))| a != e) {
+    for (i, (&a, &e)) in all
+        .iter()
+        .zip(&exact)
+        .enumerate()
+        .filter(|(_, (a, e))| a != e)
+    {
         let x = &data[i * dim..(i + 1) * dim];
         let d = |c: u32| Metric::L2.distance(x, &h.leaves[c as usize * dim..][..dim]);
         let norm2: f32 = x.iter().map(|v| v * v).sum();
-        assert!((d(a) - d(e)).abs() <= 1e-5 * norm2, "row {i}: leaf {a} at {} vs exact {e} at {}", d(a), d(e));
+        assert!(
+            (d(a) - d(e)).abs() <= 1e-5 * norm2,
+            "row {i}: leaf {a} at {} vs exact {e} at {}",
+            d(a),
+            d(e)
+        );
     }
     let same = m1.iter().zip(&exact).filter(|(a, b)| a == b).count();
     assert!(
