@@ -236,7 +236,7 @@ fn parse_vecs<T>(
                 shape: vec![d.max(0) as usize],
             })?;
     let rec = 4 * (dim + 1);
-    if bytes.len() % rec != 0 {
+    if !bytes.len().is_multiple_of(rec) {
         return Err(VectorFileError::Truncated {
             path: path.to_string(),
             expected: (bytes.len() / rec + 1) * rec,
