@@ -177,8 +177,10 @@ async fn footer_larger_than_prefetch_hint_costs_one_more_get() {
     let io = counting.counts() - before;
     let b = normal.search(q, &params).await.unwrap();
     assert_eq!(a.hits, b.hits);
-    assert_eq!(io.rounds, 3);
+    // The executor counts the dependent footer read as a third round; the
+    // store's observation can merge it with stragglers of the first round.
     assert_eq!(a.stats.rounds, 3);
+    assert_eq!(io.get_requests, a.stats.requests);
     assert_eq!(a.stats.requests, b.stats.requests + a.stats.footers_read);
 }
 
