@@ -221,12 +221,15 @@ fn join(base: &Path, rel: &str, doc: &Path) -> Result<Path, IndexError> {
         return Err(invalid());
     }
     let rel = Path::parse(rel).map_err(|_| invalid())?;
-    Ok(Path::from_iter(base.parts().chain(rel.parts())))
+    Ok(base.parts().chain(rel.parts()).collect())
 }
 
 fn parent(p: &Path) -> Path {
     let parts: Vec<_> = p.parts().collect();
-    Path::from_iter(parts[..parts.len().saturating_sub(1)].iter().cloned())
+    parts[..parts.len().saturating_sub(1)]
+        .iter()
+        .cloned()
+        .collect()
 }
 
 async fn get(store: &dyn ObjectStore, path: &Path) -> Result<bytes::Bytes, IndexError> {

@@ -120,7 +120,7 @@ impl<'a> Postings<'a> {
     /// The object path of manifest file `i`.
     pub fn path(&self, i: usize) -> Path {
         let rel = self.files.get(i).map_or("", |f| f.path.as_str());
-        Path::from_iter(self.dir.parts().chain(Path::from(rel).parts()))
+        self.dir.parts().chain(Path::from(rel).parts()).collect()
     }
 
     /// Footers of the given files: cached ones from the cache, the others read

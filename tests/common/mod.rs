@@ -78,12 +78,9 @@ fn lloyd(data: &[f32], dim: usize, k: usize, iters: usize, rng: &mut ChaCha8Rng)
                 .zip(p)
                 .for_each(|(s, x)| *s += x);
         }
-        for j in 0..k {
-            if cnt[j] > 0 {
-                for d in 0..dim {
-                    c[j * dim + d] = sum[j * dim + d] / cnt[j] as f32;
-                }
-            }
+        let groups = c.chunks_exact_mut(dim).zip(sum.chunks_exact(dim)).zip(&cnt);
+        for ((cj, sj), &nj) in groups.filter(|(_, n)| **n > 0) {
+            cj.iter_mut().zip(sj).for_each(|(x, s)| *x = s / nj as f32);
         }
     }
     c
