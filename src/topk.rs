@@ -36,10 +36,7 @@ pub struct TopK {
 
 impl TopK {
     pub fn new(k: usize) -> Self {
-        Self {
-            k,
-            heap: BinaryHeap::with_capacity(k + 1),
-        }
+        Self { k, heap: BinaryHeap::with_capacity(k + 1) }
     }
 
     /// Offer one candidate.
