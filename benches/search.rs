@@ -24,21 +24,40 @@ fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     for &(n, dim, nroots, nlist, nprobes) in GRID {
         let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let data = common::dataset(n, dim, 42);
         let h = common::hierarchy(&data, dim, nroots, nlist, 43);
-        let layout = common::Layout { rows_per_file: 4096, ..common::Layout::default() };
-        rt.block_on(common::write_index(store.as_ref(), &Path::from("idx"), &h, &data, &common::rowids(n), layout));
+        let layout = common::Layout {
+            rows_per_file: 4096,
+            ..common::Layout::default()
+        };
+        rt.block_on(common::write_index(
+            store.as_ref(),
+            &Path::from("idx"),
+            &h,
+            &data,
+            &common::rowids(n),
+            layout,
+        ));
         let queries: Vec<f32> = data[..QUERIES * dim].iter().map(|x| x + 0.05).collect();
-        let disk = rt.block_on(Index::open(Arc::clone(&store), &Path::from("idx"))).unwrap();
+        let disk = rt
+            .block_on(Index::open(Arc::clone(&store), &Path::from("idx")))
+            .unwrap();
         rt.block_on(disk.warm()).unwrap();
-        let ram = rt.block_on(Index::open(Arc::clone(&store), &Path::from("idx"))).unwrap();
+        let ram = rt
+            .block_on(Index::open(Arc::clone(&store), &Path::from("idx")))
+            .unwrap();
         rt.block_on(ram.preload()).unwrap();
         for (mode, index) in [("search", &disk), ("search-preload", &ram)] {
             let mut group = c.benchmark_group(mode);
             group.sample_size(10);
             for &nprobe in nprobes {
-                let params = SearchParams { k: 10, nprobe, ..SearchParams::default() };
+                let params = SearchParams {
+                    k: 10,
+                    nprobe,
+                    ..SearchParams::default()
+                };
                 // One iteration = one batch of QUERIES queries.
                 group.bench_function(format!("{n}x{dim}/nlist{nlist}/nprobe{nprobe}"), |b| {
                     b.iter(|| rt.block_on(index.search_batch(&queries, &params)).unwrap())

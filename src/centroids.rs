@@ -31,11 +31,28 @@ pub enum CentroidsError {
     #[error("{path}: not a readable centroids Parquet object: {detail}")]
     Parquet { path: String, detail: String },
     #[error("{path}: centroids format version {found} is not supported (supported: {supported})")]
-    Incompatible { path: String, found: String, supported: u32 },
+    Incompatible {
+        path: String,
+        found: String,
+        supported: u32,
+    },
     #[error("{path}: {what} is {found}, expected {expected}")]
-    Mismatch { path: String, what: &'static str, expected: u64, found: u64 },
-    #[error("{path}: row {row} is out of order or malformed (level {level}, id {id}, parent {parent})")]
-    Malformed { path: String, row: usize, level: i32, id: i32, parent: i32 },
+    Mismatch {
+        path: String,
+        what: &'static str,
+        expected: u64,
+        found: u64,
+    },
+    #[error(
+        "{path}: row {row} is out of order or malformed (level {level}, id {id}, parent {parent})"
+    )]
+    Malformed {
+        path: String,
+        row: usize,
+        level: i32,
+        id: i32,
+        parent: i32,
+    },
 }
 
 /// Encode `h` as the `ivf_centroids` Parquet object.
@@ -77,7 +94,12 @@ pub fn encode(h: &Hierarchy) -> Result<Bytes, CentroidsError> {
             parent.push(r as i32);
         }
     }
-    let bytes: Vec<u8> = h.roots.iter().chain(&h.leaves).flat_map(|x| x.to_le_bytes()).collect();
+    let bytes: Vec<u8> = h
+        .roots
+        .iter()
+        .chain(&h.leaves)
+        .flat_map(|x| x.to_le_bytes())
+        .collect();
     let width = (h.dim * 4) as i32;
     let vectors = FixedSizeBinaryArray::try_new(width, bytes.into(), None).map_err(|e| perr(&e))?;
     let schema = Arc::new(Schema::new(vec![
@@ -116,13 +138,23 @@ pub fn encode(h: &Hierarchy) -> Result<Bytes, CentroidsError> {
 /// [`CentroidsError::Incompatible`] for an unknown version;
 /// [`CentroidsError::Mismatch`] for a wrong dimension;
 /// [`CentroidsError::Malformed`] for rows out of order; `Parquet` otherwise.
-pub fn decode(path: &str, bytes: Bytes, dim: usize, metric: Metric) -> Result<Hierarchy, CentroidsError> {
+pub fn decode(
+    path: &str,
+    bytes: Bytes,
+    dim: usize,
+    metric: Metric,
+) -> Result<Hierarchy, CentroidsError> {
     let perr = |e: &dyn std::fmt::Display| CentroidsError::Parquet {
         path: path.into(),
         detail: e.to_string(),
     };
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| perr(&e))?;
-    let kv = builder.metadata().file_metadata().key_value_metadata().cloned().unwrap_or_default();
+    let kv = builder
+        .metadata()
+        .file_metadata()
+        .key_value_metadata()
+        .cloned()
+        .unwrap_or_default();
     let get = |k: &str| kv.iter().find(|e| e.key == k).and_then(|e| e.value.clone());
     let version = get(KV_FORMAT_VERSION).unwrap_or_default();
     if version != FORMAT_VERSION.to_string() {
@@ -134,7 +166,12 @@ pub fn decode(path: &str, bytes: Bytes, dim: usize, metric: Metric) -> Result<Hi
     }
     let file_dim = get(KV_DIM).and_then(|d| d.parse::<u64>().ok()).unwrap_or(0);
     if file_dim != dim as u64 {
-        return Err(CentroidsError::Mismatch { path: path.into(), what: "dim", expected: dim as u64, found: file_dim });
+        return Err(CentroidsError::Mismatch {
+            path: path.into(),
+            what: "dim",
+            expected: dim as u64,
+            found: file_dim,
+        });
     }
     let reader = builder.build().map_err(|e| perr(&e))?;
     let (mut roots, mut leaves, mut parents) = (Vec::new(), Vec::new(), Vec::<u32>::new());
@@ -142,10 +179,15 @@ pub fn decode(path: &str, bytes: Bytes, dim: usize, metric: Metric) -> Result<Hi
     for batch in reader {
         let batch = batch.map_err(|e| perr(&e))?;
         let int = |i: usize| batch.column(i).as_primitive_opt::<Int32Type>().cloned();
-        let (Some(level), Some(id), Some(parent), Some(vec)) =
-            (int(0), int(1), int(2), batch.column(3).as_fixed_size_binary_opt())
-        else {
-            return Err(perr(&"columns must be level, id, parent: Int32, centroid: FixedSizeBinary"));
+        let (Some(level), Some(id), Some(parent), Some(vec)) = (
+            int(0),
+            int(1),
+            int(2),
+            batch.column(3).as_fixed_size_binary_opt(),
+        ) else {
+            return Err(perr(
+                &"columns must be level, id, parent: Int32, centroid: FixedSizeBinary",
+            ));
         };
         if vec.value_length() as usize != dim * 4 {
             return Err(CentroidsError::Mismatch {
@@ -171,9 +213,18 @@ pub fn decode(path: &str, bytes: Bytes, dim: usize, metric: Metric) -> Result<Hi
                 _ => false,
             };
             if !ok || vec.is_null(i) {
-                return Err(CentroidsError::Malformed { path: path.into(), row, level: l, id: c, parent: p });
+                return Err(CentroidsError::Malformed {
+                    path: path.into(),
+                    row,
+                    level: l,
+                    id: c,
+                    parent: p,
+                });
             }
-            let v = vec.value(i).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+            let v = vec
+                .value(i)
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]));
             if l == 0 {
                 roots.extend(v);
             } else {
@@ -187,7 +238,13 @@ pub fn decode(path: &str, bytes: Bytes, dim: usize, metric: Metric) -> Result<Hi
     let cid_offsets = (0..=nroots)
         .map(|r| parents.partition_point(|&q| (q as usize) < r) as u32)
         .collect();
-    Ok(Hierarchy { dim, metric, roots, leaves, cid_offsets })
+    Ok(Hierarchy {
+        dim,
+        metric,
+        roots,
+        leaves,
+        cid_offsets,
+    })
 }
 
 #[cfg(test)]
@@ -216,14 +273,22 @@ mod tests {
         let mut h = hierarchy();
         h.cid_offsets = vec![0, 2, 2, 4];
         let bytes = encode(&h).unwrap();
-        assert_eq!(decode("c", bytes, 2, Metric::L2).unwrap().cid_offsets, vec![0, 2, 2, 4]);
+        assert_eq!(
+            decode("c", bytes, 2, Metric::L2).unwrap().cid_offsets,
+            vec![0, 2, 2, 4]
+        );
     }
 
     #[test]
     fn wrong_dim_is_a_typed_mismatch() {
         let bytes = encode(&hierarchy()).unwrap();
         match decode("c", bytes, 3, Metric::L2) {
-            Err(CentroidsError::Mismatch { what: "dim", expected: 3, found: 2, .. }) => {}
+            Err(CentroidsError::Mismatch {
+                what: "dim",
+                expected: 3,
+                found: 2,
+                ..
+            }) => {}
             other => panic!("unexpected {other:?}"),
         }
     }
@@ -232,6 +297,12 @@ mod tests {
     fn inconsistent_hierarchy_is_refused_on_encode() {
         let mut h = hierarchy();
         h.leaves.pop();
-        assert!(matches!(encode(&h), Err(CentroidsError::Mismatch { what: "leaf values", .. })));
+        assert!(matches!(
+            encode(&h),
+            Err(CentroidsError::Mismatch {
+                what: "leaf values",
+                ..
+            })
+        ));
     }
 }

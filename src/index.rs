@@ -49,19 +49,41 @@ pub enum IndexError {
     },
     /// A document's format version is unknown to this reader.
     #[error("{path} has format version {found}; this reader supports {supported}")]
-    Incompatible { path: String, found: u64, supported: u32 },
+    Incompatible {
+        path: String,
+        found: u64,
+        supported: u32,
+    },
     #[error("{path}: {what} is {found:?}, this reader supports {supported:?}")]
-    Unsupported { path: String, what: &'static str, found: String, supported: &'static str },
+    Unsupported {
+        path: String,
+        what: &'static str,
+        found: String,
+        supported: &'static str,
+    },
     #[error("{path}: {what} is {found}, expected {expected}")]
-    Mismatch { path: String, what: &'static str, expected: u64, found: u64 },
+    Mismatch {
+        path: String,
+        what: &'static str,
+        expected: u64,
+        found: u64,
+    },
     #[error("{path}: table location {location:?} is not a relative object path")]
     InvalidLocation { path: String, location: String },
     #[error("{path}: files[{index}] is out of cid order")]
     UnorderedManifest { path: String, index: usize },
     #[error("query {query} has dimension {actual}, the index has {expected}")]
-    DimensionMismatch { query: usize, expected: usize, actual: usize },
+    DimensionMismatch {
+        query: usize,
+        expected: usize,
+        actual: usize,
+    },
     #[error("query {query} has a non-finite value {value} at position {position}")]
-    NonFinite { query: usize, position: usize, value: f32 },
+    NonFinite {
+        query: usize,
+        position: usize,
+        value: f32,
+    },
     #[error("k must be at least 1")]
     InvalidK,
     #[error("nprobe {nprobe} must be within 1..={nlist} (nlist)")]
@@ -83,7 +105,11 @@ pub struct IndexOptions {
 
 impl Default for IndexOptions {
     fn default() -> Self {
-        Self { footer_cache_bytes: 64 << 20, postings_cache_bytes: 0, prefetch_hint: DEFAULT_PREFETCH_HINT }
+        Self {
+            footer_cache_bytes: 64 << 20,
+            postings_cache_bytes: 0,
+            prefetch_hint: DEFAULT_PREFETCH_HINT,
+        }
     }
 }
 
@@ -103,7 +129,12 @@ pub struct SearchParams {
 
 impl Default for SearchParams {
     fn default() -> Self {
-        Self { k: 10, nprobe: 16, root_factor: DEFAULT_ROOT_FACTOR, include_payload: false }
+        Self {
+            k: 10,
+            nprobe: 16,
+            root_factor: DEFAULT_ROOT_FACTOR,
+            include_payload: false,
+        }
     }
 }
 
@@ -182,33 +213,57 @@ pub struct Index {
 }
 
 fn join(base: &Path, rel: &str, doc: &Path) -> Result<Path, IndexError> {
-    let invalid = || IndexError::InvalidLocation { path: doc.to_string(), location: rel.to_string() };
+    let invalid = || IndexError::InvalidLocation {
+        path: doc.to_string(),
+        location: rel.to_string(),
+    };
     if rel.contains("://") || rel.starts_with('/') {
         return Err(invalid());
     }
     let rel = Path::parse(rel).map_err(|_| invalid())?;
-    Ok(Path::from_iter(base.parts().chain(rel.parts())))
+    Ok(base.parts().chain(rel.parts()).collect())
 }
 
 fn parent(p: &Path) -> Path {
     let parts: Vec<_> = p.parts().collect();
-    Path::from_iter(parts[..parts.len().saturating_sub(1)].iter().cloned())
+    parts[..parts.len().saturating_sub(1)]
+        .iter()
+        .cloned()
+        .collect()
 }
 
 async fn get(store: &dyn ObjectStore, path: &Path) -> Result<bytes::Bytes, IndexError> {
-    let err = |source| IndexError::Store { path: path.to_string(), source };
-    store.get(path).await.map_err(err)?.bytes().await.map_err(err)
+    let err = |source| IndexError::Store {
+        path: path.to_string(),
+        source,
+    };
+    store
+        .get(path)
+        .await
+        .map_err(err)?
+        .bytes()
+        .await
+        .map_err(err)
 }
 
 /// Check `format-version` before the strict parse, so a newer document is
 /// `Incompatible` rather than a confusing unknown-field error.
 fn check_version(path: &Path, bytes: &[u8], supported: u32) -> Result<(), IndexError> {
-    let json = |source| IndexError::Json { path: path.to_string(), source };
+    let json = |source| IndexError::Json {
+        path: path.to_string(),
+        source,
+    };
     let value: serde_json::Value = serde_json::from_slice(bytes).map_err(json)?;
-    let found = value.get("format-version").and_then(serde_json::Value::as_u64);
+    let found = value
+        .get("format-version")
+        .and_then(serde_json::Value::as_u64);
     match found {
         Some(v) if v == u64::from(supported) => Ok(()),
-        Some(v) => Err(IndexError::Incompatible { path: path.to_string(), found: v, supported }),
+        Some(v) => Err(IndexError::Incompatible {
+            path: path.to_string(),
+            found: v,
+            supported,
+        }),
         None => Err(json(serde::de::Error::missing_field("format-version"))),
     }
 }
@@ -247,8 +302,11 @@ impl Index {
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
         check_version(&def_path, &bytes, INDEX_FORMAT_VERSION)?;
-        let definition: IndexDefinition = serde_json::from_slice(&bytes)
-            .map_err(|source| IndexError::Json { path: def_path.to_string(), source })?;
+        let definition: IndexDefinition =
+            serde_json::from_slice(&bytes).map_err(|source| IndexError::Json {
+                path: def_path.to_string(),
+                source,
+            })?;
         let unsupported = |what, found: &str, supported| IndexError::Unsupported {
             path: def_path.to_string(),
             what,
@@ -263,15 +321,28 @@ impl Index {
         }
         let postings = &definition.tables.ivf_postings;
         if postings.layout.as_deref() != Some("artifact-manifest") {
-            return Err(unsupported("ivf_postings layout", postings.layout.as_deref().unwrap_or(""), "artifact-manifest"));
+            return Err(unsupported(
+                "ivf_postings layout",
+                postings.layout.as_deref().unwrap_or(""),
+                "artifact-manifest",
+            ));
         }
         let manifest_path = join(location, &postings.location, &def_path)?;
-        let centroids_path = join(location, &definition.tables.ivf_centroids.location, &def_path)?;
-        let (m, c) = futures::join!(get(store.as_ref(), &manifest_path), get(store.as_ref(), &centroids_path));
+        let centroids_path = join(
+            location,
+            &definition.tables.ivf_centroids.location,
+            &def_path,
+        )?;
+        let (m, c) = futures::join!(
+            get(store.as_ref(), &manifest_path),
+            get(store.as_ref(), &centroids_path)
+        );
         let (m, c) = (m?, c?);
         check_version(&manifest_path, &m, manifest::FORMAT_VERSION)?;
-        let manifest: Manifest = serde_json::from_slice(&m)
-            .map_err(|source| IndexError::Json { path: manifest_path.to_string(), source })?;
+        let manifest: Manifest = serde_json::from_slice(&m).map_err(|source| IndexError::Json {
+            path: manifest_path.to_string(),
+            source,
+        })?;
         let dim = definition.dim as usize;
         let hierarchy = centroids::decode(&centroids_path.to_string(), c, dim, definition.metric)?;
         let mismatch = |path: &Path, what, expected: usize, found: usize| IndexError::Mismatch {
@@ -283,9 +354,24 @@ impl Index {
         let nlist = definition.nlist as usize;
         let checks = [
             (&manifest_path, "nlist", nlist, manifest.nlist as usize),
-            (&manifest_path, "roots", definition.roots as usize, manifest.cid_offsets.len().saturating_sub(1)),
-            (&manifest_path, "cid-offsets end", nlist, manifest.cid_offsets.last().copied().unwrap_or(0) as usize),
-            (&centroids_path, "leaf count", nlist, hierarchy.leaves.len() / dim.max(1)),
+            (
+                &manifest_path,
+                "roots",
+                definition.roots as usize,
+                manifest.cid_offsets.len().saturating_sub(1),
+            ),
+            (
+                &manifest_path,
+                "cid-offsets end",
+                nlist,
+                manifest.cid_offsets.last().copied().unwrap_or(0) as usize,
+            ),
+            (
+                &centroids_path,
+                "leaf count",
+                nlist,
+                hierarchy.leaves.len() / dim.max(1),
+            ),
         ];
         for (path, what, expected, found) in checks {
             if expected != found {
@@ -296,13 +382,22 @@ impl Index {
             .find(|&r| hierarchy.cid_offsets.get(r) != manifest.cid_offsets.get(r))
         {
             let at = |o: &[u32]| o.get(r).copied().unwrap_or(0) as usize;
-            return Err(mismatch(&centroids_path, "cid-offsets entry", at(&manifest.cid_offsets), at(&hierarchy.cid_offsets)));
+            return Err(mismatch(
+                &centroids_path,
+                "cid-offsets entry",
+                at(&manifest.cid_offsets),
+                at(&hierarchy.cid_offsets),
+            ));
         }
         let files = &manifest.files;
         for (i, f) in files.iter().enumerate() {
-            let prev_ok = i == 0 || (files[i - 1].min_cid, files[i - 1].max_cid) <= (f.min_cid, f.max_cid);
+            let prev_ok =
+                i == 0 || (files[i - 1].min_cid, files[i - 1].max_cid) <= (f.min_cid, f.max_cid);
             if f.min_cid > f.max_cid || !prev_ok {
-                return Err(IndexError::UnorderedManifest { path: manifest_path.to_string(), index: i });
+                return Err(IndexError::UnorderedManifest {
+                    path: manifest_path.to_string(),
+                    index: i,
+                });
             }
         }
         Ok(Index {
@@ -352,10 +447,16 @@ impl Index {
     /// [`ProbeError`] for a missing or invalid postings file.
     pub async fn warm(&self) -> crate::Result<SearchStats> {
         let all: Vec<usize> = (0..self.manifest.files.len()).collect();
-        let mut io = LoadIo { candidate_files: all.len() as u64, ..LoadIo::default() };
+        let mut io = LoadIo {
+            candidate_files: all.len() as u64,
+            ..LoadIo::default()
+        };
         let t = Instant::now();
         self.postings().footers(&all, &mut io).await?;
-        let times = LoadTimes { plan: t.elapsed(), ..LoadTimes::default() };
+        let times = LoadTimes {
+            plan: t.elapsed(),
+            ..LoadTimes::default()
+        };
         Ok(SearchStats::new(io, times, Duration::ZERO, Duration::ZERO))
     }
 
@@ -377,10 +478,19 @@ impl Index {
     /// [`IndexError::DimensionMismatch`], [`IndexError::NonFinite`],
     /// [`IndexError::InvalidK`], [`IndexError::InvalidNprobe`] for bad input;
     /// [`ProbeError`] for IO failures and a corrupt index. Nothing partial.
-    pub async fn search(&self, query: &[f32], params: &SearchParams) -> crate::Result<SearchResult> {
+    pub async fn search(
+        &self,
+        query: &[f32],
+        params: &SearchParams,
+    ) -> crate::Result<SearchResult> {
         let dim = self.hierarchy.dim;
         if query.len() != dim {
-            return Err(IndexError::DimensionMismatch { query: 0, expected: dim, actual: query.len() }.into());
+            return Err(IndexError::DimensionMismatch {
+                query: 0,
+                expected: dim,
+                actual: query.len(),
+            }
+            .into());
         }
         let mut results = self.search_batch(query, params).await?;
         Ok(results.remove(0))
@@ -401,16 +511,30 @@ impl Index {
         let nlist = self.manifest.nlist as usize;
         if queries.len() % dim != 0 {
             let query = queries.len() / dim;
-            return Err(IndexError::DimensionMismatch { query, expected: dim, actual: queries.len() % dim }.into());
+            return Err(IndexError::DimensionMismatch {
+                query,
+                expected: dim,
+                actual: queries.len() % dim,
+            }
+            .into());
         }
         if let Some((i, &value)) = queries.iter().enumerate().find(|(_, v)| !v.is_finite()) {
-            return Err(IndexError::NonFinite { query: i / dim, position: i % dim, value }.into());
+            return Err(IndexError::NonFinite {
+                query: i / dim,
+                position: i % dim,
+                value,
+            }
+            .into());
         }
         if params.k == 0 {
             return Err(IndexError::InvalidK.into());
         }
         if params.nprobe == 0 || params.nprobe > nlist {
-            return Err(IndexError::InvalidNprobe { nprobe: params.nprobe, nlist }.into());
+            return Err(IndexError::InvalidNprobe {
+                nprobe: params.nprobe,
+                nlist,
+            }
+            .into());
         }
         let selected: Vec<(Vec<u32>, Duration)> = queries
             .par_chunks_exact(dim)
@@ -420,7 +544,10 @@ impl Index {
                 (cids, t.elapsed())
             })
             .collect();
-        let mut union: Vec<u32> = selected.iter().flat_map(|(c, _)| c.iter().copied()).collect();
+        let mut union: Vec<u32> = selected
+            .iter()
+            .flat_map(|(c, _)| c.iter().copied())
+            .collect();
         union.sort_unstable();
         union.dedup();
         let postings = self.postings();
@@ -441,10 +568,17 @@ impl Index {
                         } else {
                             None
                         };
-                        Ok(Hit { rowid: n.rowid, distance: n.distance, payload })
+                        Ok(Hit {
+                            rowid: n.rowid,
+                            distance: n.distance,
+                            payload,
+                        })
                     })
                     .collect::<Result<Vec<_>, ProbeError>>()?;
-                Ok(SearchResult { hits, stats: SearchStats::new(io, times, *probe, t.elapsed()) })
+                Ok(SearchResult {
+                    hits,
+                    stats: SearchStats::new(io, times, *probe, t.elapsed()),
+                })
             })
             .collect()
     }

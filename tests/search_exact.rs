@@ -28,7 +28,11 @@ async fn fixture(layout: Layout) -> (Arc<dyn ObjectStore>, Vec<f32>, Vec<i64>) {
 async fn nprobe_nlist_equals_brute_force_with_ties_by_rowid() {
     let (store, data, ids) = fixture(Layout::default()).await;
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
-    let params = SearchParams { k: 10, nprobe: 32, ..SearchParams::default() };
+    let params = SearchParams {
+        k: 10,
+        nprobe: 32,
+        ..SearchParams::default()
+    };
     // Queries: dataset rows (row 42 has an exact duplicate, row 49: a tie at
     // distance 0), plus a perturbed row.
     let mut queries = Vec::new();
@@ -39,7 +43,11 @@ async fn nprobe_nlist_equals_brute_force_with_ties_by_rowid() {
     let batch = index.search_batch(&queries, &params).await.unwrap();
     for (qi, q) in queries.chunks_exact(DIM).enumerate() {
         let expected = brute_force(index.hierarchy().metric, DIM, &data, &ids, q, 10);
-        let got: Vec<(i64, f32)> = batch[qi].hits.iter().map(|h| (h.rowid, h.distance)).collect();
+        let got: Vec<(i64, f32)> = batch[qi]
+            .hits
+            .iter()
+            .map(|h| (h.rowid, h.distance))
+            .collect();
         assert_eq!(got, expected, "query {qi}");
         let single = index.search(q, &params).await.unwrap();
         assert_eq!(single.hits, batch[qi].hits);
@@ -55,13 +63,25 @@ async fn nprobe_nlist_equals_brute_force_with_ties_by_rowid() {
 async fn recall_at_10_on_a_small_clustered_set() {
     let (store, data, ids) = fixture(Layout::default()).await;
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
-    let params = SearchParams { k: 10, nprobe: 8, ..SearchParams::default() };
-    let queries: Vec<f32> =
-        (0..50).flat_map(|i| data[(i * 37) * DIM..(i * 37 + 1) * DIM].iter().map(|x| x + 0.1)).collect();
+    let params = SearchParams {
+        k: 10,
+        nprobe: 8,
+        ..SearchParams::default()
+    };
+    let queries: Vec<f32> = (0..50)
+        .flat_map(|i| {
+            data[(i * 37) * DIM..(i * 37 + 1) * DIM]
+                .iter()
+                .map(|x| x + 0.1)
+        })
+        .collect();
     let results = index.search_batch(&queries, &params).await.unwrap();
     let mut found = 0;
     for (q, r) in queries.chunks_exact(DIM).zip(&results) {
-        let truth: Vec<i64> = brute_force(index.hierarchy().metric, DIM, &data, &ids, q, 10).iter().map(|t| t.0).collect();
+        let truth: Vec<i64> = brute_force(index.hierarchy().metric, DIM, &data, &ids, q, 10)
+            .iter()
+            .map(|t| t.0)
+            .collect();
         found += r.hits.iter().filter(|h| truth.contains(&h.rowid)).count();
     }
     let recall = found as f64 / 500.0;
@@ -70,19 +90,39 @@ async fn recall_at_10_on_a_small_clustered_set() {
 
 #[tokio::test]
 async fn payload_only_when_asked() {
-    let (store, _, _) = fixture(Layout { payload: true, ..Layout::default() }).await;
+    let (store, _, _) = fixture(Layout {
+        payload: true,
+        ..Layout::default()
+    })
+    .await;
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let q = vec![0.5f32; DIM];
     index.search(&q, &SearchParams::default()).await.unwrap(); // footers now cached
     let plain = index.search(&q, &SearchParams::default()).await.unwrap();
     assert!(plain.hits.iter().all(|h| h.payload.is_none()));
-    let with = index.search(&q, &SearchParams { include_payload: true, ..SearchParams::default() }).await.unwrap();
+    let with = index
+        .search(
+            &q,
+            &SearchParams {
+                include_payload: true,
+                ..SearchParams::default()
+            },
+        )
+        .await
+        .unwrap();
     assert_eq!(with.hits.len(), 10);
     for h in &with.hits {
-        let title = h.payload.as_ref().and_then(|p| p.get("title")).and_then(|t| t.as_str());
+        let title = h
+            .payload
+            .as_ref()
+            .and_then(|p| p.get("title"))
+            .and_then(|t| t.as_str());
         assert_eq!(title, Some(format!("row-{}", h.rowid).as_str()));
     }
-    assert!(with.stats.bytes > plain.stats.bytes, "payload column chunks are fetched only when asked");
+    assert!(
+        with.stats.bytes > plain.stats.bytes,
+        "payload column chunks are fetched only when asked"
+    );
 }
 
 #[tokio::test]
@@ -93,13 +133,21 @@ async fn bad_queries_are_typed_errors() {
     let q = vec![0.0f32; DIM];
     assert!(matches!(
         index.search(&q[..DIM - 1], &p).await,
-        Err(Error::Index(IndexError::DimensionMismatch { expected: DIM, actual: 7, .. }))
+        Err(Error::Index(IndexError::DimensionMismatch {
+            expected: DIM,
+            actual: 7,
+            ..
+        }))
     ));
     let mut nan = q.clone();
     nan[3] = f32::NAN;
     assert!(matches!(
         index.search(&nan, &p).await,
-        Err(Error::Index(IndexError::NonFinite { query: 0, position: 3, .. }))
+        Err(Error::Index(IndexError::NonFinite {
+            query: 0,
+            position: 3,
+            ..
+        }))
     ));
     assert!(matches!(
         index.search(&q, &SearchParams { k: 0, ..p }).await,
@@ -107,31 +155,60 @@ async fn bad_queries_are_typed_errors() {
     ));
     assert!(matches!(
         index.search(&q, &SearchParams { nprobe: 33, ..p }).await,
-        Err(Error::Index(IndexError::InvalidNprobe { nprobe: 33, nlist: 32 }))
+        Err(Error::Index(IndexError::InvalidNprobe {
+            nprobe: 33,
+            nlist: 32
+        }))
     ));
     let two = [q.clone(), q.clone()].concat();
     assert!(matches!(
         index.search_batch(&two[..DIM + 3], &p).await,
-        Err(Error::Index(IndexError::DimensionMismatch { query: 1, actual: 3, .. }))
+        Err(Error::Index(IndexError::DimensionMismatch {
+            query: 1,
+            actual: 3,
+            ..
+        }))
     ));
 }
 
 #[tokio::test]
 async fn unknown_format_versions_are_incompatible() {
     let (store, _, _) = fixture(Layout::default()).await;
-    for (doc, path) in [("index.json", "idx/index.json"), ("manifest.json", "idx/postings/manifest.json")] {
-        let original = store.get(&Path::from(path)).await.unwrap().bytes().await.unwrap();
+    for (doc, path) in [
+        ("index.json", "idx/index.json"),
+        ("manifest.json", "idx/postings/manifest.json"),
+    ] {
+        let original = store
+            .get(&Path::from(path))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
         let mut v: serde_json::Value = serde_json::from_slice(&original).unwrap();
         v["format-version"] = 2.into();
         v["some-future-key"] = true.into();
-        store.put(&Path::from(path), PutPayload::from(serde_json::to_vec(&v).unwrap())).await.unwrap();
+        store
+            .put(
+                &Path::from(path),
+                PutPayload::from(serde_json::to_vec(&v).unwrap()),
+            )
+            .await
+            .unwrap();
         match Index::open(Arc::clone(&store), &Path::from("idx")).await {
-            Err(Error::Index(IndexError::Incompatible { path: p, found: 2, supported: 1 })) => {
+            Err(Error::Index(IndexError::Incompatible {
+                path: p,
+                found: 2,
+                supported: 1,
+            })) => {
                 assert_eq!(p, path, "{doc}")
             }
             other => panic!("{doc}: unexpected {other:?}"),
         }
-        store.put(&Path::from(path), PutPayload::from(original)).await.unwrap();
+        store
+            .put(&Path::from(path), PutPayload::from(original))
+            .await
+            .unwrap();
     }
     assert!(Index::open(store, &Path::from("idx")).await.is_ok());
 }

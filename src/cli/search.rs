@@ -45,7 +45,8 @@ pub struct Args {
 
 /// Row-major f32 queries from the `column` of a Parquet file.
 fn read_parquet_queries(path: &PathBuf, column: &str) -> anyhow::Result<(Vec<f32>, usize)> {
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let file =
+        std::fs::File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
     let reader = ParquetRecordBatchReaderBuilder::try_new(file)
         .with_context(|| format!("{} is not a Parquet file", path.display()))?
         .build()?;
@@ -59,23 +60,39 @@ fn read_parquet_queries(path: &PathBuf, column: &str) -> anyhow::Result<(Vec<f32
             DataType::FixedSizeBinary(w) if w % 4 == 0 => {
                 let a = col.as_fixed_size_binary();
                 let v = (0..a.len())
-                    .flat_map(|i| a.value(i).chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+                    .flat_map(|i| {
+                        a.value(i)
+                            .chunks_exact(4)
+                            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    })
                     .collect();
                 (v, (*w / 4) as usize)
             }
             DataType::FixedSizeList(f, w) if *f.data_type() == DataType::Float32 => {
                 let a = col.as_fixed_size_list();
-                (a.values().as_primitive::<Float32Type>().values().to_vec(), *w as usize)
+                (
+                    a.values().as_primitive::<Float32Type>().values().to_vec(),
+                    *w as usize,
+                )
             }
             DataType::List(f) if *f.data_type() == DataType::Float32 => {
                 let a = col.as_list::<i32>();
                 let w = a.value_length(0) as usize;
                 if (0..a.len()).any(|i| a.value_length(i) as usize != w) {
-                    bail!("{}: vectors of different lengths in {column:?}", path.display());
+                    bail!(
+                        "{}: vectors of different lengths in {column:?}",
+                        path.display()
+                    );
                 }
-                (a.values().as_primitive::<Float32Type>().values().to_vec(), w)
+                (
+                    a.values().as_primitive::<Float32Type>().values().to_vec(),
+                    w,
+                )
             }
-            other => bail!("{}: column {column:?} has type {other}, expected fixed(d·4) or list<float>", path.display()),
+            other => bail!(
+                "{}: column {column:?} has type {other}, expected fixed(d·4) or list<float>",
+                path.display()
+            ),
         };
         if col.null_count() > 0 {
             bail!("{}: column {column:?} has null vectors", path.display());
@@ -89,15 +106,19 @@ fn read_parquet_queries(path: &PathBuf, column: &str) -> anyhow::Result<(Vec<f32
 }
 
 /// Open `location` as a store and a prefix (plain paths are local folders).
-fn open_location(location: &str) -> anyhow::Result<(Arc<dyn object_store::ObjectStore>, object_store::path::Path)> {
+fn open_location(
+    location: &str,
+) -> anyhow::Result<(Arc<dyn object_store::ObjectStore>, object_store::path::Path)> {
     let url = match url::Url::parse(location) {
         Ok(url) => url,
         Err(_) => {
             let abs = std::path::absolute(location)?;
-            url::Url::from_directory_path(&abs).map_err(|()| anyhow::anyhow!("bad path {location}"))?
+            url::Url::from_directory_path(&abs)
+                .map_err(|()| anyhow::anyhow!("bad path {location}"))?
         }
     };
-    let (store, prefix) = object_store::parse_url(&url).with_context(|| format!("cannot open {location}"))?;
+    let (store, prefix) =
+        object_store::parse_url(&url).with_context(|| format!("cannot open {location}"))?;
     Ok((Arc::from(store), prefix))
 }
 
@@ -114,7 +135,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         if args.warm {
             index.warm().await?;
         }
-        let params = SearchParams { k: args.k, nprobe: args.nprobe, ..SearchParams::default() };
+        let params = SearchParams {
+            k: args.k,
+            nprobe: args.nprobe,
+            ..SearchParams::default()
+        };
         Ok(index.search_batch(&queries, &params).await?)
     })?;
     for (i, r) in results.iter().enumerate() {
@@ -129,7 +154,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
             println!("{obj}");
         } else {
-            let hits: Vec<String> = r.hits.iter().map(|h| format!("{}:{}", h.rowid, h.distance)).collect();
+            let hits: Vec<String> = r
+                .hits
+                .iter()
+                .map(|h| format!("{}:{}", h.rowid, h.distance))
+                .collect();
             println!("query {i}: {}", hits.join(" "));
             if args.stats {
                 println!("  stats: {:?}", r.stats);

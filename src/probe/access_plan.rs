@@ -31,7 +31,9 @@ pub struct AccessPlan {
 impl AccessPlan {
     /// A plan that skips all `n` row groups.
     pub fn skip_all(n: usize) -> Self {
-        Self { row_groups: vec![RowGroupAccess::Skip; n] }
+        Self {
+            row_groups: vec![RowGroupAccess::Skip; n],
+        }
     }
 
     /// Mark row group `i` for scanning (out-of-range indices are ignored:
@@ -95,7 +97,11 @@ mod tests {
         assert_eq!(p.scanned().collect::<Vec<_>>(), vec![1, 2]);
         assert!(p.check("f", 4).is_ok());
         match p.check("f", 5) {
-            Err(ProbeError::RowGroupCountMismatch { path, expected: 4, actual: 5 }) => {
+            Err(ProbeError::RowGroupCountMismatch {
+                path,
+                expected: 4,
+                actual: 5,
+            }) => {
                 assert_eq!(path, "f")
             }
             other => panic!("unexpected {other:?}"),

@@ -22,7 +22,13 @@ struct Inner<K: Hash + Eq, V> {
 impl<K: Hash + Eq, V> ByteLru<K, V> {
     /// A cache holding at most `capacity` bytes (0 disables it).
     pub fn new(capacity: usize) -> Self {
-        Self { inner: Mutex::new(Inner { lru: LruCache::unbounded(), bytes: 0, capacity }) }
+        Self {
+            inner: Mutex::new(Inner {
+                lru: LruCache::unbounded(),
+                bytes: 0,
+                capacity,
+            }),
+        }
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Inner<K, V>> {

@@ -55,7 +55,10 @@ impl DecodedRowGroup {
     pub fn bytes(&self) -> usize {
         self.rowids.len() * 8
             + self.vectors.len() * 4
-            + self.payload.as_ref().map_or(0, RecordBatch::get_array_memory_size)
+            + self
+                .payload
+                .as_ref()
+                .map_or(0, RecordBatch::get_array_memory_size)
             + 64
     }
 }
@@ -117,7 +120,7 @@ impl<'a> Postings<'a> {
     /// The object path of manifest file `i`.
     pub fn path(&self, i: usize) -> Path {
         let rel = self.files.get(i).map_or("", |f| f.path.as_str());
-        Path::from_iter(self.dir.parts().chain(Path::from(rel).parts()))
+        self.dir.parts().chain(Path::from(rel).parts()).collect()
     }
 
     /// Footers of the given files: cached ones from the cache, the others read
@@ -131,8 +134,12 @@ impl<'a> Postings<'a> {
         io: &mut LoadIo,
     ) -> Result<Vec<Arc<Footer>>, ProbeError> {
         let mut out: Vec<Option<Arc<Footer>>> = files.iter().map(|f| self.footers.get(f)).collect();
-        let missing: Vec<usize> =
-            files.iter().zip(&out).filter(|(_, c)| c.is_none()).map(|(f, _)| *f).collect();
+        let missing: Vec<usize> = files
+            .iter()
+            .zip(&out)
+            .filter(|(_, c)| c.is_none())
+            .map(|(f, _)| *f)
+            .collect();
         io.footers_cached += (files.len() - missing.len()) as u64;
         let reads = missing.iter().map(|&f| async move {
             let entry = self.files.get(f).ok_or_else(|| ProbeError::Store {
@@ -211,7 +218,10 @@ impl<'a> Postings<'a> {
                     .store
                     .get_ranges(&path, &ranges)
                     .await
-                    .map_err(|source| ProbeError::Store { path: path.to_string(), source })?;
+                    .map_err(|source| ProbeError::Store {
+                        path: path.to_string(),
+                        source,
+                    })?;
                 Ok::<_, ProbeError>((ranges, data))
             }
         });
@@ -230,7 +240,9 @@ impl<'a> Postings<'a> {
             .into_iter()
             .zip(&fetched)
             .flat_map(|((_, file_jobs), (ranges, data))| {
-                file_jobs.into_iter().map(move |j| (j, ranges.as_slice(), data.as_slice()))
+                file_jobs
+                    .into_iter()
+                    .map(move |j| (j, ranges.as_slice(), data.as_slice()))
             })
             .collect();
         io.row_groups_read = work.len() as u64;
@@ -242,7 +254,8 @@ impl<'a> Postings<'a> {
             })
             .collect::<Result<_, _>>()?;
         for d in decoded {
-            self.row_groups.insert((d.file, d.row_group), Arc::clone(&d), d.bytes());
+            self.row_groups
+                .insert((d.file, d.row_group), Arc::clone(&d), d.bytes());
             loaded.push(d);
         }
         times.decode = t.elapsed();
@@ -258,7 +271,11 @@ fn job(
     rg: usize,
     with_payload: bool,
 ) -> Result<Job, ProbeError> {
-    let err = |source| ProbeError::Decode { path: name.to_string(), row_group: rg, source };
+    let err = |source| ProbeError::Decode {
+        path: name.to_string(),
+        row_group: rg,
+        source,
+    };
     let mut roots = vec![footer.cid_root, footer.rowid_root, footer.vector_root];
     if with_payload {
         roots.extend(&footer.payload_roots);
@@ -274,7 +291,14 @@ fn job(
         .map_err(err)?;
     let ranges = decoder.scan_plan().map(|p| p.range).collect();
     let cid = footer.row_group_cids.get(rg).copied().unwrap_or(u32::MAX);
-    Ok(Job { file, row_group: rg, cid, with_payload, decoder, ranges })
+    Ok(Job {
+        file,
+        row_group: rg,
+        cid,
+        with_payload,
+        decoder,
+        ranges,
+    })
 }
 
 /// Sort and merge adjacent or overlapping ranges.
@@ -293,12 +317,17 @@ fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
 
 /// The bytes of `want` out of the coalesced `ranges`/`data`.
 fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option<Bytes> {
-    let i = ranges.partition_point(|r| r.start <= want.start).checked_sub(1)?;
+    let i = ranges
+        .partition_point(|r| r.start <= want.start)
+        .checked_sub(1)?;
     let (r, d) = (ranges.get(i)?, data.get(i)?);
     if want.end > r.end {
         return None;
     }
-    let (s, e) = ((want.start - r.start) as usize, (want.end - r.start) as usize);
+    let (s, e) = (
+        (want.start - r.start) as usize,
+        (want.end - r.start) as usize,
+    );
     (e <= d.len()).then(|| d.slice(s..e))
 }
 
@@ -315,12 +344,20 @@ fn decode(
         row_group: rg,
         source: parquet::errors::ParquetError::General(msg),
     };
-    let perr = |source| ProbeError::Decode { path: name.to_string(), row_group: rg, source };
+    let perr = |source| ProbeError::Decode {
+        path: name.to_string(),
+        row_group: rg,
+        source,
+    };
     let mut bufs = Vec::with_capacity(job.ranges.len());
     for r in &job.ranges {
-        bufs.push(slice(ranges, data, r).ok_or_else(|| err(format!("range {r:?} was not fetched")))?);
+        bufs.push(
+            slice(ranges, data, r).ok_or_else(|| err(format!("range {r:?} was not fetched")))?,
+        );
     }
-    job.decoder.push_ranges(std::mem::take(&mut job.ranges), bufs).map_err(perr)?;
+    job.decoder
+        .push_ranges(std::mem::take(&mut job.ranges), bufs)
+        .map_err(perr)?;
     let mut out = DecodedRowGroup {
         cid: job.cid,
         rowids: Vec::new(),
@@ -336,7 +373,11 @@ fn decode(
             DecodeResult::Finished => break,
             DecodeResult::NeedsData(r) => return Err(err(format!("needs unplanned ranges {r:?}"))),
         };
-        let column = |n: &str| batch.column_by_name(n).ok_or_else(|| err(format!("no column {n}")));
+        let column = |n: &str| {
+            batch
+                .column_by_name(n)
+                .ok_or_else(|| err(format!("no column {n}")))
+        };
         let cids = column(CID_COLUMN)?
             .as_primitive_opt::<Int32Type>()
             .ok_or_else(|| err("cid is not Int32".into()))?;
@@ -365,7 +406,9 @@ fn decode(
             .get(..vectors.len() * dim * 4)
             .ok_or_else(|| err("vector buffer too short".into()))?;
         out.vectors.extend(
-            bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            bytes
+                .chunks_exact(4)
+                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
         );
         let keep: Vec<usize> = (0..batch.num_columns())
             .filter(|&i| {
@@ -398,7 +441,10 @@ pub fn scan(
     k: usize,
 ) -> TopK {
     let mut top = TopK::new(k);
-    for rg in loaded.iter().filter(|rg| cids.binary_search(&rg.cid).is_ok()) {
+    for rg in loaded
+        .iter()
+        .filter(|rg| cids.binary_search(&rg.cid).is_ok())
+    {
         for (v, &rowid) in rg.vectors.chunks_exact(dim).zip(&rg.rowids) {
             top.push(metric.distance(query, v), rowid);
         }
@@ -417,21 +463,22 @@ pub fn payload_of(
     cids: &[u32],
     rowid: i64,
 ) -> Result<Option<serde_json::Map<String, serde_json::Value>>, ProbeError> {
-    for rg in loaded.iter().filter(|rg| cids.binary_search(&rg.cid).is_ok()) {
-        let (Some(batch), Some(row)) =
-            (&rg.payload, rg.rowids.iter().position(|&r| r == rowid))
+    for rg in loaded
+        .iter()
+        .filter(|rg| cids.binary_search(&rg.cid).is_ok())
+    {
+        let (Some(batch), Some(row)) = (&rg.payload, rg.rowids.iter().position(|&r| r == rowid))
         else {
             continue;
         };
         let mut map = serde_json::Map::new();
         for (field, col) in batch.schema_ref().fields().iter().zip(batch.columns()) {
-            let value = json_value(col.as_ref(), row).ok_or_else(|| {
-                ProbeError::UnsupportedPayload {
+            let value =
+                json_value(col.as_ref(), row).ok_or_else(|| ProbeError::UnsupportedPayload {
                     path: postings.path(rg.file).to_string(),
                     column: field.name().clone(),
                     data_type: field.data_type().to_string(),
-                }
-            })?;
+                })?;
             map.insert(field.name().clone(), value);
         }
         return Ok(Some(map));
@@ -472,9 +519,14 @@ mod tests {
     fn coalesce_merges_adjacent_and_overlapping_only() {
         let got = coalesce(vec![10..20, 0..5, 5..8, 19..25, 30..31].into_iter());
         assert_eq!(got, vec![0..8, 10..25, 30..31]);
-        let data: Vec<Bytes> =
-            got.iter().map(|r| Bytes::from((r.start..r.end).map(|b| b as u8).collect::<Vec<_>>())).collect();
-        assert_eq!(slice(&got, &data, &(12..15)).unwrap().as_ref(), &[12, 13, 14]);
+        let data: Vec<Bytes> = got
+            .iter()
+            .map(|r| Bytes::from((r.start..r.end).map(|b| b as u8).collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(
+            slice(&got, &data, &(12..15)).unwrap().as_ref(),
+            &[12, 13, 14]
+        );
         assert!(slice(&got, &data, &(7..11)).is_none());
         assert!(slice(&got, &data, &(26..27)).is_none());
     }

@@ -11,8 +11,8 @@ use super::planner::row_group_cids;
 use crate::manifest::FileEntry;
 use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use arrow::datatypes::DataType;
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::DecodeResult;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataPushDecoder};
@@ -62,15 +62,24 @@ pub async fn read_footer(
     prefetch: u64,
 ) -> Result<(Footer, FooterIo), ProbeError> {
     let name = path.to_string();
-    let footer_err = |source| ProbeError::Footer { path: name.clone(), source };
-    let store_err = |source| ProbeError::Store { path: name.clone(), source };
+    let footer_err = |source| ProbeError::Footer {
+        path: name.clone(),
+        source,
+    };
+    let store_err = |source| ProbeError::Store {
+        path: name.clone(),
+        source,
+    };
     let size = entry.size;
     let mut io = FooterIo::default();
     let mut decoder = ParquetMetaDataPushDecoder::try_new(size)
         .map_err(footer_err)?
         .with_page_index_policy(PageIndexPolicy::Skip);
     let tail = size.saturating_sub(prefetch)..size;
-    let bytes = store.get_range(path, tail.clone()).await.map_err(store_err)?;
+    let bytes = store
+        .get_range(path, tail.clone())
+        .await
+        .map_err(store_err)?;
     io.requests += 1;
     io.bytes += bytes.len() as u64;
     decoder.push_range(tail, bytes).map_err(footer_err)?;
@@ -112,9 +121,15 @@ fn validate(
             expected: format!("{expected} (required)"),
             found,
         };
-        let (i, field) = schema.column_with_name(name).ok_or_else(|| err("nothing".into()))?;
+        let (i, field) = schema
+            .column_with_name(name)
+            .ok_or_else(|| err("nothing".into()))?;
         if *field.data_type() != expected || field.is_nullable() {
-            return Err(err(format!("{} (nullable: {})", field.data_type(), field.is_nullable())));
+            return Err(err(format!(
+                "{} (nullable: {})",
+                field.data_type(),
+                field.is_nullable()
+            )));
         }
         Ok(i)
     };

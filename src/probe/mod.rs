@@ -24,25 +24,59 @@ pub enum ProbeError {
     #[error(
         "corrupt index: {path} row group {row_group} row {row} has cid {found}, its statistics say {expected}"
     )]
-    CorruptIndex { path: String, row_group: usize, row: usize, found: i64, expected: i64 },
+    CorruptIndex {
+        path: String,
+        row_group: usize,
+        row: usize,
+        found: i64,
+        expected: i64,
+    },
     /// A row group's cid statistics are missing or inexact.
     #[error("{path} row group {row_group}: exact cid min/max statistics are required")]
     MissingCidStatistics { path: String, row_group: usize },
     /// A row group holds more than one cid.
-    #[error("{path} row group {row_group} holds cids {min}..={max}; one cid per row group is required")]
-    MultiCidRowGroup { path: String, row_group: usize, min: i64, max: i64 },
+    #[error(
+        "{path} row group {row_group} holds cids {min}..={max}; one cid per row group is required"
+    )]
+    MultiCidRowGroup {
+        path: String,
+        row_group: usize,
+        min: i64,
+        max: i64,
+    },
     /// A row group's cid lies outside its file's manifest range.
-    #[error("{path} row group {row_group} has cid {cid}, outside the manifest range {min_cid}..={max_cid}")]
-    CidOutsideManifestRange { path: String, row_group: usize, cid: i64, min_cid: u32, max_cid: u32 },
+    #[error(
+        "{path} row group {row_group} has cid {cid}, outside the manifest range {min_cid}..={max_cid}"
+    )]
+    CidOutsideManifestRange {
+        path: String,
+        row_group: usize,
+        cid: i64,
+        min_cid: u32,
+        max_cid: u32,
+    },
     /// A plan's length differs from the footer's row-group count.
     #[error("{path}: access plan has {expected} row groups, footer has {actual}")]
-    RowGroupCountMismatch { path: String, expected: usize, actual: usize },
+    RowGroupCountMismatch {
+        path: String,
+        expected: usize,
+        actual: usize,
+    },
     /// A required postings column is missing or has the wrong type.
     #[error("{path}: column {column} must be {expected}, found {found}")]
-    Schema { path: String, column: String, expected: String, found: String },
+    Schema {
+        path: String,
+        column: String,
+        expected: String,
+        found: String,
+    },
     /// A payload column's type has no JSON mapping.
     #[error("{path}: payload column {column} of type {data_type} cannot be returned")]
-    UnsupportedPayload { path: String, column: String, data_type: String },
+    UnsupportedPayload {
+        path: String,
+        column: String,
+        data_type: String,
+    },
     /// The footer could not be decoded.
     #[error("{path}: cannot decode the Parquet footer: {source}")]
     Footer {

@@ -45,10 +45,18 @@ pub fn row_group_cids(
 ) -> Result<Vec<u32>, ProbeError> {
     (0..metadata.num_row_groups())
         .map(|rg| {
-            let missing =
-                || ProbeError::MissingCidStatistics { path: path.to_string(), row_group: rg };
-            let stats = metadata.row_group(rg).columns().get(cid_leaf).and_then(|c| c.statistics());
-            let Some(Statistics::Int32(s)) = stats else { return Err(missing()) };
+            let missing = || ProbeError::MissingCidStatistics {
+                path: path.to_string(),
+                row_group: rg,
+            };
+            let stats = metadata
+                .row_group(rg)
+                .columns()
+                .get(cid_leaf)
+                .and_then(|c| c.statistics());
+            let Some(Statistics::Int32(s)) = stats else {
+                return Err(missing());
+            };
             let (Some(&min), Some(&max)) = (s.min_opt(), s.max_opt()) else {
                 return Err(missing());
             };
@@ -108,7 +116,13 @@ mod tests {
     #[test]
     fn candidates_by_binary_search_include_spanning_cids() {
         // cid 3 spans files 1 and 2.
-        let files = vec![entry(0, 1), entry(2, 3), entry(3, 3), entry(4, 7), entry(9, 9)];
+        let files = vec![
+            entry(0, 1),
+            entry(2, 3),
+            entry(3, 3),
+            entry(4, 7),
+            entry(9, 9),
+        ];
         assert_eq!(candidate_files(&files, &[3]), vec![1, 2]);
         assert_eq!(candidate_files(&files, &[0, 1, 5, 8]), vec![0, 3]);
         assert_eq!(candidate_files(&files, &[8]), Vec::<usize>::new());

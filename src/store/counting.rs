@@ -89,7 +89,11 @@ pub struct CountingStore {
 impl CountingStore {
     /// Wrap `inner`; no added latency.
     pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
-        Self { inner, latency: None, counters: Arc::default() }
+        Self {
+            inner,
+            latency: None,
+            counters: Arc::default(),
+        }
     }
 
     /// Add a fixed delay to every request (simulates object-store latency).
@@ -141,7 +145,9 @@ impl ObjectStore for CountingStore {
     ) -> Result<PutResult> {
         let _g = self.begin().await;
         self.counters.put_requests.fetch_add(1, Ordering::SeqCst);
-        self.counters.put_bytes.fetch_add(payload.content_length() as u64, Ordering::SeqCst);
+        self.counters
+            .put_bytes
+            .fetch_add(payload.content_length() as u64, Ordering::SeqCst);
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -164,9 +170,15 @@ impl ObjectStore for CountingStore {
         self.counters.get_requests.fetch_add(1, Ordering::SeqCst);
         let result = self.inner.get_opts(location, options).await?;
         // Buffer the body so its bytes are counted while the request is in flight.
-        let (meta, range, attributes) = (result.meta.clone(), result.range.clone(), result.attributes.clone());
+        let (meta, range, attributes) = (
+            result.meta.clone(),
+            result.range.clone(),
+            result.attributes.clone(),
+        );
         let bytes = result.bytes().await?;
-        self.counters.get_bytes.fetch_add(bytes.len() as u64, Ordering::SeqCst);
+        self.counters
+            .get_bytes
+            .fetch_add(bytes.len() as u64, Ordering::SeqCst);
         let stream = futures::stream::once(async move { Ok(bytes) });
         Ok(GetResult {
             payload: object_store::GetResultPayload::Stream(Box::pin(stream)),
@@ -179,10 +191,14 @@ impl ObjectStore for CountingStore {
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let _g = self.begin().await;
-        self.counters.get_requests.fetch_add(ranges.len() as u64, Ordering::SeqCst);
+        self.counters
+            .get_requests
+            .fetch_add(ranges.len() as u64, Ordering::SeqCst);
         let out = self.inner.get_ranges(location, ranges).await?;
         let bytes: usize = out.iter().map(Bytes::len).sum();
-        self.counters.get_bytes.fetch_add(bytes as u64, Ordering::SeqCst);
+        self.counters
+            .get_bytes
+            .fetch_add(bytes as u64, Ordering::SeqCst);
         Ok(out)
     }
 
@@ -228,16 +244,22 @@ mod tests {
 
     #[tokio::test]
     async fn counts_requests_bytes_and_rounds() {
-        let store = CountingStore::new(Arc::new(InMemory::new()))
-            .with_latency(Duration::from_millis(20));
+        let store =
+            CountingStore::new(Arc::new(InMemory::new())).with_latency(Duration::from_millis(20));
         let a = Path::from("a");
-        store.put(&a, PutPayload::from_static(b"0123456789")).await.unwrap();
+        store
+            .put(&a, PutPayload::from_static(b"0123456789"))
+            .await
+            .unwrap();
         let before = store.counts();
         // Two ranged reads issued together: one round.
         let (x, y) = futures::join!(store.get_range(&a, 0..4), store.get_range(&a, 4..10));
         assert_eq!((x.unwrap().len(), y.unwrap().len()), (4, 6));
         let together = store.counts() - before;
-        assert_eq!((together.get_requests, together.get_bytes, together.rounds), (2, 10, 1));
+        assert_eq!(
+            (together.get_requests, together.get_bytes, together.rounds),
+            (2, 10, 1)
+        );
         // Then a dependent read: a second round. A HEAD and a LIST are counted apart.
         store.get_ranges(&a, &[0..2, 5..6]).await.unwrap();
         store.head(&a).await.unwrap();

@@ -8,14 +8,14 @@ use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch, St
 use arrow::datatypes::{DataType, Field, Schema};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parquet::arrow::ArrowWriter;
-use parquet::basic::{Compression, Encoding};
-use parquet::file::properties::{EnabledStatistics, WriterProperties};
-use parquet::schema::types::ColumnPath;
 use parqivf::catalog::definition::{IndexDefinition, IndexTableDefinition, IndexTables};
 use parqivf::distance::Metric;
 use parqivf::kmeans::Hierarchy;
 use parqivf::manifest::{FileEntry, Manifest};
+use parquet::arrow::ArrowWriter;
+use parquet::basic::{Compression, Encoding};
+use parquet::file::properties::{EnabledStatistics, WriterProperties};
+use parquet::schema::types::ColumnPath;
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use sha2::{Digest, Sha256};
@@ -25,7 +25,9 @@ use std::sync::Arc;
 /// earlier vector exactly (to exercise ties).
 pub fn dataset(n: usize, dim: usize, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let centers: Vec<f32> = (0..16 * dim).map(|_| rng.random_range(-10.0..10.0)).collect();
+    let centers: Vec<f32> = (0..16 * dim)
+        .map(|_| rng.random_range(-10.0..10.0))
+        .collect();
     let mut v = Vec::with_capacity(n * dim);
     for i in 0..n {
         if i % 50 == 49 {
@@ -41,7 +43,9 @@ pub fn dataset(n: usize, dim: usize, seed: u64) -> Vec<f32> {
 
 /// Rowids: a scrambled, non-contiguous identity per row.
 pub fn rowids(n: usize) -> Vec<i64> {
-    (0..n as i64).map(|i| (i * 7919) % (n as i64 * 3 + 1) + 1_000).collect()
+    (0..n as i64)
+        .map(|i| (i * 7919) % (n as i64 * 3 + 1) + 1_000)
+        .collect()
 }
 
 fn nearest(metric: Metric, q: &[f32], centroids: &[f32], dim: usize) -> usize {
@@ -57,24 +61,26 @@ fn nearest(metric: Metric, q: &[f32], centroids: &[f32], dim: usize) -> usize {
 
 fn lloyd(data: &[f32], dim: usize, k: usize, iters: usize, rng: &mut ChaCha8Rng) -> Vec<f32> {
     let n = data.len() / dim;
-    let mut c: Vec<f32> = (0..k).flat_map(|_| {
-        let i = rng.random_range(0..n) * dim;
-        data[i..i + dim].to_vec()
-    }).collect();
+    let mut c: Vec<f32> = (0..k)
+        .flat_map(|_| {
+            let i = rng.random_range(0..n) * dim;
+            data[i..i + dim].to_vec()
+        })
+        .collect();
     for _ in 0..iters {
         let mut sum = vec![0f32; k * dim];
         let mut cnt = vec![0usize; k];
         for p in data.chunks_exact(dim) {
             let a = nearest(Metric::L2, p, &c, dim);
             cnt[a] += 1;
-            sum[a * dim..(a + 1) * dim].iter_mut().zip(p).for_each(|(s, x)| *s += x);
+            sum[a * dim..(a + 1) * dim]
+                .iter_mut()
+                .zip(p)
+                .for_each(|(s, x)| *s += x);
         }
-        for j in 0..k {
-            if cnt[j] > 0 {
-                for d in 0..dim {
-                    c[j * dim + d] = sum[j * dim + d] / cnt[j] as f32;
-                }
-            }
+        let groups = c.chunks_exact_mut(dim).zip(sum.chunks_exact(dim)).zip(&cnt);
+        for ((cj, sj), &nj) in groups.filter(|(_, n)| **n > 0) {
+            cj.iter_mut().zip(sj).for_each(|(x, s)| *x = s / nj as f32);
         }
     }
     c
@@ -87,16 +93,27 @@ pub fn hierarchy(data: &[f32], dim: usize, nroots: usize, nlist: usize, seed: u6
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     let leaves = lloyd(data, dim, nlist, 6, &mut rng);
     let roots = lloyd(&leaves, dim, nroots, 6, &mut rng);
-    let owner: Vec<usize> =
-        leaves.chunks_exact(dim).map(|l| nearest(Metric::L2, l, &roots, dim)).collect();
+    let owner: Vec<usize> = leaves
+        .chunks_exact(dim)
+        .map(|l| nearest(Metric::L2, l, &roots, dim))
+        .collect();
     let mut order: Vec<usize> = (0..nlist).collect();
     order.sort_by_key(|&l| (owner[l], l));
-    let sorted: Vec<f32> = order.iter().flat_map(|&l| leaves[l * dim..(l + 1) * dim].to_vec()).collect();
+    let sorted: Vec<f32> = order
+        .iter()
+        .flat_map(|&l| leaves[l * dim..(l + 1) * dim].to_vec())
+        .collect();
     let mut cid_offsets = vec![0u32];
     for r in 0..nroots {
         cid_offsets.push(cid_offsets[r] + owner.iter().filter(|&&o| o == r).count() as u32);
     }
-    Hierarchy { dim, metric: Metric::L2, roots, leaves: sorted, cid_offsets }
+    Hierarchy {
+        dim,
+        metric: Metric::L2,
+        roots,
+        leaves: sorted,
+        cid_offsets,
+    }
 }
 
 /// Options of [`write_index`].
@@ -112,13 +129,19 @@ pub struct Layout {
 
 impl Default for Layout {
     fn default() -> Self {
-        Self { rows_per_file: 200, rows_per_row_group: 1 << 20, payload: false }
+        Self {
+            rows_per_file: 200,
+            rows_per_row_group: 1 << 20,
+            payload: false,
+        }
     }
 }
 
 /// Assign every vector to its nearest leaf; returns cid per row.
 pub fn assign(h: &Hierarchy, data: &[f32]) -> Vec<u32> {
-    data.chunks_exact(h.dim).map(|v| nearest(h.metric, v, &h.leaves, h.dim) as u32).collect()
+    data.chunks_exact(h.dim)
+        .map(|v| nearest(h.metric, v, &h.leaves, h.dim) as u32)
+        .collect()
 }
 
 fn props() -> WriterProperties {
@@ -139,17 +162,33 @@ fn props() -> WriterProperties {
 /// per row group (flush at each cid change), exact cid statistics, vector
 /// PLAIN / uncompressed / no dictionary / no statistics. The cid column is
 /// PLAIN too, so a test can patch its values in place.
-pub fn postings_file(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout) -> Vec<u8> {
+pub fn postings_file(
+    dim: usize,
+    rows: &[(u32, i64, usize)],
+    data: &[f32],
+    layout: Layout,
+) -> Vec<u8> {
     write_rows(dim, rows, data, layout, true)
 }
 
 /// Like [`postings_file`] but never flushing at a cid change: a broken file
 /// whose row group holds several cids.
-pub fn postings_file_single_row_group(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout) -> Vec<u8> {
+pub fn postings_file_single_row_group(
+    dim: usize,
+    rows: &[(u32, i64, usize)],
+    data: &[f32],
+    layout: Layout,
+) -> Vec<u8> {
     write_rows(dim, rows, data, layout, false)
 }
 
-fn write_rows(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layout, flush: bool) -> Vec<u8> {
+fn write_rows(
+    dim: usize,
+    rows: &[(u32, i64, usize)],
+    data: &[f32],
+    layout: Layout,
+    flush: bool,
+) -> Vec<u8> {
     let mut fields = vec![
         Field::new("cid", DataType::Int32, false),
         Field::new("rowid", DataType::Int64, false),
@@ -172,7 +211,11 @@ fn write_rows(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layo
         let cids: Vec<i32> = g.iter().map(|r| r.0 as i32).collect();
         let bytes: Vec<u8> = g
             .iter()
-            .flat_map(|r| data[r.2 * dim..(r.2 + 1) * dim].iter().flat_map(|x| x.to_le_bytes()))
+            .flat_map(|r| {
+                data[r.2 * dim..(r.2 + 1) * dim]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+            })
             .collect();
         let mut cols: Vec<arrow::array::ArrayRef> = vec![
             Arc::new(Int32Array::from(cids)),
@@ -181,10 +224,13 @@ fn write_rows(dim: usize, rows: &[(u32, i64, usize)], data: &[f32], layout: Layo
         ];
         if layout.payload {
             cols.push(Arc::new(StringArray::from(
-                g.iter().map(|r| Some(format!("row-{}", r.1))).collect::<Vec<_>>(),
+                g.iter()
+                    .map(|r| Some(format!("row-{}", r.1)))
+                    .collect::<Vec<_>>(),
             )));
         }
-        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap()).unwrap();
+        w.write(&RecordBatch::try_new(schema.clone(), cols).unwrap())
+            .unwrap();
         if flush {
             w.flush().unwrap();
         }
@@ -206,20 +252,30 @@ pub async fn write_index(
 ) -> Manifest {
     let dim = h.dim;
     let cids = assign(h, data);
-    let mut rows: Vec<(u32, i64, usize)> =
-        cids.iter().zip(ids).enumerate().map(|(i, (&c, &r))| (c, r, i)).collect();
+    let mut rows: Vec<(u32, i64, usize)> = cids
+        .iter()
+        .zip(ids)
+        .enumerate()
+        .map(|(i, (&c, &r))| (c, r, i))
+        .collect();
     rows.sort_by_key(|r| (r.0, r.1));
     let nroots = h.cid_offsets.len() - 1;
     let mut files = Vec::new();
     for r in 0..nroots {
         let (lo, hi) = (h.cid_offsets[r], h.cid_offsets[r + 1]);
-        let bucket: Vec<_> = rows.iter().copied().filter(|x| (lo..hi).contains(&x.0)).collect();
+        let bucket: Vec<_> = rows
+            .iter()
+            .copied()
+            .filter(|x| (lo..hi).contains(&x.0))
+            .collect();
         // Roll at cid boundaries once a file holds rows_per_file rows.
         let mut part = 0;
         let mut start = 0;
         while start < bucket.len() {
             let mut end = start;
-            while end < bucket.len() && (end - start < layout.rows_per_file || bucket[end].0 == bucket[end - 1].0) {
+            while end < bucket.len()
+                && (end - start < layout.rows_per_file || bucket[end].0 == bucket[end - 1].0)
+            {
                 end += 1;
             }
             let chunk = &bucket[start..end];
@@ -234,7 +290,13 @@ pub async fn write_index(
                 size: bytes.len() as u64,
                 sha256: hex::encode(Sha256::digest(&bytes)),
             });
-            store.put(&Path::from(format!("{root}/postings/{path}")), PutPayload::from(bytes)).await.unwrap();
+            store
+                .put(
+                    &Path::from(format!("{root}/postings/{path}")),
+                    PutPayload::from(bytes),
+                )
+                .await
+                .unwrap();
             part += 1;
             start = end;
         }
@@ -248,7 +310,13 @@ pub async fn write_index(
     };
     put_json(store, &format!("{root}/postings/manifest.json"), &manifest).await;
     let centroids = parqivf::centroids::encode(h).unwrap();
-    store.put(&Path::from(format!("{root}/centroids/centroids.parquet")), PutPayload::from(centroids)).await.unwrap();
+    store
+        .put(
+            &Path::from(format!("{root}/centroids/centroids.parquet")),
+            PutPayload::from(centroids),
+        )
+        .await
+        .unwrap();
     let table = |location: &str, layout: Option<&str>| IndexTableDefinition {
         definition_version: "1".into(),
         location: location.into(),
@@ -274,12 +342,26 @@ pub async fn write_index(
 
 pub async fn put_json<T: serde::Serialize>(store: &dyn ObjectStore, path: &str, v: &T) {
     let bytes = serde_json::to_vec_pretty(v).unwrap();
-    store.put(&Path::from(path), PutPayload::from(bytes)).await.unwrap();
+    store
+        .put(&Path::from(path), PutPayload::from(bytes))
+        .await
+        .unwrap();
 }
 
 /// Exact k nearest by brute force, ties by the smaller rowid.
-pub fn brute_force(metric: Metric, dim: usize, data: &[f32], ids: &[i64], q: &[f32], k: usize) -> Vec<(i64, f32)> {
-    let mut all: Vec<(f32, i64)> = data.chunks_exact(dim).zip(ids).map(|(v, &r)| (metric.distance(q, v), r)).collect();
+pub fn brute_force(
+    metric: Metric,
+    dim: usize,
+    data: &[f32],
+    ids: &[i64],
+    q: &[f32],
+    k: usize,
+) -> Vec<(i64, f32)> {
+    let mut all: Vec<(f32, i64)> = data
+        .chunks_exact(dim)
+        .zip(ids)
+        .map(|(v, &r)| (metric.distance(q, v), r))
+        .collect();
     all.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     all.into_iter().take(k).map(|(d, r)| (r, d)).collect()
 }

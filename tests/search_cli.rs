@@ -1,0 +1,97 @@
+//! `parqivf search` end to end on a local folder: JSON lines with rowids and
+//! distances equal to the library's answer; exit code 2 for bad input.
+
+mod common;
+
+use arrow::array::{FixedSizeBinaryArray, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use common::{Layout, dataset, hierarchy, rowids, write_index};
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use parqivf::index::{Index, SearchParams};
+use std::process::Command;
+use std::sync::Arc;
+
+const DIM: usize = 8;
+
+fn write_queries(path: &std::path::Path, queries: &[f32], dim: usize) {
+    let bytes: Vec<u8> = queries.iter().flat_map(|x| x.to_le_bytes()).collect();
+    let col = FixedSizeBinaryArray::try_new((dim * 4) as i32, bytes.into(), None).unwrap();
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "vector",
+        DataType::FixedSizeBinary((dim * 4) as i32),
+        false,
+    )]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(col)]).unwrap();
+    let mut w =
+        parquet::arrow::ArrowWriter::try_new(std::fs::File::create(path).unwrap(), schema, None)
+            .unwrap();
+    w.write(&batch).unwrap();
+    w.close().unwrap();
+}
+
+#[tokio::test]
+async fn json_output_matches_the_library_and_bad_input_exits_2() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let data = dataset(1000, DIM, 1);
+    let h = hierarchy(&data, DIM, 2, 8, 2);
+    write_index(
+        store.as_ref(),
+        &Path::from("idx"),
+        &h,
+        &data,
+        &rowids(1000),
+        Layout::default(),
+    )
+    .await;
+    let queries = data[..3 * DIM].to_vec();
+    let qfile = dir.path().join("q.parquet");
+    write_queries(&qfile, &queries, DIM);
+    let index_dir = dir.path().join("idx");
+    let run = |extra: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_parqivf"))
+            .args([
+                "search",
+                "--index",
+                index_dir.to_str().unwrap(),
+                "--queries",
+                qfile.to_str().unwrap(),
+            ])
+            .args(extra)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--k", "5", "--nprobe", "4", "--json", "--stats"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let index = Index::open(store, &Path::from("idx")).await.unwrap();
+    let params = SearchParams {
+        k: 5,
+        nprobe: 4,
+        ..SearchParams::default()
+    };
+    let expected = index.search_batch(&queries, &params).await.unwrap();
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 3);
+    for (line, r) in lines.iter().zip(&expected) {
+        let rowids: Vec<i64> = r.hits.iter().map(|h| h.rowid).collect();
+        assert_eq!(line["rowids"], serde_json::json!(rowids));
+        assert!(line["stats"]["planned_row_groups"].as_u64().unwrap() > 0);
+    }
+    for bad in [&["--nprobe", "9"][..], &["--k", "0"][..]] {
+        let out = run(bad);
+        assert_eq!(out.status.code(), Some(2), "{bad:?}");
+    }
+    write_queries(&qfile, &queries[..2 * (DIM - 1)], DIM - 1);
+    assert_eq!(run(&[]).status.code(), Some(2), "bad dimension");
+}
