@@ -1,8 +1,11 @@
 //! Writes a small postings table for the independent pyarrow reader
 //! (`tests/interop/pyarrow_postings.py`) into `$PARQIVF_INTEROP_DIR`, or into
-//! a temporary folder when the variable is unset, and checks it with
-//! `verify` so the test asserts the same table either way. Its shape covers
-//! multi-CID files, a CID spanning row groups and files, and a payload column.
+//! a temporary folder when the variable is unset, checks it with `verify`,
+//! and, when `$PARQIVF_PYTHON` names a Python with pyarrow (as
+//! `scripts/test.sh` sets it), runs the script on it and requires exit 0.
+//! With `PARQIVF_REQUIRE_INTEROP=1` a missing `$PARQIVF_PYTHON` is a failure.
+//! The table covers multi-CID files, a CID spanning row groups and files, and
+//! a payload column.
 
 mod postings_support;
 
@@ -34,4 +37,35 @@ async fn write_table_for_the_independent_reader() {
         .await
         .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
+
+    match std::env::var_os("PARQIVF_PYTHON") {
+        Some(python) => {
+            let script = concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/interop/pyarrow_postings.py"
+            );
+            let out = std::process::Command::new(python)
+                .arg(script)
+                .arg(&dir)
+                .output()
+                .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success(),
+                "pyarrow reader failed:\n{text}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            assert!(
+                text.contains(&format!(
+                    "{} files checked by pyarrow, 0 failures",
+                    manifest.files.len()
+                )),
+                "{text}"
+            );
+        }
+        None => assert!(
+            std::env::var("PARQIVF_REQUIRE_INTEROP").as_deref() != Ok("1"),
+            "PARQIVF_REQUIRE_INTEROP=1 but PARQIVF_PYTHON is not set"
+        ),
+    }
 }

@@ -48,7 +48,8 @@ pub struct WriterOptions {
     /// the footer. Must be at least 1.
     pub max_file_bytes: u64,
     /// Bytes buffered per object before switching to a multipart upload, and
-    /// the part size of that upload (default 10 MiB).
+    /// the part size of that upload (default 10 MiB; S3 needs at least 5 MiB
+    /// for every part but the last).
     pub upload_buffer_bytes: usize,
 }
 
