@@ -344,7 +344,7 @@ impl Index {
             source,
         })?;
         let dim = definition.dim as usize;
-        let hierarchy = centroids::decode(&centroids_path.to_string(), c, dim, definition.metric)?;
+        let hierarchy = centroids::decode(centroids_path.as_ref(), c, dim, definition.metric)?;
         let mismatch = |path: &Path, what, expected: usize, found: usize| IndexError::Mismatch {
             path: path.to_string(),
             what,
@@ -509,7 +509,7 @@ impl Index {
     ) -> crate::Result<Vec<SearchResult>> {
         let dim = self.hierarchy.dim;
         let nlist = self.manifest.nlist as usize;
-        if queries.len() % dim != 0 {
+        if !queries.len().is_multiple_of(dim) {
             let query = queries.len() / dim;
             return Err(IndexError::DimensionMismatch {
                 query,

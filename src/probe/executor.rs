@@ -236,7 +236,7 @@ impl<'a> Postings<'a> {
         times.fetch = t.elapsed();
 
         let t = Instant::now();
-        let work: Vec<(Job, &[Range<u64>], &[Bytes])> = jobs
+        let work: Vec<_> = jobs
             .into_iter()
             .zip(&fetched)
             .flat_map(|((_, file_jobs), (ranges, data))| {
