@@ -13,7 +13,9 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::build::{ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, build};
+use parqivf::build::{
+    ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource, build,
+};
 use parqivf::distance::Metric;
 use parqivf::index::{Index, SearchParams};
 use parqivf::topk::TopK;
@@ -42,7 +44,7 @@ fn list_batch(first_id: i64, rows: &[Option<Vec<f32>>]) -> RecordBatch {
     let n = rows.len() as i64;
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
-        Field::new("embedding", emb.data_type().clone(), true),
+        Field::new("embedding", arrow::array::Array::data_type(&emb).clone(), true),
     ]));
     RecordBatch::try_new(
         schema,
@@ -226,7 +228,7 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
     let data = support::random_vectors(600, 8, 7);
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
-    let src = Arc::new(ArraySource::new(data.clone(), 8, serde_json::json!({})).unwrap());
+    let src = Arc::new(ArraySource::new(data.clone(), 8, "generated").unwrap());
     let first = build(src.clone(), inner.clone(), &idx, &params(8)).await.unwrap();
     assert_eq!(first.version, 1);
     let mut k = 0;
@@ -252,7 +254,7 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
 #[tokio::test]
 async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
     let data = support::random_vectors(3000, 16, 11);
-    let src = Arc::new(ArraySource::new(data, 16, serde_json::json!({})).unwrap().with_part_size(500));
+    let src = Arc::new(ArraySource::new(data, 16, "generated").unwrap().with_part_size(500));
     let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let b: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let sa = build(src.clone(), a.clone(), &Path::from("i"), &params(16)).await.unwrap();
@@ -316,8 +318,8 @@ for f in range(3):
     assert_eq!(s.rows, 2100);
     let mut base = Vec::new();
     for f in 0..3 {
-        let (v, _, _) = parqivf::vector_file::read(&d.path().join(format!("x{f}.npy"))).unwrap();
-        base.extend(v);
+        let v = parqivf::vector_file::read_vectors(&d.path().join(format!("x{f}.npy"))).unwrap();
+        base.extend(v.data);
     }
     let index = Index::open_current(out, &idx).await.unwrap();
     let queries = &base[..50 * 16];

@@ -7,7 +7,7 @@ mod support;
 
 use std::sync::Arc;
 
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path;
 use parqivf::build::{ArraySource, BuildParams, ProgressMode, build};
 use parqivf::index::{Index, SearchParams};
@@ -84,13 +84,13 @@ async fn same_bytes_and_answers_on_every_backend() {
     };
     let mut reference: Option<(Vec<(String, bytes::Bytes)>, Vec<Vec<(i64, f32)>>)> = None;
     for b in backends() {
-        let idx = b.root.child("idx");
-        let src = Arc::new(ArraySource::new(data.clone(), dim, serde_json::json!({})).unwrap());
+        let idx = b.root.clone().join("idx");
+        let src = Arc::new(ArraySource::new(data.clone(), dim, "generated").unwrap());
         let summary = build(src, b.store.clone(), &idx, &params)
             .await
             .unwrap_or_else(|e| panic!("{}: build failed: {e}", b.name));
         let snapshot = Path::from(summary.snapshot.as_str());
-        let report = verify(b.store.clone(), &snapshot.child("postings"), &VerifyOptions::default())
+        let report = verify(b.store.clone(), &snapshot.clone().join("postings"), VerifyOptions::default())
             .await
             .unwrap_or_else(|e| panic!("{}: verify could not run: {e}", b.name));
         assert!(report.is_ok(), "{}: violations {:?}", b.name, report);
@@ -131,7 +131,7 @@ async fn same_bytes_and_answers_on_every_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sixteen_concurrent_publishers_one_winner_on_every_backend() {
     for b in backends() {
-        let path = b.root.child("race").child("manifest.json");
+        let path = b.root.clone().join("race").join("manifest.json");
         let mut tasks = Vec::new();
         for i in 0..16u8 {
             let store = b.store.clone();

@@ -10,7 +10,6 @@
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
-use std::sync::Arc;
 
 use arrow::array::{Array, Int32Array, Int64Array, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
@@ -200,6 +199,7 @@ mod tests {
     use super::*;
     use arrow::array::FixedSizeBinaryArray;
     use arrow::datatypes::{DataType, Field, Schema};
+    use std::sync::Arc;
 
     fn schema() -> SchemaRef {
         Arc::new(Schema::new(vec![

@@ -8,7 +8,7 @@ use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch, St
 use arrow::datatypes::{DataType, Field, Schema};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::catalog::definition::{IndexDefinition, IndexTableDefinition, IndexTables};
+use parqivf::catalog::definition::{BuildParams, IndexDefinition, IndexSource};
 use parqivf::distance::Metric;
 use parqivf::kmeans::Hierarchy;
 use parqivf::manifest::{FileEntry, Manifest};
@@ -317,25 +317,25 @@ pub async fn write_index(
         )
         .await
         .unwrap();
-    let table = |location: &str, layout: Option<&str>| IndexTableDefinition {
-        definition_version: "1".into(),
-        location: location.into(),
-        layout: layout.map(String::from),
-    };
-    let def = IndexDefinition {
-        format_version: 1,
-        provider: "parquet".into(),
-        definition_version: "1".into(),
-        metric: h.metric,
-        dim: dim as u32,
-        element_type: "f32".into(),
-        nlist: manifest.nlist,
-        roots: nroots as u32,
-        tables: IndexTables {
-            ivf_centroids: table("centroids/centroids.parquet", None),
-            ivf_postings: table("postings/manifest.json", Some("artifact-manifest")),
+    let def = IndexDefinition::new(
+        h.metric,
+        dim as u32,
+        manifest.nlist,
+        nroots as u32,
+        IndexSource::VectorFile {
+            location: "tests/common".into(),
         },
-    };
+        BuildParams {
+            vector_column: "vector".into(),
+            id_column: None,
+            payload_columns: if layout.payload { vec!["title".into()] } else { Vec::new() },
+            seed: 0,
+            sample_rows: data.len() as u64 / dim as u64,
+            max_iterations: 6,
+            threads: 1,
+            skip_invalid: false,
+        },
+    );
     put_json(store, &format!("{root}/index.json"), &def).await;
     manifest
 }
