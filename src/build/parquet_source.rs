@@ -139,6 +139,26 @@ fn partitions(path: &Path) -> Vec<(String, String)> {
         .collect()
 }
 
+/// Give `field` and every nested field (list elements, struct children)
+/// synthetic field ids in preorder, so a by-name mapping can address them.
+fn with_ids(field: Field, next: &mut i64) -> Field {
+    let id = *next;
+    *next += 1;
+    let data_type = match field.data_type() {
+        DataType::List(e) => DataType::List(Arc::new(with_ids(e.as_ref().clone(), next))),
+        DataType::LargeList(e) => DataType::LargeList(Arc::new(with_ids(e.as_ref().clone(), next))),
+        DataType::FixedSizeList(e, n) => DataType::FixedSizeList(Arc::new(with_ids(e.as_ref().clone(), next)), *n),
+        DataType::Struct(children) => DataType::Struct(
+            children
+                .iter()
+                .map(|c| Arc::new(with_ids(c.as_ref().clone(), next)))
+                .collect(),
+        ),
+        other => other.clone(),
+    };
+    with_field_id(field.with_data_type(data_type), id)
+}
+
 fn is_vector_type(t: &DataType) -> bool {
     match t {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
@@ -184,13 +204,14 @@ impl ParquetSource {
         });
         let (first_schema, _) = &footers[0];
         let mut logical: Vec<FieldRef> = Vec::with_capacity(wanted.len());
-        for (i, w) in wanted.iter().enumerate() {
+        let mut next_id = 1;
+        for w in &wanted {
             let f = first_schema.field_with_name(w).map_err(|_| BuildError::MissingColumn {
                 path: metas[0].location.to_string(),
                 column: (*w).to_string(),
             })?;
             let f = Field::new(f.name(), f.data_type().clone(), true).with_metadata(f.metadata().clone());
-            let f = if by_id { f } else { with_field_id(f, i as i64 + 1) };
+            let f = if by_id { f } else { with_ids(f, &mut next_id) };
             logical.push(Arc::new(f));
         }
         if !is_vector_type(logical[0].data_type()) {
