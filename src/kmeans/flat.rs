@@ -98,9 +98,10 @@ pub fn train(
         if let (Some(old), Some(b)) = (old, bounds.as_mut()) {
             b.lower_by_drift(&old, &centroids, dim);
         }
-        let converged = params.tol > 0.0 && history
-            .last()
-            .is_some_and(|&prev: &f64| (prev - objective) <= params.tol * prev.abs());
+        let converged = params.tol > 0.0
+            && history
+                .last()
+                .is_some_and(|&prev: &f64| (prev - objective) <= params.tol * prev.abs());
         history.push(objective);
         if converged {
             break;
