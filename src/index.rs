@@ -593,12 +593,19 @@ impl Index {
     /// # Errors
     /// [`crate::warehouse::WarehouseError::NoSnapshot`] when neither exists,
     /// and the errors of [`Index::open`].
-    pub async fn open_current(store: Arc<dyn ObjectStore>, location: &Path) -> crate::Result<Index> {
+    pub async fn open_current(
+        store: Arc<dyn ObjectStore>,
+        location: &Path,
+    ) -> crate::Result<Index> {
         match crate::warehouse::current_snapshot(&store, location).await {
             Ok((_, snapshot)) => Self::open(store, &snapshot).await,
             Err(crate::warehouse::WarehouseError::NoSnapshot { .. })
                 if store
-                    .head(&location.clone().join(crate::catalog::definition::INDEX_DEFINITION_FILE))
+                    .head(
+                        &location
+                            .clone()
+                            .join(crate::catalog::definition::INDEX_DEFINITION_FILE),
+                    )
                     .await
                     .is_ok() =>
             {

@@ -86,7 +86,13 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
     std::fs::create_dir_all(cfg.dir.join("source")).map_err(io)?;
     let dir = std::fs::canonicalize(&cfg.dir).map_err(io)?;
     // Base rows and held-out queries from the same mixture, different streams.
-    let all = clustered(cfg.rows + cfg.queries, cfg.dim, cfg.clusters, 0.15, cfg.seed);
+    let all = clustered(
+        cfg.rows + cfg.queries,
+        cfg.dim,
+        cfg.clusters,
+        0.15,
+        cfg.seed,
+    );
     let (base, queries) = all.split_at(cfg.rows * cfg.dim);
     let per_file = cfg.rows.div_ceil(cfg.files.max(1));
     for (i, chunk) in base.chunks(per_file * cfg.dim).enumerate() {
@@ -95,14 +101,18 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
         let file = std::fs::File::create(&path).map_err(io)?;
         let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None)
             .map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
-        w.write(&batch).map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
-        w.close().map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
+        w.write(&batch)
+            .map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
+        w.close()
+            .map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
     }
 
     let store: Arc<dyn object_store::ObjectStore> = Arc::new(
-        object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| crate::build::BuildError::Unreadable {
-            path: dir.display().to_string(),
-            reason: e.to_string(),
+        object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
+            crate::build::BuildError::Unreadable {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            }
         })?,
     );
     let source = ParquetSource::open(
@@ -124,7 +134,8 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
         ..BuildParams::default()
     };
     let t = Instant::now();
-    let summary = crate::build::build(Arc::new(source), store.clone(), &index_path, &params).await?;
+    let summary =
+        crate::build::build(Arc::new(source), store.clone(), &index_path, &params).await?;
     let build_seconds = t.elapsed().as_secs_f64();
 
     let index = Index::open_current(store.clone(), &index_path).await?;
@@ -179,9 +190,13 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
 /// `seed`. Returns row-major `n × dim`.
 pub fn clustered(n: usize, dim: usize, clusters: usize, sigma: f32, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    let centres: Vec<f32> = (0..clusters * dim).map(|_| rng.random_range(-1.0f32..1.0)).collect();
+    let centres: Vec<f32> = (0..clusters * dim)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect();
     // Uneven cluster sizes: weight of cluster c is 1 / (1 + c % 7).
-    let weights: Vec<f64> = (0..clusters).map(|c| 1.0 / (1.0 + (c % 7) as f64)).collect();
+    let weights: Vec<f64> = (0..clusters)
+        .map(|c| 1.0 / (1.0 + (c % 7) as f64))
+        .collect();
     let total: f64 = weights.iter().sum();
     let mut out = Vec::with_capacity(n * dim);
     for _ in 0..n {
@@ -214,7 +229,11 @@ pub fn table_batch(first_id: i64, vectors: &[f32], dim: usize) -> RecordBatch {
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
         Field::new("title", DataType::Utf8, false),
-        Field::new("embedding", arrow::array::Array::data_type(&emb).clone(), true),
+        Field::new(
+            "embedding",
+            arrow::array::Array::data_type(&emb).clone(),
+            true,
+        ),
     ]));
     let columns: Vec<ArrayRef> = vec![
         Arc::new(Int64Array::from(ids)),

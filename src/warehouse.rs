@@ -95,10 +95,14 @@ fn hint_path(index: &Path) -> Path {
 
 async fn get_opt(store: &dyn ObjectStore, path: &Path) -> Result<Option<Bytes>, StoreError> {
     match store.get(path).await {
-        Ok(r) => r.bytes().await.map(Some).map_err(|source| StoreError::ObjectStore {
-            path: path.to_string(),
-            source,
-        }),
+        Ok(r) => r
+            .bytes()
+            .await
+            .map(Some)
+            .map_err(|source| StoreError::ObjectStore {
+                path: path.to_string(),
+                source,
+            }),
         Err(object_store::Error::NotFound { .. }) => Ok(None),
         Err(source) => Err(StoreError::ObjectStore {
             path: path.to_string(),
@@ -112,7 +116,8 @@ fn parse_commit(path: &Path, bytes: &[u8], expect: u64) -> Result<Commit, Wareho
         path: path.to_string(),
         reason,
     };
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
     if let Some(found) = value.get("format-version").and_then(|v| v.as_u64())
         && found != u64::from(COMMIT_FORMAT_VERSION)
     {
@@ -124,11 +129,16 @@ fn parse_commit(path: &Path, bytes: &[u8], expect: u64) -> Result<Commit, Wareho
     }
     let c: Commit = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
     if c.version != expect {
-        return Err(invalid(format!("holds version {} but is named {expect}", c.version)));
+        return Err(invalid(format!(
+            "holds version {} but is named {expect}",
+            c.version
+        )));
     }
     if c.snapshot.is_empty()
         || c.snapshot.starts_with('/')
-        || c.snapshot.split('/').any(|s| s.is_empty() || s == "." || s == "..")
+        || c.snapshot
+            .split('/')
+            .any(|s| s.is_empty() || s == "." || s == "..")
     {
         return Err(WarehouseError::BadSnapshotPath {
             path: path.to_string(),
@@ -144,9 +154,14 @@ fn parse_commit(path: &Path, bytes: &[u8], expect: u64) -> Result<Commit, Wareho
 ///
 /// # Errors
 /// Storage failures, and commit documents that do not parse.
-pub async fn current(store: &Arc<dyn ObjectStore>, index: &Path) -> Result<Option<Commit>, WarehouseError> {
+pub async fn current(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<Option<Commit>, WarehouseError> {
     let hint = match get_opt(store.as_ref(), &hint_path(index)).await? {
-        Some(b) => serde_json::from_slice::<Hint>(&b).map(|h| h.version).unwrap_or(0),
+        Some(b) => serde_json::from_slice::<Hint>(&b)
+            .map(|h| h.version)
+            .unwrap_or(0),
         None => 0,
     };
     let mut found: Option<Commit> = None;
@@ -177,7 +192,10 @@ pub async fn current(store: &Arc<dyn ObjectStore>, index: &Path) -> Result<Optio
 ///
 /// # Errors
 /// [`WarehouseError::NoSnapshot`] when nothing was committed.
-pub async fn current_snapshot(store: &Arc<dyn ObjectStore>, index: &Path) -> Result<(Commit, Path), WarehouseError> {
+pub async fn current_snapshot(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<(Commit, Path), WarehouseError> {
     match current(store, index).await? {
         Some(c) => {
             let mut p = index.clone();
@@ -277,14 +295,20 @@ mod tests {
         let idx = Path::from("idx");
         commit(&s, &idx, "snapshots/a", None, 1).await.unwrap();
         commit(&s, &idx, "snapshots/b", Some(1), 2).await.unwrap();
-        s.put(&hint_path(&idx), PutPayload::from(br#"{"version":1}"#.to_vec()))
-            .await
-            .unwrap();
+        s.put(
+            &hint_path(&idx),
+            PutPayload::from(br#"{"version":1}"#.to_vec()),
+        )
+        .await
+        .unwrap();
         assert_eq!(current(&s, &idx).await.unwrap().unwrap().version, 2);
         // A hint past the end walks from the start.
-        s.put(&hint_path(&idx), PutPayload::from(br#"{"version":9}"#.to_vec()))
-            .await
-            .unwrap();
+        s.put(
+            &hint_path(&idx),
+            PutPayload::from(br#"{"version":9}"#.to_vec()),
+        )
+        .await
+        .unwrap();
         assert_eq!(current(&s, &idx).await.unwrap().unwrap().version, 2);
     }
 
@@ -344,7 +368,11 @@ mod tests {
         .unwrap();
         assert!(matches!(
             current(&s, &idx).await,
-            Err(WarehouseError::Incompatible { found: 7, supported: 1, .. })
+            Err(WarehouseError::Incompatible {
+                found: 7,
+                supported: 1,
+                ..
+            })
         ));
     }
 }

@@ -14,7 +14,8 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use parqivf::build::{
-    ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource, build,
+    ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode,
+    VectorSource, build,
 };
 use parqivf::distance::Metric;
 use parqivf::index::{Index, SearchParams};
@@ -44,7 +45,11 @@ fn list_batch(first_id: i64, rows: &[Option<Vec<f32>>]) -> RecordBatch {
     let n = rows.len() as i64;
     let schema = Arc::new(Schema::new(vec![
         Field::new("id", DataType::Int64, false),
-        Field::new("embedding", arrow::array::Array::data_type(&emb).clone(), true),
+        Field::new(
+            "embedding",
+            arrow::array::Array::data_type(&emb).clone(),
+            true,
+        ),
     ]));
     RecordBatch::try_new(
         schema,
@@ -70,7 +75,10 @@ fn rows(n: usize, dim: usize, seed: u64) -> Vec<Option<Vec<f32>>> {
         .collect()
 }
 
-async fn open_local(dir: &std::path::Path, opts: ParquetSourceOptions) -> Result<ParquetSource, BuildError> {
+async fn open_local(
+    dir: &std::path::Path,
+    opts: ParquetSourceOptions,
+) -> Result<ParquetSource, BuildError> {
     let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap());
     ParquetSource::open(store, "*.parquet", opts).await
 }
@@ -93,7 +101,10 @@ async fn build_fails(dir: &std::path::Path, o: ParquetSourceOptions, nlist: u32)
             .await
             .expect_err("the build must fail"),
     };
-    assert!(warehouse::current(&out, &idx).await.unwrap().is_none(), "nothing may be published");
+    assert!(
+        warehouse::current(&out, &idx).await.unwrap().is_none(),
+        "nothing may be published"
+    );
     err
 }
 
@@ -110,7 +121,10 @@ async fn missing_vector_column_is_typed() {
         2,
     )
     .await;
-    assert!(matches!(e, BuildError::MissingColumn { ref column, .. } if column == "nope"), "{e}");
+    assert!(
+        matches!(e, BuildError::MissingColumn { ref column, .. } if column == "nope"),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -124,20 +138,30 @@ async fn missing_vector_column_in_a_later_file_is_typed() {
     .unwrap();
     write_parquet(d.path(), "b.parquet", &other);
     let e = build_fails(d.path(), opts(), 2).await;
-    assert!(matches!(e, BuildError::MissingColumn { ref path, .. } if path.ends_with("b.parquet")), "{e}");
+    assert!(
+        matches!(e, BuildError::MissingColumn { ref path, .. } if path.ends_with("b.parquet")),
+        "{e}"
+    );
 }
 
 #[tokio::test]
 async fn wrong_vector_type_is_typed() {
     let d = tempfile::tempdir().unwrap();
     let b = RecordBatch::try_new(
-        Arc::new(Schema::new(vec![Field::new("embedding", DataType::Utf8, false)])),
+        Arc::new(Schema::new(vec![Field::new(
+            "embedding",
+            DataType::Utf8,
+            false,
+        )])),
         vec![Arc::new(StringArray::from(vec!["a", "b", "c"]))],
     )
     .unwrap();
     write_parquet(d.path(), "a.parquet", &b);
     let e = build_fails(d.path(), opts(), 1).await;
-    assert!(matches!(e, BuildError::WrongType { ref found, .. } if found.contains("Utf8")), "{e}");
+    assert!(
+        matches!(e, BuildError::WrongType { ref found, .. } if found.contains("Utf8")),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -146,7 +170,10 @@ async fn mixed_dimensions_across_files_and_rows_are_typed() {
     write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(20, 4, 1)));
     write_parquet(d.path(), "b.parquet", &list_batch(20, &rows(20, 5, 2)));
     let e = build_fails(d.path(), opts(), 2).await;
-    assert!(matches!(e, BuildError::VectorColumn { ref path, .. } if path.ends_with("b.parquet")), "{e}");
+    assert!(
+        matches!(e, BuildError::VectorColumn { ref path, .. } if path.ends_with("b.parquet")),
+        "{e}"
+    );
 
     let d = tempfile::tempdir().unwrap();
     let mut r = rows(20, 4, 1);
@@ -177,7 +204,9 @@ async fn non_finite_values_fail_or_are_skipped_and_counted() {
     .unwrap();
     let src = Arc::new(src);
     let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let s = build(src.clone(), out, &Path::from("idx"), &params(2)).await.unwrap();
+    let s = build(src.clone(), out, &Path::from("idx"), &params(2))
+        .await
+        .unwrap();
     assert_eq!(s.rows, 38);
     assert!(src.skipped_rows() >= 2);
 }
@@ -202,7 +231,16 @@ async fn empty_table_and_nlist_above_rows_are_typed() {
     let d = tempfile::tempdir().unwrap();
     write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(10, 4, 1)));
     let e = build_fails(d.path(), opts(), 11).await;
-    assert!(matches!(e, BuildError::NlistExceedsRows { nlist: 11, rows: 10 }), "{e}");
+    assert!(
+        matches!(
+            e,
+            BuildError::NlistExceedsRows {
+                nlist: 11,
+                rows: 10
+            }
+        ),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -211,7 +249,10 @@ async fn unreadable_file_is_typed() {
     write_parquet(d.path(), "a.parquet", &list_batch(0, &rows(20, 4, 1)));
     std::fs::write(d.path().join("b.parquet"), b"this is not parquet").unwrap();
     let e = build_fails(d.path(), opts(), 2).await;
-    assert!(matches!(e, BuildError::Unreadable { ref path, .. } if path.ends_with("b.parquet")), "{e}");
+    assert!(
+        matches!(e, BuildError::Unreadable { ref path, .. } if path.ends_with("b.parquet")),
+        "{e}"
+    );
 }
 
 #[tokio::test]
@@ -229,7 +270,9 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
     let src = Arc::new(ArraySource::new(data.clone(), 8, "generated").unwrap());
-    let first = build(src.clone(), inner.clone(), &idx, &params(8)).await.unwrap();
+    let first = build(src.clone(), inner.clone(), &idx, &params(8))
+        .await
+        .unwrap();
     assert_eq!(first.version, 1);
     let mut k = 0;
     loop {
@@ -243,7 +286,10 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
             }
             Err(_) => {
                 let cur = warehouse::current(&inner, &idx).await.unwrap().unwrap();
-                assert_eq!(cur.version, 1, "failure at write {k} must leave version 1 current");
+                assert_eq!(
+                    cur.version, 1,
+                    "failure at write {k} must leave version 1 current"
+                );
             }
         }
         k += 1;
@@ -254,15 +300,23 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
 #[tokio::test]
 async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
     let data = support::random_vectors(3000, 16, 11);
-    let src = Arc::new(ArraySource::new(data, 16, "generated").unwrap().with_part_size(500));
+    let src = Arc::new(
+        ArraySource::new(data, 16, "generated")
+            .unwrap()
+            .with_part_size(500),
+    );
     let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let b: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let sa = build(src.clone(), a.clone(), &Path::from("i"), &params(16)).await.unwrap();
+    let sa = build(src.clone(), a.clone(), &Path::from("i"), &params(16))
+        .await
+        .unwrap();
     let tiny = BuildParams {
         memory_limit: 64 << 10,
         ..params(16)
     };
-    let sb = build(src, b.clone(), &Path::from("i"), &tiny).await.unwrap();
+    let sb = build(src, b.clone(), &Path::from("i"), &tiny)
+        .await
+        .unwrap();
     assert_eq!(sa.spill_events, 0);
     assert!(sb.spill_events > 0, "a 64 KiB limit must spill");
     let fa = support::snapshot_files(&a, &Path::from(sa.snapshot.as_str())).await;
@@ -314,7 +368,9 @@ for f in range(3):
     assert_eq!(src.parts(), 3);
     let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
-    let s = build(Arc::new(src), out.clone(), &idx, &params(32)).await.unwrap();
+    let s = build(Arc::new(src), out.clone(), &idx, &params(32))
+        .await
+        .unwrap();
     assert_eq!(s.rows, 2100);
     let mut base = Vec::new();
     for f in 0..3 {

@@ -50,12 +50,17 @@ async fn docs_index_returns_duckdb_rowids() {
     ));
     let source = Arc::new(source);
     let idx = Path::from("idx");
-    let summary = build(source.clone(), out.clone(), &idx, &params(8)).await.unwrap();
+    let summary = build(source.clone(), out.clone(), &idx, &params(8))
+        .await
+        .unwrap();
     assert_eq!(source.skipped_rows(), 1, "only row 150 has no embedding");
 
     // DuckDB's own answer: `SELECT rowid, * FROM lake.s1.docs ORDER BY rowid`.
     let expected = ducklake_common::expected();
-    let rows = expected["tables"]["s1.docs"]["rows"].as_array().unwrap().clone();
+    let rows = expected["tables"]["s1.docs"]["rows"]
+        .as_array()
+        .unwrap()
+        .clone();
     let with_vectors: Vec<(i64, Vec<f32>)> = rows
         .iter()
         .filter(|r| !r["embedding"].is_null())
@@ -82,13 +87,18 @@ async fn docs_index_returns_duckdb_rowids() {
     // Equal embeddings tie; the smaller rowid wins. Count duplicates first.
     let mut first_rowid: HashMap<Vec<u32>, i64> = HashMap::new();
     for (rowid, v) in &with_vectors {
-        first_rowid.entry(v.iter().map(|x| x.to_bits()).collect()).or_insert(*rowid);
+        first_rowid
+            .entry(v.iter().map(|x| x.to_bits()).collect())
+            .or_insert(*rowid);
     }
     for (rowid, v) in &with_vectors {
         let r = index.search(v, &sp).await.unwrap();
         let best = &r.hits[0];
         let key: Vec<u32> = v.iter().map(|x| x.to_bits()).collect();
-        assert_eq!(best.rowid, first_rowid[&key], "query = embedding of rowid {rowid}");
+        assert_eq!(
+            best.rowid, first_rowid[&key],
+            "query = embedding of rowid {rowid}"
+        );
         assert_eq!(best.distance, 0.0);
     }
 }

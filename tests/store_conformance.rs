@@ -7,13 +7,18 @@ mod support;
 
 use std::sync::Arc;
 
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::build::{ArraySource, BuildParams, ProgressMode, build};
 use parqivf::index::{Index, SearchParams};
 use parqivf::postings::verify::{VerifyOptions, verify};
 use parqivf::store::StoreError;
 use parqivf::store::commit::put_if_absent;
+
+/// Every object of a snapshot, as (relative path, bytes).
+type Objects = Vec<(String, bytes::Bytes)>;
+/// Per query, (rowid, distance) best first.
+type Answers = Vec<Vec<(i64, f32)>>;
 
 struct Backend {
     name: &'static str,
@@ -36,7 +41,8 @@ fn run_prefix() -> String {
 
 fn backends() -> Vec<Backend> {
     let mut out = Vec::new();
-    let (store, root) = parqivf::store::location::open(&format!("memory://conformance/{}", run_prefix())).unwrap();
+    let (store, root) =
+        parqivf::store::location::open(&format!("memory://conformance/{}", run_prefix())).unwrap();
     out.push(Backend {
         name: "memory",
         store,
@@ -51,9 +57,13 @@ fn backends() -> Vec<Backend> {
         root,
         _dir: Some(dir),
     });
-    match (std::env::var("AWS_ENDPOINT"), std::env::var("PARQIVF_S3_BUCKET")) {
+    match (
+        std::env::var("AWS_ENDPOINT"),
+        std::env::var("PARQIVF_S3_BUCKET"),
+    ) {
         (Ok(_), Ok(bucket)) => {
-            let (store, root) = parqivf::store::location::open(&format!("s3://{bucket}/{}", run_prefix())).unwrap();
+            let (store, root) =
+                parqivf::store::location::open(&format!("s3://{bucket}/{}", run_prefix())).unwrap();
             out.push(Backend {
                 name: "s3",
                 store,
@@ -82,7 +92,7 @@ async fn same_bytes_and_answers_on_every_backend() {
         progress: ProgressMode::Quiet,
         ..BuildParams::default()
     };
-    let mut reference: Option<(Vec<(String, bytes::Bytes)>, Vec<Vec<(i64, f32)>>)> = None;
+    let mut reference: Option<(Objects, Answers)> = None;
     for b in backends() {
         let idx = b.root.clone().join("idx");
         let src = Arc::new(ArraySource::new(data.clone(), dim, "generated").unwrap());
@@ -90,9 +100,13 @@ async fn same_bytes_and_answers_on_every_backend() {
             .await
             .unwrap_or_else(|e| panic!("{}: build failed: {e}", b.name));
         let snapshot = Path::from(summary.snapshot.as_str());
-        let report = verify(b.store.clone(), &snapshot.clone().join("postings"), VerifyOptions::default())
-            .await
-            .unwrap_or_else(|e| panic!("{}: verify could not run: {e}", b.name));
+        let report = verify(
+            b.store.clone(),
+            &snapshot.clone().join("postings"),
+            VerifyOptions::default(),
+        )
+        .await
+        .unwrap_or_else(|e| panic!("{}: verify could not run: {e}", b.name));
         assert!(report.is_ok(), "{}: violations {:?}", b.name, report);
         let index = Index::open_current(b.store.clone(), &idx).await.unwrap();
         let sp = SearchParams {
@@ -124,7 +138,11 @@ async fn same_bytes_and_answers_on_every_backend() {
                 assert_eq!(ra, &answers, "{}: answers differ", b.name);
             }
         }
-        println!("store conformance: {} passed ({} objects)", b.name, reference.as_ref().unwrap().0.len());
+        println!(
+            "store conformance: {} passed ({} objects)",
+            b.name,
+            reference.as_ref().unwrap().0.len()
+        );
     }
 }
 
@@ -137,7 +155,9 @@ async fn sixteen_concurrent_publishers_one_winner_on_every_backend() {
             let store = b.store.clone();
             let path = path.clone();
             tasks.push(tokio::spawn(async move {
-                put_if_absent(store.as_ref(), &path, bytes::Bytes::from(vec![i; 64])).await.map(|_| i)
+                put_if_absent(store.as_ref(), &path, bytes::Bytes::from(vec![i; 64]))
+                    .await
+                    .map(|_| i)
             }));
         }
         let mut winners = Vec::new();
@@ -151,7 +171,12 @@ async fn sixteen_concurrent_publishers_one_winner_on_every_backend() {
         }
         assert_eq!((winners.len(), conflicts), (1, 15), "{}", b.name);
         let got = b.store.get(&path).await.unwrap().bytes().await.unwrap();
-        assert_eq!(&got[..], &[winners[0]; 64][..], "{}: the stored object is the winner's", b.name);
+        assert_eq!(
+            &got[..],
+            &[winners[0]; 64][..],
+            "{}: the stored object is the winner's",
+            b.name
+        );
         println!("store conformance: {} create-if-absent race passed", b.name);
     }
 }

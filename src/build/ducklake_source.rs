@@ -13,8 +13,8 @@ use async_trait::async_trait;
 
 use super::BuildError;
 use super::source::{SourceDefinition, VectorBatch, VectorSource};
-use crate::catalog::definition::IndexSource;
 use crate::catalog::CatalogError;
+use crate::catalog::definition::IndexSource;
 use crate::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use crate::catalog::lineage::MissingRowId;
 use crate::catalog::vector_column::{DecodeOptions, decode};
@@ -169,7 +169,8 @@ impl VectorSource for DuckLakeSource {
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| BuildError::Internal("DuckLake rowid is not BIGINT".into()))?;
         let keep: Vec<u32> = {
-            let skipped: std::collections::HashSet<usize> = decoded.skipped_rows.iter().copied().collect();
+            let skipped: std::collections::HashSet<usize> =
+                decoded.skipped_rows.iter().copied().collect();
             (0..batch.num_rows() as u32)
                 .filter(|r| !skipped.contains(&(*r as usize)))
                 .collect()
@@ -177,7 +178,10 @@ impl VectorSource for DuckLakeSource {
         let mut out = Vec::with_capacity(keep.len());
         for &r in &keep {
             if rowids.is_null(r as usize) {
-                return Err(BuildError::NullId { path, row: u64::from(r) });
+                return Err(BuildError::NullId {
+                    path,
+                    row: u64::from(r),
+                });
             }
             out.push(rowids.value(r as usize));
         }
@@ -189,7 +193,11 @@ impl VectorSource for DuckLakeSource {
     }
 
     fn definition(&self) -> SourceDefinition {
-        let (schema, table) = self.table.name().split_once('.').unwrap_or(("main", self.table.name()));
+        let (schema, table) = self
+            .table
+            .name()
+            .split_once('.')
+            .unwrap_or(("main", self.table.name()));
         SourceDefinition {
             source: IndexSource::Ducklake {
                 catalog: self.table.catalog().to_string(),

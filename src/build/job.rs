@@ -21,18 +21,19 @@ use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 use serde::Serialize;
 
+use super::BuildError;
 use super::progress::{Phase, ProgressMode, peak_rss_bytes};
 use super::source::{VectorBatch, VectorSource};
 use super::spill::BucketSpill;
-use super::BuildError;
 use crate::catalog::definition::{
-    BuildParams as DefinitionBuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition,
+    BuildParams as DefinitionBuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE,
+    IndexDefinition,
 };
-use crate::store::commit::put_if_absent;
 use crate::distance::Metric;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, KMeansParams};
 use crate::postings::schema::postings_schema;
 use crate::postings::writer::{PostingsWriter, WriterOptions};
+use crate::store::commit::put_if_absent;
 
 /// The default seed (FAISS's k-means default), so builds are reproducible
 /// without any flag.
@@ -163,7 +164,9 @@ pub async fn build(
             reason: "must be at least 1".into(),
         });
     }
-    let parent = crate::warehouse::current(&store, index).await?.map(|c| c.version);
+    let parent = crate::warehouse::current(&store, index)
+        .await?
+        .map(|c| c.version);
 
     // 1. Count rows per part (metadata only where the source allows it).
     let phase = Phase::start(params.progress, "count", parts as u64, "parts");
@@ -275,7 +278,11 @@ pub async fn build(
     let hierarchy = Arc::new(hierarchy);
 
     // 4. Assign every row and group by root bucket under the memory budget.
-    let payload_fields: Vec<Field> = source.payload_fields().iter().map(|f| f.as_ref().clone()).collect();
+    let payload_fields: Vec<Field> = source
+        .payload_fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
     let schema = postings_schema(dim, &payload_fields);
     let nroots = hierarchy.cid_offsets.len() - 1;
     let mut spill = BucketSpill::new(schema.clone(), nroots, params.memory_limit / 2)?;
@@ -320,8 +327,14 @@ pub async fn build(
 
     // 6. Publish: centroids, manifest (create-if-absent), index.json, commit.
     let phase = Phase::start(params.progress, "publish", 4, "steps");
-    let centroids = crate::centroids::encode(&hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
-    put_if_absent(store.as_ref(), &join(&snapshot, CENTROIDS_LOCATION), centroids).await?;
+    let centroids =
+        crate::centroids::encode(&hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
+    put_if_absent(
+        store.as_ref(),
+        &join(&snapshot, CENTROIDS_LOCATION),
+        centroids,
+    )
+    .await?;
     phase.inc(1);
     crate::postings::writer::publish(&store, &postings_root, &manifest).await?;
     phase.inc(1);
@@ -404,7 +417,8 @@ fn group_part(
     if let Some(p) = &batch.payload {
         columns.extend(p.columns().iter().cloned());
     }
-    let all = RecordBatch::try_new(schema.clone(), columns).map_err(|e| BuildError::Arrow(e.to_string()))?;
+    let all = RecordBatch::try_new(schema.clone(), columns)
+        .map_err(|e| BuildError::Arrow(e.to_string()))?;
     // Root of each cid: cid_offsets is sorted, root r owns [off[r], off[r+1]).
     let mut by_root: Vec<Vec<u32>> = vec![Vec::new(); h.cid_offsets.len() - 1];
     for (i, &c) in cids.iter().enumerate().take(n) {

@@ -12,8 +12,8 @@ pub mod source;
 pub mod spill;
 
 pub use job::{BuildParams, BuildSummary, DEFAULT_SEED, PhaseTimes, build};
-pub use progress::ProgressMode;
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
+pub use progress::ProgressMode;
 pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};
 
 use thiserror::Error;
@@ -41,8 +41,14 @@ pub enum BuildError {
     Unreadable { path: String, reason: String },
     #[error("{path}: the column {column} is missing")]
     MissingColumn { path: String, column: String },
-    #[error("{path}: the column {column} has type {found}, which is not a vector type (list<float>, list<double>, fixed-size list, fixed(4·dim))")]
-    WrongType { path: String, column: String, found: String },
+    #[error(
+        "{path}: the column {column} has type {found}, which is not a vector type (list<float>, list<double>, fixed-size list, fixed(4·dim))"
+    )]
+    WrongType {
+        path: String,
+        column: String,
+        found: String,
+    },
     #[error("{path}: {source}")]
     VectorColumn {
         path: String,

@@ -75,7 +75,9 @@ fn glob_match(pattern: &str, s: &str) -> bool {
     match pattern.split_once('*') {
         None => pattern == s,
         Some((pre, post)) => {
-            let Some(rest) = s.strip_prefix(pre) else { return false };
+            let Some(rest) = s.strip_prefix(pre) else {
+                return false;
+            };
             (0..=rest.len())
                 .filter(|&i| rest.is_char_boundary(i) && !rest[..i].contains('/'))
                 .any(|i| glob_match(post, &rest[i..]))
@@ -88,7 +90,10 @@ fn glob_match(pattern: &str, s: &str) -> bool {
 ///
 /// # Errors
 /// Listing fails, or nothing matches ([`BuildError::NoFiles`]).
-pub async fn expand(store: &dyn ObjectStore, location: &str) -> Result<Vec<ObjectMeta>, BuildError> {
+pub async fn expand(
+    store: &dyn ObjectStore,
+    location: &str,
+) -> Result<Vec<ObjectMeta>, BuildError> {
     let location = location.trim_start_matches('/');
     let mut files = if let Some(star) = location.find('*') {
         let dir = location[..star].rfind('/').map_or("", |i| &location[..i]);
@@ -134,7 +139,8 @@ fn partitions(path: &Path) -> Vec<(String, String)> {
     path.parts()
         .filter_map(|p| {
             let s = p.as_ref().to_string();
-            s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string()))
+            s.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
         })
         .collect()
 }
@@ -147,7 +153,9 @@ fn with_ids(field: Field, next: &mut i64) -> Field {
     let data_type = match field.data_type() {
         DataType::List(e) => DataType::List(Arc::new(with_ids(e.as_ref().clone(), next))),
         DataType::LargeList(e) => DataType::LargeList(Arc::new(with_ids(e.as_ref().clone(), next))),
-        DataType::FixedSizeList(e, n) => DataType::FixedSizeList(Arc::new(with_ids(e.as_ref().clone(), next)), *n),
+        DataType::FixedSizeList(e, n) => {
+            DataType::FixedSizeList(Arc::new(with_ids(e.as_ref().clone(), next)), *n)
+        }
         DataType::Struct(children) => DataType::Struct(
             children
                 .iter()
@@ -198,19 +206,25 @@ impl ParquetSource {
             .collect();
         // Field ids when every file carries them on the wanted columns, else names.
         let by_id = footers.iter().all(|(schema, _)| {
-            wanted
-                .iter()
-                .all(|w| schema.field_with_name(w).map(|f| field_id(f).is_some()).unwrap_or(false))
+            wanted.iter().all(|w| {
+                schema
+                    .field_with_name(w)
+                    .map(|f| field_id(f).is_some())
+                    .unwrap_or(false)
+            })
         });
         let (first_schema, _) = &footers[0];
         let mut logical: Vec<FieldRef> = Vec::with_capacity(wanted.len());
         let mut next_id = 1;
         for w in &wanted {
-            let f = first_schema.field_with_name(w).map_err(|_| BuildError::MissingColumn {
-                path: metas[0].location.to_string(),
-                column: (*w).to_string(),
-            })?;
-            let f = Field::new(f.name(), f.data_type().clone(), true).with_metadata(f.metadata().clone());
+            let f = first_schema
+                .field_with_name(w)
+                .map_err(|_| BuildError::MissingColumn {
+                    path: metas[0].location.to_string(),
+                    column: (*w).to_string(),
+                })?;
+            let f = Field::new(f.name(), f.data_type().clone(), true)
+                .with_metadata(f.metadata().clone());
             let f = if by_id { f } else { with_ids(f, &mut next_id) };
             logical.push(Arc::new(f));
         }
@@ -332,8 +346,12 @@ impl ParquetSource {
             .map_err(|e| unreadable(&path, e))?;
         let resolved = f.resolved.clone();
         tokio::task::spawn_blocking(move || {
-            let builder = ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| unreadable(&path, e))?;
-            let mask = ProjectionMask::roots(builder.parquet_schema(), resolved.physical_roots().iter().copied());
+            let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                .map_err(|e| unreadable(&path, e))?;
+            let mask = ProjectionMask::roots(
+                builder.parquet_schema(),
+                resolved.physical_roots().iter().copied(),
+            );
             let reader = builder
                 .with_projection(mask)
                 .with_batch_size(16_384)
@@ -343,13 +361,19 @@ impl ParquetSource {
             let mut batches = Vec::new();
             for b in reader {
                 let b = b.map_err(|e| unreadable(&path, e))?;
-                let cols = resolved.assemble(&b).map_err(|source| BuildError::Mapping {
-                    path: path.to_string(),
-                    source,
-                })?;
-                batches.push(RecordBatch::try_new(schema.clone(), cols).map_err(|e| BuildError::Arrow(e.to_string()))?);
+                let cols = resolved
+                    .assemble(&b)
+                    .map_err(|source| BuildError::Mapping {
+                        path: path.to_string(),
+                        source,
+                    })?;
+                batches.push(
+                    RecordBatch::try_new(schema.clone(), cols)
+                        .map_err(|e| BuildError::Arrow(e.to_string()))?,
+                );
             }
-            let all = concat_batches(&schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
+            let all =
+                concat_batches(&schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
             Ok((all.num_rows(), all.columns().to_vec()))
         })
         .await
@@ -414,7 +438,10 @@ impl VectorSource for ParquetSource {
             let mut out = Vec::with_capacity(keep.len());
             for &r in &keep {
                 if ids.is_null(r as usize) {
-                    return Err(BuildError::NullId { path, row: u64::from(r) });
+                    return Err(BuildError::NullId {
+                        path,
+                        row: u64::from(r),
+                    });
                 }
                 out.push(ids.value(r as usize));
             }

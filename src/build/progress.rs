@@ -43,7 +43,8 @@ impl Phase {
             }
             _ => None,
         };
-        let plain = matches!(mode, ProgressMode::Plain) || (matches!(mode, ProgressMode::Auto) && !tty);
+        let plain =
+            matches!(mode, ProgressMode::Plain) || (matches!(mode, ProgressMode::Auto) && !tty);
         if plain {
             eprintln!("parqivf build: {name}: started ({total} {unit})");
         }
@@ -69,7 +70,11 @@ impl Phase {
             b.finish();
         }
         if self.plain {
-            eprintln!("parqivf build: {}: done in {:.3} s", self.name, elapsed.as_secs_f64());
+            eprintln!(
+                "parqivf build: {}: done in {:.3} s",
+                self.name,
+                elapsed.as_secs_f64()
+            );
         }
         elapsed
     }

@@ -34,7 +34,10 @@ impl VectorBatch {
     pub fn memory_size(&self) -> usize {
         self.vectors.len() * 4
             + self.rowids.len() * 8
-            + self.payload.as_ref().map_or(0, |p| p.get_array_memory_size())
+            + self
+                .payload
+                .as_ref()
+                .map_or(0, |p| p.get_array_memory_size())
     }
 }
 
@@ -96,8 +99,12 @@ impl ArraySource {
     ///
     /// # Errors
     /// A zero dimension, or a length that is not a multiple of `dim`.
-    pub fn new(vectors: Vec<f32>, dim: usize, location: impl Into<String>) -> Result<Self, BuildError> {
-        if dim == 0 || vectors.len() % dim != 0 {
+    pub fn new(
+        vectors: Vec<f32>,
+        dim: usize,
+        location: impl Into<String>,
+    ) -> Result<Self, BuildError> {
+        if dim == 0 || !vectors.len().is_multiple_of(dim) {
             return Err(BuildError::BadShape {
                 len: vectors.len(),
                 dim,

@@ -102,7 +102,8 @@ impl BucketSpill {
             };
             if b.spill.is_none() {
                 let f = File::create(&path).map_err(|e| err(&e))?;
-                let w = StreamWriter::try_new(BufWriter::new(f), &self.schema).map_err(|e| err(&e))?;
+                let w =
+                    StreamWriter::try_new(BufWriter::new(f), &self.schema).map_err(|e| err(&e))?;
                 b.spill = Some(w);
                 b.spill_path = Some(path.clone());
             }
@@ -157,7 +158,8 @@ impl BucketSpill {
         if batches.is_empty() {
             return Ok(None);
         }
-        let all = concat_batches(&self.schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
+        let all =
+            concat_batches(&self.schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
         drop(batches);
         sort_by_cid_rowid(&all).map(Some)
     }
@@ -210,12 +212,19 @@ mod tests {
     }
 
     fn batch(rows: &[(i32, i64)]) -> RecordBatch {
-        let v: Vec<[u8; 4]> = rows.iter().map(|&(_, r)| (r as f32).to_le_bytes()).collect();
+        let v: Vec<[u8; 4]> = rows
+            .iter()
+            .map(|&(_, r)| (r as f32).to_le_bytes())
+            .collect();
         RecordBatch::try_new(
             schema(),
             vec![
-                Arc::new(Int32Array::from(rows.iter().map(|r| r.0).collect::<Vec<_>>())),
-                Arc::new(Int64Array::from(rows.iter().map(|r| r.1).collect::<Vec<_>>())),
+                Arc::new(Int32Array::from(
+                    rows.iter().map(|r| r.0).collect::<Vec<_>>(),
+                )),
+                Arc::new(Int64Array::from(
+                    rows.iter().map(|r| r.1).collect::<Vec<_>>(),
+                )),
                 Arc::new(FixedSizeBinaryArray::try_from_iter(v.into_iter()).unwrap()),
             ],
         )
@@ -225,7 +234,9 @@ mod tests {
     fn pairs(b: &RecordBatch) -> Vec<(i32, i64)> {
         let c = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
         let r = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
-        (0..b.num_rows()).map(|i| (c.value(i), r.value(i))).collect()
+        (0..b.num_rows())
+            .map(|i| (c.value(i), r.value(i)))
+            .collect()
     }
 
     #[test]
@@ -237,7 +248,11 @@ mod tests {
                 s.push(1, batch(rows)).unwrap();
             }
             let spilled = s.spilled().1;
-            (s.take_sorted(1).unwrap().map(|b| pairs(&b)), s.take_sorted(0).unwrap(), spilled)
+            (
+                s.take_sorted(1).unwrap().map(|b| pairs(&b)),
+                s.take_sorted(0).unwrap(),
+                spilled,
+            )
         };
         let (mem, empty, n0) = run(usize::MAX);
         let (disk, _, n1) = run(0);

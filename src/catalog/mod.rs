@@ -3,13 +3,13 @@
 //! resolution and row lineage.
 
 pub mod definition;
-pub mod type_mapping;
-pub mod uri;
-pub mod vector_column;
 pub mod ducklake;
 pub mod lineage;
 pub mod mapping;
 pub mod paths;
+pub mod type_mapping;
+pub mod uri;
+pub mod vector_column;
 
 use thiserror::Error;
 

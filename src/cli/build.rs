@@ -5,7 +5,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use parqivf::build::{ArraySource, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource, build};
+use parqivf::build::{
+    ArraySource, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource,
+    build,
+};
 use parqivf::distance::Metric;
 use parqivf::kmeans::AssignMode;
 
@@ -88,7 +91,9 @@ fn parse_assign(s: &str) -> Result<AssignMode, String> {
             .filter(|&m: &usize| m > 0)
             .map(|m| AssignMode::Hierarchical { m })
             .ok_or_else(|| format!("bad root count in {s:?}")),
-        _ => Err(format!("unknown assignment {s:?}: expected exact or hierarchical:M")),
+        _ => Err(format!(
+            "unknown assignment {s:?}: expected exact or hierarchical:M"
+        )),
     }
 }
 
@@ -108,7 +113,8 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         "GB" => 1_000_000_000,
         u => return Err(format!("bad size unit {u:?} in {s:?}")),
     };
-    n.checked_mul(mult).ok_or_else(|| format!("size {s:?} is too large"))
+    n.checked_mul(mult)
+        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
@@ -131,7 +137,11 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             seed: args.seed,
             assign: args.assign,
             memory_limit: args.memory_limit,
-            progress: if args.json { ProgressMode::Plain } else { ProgressMode::Auto },
+            progress: if args.json {
+                ProgressMode::Plain
+            } else {
+                ProgressMode::Auto
+            },
             ..BuildParams::default()
         };
         let summary = build(source, store, &index, &params).await?;
@@ -140,7 +150,12 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         } else {
             eprintln!(
                 "published version {} of {} ({} rows, nlist {}, {} postings files) in {:.2} s",
-                summary.version, args.out, summary.rows, summary.nlist, summary.postings_files, summary.seconds.total
+                summary.version,
+                args.out,
+                summary.rows,
+                summary.nlist,
+                summary.postings_files,
+                summary.seconds.total
             );
         }
         Ok(ExitCode::SUCCESS)

@@ -13,7 +13,11 @@ pub mod train;
 pub mod verify;
 
 #[derive(Debug, Parser)]
-#[command(name = "parqivf", version, about = "IVF vector index for Parquet and DuckLake tables")]
+#[command(
+    name = "parqivf",
+    version,
+    about = "IVF vector index for Parquet and DuckLake tables"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -30,15 +30,27 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     if args.json {
         println!("{}", serde_json::to_string_pretty(&r)?);
     } else {
-        println!("source table : {} ({} rows x {} dims, Parquet, list<float>)", r.source, r.rows, r.dim);
-        println!("index        : {} (version {}, nlist {})", r.index, r.version, r.nlist);
+        println!(
+            "source table : {} ({} rows x {} dims, Parquet, list<float>)",
+            r.source, r.rows, r.dim
+        );
+        println!(
+            "index        : {} (version {}, nlist {})",
+            r.index, r.version, r.nlist
+        );
         println!("build        : {:.2} s", r.build_seconds);
         println!(
             "search       : {} queries, k={}, nprobe={}: {:.0} QPS",
             r.queries, r.k, r.nprobe, r.qps
         );
-        println!("recall@{}    : {:.4} (against brute force)", r.k, r.recall_at_k);
-        println!("next         : parqivf search --index {} --queries <file.npy> --k 10", r.index);
+        println!(
+            "recall@{}    : {:.4} (against brute force)",
+            r.k, r.recall_at_k
+        );
+        println!(
+            "next         : parqivf search --index {} --queries <file.npy> --k 10",
+            r.index
+        );
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use async_trait::async_trait;
 
 use super::backend::{
-    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats, SearchBackend,
-    SearchRequestParams,
+    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
+    SearchBackend, SearchRequestParams,
 };
 use crate::Error;
 use crate::index::{Index, IndexError, SearchParams};
@@ -67,7 +67,11 @@ impl SearchBackend for IndexBackend {
         }
     }
 
-    fn search_batch(&self, queries: &[f32], params: &SearchRequestParams) -> Result<Vec<QueryAnswer>, BackendError> {
+    fn search_batch(
+        &self,
+        queries: &[f32],
+        params: &SearchRequestParams,
+    ) -> Result<Vec<QueryAnswer>, BackendError> {
         let sp = SearchParams {
             k: params.k,
             nprobe: params.nprobe,
@@ -120,7 +124,8 @@ impl BackendLoader for IndexLoader {
             location: location.to_string(),
             message,
         };
-        let (store, path) = crate::store::location::open(location).map_err(|e| storage(e.to_string()))?;
+        let (store, path) =
+            crate::store::location::open(location).map_err(|e| storage(e.to_string()))?;
         let snapshot = match warehouse::current(&store, &path).await {
             Ok(Some(c)) => format!("v{}:{}", c.version, c.snapshot),
             Ok(None) => path.to_string(),

@@ -153,7 +153,14 @@ pub fn open_pattern(location: &str) -> Result<(Arc<dyn ObjectStore>, String), Lo
     };
     let (store, root) = open(root)?;
     let root = root.to_string();
-    Ok((store, if root.is_empty() { rest.to_string() } else { format!("{root}/{rest}") }))
+    Ok((
+        store,
+        if root.is_empty() {
+            rest.to_string()
+        } else {
+            format!("{root}/{rest}")
+        },
+    ))
 }
 
 /// The process-global in-memory store called `name`: the same name gives the

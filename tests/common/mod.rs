@@ -328,7 +328,11 @@ pub async fn write_index(
         BuildParams {
             vector_column: "vector".into(),
             id_column: None,
-            payload_columns: if layout.payload { vec!["title".into()] } else { Vec::new() },
+            payload_columns: if layout.payload {
+                vec!["title".into()]
+            } else {
+                Vec::new()
+            },
             seed: 0,
             sample_rows: data.len() as u64 / dim as u64,
             max_iterations: 6,

@@ -10,8 +10,8 @@ use async_trait::async_trait;
 use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore, ObjectStoreExt,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
+    ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -19,7 +19,9 @@ use rand_chacha::ChaCha8Rng;
 /// `n × dim` values uniform in [-1, 1), deterministic by `seed`.
 pub fn random_vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    (0..n * dim).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+    (0..n * dim)
+        .map(|_| rng.random_range(-1.0f32..1.0))
+        .collect()
 }
 
 /// A store whose `n`-th write (0-based, puts and multipart uploads together)
@@ -59,7 +61,12 @@ impl fmt::Display for FailNthPut {
 
 #[async_trait]
 impl ObjectStore for FailNthPut {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> object_store::Result<PutResult> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
         self.check(location)?;
         self.inner.put_opts(location, payload, opts).await
     }
@@ -73,7 +80,11 @@ impl ObjectStore for FailNthPut {
         self.inner.put_multipart_opts(location, opts).await
     }
 
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> object_store::Result<GetResult> {
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
         self.inner.get_opts(location, options).await
     }
 
@@ -92,13 +103,21 @@ impl ObjectStore for FailNthPut {
         self.inner.list_with_delimiter(prefix).await
     }
 
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> object_store::Result<()> {
+    async fn copy_opts(
+        &self,
+        from: &Path,
+        to: &Path,
+        options: CopyOptions,
+    ) -> object_store::Result<()> {
         self.inner.copy_opts(from, to, options).await
     }
 }
 
 /// Every object below `snapshot`, as (relative path, bytes), sorted.
-pub async fn snapshot_files(store: &Arc<dyn ObjectStore>, snapshot: &Path) -> Vec<(String, bytes::Bytes)> {
+pub async fn snapshot_files(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Path,
+) -> Vec<(String, bytes::Bytes)> {
     use futures::TryStreamExt;
     let metas: Vec<ObjectMeta> = store.list(Some(snapshot)).try_collect().await.unwrap();
     let mut out = Vec::new();

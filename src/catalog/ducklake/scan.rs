@@ -14,11 +14,11 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use url::Url;
 
-use crate::store::parquet_reader::StoreReader;
 use super::{DuckLakeError, DuckLakeTable, LiveFile};
 use crate::catalog::lineage::{self, LineageColumn, MissingRowId};
 use crate::catalog::mapping::ColumnMapping;
 use crate::catalog::paths;
+use crate::store::parquet_reader::StoreReader;
 
 /// One requested output column.
 #[derive(Debug, Clone)]
