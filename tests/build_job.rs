@@ -398,3 +398,60 @@ for f in range(3):
     let recall = hit as f64 / 500.0;
     assert!(recall >= 0.9, "recall@10 {recall}");
 }
+
+fn validator(schema_file: &str) -> jsonschema::Validator {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests")
+        .join(schema_file);
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap();
+    jsonschema::draft202012::new(&schema).unwrap()
+}
+
+/// Every document a build writes validates against its JSON Schema in
+/// `manifests/`: the commit, `index.json` and `manifest.json`.
+#[tokio::test]
+async fn documents_written_by_a_build_match_their_schemas() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    let src =
+        Arc::new(ArraySource::new(support::random_vectors(500, 4, 2), 4, "generated").unwrap());
+    let s = build(src, store.clone(), &idx, &params(4)).await.unwrap();
+    let get = |p: Path| {
+        let store = store.clone();
+        async move {
+            use object_store::ObjectStoreExt;
+            let b = store.get(&p).await.unwrap().bytes().await.unwrap();
+            serde_json::from_slice::<serde_json::Value>(&b).unwrap()
+        }
+    };
+    let snapshot = Path::from(s.snapshot.as_str());
+    let docs = [
+        (
+            "commit.schema.json",
+            get(warehouse::version_path(&idx, 1)).await,
+        ),
+        (
+            "index-definition.schema.json",
+            get(snapshot.clone().join("index.json")).await,
+        ),
+        (
+            "manifest.schema.json",
+            get(snapshot.clone().join("postings").join("manifest.json")).await,
+        ),
+    ];
+    for (schema, doc) in docs {
+        let v = validator(schema);
+        let errors: Vec<String> = v.iter_errors(&doc).map(|e| e.to_string()).collect();
+        assert!(errors.is_empty(), "{schema}: {errors:?}\n{doc}");
+    }
+    let example: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/examples/commit.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(validator("commit.schema.json").is_valid(&example));
+    assert!(!validator("commit.schema.json").is_valid(&serde_json::json!({"version": 1})));
+}
