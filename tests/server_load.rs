@@ -1,6 +1,6 @@
 //! Bounded load test on loopback: 32 concurrent clients send 3 200 search
 //! requests in all; every one must succeed and equal the backend's direct
-//! answer. Prints p50/p99 latency and QPS (recorded in docs/bench-server.md):
+//! answer. Prints p50/p99 latency and QPS (recorded in docs/benchmarks.md):
 //! `cargo test --release --test server_load -- --nocapture`.
 
 mod server_support;

@@ -6,16 +6,15 @@
 //! could not run (no such folder, IO failure).
 
 use anyhow::Context;
-use object_store::ObjectStore;
-use object_store::local::LocalFileSystem;
-use object_store::path::Path;
+use object_store::ObjectStoreExt;
 use parqivf::postings::{VerifyOptions, verify};
 use std::process::ExitCode;
-use std::sync::Arc;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
-    /// Local folder of the postings table (the folder holding manifest.json).
+    /// The postings table (the folder holding manifest.json), a snapshot
+    /// (holding index.json), or an index (its current snapshot); a local
+    /// folder, file://, memory:// or s3:// URI.
     pub location: String,
     /// Print the report as JSON instead of one line per violation.
     #[arg(long)]
@@ -26,20 +25,32 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let folder = std::fs::canonicalize(&args.location)
-        .with_context(|| format!("cannot open table folder {}", args.location))?;
-    anyhow::ensure!(folder.is_dir(), "{} is not a folder", folder.display());
-    let store: Arc<dyn ObjectStore> = Arc::new(
-        LocalFileSystem::new_with_prefix(&folder)
-            .with_context(|| format!("cannot open {}", folder.display()))?,
-    );
+    if !args.location.contains("://") {
+        let folder = std::fs::canonicalize(&args.location)
+            .with_context(|| format!("cannot open table folder {}", args.location))?;
+        anyhow::ensure!(folder.is_dir(), "{} is not a folder", folder.display());
+    }
+    let (store, location) = parqivf::store::location::open(&args.location)?;
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let options = VerifyOptions {
         orphans: args.orphans,
     };
+    let folder = &args.location;
     let report = runtime
-        .block_on(verify(store, &Path::default(), options))
-        .with_context(|| format!("cannot verify {}", folder.display()))?;
+        .block_on(async {
+            // An index resolves to its current snapshot, a snapshot to its postings.
+            let snapshot = match parqivf::warehouse::current_snapshot(&store, &location).await {
+                Ok((_, snapshot)) => snapshot,
+                Err(_) => location.clone(),
+            };
+            let has_definition = store
+                .head(&snapshot.clone().join(parqivf::catalog::definition::INDEX_DEFINITION_FILE))
+                .await
+                .is_ok();
+            let table = if has_definition { snapshot.join("postings") } else { snapshot };
+            verify(store, &table, options).await
+        })
+        .with_context(|| format!("cannot verify {folder}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -48,7 +59,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         println!(
             "{}: {} files checked, {} violations",
-            folder.display(),
+            folder,
             report.files_checked,
             report.violations.len()
         );

@@ -4,7 +4,7 @@
 //! For L2 the distance is expanded as `‖x‖² + ‖c‖² − 2·x·c`; the dot products
 //! of a tile of [`POINT_TILE`] points against a tile of [`CENTROID_TILE`]
 //! centroids come from one `matrixmultiply::sgemm` call (measured faster than
-//! a blocked simsimd loop, see `docs/bench-kmeans.md`), and a running argmin
+//! a blocked simsimd loop, see `docs/benchmarks.md`), and a running argmin
 //! keeps the best centroid per point. Point tiles run in parallel on rayon.
 //! Tiles have a fixed size, so results do not depend on the thread count.
 //! Ties go to the smaller centroid index. The k-means trainer, the build job
