@@ -37,4 +37,7 @@ urllib.request.urlopen(req)
 print("moto_server on 127.0.0.1:$PORT (pid $MOTO_PID), bucket parqivf-test")
 PY
 
-cargo test --locked "$@"
+# The store-conformance suite first, with its output, so the log shows each
+# backend (memory, local, S3 on moto) passing; then everything else.
+cargo test --locked --test store_conformance -- --nocapture --test-threads 1
+cargo test --locked "$@" -- --skip on_every_backend

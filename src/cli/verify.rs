@@ -44,10 +44,18 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 Err(_) => location.clone(),
             };
             let has_definition = store
-                .head(&snapshot.clone().join(parqivf::catalog::definition::INDEX_DEFINITION_FILE))
+                .head(
+                    &snapshot
+                        .clone()
+                        .join(parqivf::catalog::definition::INDEX_DEFINITION_FILE),
+                )
                 .await
                 .is_ok();
-            let table = if has_definition { snapshot.join("postings") } else { snapshot };
+            let table = if has_definition {
+                snapshot.join("postings")
+            } else {
+                snapshot
+            };
             verify(store, &table, options).await
         })
         .with_context(|| format!("cannot verify {folder}"))?;
