@@ -25,12 +25,20 @@ pub struct Args {
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    if !args.location.contains("://") {
+    // A local folder becomes the store's root, so violations name objects
+    // relative to it (as the manifest does).
+    let (store, location) = if args.location.contains("://") {
+        parqivf::store::location::open(&args.location)?
+    } else {
         let folder = std::fs::canonicalize(&args.location)
             .with_context(|| format!("cannot open table folder {}", args.location))?;
         anyhow::ensure!(folder.is_dir(), "{} is not a folder", folder.display());
-    }
-    let (store, location) = parqivf::store::location::open(&args.location)?;
+        let store: std::sync::Arc<dyn object_store::ObjectStore> = std::sync::Arc::new(
+            object_store::local::LocalFileSystem::new_with_prefix(&folder)
+                .with_context(|| format!("cannot open {}", folder.display()))?,
+        );
+        (store, object_store::path::Path::default())
+    };
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let options = VerifyOptions {
         orphans: args.orphans,
