@@ -12,7 +12,7 @@ use arrow::compute::concat_batches;
 use async_trait::async_trait;
 
 use super::BuildError;
-use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use super::source::{SourceDefinition, VectorBatch, VectorSource, ids_at, kept_rows};
 use crate::catalog::CatalogError;
 use crate::catalog::definition::IndexSource;
 use crate::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
@@ -168,23 +168,8 @@ impl VectorSource for DuckLakeSource {
             .as_any()
             .downcast_ref::<Int64Array>()
             .ok_or_else(|| BuildError::Internal("DuckLake rowid is not BIGINT".into()))?;
-        let keep: Vec<u32> = {
-            let skipped: std::collections::HashSet<usize> =
-                decoded.skipped_rows.iter().copied().collect();
-            (0..batch.num_rows() as u32)
-                .filter(|r| !skipped.contains(&(*r as usize)))
-                .collect()
-        };
-        let mut out = Vec::with_capacity(keep.len());
-        for &r in &keep {
-            if rowids.is_null(r as usize) {
-                return Err(BuildError::NullId {
-                    path,
-                    row: u64::from(r),
-                });
-            }
-            out.push(rowids.value(r as usize));
-        }
+        let keep = kept_rows(batch.num_rows(), &decoded.skipped_rows);
+        let out = ids_at(rowids, &keep, &path)?;
         Ok(VectorBatch {
             rowids: out,
             vectors: decoded.values,

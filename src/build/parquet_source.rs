@@ -26,7 +26,7 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::BuildError;
-use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use super::source::{SourceDefinition, VectorBatch, VectorSource, ids_at, kept_rows};
 use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
 use crate::catalog::vector_column::{DecodeOptions, decode};
@@ -412,19 +412,7 @@ impl VectorSource for ParquetSource {
         })?;
         self.skipped
             .fetch_add(decoded.skipped_rows.len() as u64, Ordering::Relaxed);
-        let keep: Vec<u32> = {
-            let mut skipped = decoded.skipped_rows.iter().peekable();
-            (0..rows as u32)
-                .filter(|&r| {
-                    if skipped.peek() == Some(&&(r as usize)) {
-                        skipped.next();
-                        false
-                    } else {
-                        true
-                    }
-                })
-                .collect()
-        };
+        let keep = kept_rows(rows, &decoded.skipped_rows);
         let rowids: Vec<i64> = if self.options.id_column.is_some() {
             let ids = cast(&columns[1], &DataType::Int64).map_err(|e| BuildError::WrongType {
                 path: path.clone(),
@@ -435,17 +423,7 @@ impl VectorSource for ParquetSource {
                 .as_any()
                 .downcast_ref::<Int64Array>()
                 .ok_or_else(|| BuildError::Internal("id column did not cast to Int64".into()))?;
-            let mut out = Vec::with_capacity(keep.len());
-            for &r in &keep {
-                if ids.is_null(r as usize) {
-                    return Err(BuildError::NullId {
-                        path,
-                        row: u64::from(r),
-                    });
-                }
-                out.push(ids.value(r as usize));
-            }
-            out
+            ids_at(ids, &keep, &path)?
         } else {
             keep.iter().map(|&r| f.first_rowid + i64::from(r)).collect()
         };

@@ -41,6 +41,46 @@ impl VectorBatch {
     }
 }
 
+/// Positions `0..rows` except the ascending `skipped` ones.
+pub fn kept_rows(rows: usize, skipped: &[usize]) -> Vec<u32> {
+    let mut skipped = skipped.iter().peekable();
+    (0..rows)
+        .filter(|&r| {
+            if skipped.peek() == Some(&&r) {
+                skipped.next();
+                false
+            } else {
+                true
+            }
+        })
+        .map(|r| r as u32)
+        .collect()
+}
+
+/// The BIGINT ids at positions `keep`; a NULL id is [`BuildError::NullId`].
+///
+/// # Errors
+/// A NULL at a kept position.
+pub fn ids_at(
+    ids: &arrow::array::Int64Array,
+    keep: &[u32],
+    path: &str,
+) -> Result<Vec<i64>, BuildError> {
+    use arrow::array::Array;
+    keep.iter()
+        .map(|&r| {
+            if ids.is_null(r as usize) {
+                Err(BuildError::NullId {
+                    path: path.to_string(),
+                    row: u64::from(r),
+                })
+            } else {
+                Ok(ids.value(r as usize))
+            }
+        })
+        .collect()
+}
+
 /// A source table, read part by part. Parts are independent, so the job can
 /// read them in parallel and, beyond one machine, on different workers.
 #[async_trait]
