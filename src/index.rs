@@ -121,7 +121,8 @@ pub struct SearchParams {
     /// Leaf lists to probe (1..=nlist). Default 16.
     pub nprobe: usize,
     /// Roots are visited nearest first until they own `root_factor × nprobe`
-    /// leaves (default 4); the nearest `nprobe` leaves among them are probed.
+    /// leaves (0, the default, visits every root: exact leaf selection); the
+    /// nearest `nprobe` leaves among them are probed.
     pub root_factor: usize,
     /// Return the payload columns of each hit. Default false.
     pub include_payload: bool,

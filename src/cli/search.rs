@@ -31,6 +31,10 @@ pub struct Args {
     /// Leaf lists probed per query (1..=nlist).
     #[arg(long, default_value_t = 16)]
     pub nprobe: usize,
+    /// Roots are visited nearest first until they own `root_factor × nprobe`
+    /// leaves; the nearest `nprobe` of those are probed.
+    #[arg(long, default_value_t = parqivf::probe::select::DEFAULT_ROOT_FACTOR)]
+    pub root_factor: usize,
     /// Name of the vector column in a Parquet query file.
     #[arg(long, default_value = "vector")]
     pub column: String,
@@ -130,6 +134,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     let params = SearchParams {
         k: args.k,
         nprobe: args.nprobe,
+        root_factor: args.root_factor,
         ..SearchParams::default()
     };
     let (index, results) = runtime.block_on(async {
@@ -176,6 +181,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             "queries": nq,
             "k": args.k,
             "nprobe": args.nprobe,
+            "root-factor": args.root_factor,
             "threads": rayon::current_num_threads(),
             "preload": args.preload,
             "seconds": best,
