@@ -90,6 +90,12 @@ pub enum IndexError {
     InvalidNprobe { nprobe: usize, nlist: usize },
     #[error(transparent)]
     Centroids(#[from] CentroidsError),
+    /// `index.json` breaks a rule of the strict definition parser.
+    #[error(transparent)]
+    Definition(#[from] crate::catalog::definition::DefinitionError),
+    /// `manifest.json` breaks a rule of the strict manifest parser.
+    #[error(transparent)]
+    Manifest(#[from] crate::manifest::ManifestError),
 }
 
 /// Tuning of an opened index.
@@ -303,11 +309,7 @@ impl Index {
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
         check_version(&def_path, &bytes, INDEX_FORMAT_VERSION)?;
-        let definition: IndexDefinition =
-            serde_json::from_slice(&bytes).map_err(|source| IndexError::Json {
-                path: def_path.to_string(),
-                source,
-            })?;
+        let definition = IndexDefinition::from_json(&bytes)?;
         let unsupported = |what, found: &str, supported| IndexError::Unsupported {
             path: def_path.to_string(),
             what,
@@ -340,10 +342,7 @@ impl Index {
         );
         let (m, c) = (m?, c?);
         check_version(&manifest_path, &m, manifest::FORMAT_VERSION)?;
-        let manifest: Manifest = serde_json::from_slice(&m).map_err(|source| IndexError::Json {
-            path: manifest_path.to_string(),
-            source,
-        })?;
+        let manifest = Manifest::parse(&m)?;
         let dim = definition.dim as usize;
         let hierarchy = centroids::decode(centroids_path.as_ref(), c, dim, definition.metric)?;
         let mismatch = |path: &Path, what, expected: usize, found: usize| IndexError::Mismatch {
