@@ -121,6 +121,7 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
         ParquetSourceOptions {
             column: "embedding".into(),
             id_column: Some("id".into()),
+            table_uri: Some(format!("file://{}/source/*.parquet", dir.display())),
             ..Default::default()
         },
     )

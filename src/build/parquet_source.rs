@@ -43,6 +43,10 @@ pub struct ParquetSourceOptions {
     pub payload: Vec<String>,
     /// Skip rows whose vector is NULL or holds NaN/∞ (counted) instead of failing.
     pub skip_invalid: bool,
+    /// The table's canonical absolute URI (root or `*` pattern), recorded as
+    /// the source location in `index.json`. `None`: `file:///` + the
+    /// location, right for a `LocalFileSystem` rooted at `/`.
+    pub table_uri: Option<String>,
 }
 
 struct SourceFile {
@@ -454,10 +458,15 @@ impl VectorSource for ParquetSource {
     }
 
     fn definition(&self) -> SourceDefinition {
+        let uri = self
+            .options
+            .table_uri
+            .clone()
+            .unwrap_or_else(|| format!("file:///{}", self.location.trim_start_matches('/')));
         SourceDefinition {
             source: IndexSource::Parquet {
-                location: self.location.clone(),
-                table_identity: self.location.clone(),
+                location: uri.clone(),
+                table_identity: uri,
             },
             vector_column: self.options.column.clone(),
             id_column: self.options.id_column.clone(),

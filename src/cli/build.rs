@@ -205,6 +205,7 @@ async fn open_source(args: &Args) -> anyhow::Result<Arc<dyn VectorSource>> {
             id_column: args.id_column.clone(),
             payload: args.payload.clone(),
             skip_invalid: args.skip_invalid,
+            table_uri: src.contains("://").then(|| src.to_string()),
         },
     )
     .await?;
