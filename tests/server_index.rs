@@ -18,6 +18,16 @@ fn vectors(n: usize, dim: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// The rowids of the first result of a search response, best first.
+fn rowids(body: &serde_json::Value) -> Vec<i64> {
+    body["results"][0]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["rowid"].as_i64().unwrap())
+        .collect()
+}
+
 async fn publish(location: &str, data: Vec<f32>, dim: usize) {
     let (store, idx) = parqivf::store::location::open(location).unwrap();
     let params = BuildParams {
@@ -76,12 +86,7 @@ async fn http_answers_equal_the_library_and_reload_picks_up_new_versions() {
     for q in queries.chunks(dim) {
         let body = ask(q.to_vec()).await;
         let want = library.search(q, &sp).await.unwrap();
-        let got: Vec<i64> = body["results"][0]["hits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|h| h["rowid"].as_i64().unwrap())
-            .collect();
+        let got = rowids(&body);
         assert_eq!(got, want.hits.iter().map(|h| h.rowid).collect::<Vec<_>>());
         assert!(body["snapshot"].as_str().unwrap().starts_with("v1:"));
     }
@@ -103,12 +108,7 @@ async fn http_answers_equal_the_library_and_reload_picks_up_new_versions() {
         .await
         .unwrap();
     let want = v2.search(&queries[..dim], &sp).await.unwrap();
-    let got: Vec<i64> = body["results"][0]["hits"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|h| h["rowid"].as_i64().unwrap())
-        .collect();
+    let got = rowids(&body);
     assert_eq!(got, want.hits.iter().map(|h| h.rowid).collect::<Vec<_>>());
 
     stop.send(()).unwrap();

@@ -12,12 +12,13 @@ use arrow::compute::concat_batches;
 use async_trait::async_trait;
 
 use super::BuildError;
-use super::source::{SourceDefinition, VectorBatch, VectorSource, ids_at, kept_rows};
+use super::source::{
+    SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
+};
 use crate::catalog::CatalogError;
 use crate::catalog::definition::IndexSource;
 use crate::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use crate::catalog::lineage::MissingRowId;
-use crate::catalog::vector_column::{DecodeOptions, decode};
 
 /// A DuckLake table at one snapshot, read file by file.
 pub struct DuckLakeSource {
@@ -97,17 +98,8 @@ impl DuckLakeSource {
             if batch.num_rows() == 0 {
                 continue;
             }
-            let decoded = decode(
-                batch.column(1).as_ref(),
-                &DecodeOptions {
-                    expected_dim: None,
-                    skip_invalid: true,
-                },
-            )
-            .map_err(|source| BuildError::VectorColumn {
-                path: self.part_name(part),
-                source,
-            })?;
+            let decoded =
+                decode_vectors(batch.column(1).as_ref(), None, true, &self.part_name(part))?;
             if decoded.dim > 0 {
                 return Ok(decoded.dim);
             }
@@ -150,17 +142,12 @@ impl VectorSource for DuckLakeSource {
             });
         }
         // NULL vectors are rows without an embedding: skip them only when asked.
-        let decoded = decode(
+        let decoded = decode_vectors(
             batch.column(1).as_ref(),
-            &DecodeOptions {
-                expected_dim: Some(self.dim),
-                skip_invalid: self.skip_invalid,
-            },
-        )
-        .map_err(|source| BuildError::VectorColumn {
-            path: path.clone(),
-            source,
-        })?;
+            Some(self.dim),
+            self.skip_invalid,
+            &path,
+        )?;
         self.skipped
             .fetch_add(decoded.skipped_rows.len() as u64, Ordering::Relaxed);
         let rowids = batch

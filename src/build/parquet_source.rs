@@ -26,10 +26,11 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::BuildError;
-use super::source::{SourceDefinition, VectorBatch, VectorSource, ids_at, kept_rows};
+use super::source::{
+    SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
+};
 use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
-use crate::catalog::vector_column::{DecodeOptions, decode};
 use crate::store::parquet_reader::StoreReader;
 
 /// What to read from the table.
@@ -318,17 +319,8 @@ impl ParquetSource {
                 continue;
             }
             let (_, columns) = self.read_columns(p).await?;
-            let decoded = decode(
-                columns[0].as_ref(),
-                &DecodeOptions {
-                    expected_dim: None,
-                    skip_invalid: true,
-                },
-            )
-            .map_err(|source| BuildError::VectorColumn {
-                path: f.meta.location.to_string(),
-                source,
-            })?;
+            let decoded =
+                decode_vectors(columns[0].as_ref(), None, true, f.meta.location.as_ref())?;
             if decoded.dim > 0 {
                 return Ok(decoded.dim);
             }
@@ -403,17 +395,12 @@ impl VectorSource for ParquetSource {
         let f = &self.files[part];
         let path = f.meta.location.to_string();
         let (rows, columns) = self.read_columns(part).await?;
-        let decoded = decode(
+        let decoded = decode_vectors(
             columns[0].as_ref(),
-            &DecodeOptions {
-                expected_dim: Some(self.dim),
-                skip_invalid: self.options.skip_invalid,
-            },
-        )
-        .map_err(|source| BuildError::VectorColumn {
-            path: path.clone(),
-            source,
-        })?;
+            Some(self.dim),
+            self.options.skip_invalid,
+            &path,
+        )?;
         self.skipped
             .fetch_add(decoded.skipped_rows.len() as u64, Ordering::Relaxed);
         let keep = kept_rows(rows, &decoded.skipped_rows);

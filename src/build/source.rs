@@ -41,6 +41,28 @@ impl VectorBatch {
     }
 }
 
+/// Decode one part's vector column, naming the part in errors.
+///
+/// # Errors
+/// [`BuildError::VectorColumn`] for any decoding error.
+pub fn decode_vectors(
+    array: &dyn arrow::array::Array,
+    expected_dim: Option<usize>,
+    skip_invalid: bool,
+    path: &str,
+) -> Result<crate::catalog::vector_column::DecodedVectors, BuildError> {
+    let options = crate::catalog::vector_column::DecodeOptions {
+        expected_dim,
+        skip_invalid,
+    };
+    crate::catalog::vector_column::decode(array, &options).map_err(|source| {
+        BuildError::VectorColumn {
+            path: path.to_string(),
+            source,
+        }
+    })
+}
+
 /// Positions `0..rows` except the ascending `skipped` ones.
 pub fn kept_rows(rows: usize, skipped: &[usize]) -> Vec<u32> {
     let mut skipped = skipped.iter().peekable();
