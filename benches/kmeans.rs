@@ -2,16 +2,17 @@
 //!
 //! Grid (kept small for a 2-core machine; `sample_size(10)` throughout):
 //! - `kmeans_train/{n}x{d}/k{k}`: flat k-means, niter 20, FAISS sampling.
-//! - `assign/{n}x{d}/k{k}`: the blocked-GEMM kernel `kmeans::assign::nearest`;
-//!   throughput in FLOP (2·n·k·d) so criterion prints the GEMM rate.
-//! - `assign_choice/{simsimd_blocked}/{n}x{d}/k{k}`: the alternative
-//!   considered for the dot products (one simsimd call per point × centroid
-//!   pair in the same tiles), measured against `assign/…` at the same size.
+//! - `assign/{n}x{d}/k{k}`: `kmeans::assign::nearest` with the kernel this CPU
+//!   gets; throughput in FLOP (2·n·k·d) so criterion prints the GEMM rate.
+//! - `assign_choice/{packed_avx2,sgemm,simsimd_blocked}/{n}x{d}/k{k}`: the
+//!   kernels considered for the dot products (simsimd: one call per point ×
+//!   centroid pair in the same tiles), at the same sizes.
 
 mod common;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use parqivf::distance::Metric;
+use parqivf::kmeans::assign::Kernel;
 use parqivf::kmeans::{self, KMeansParams};
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
@@ -82,13 +83,30 @@ fn assign(c: &mut Criterion) {
     g.finish();
     let mut g = c.benchmark_group("assign_choice");
     g.sample_size(10);
-    let (n, d, k) = (16_384, 128, 1024);
-    let data = common::clustered(n, d, k, 2);
-    let cents = common::clustered(k, d, k, 3);
-    g.throughput(Throughput::Elements((2 * n * k * d) as u64));
-    g.bench_function(format!("simsimd_blocked/{n}x{d}/k{k}"), |b| {
-        b.iter(|| simsimd_blocked(black_box(&data), &cents, d))
-    });
+    for (n, d, k) in [(16_384, 128, 1024), (16_384, 128, 4096)] {
+        let data = common::clustered(n, d, k, 2);
+        let cents = common::clustered(k, d, k, 3);
+        g.throughput(Throughput::Elements((2 * n * k * d) as u64));
+        for (name, kernel) in [
+            ("packed_avx2", Kernel::PackedAvx2),
+            ("sgemm", Kernel::Sgemm),
+        ] {
+            if !kernel.is_supported() {
+                continue;
+            }
+            g.bench_function(format!("{name}/{n}x{d}/k{k}"), |b| {
+                b.iter(|| {
+                    kmeans::assign::nearest_with(kernel, black_box(&data), &cents, d, Metric::L2)
+                        .unwrap()
+                })
+            });
+        }
+        if k == 1024 {
+            g.bench_function(format!("simsimd_blocked/{n}x{d}/k{k}"), |b| {
+                b.iter(|| simsimd_blocked(black_box(&data), &cents, d))
+            });
+        }
+    }
     g.finish();
 }
 

@@ -26,6 +26,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::sync::Arc;
+use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
@@ -168,6 +169,10 @@ pub struct SearchStats {
     pub row_groups_cached: u64,
     pub requests: u64,
     pub bytes: u64,
+    /// Exact lengths of the footers read.
+    pub footer_bytes: u64,
+    /// Column-chunk bytes of the row groups read.
+    pub row_group_bytes: u64,
     pub rounds: u64,
     pub probe_us: u64,
     pub plan_us: u64,
@@ -188,6 +193,8 @@ impl SearchStats {
             row_groups_cached: io.row_groups_cached,
             requests: io.requests,
             bytes: io.bytes,
+            footer_bytes: io.footer_bytes,
+            row_group_bytes: io.row_group_bytes,
             rounds: io.rounds,
             probe_us: us(probe),
             plan_us: us(times.plan),
@@ -216,6 +223,8 @@ pub struct Index {
     hierarchy: Hierarchy,
     footers: FooterCache,
     row_groups: RowGroupCache,
+    /// Most footer bytes per cid seen so far (sizes the next footer reads).
+    footer_per_cid: AtomicU64,
     options: IndexOptions,
 }
 
@@ -408,6 +417,7 @@ impl Index {
             hierarchy,
             footers: FooterCache::new(options.footer_cache_bytes),
             row_groups: RowGroupCache::new(options.postings_cache_bytes),
+            footer_per_cid: AtomicU64::new(0),
             options,
         })
     }
@@ -436,6 +446,7 @@ impl Index {
             footers: &self.footers,
             row_groups: &self.row_groups,
             prefetch: self.options.prefetch_hint,
+            footer_per_cid: &self.footer_per_cid,
         }
     }
 

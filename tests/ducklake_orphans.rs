@@ -1,84 +1,17 @@
 //! Orphan Parquet files (on disk, absent from the catalog: the fixture has 7,
 //! listed in `ducklake_files_scheduled_for_deletion`) are never opened. Every
-//! request goes through a recording `ObjectStore` wrapper; the scan of every
+//! request goes through the counting `ObjectStore` wrapper; the scan of every
 //! table at every snapshot touches only locations the catalog lists, never
 //! lists a prefix, and never touches an orphan.
 
 mod ducklake_common;
 
-use std::fmt;
-use std::ops::Range;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
-use bytes::Bytes;
 use ducklake_common::*;
-use futures::stream::BoxStream;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
-};
 use parqivf::catalog::ducklake::{DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::paths;
-
-/// Records every object read, and every list, then delegates.
-#[derive(Debug)]
-struct Recording {
-    inner: Arc<dyn ObjectStore>,
-    reads: Mutex<Vec<String>>,
-    lists: Mutex<usize>,
-}
-
-impl fmt::Display for Recording {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Recording({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for Recording {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.inner.put_opts(location, payload, opts).await
-    }
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.reads.lock().unwrap().push(location.to_string());
-        self.inner.get_opts(location, options).await
-    }
-    async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
-        self.reads.lock().unwrap().push(location.to_string());
-        self.inner.get_ranges(location, ranges).await
-    }
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        *self.lists.lock().unwrap() += 1;
-        self.inner.list(prefix)
-    }
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        *self.lists.lock().unwrap() += 1;
-        self.inner.list_with_delimiter(prefix).await
-    }
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
+use parqivf::store::counting::CountingStore;
 
 #[tokio::test]
 async fn orphan_files_are_never_opened() {
@@ -106,11 +39,9 @@ async fn orphan_files_are_never_opened() {
         assert!(std::path::Path::new("/").join(o).exists(), "{o} is on disk");
     }
 
-    let store = Arc::new(Recording {
-        inner: Arc::new(object_store::local::LocalFileSystem::new()),
-        reads: Mutex::new(Vec::new()),
-        lists: Mutex::new(0),
-    });
+    let store = Arc::new(CountingStore::new(Arc::new(
+        object_store::local::LocalFileSystem::new(),
+    )));
     let expected = expected();
     let latest = expected["latest_snapshot"].as_u64().unwrap();
     let mut listed = std::collections::HashSet::new();
@@ -130,10 +61,10 @@ async fn orphan_files_are_never_opened() {
             t.scan(&["rowid", "id", "embedding"]).await.unwrap();
         }
     }
-    let reads = store.reads.lock().unwrap().clone();
+    let reads = store.read_paths();
     assert!(!reads.is_empty());
     assert_eq!(
-        *store.lists.lock().unwrap(),
+        store.counts().list_requests,
         0,
         "the scan never lists a prefix"
     );

@@ -51,7 +51,7 @@ async fn http_answers_equal_the_library_and_reload_picks_up_new_versions() {
         indexes: vec![("docs".into(), location.clone())],
         ..ServerConfig::default()
     };
-    let server = Server::bind(config, Arc::new(IndexLoader { preload: false }))
+    let server = Server::bind(config, Arc::new(IndexLoader::default()))
         .await
         .unwrap();
     let base = format!("http://{}", server.local_addr());

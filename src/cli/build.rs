@@ -11,6 +11,7 @@ use parqivf::build::{
 };
 use parqivf::distance::Metric;
 use parqivf::kmeans::AssignMode;
+use parqivf::store::options::StoreOptions;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -117,7 +118,7 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
         .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(t)
@@ -126,8 +127,8 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
-        let source = open_source(&args).await?;
-        let (store, index) = parqivf::store::location::open(&args.out)?;
+        let source = open_source(&args, store).await?;
+        let (store, index) = parqivf::store::location::open_with(&args.out, store)?;
         let params = BuildParams {
             nlist: args.nlist,
             roots: args.roots,
@@ -162,7 +163,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn open_source(args: &Args) -> anyhow::Result<Arc<dyn VectorSource>> {
+async fn open_source(args: &Args, options: &StoreOptions) -> anyhow::Result<Arc<dyn VectorSource>> {
     let src = args.source.as_str();
     if let Some(catalog) = src.strip_prefix("ducklake:sqlite:") {
         let table = args
@@ -196,7 +197,7 @@ async fn open_source(args: &Args) -> anyhow::Result<Arc<dyn VectorSource>> {
         let s = ArraySource::new(v.data, v.dim, src)?;
         return Ok(Arc::new(s));
     }
-    let (store, pattern) = parqivf::store::location::open_pattern(src)?;
+    let (store, pattern) = parqivf::store::location::open_pattern(src, options)?;
     let s = ParquetSource::open(
         store,
         &pattern,

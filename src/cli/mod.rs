@@ -3,7 +3,9 @@
 //! violations), 2 could not run (bad input, IO failure).
 
 use clap::{Parser, Subcommand};
+use parqivf::store::options::StoreOptions;
 use std::process::ExitCode;
+use std::time::Duration;
 
 pub mod build;
 pub mod quickstart;
@@ -21,6 +23,53 @@ pub mod verify;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub store: StoreArgs,
+}
+
+/// Object-store runtime options, accepted by every subcommand (as flags or
+/// `PARQIVF_*` environment variables). Durations are humantime (`500ms`,
+/// `30s`, `2m`). Unset options keep object_store's defaults.
+#[derive(Debug, Clone, clap::Args)]
+#[command(next_help_heading = "Object store")]
+pub struct StoreArgs {
+    /// Retries of a failed store request (default 10; 0 disables retries).
+    #[arg(long, global = true, env = "PARQIVF_MAX_RETRIES")]
+    pub max_retries: Option<usize>,
+    /// No retry starts later than this after the first attempt (default 3m).
+    #[arg(long, global = true, env = "PARQIVF_RETRY_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub retry_timeout: Option<Duration>,
+    /// First retry backoff, doubled with jitter per retry (default 100ms).
+    #[arg(long, global = true, env = "PARQIVF_BACKOFF_INITIAL", value_parser = humantime::parse_duration)]
+    pub backoff_initial: Option<Duration>,
+    /// Longest retry backoff (default 15s).
+    #[arg(long, global = true, env = "PARQIVF_BACKOFF_MAX", value_parser = humantime::parse_duration)]
+    pub backoff_max: Option<Duration>,
+    /// Timeout of one whole store request (default 30s).
+    #[arg(long, global = true, env = "PARQIVF_REQUEST_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub request_timeout: Option<Duration>,
+    /// Timeout of connecting to the store (default 5s).
+    #[arg(long, global = true, env = "PARQIVF_CONNECT_TIMEOUT", value_parser = humantime::parse_duration)]
+    pub connect_timeout: Option<Duration>,
+    /// Publish on a store without conditional put (If-None-Match) by
+    /// HEAD-then-PUT, accepting that concurrent publishers may overwrite each
+    /// other. Without it such a store refuses to publish.
+    #[arg(long, global = true, env = "PARQIVF_ALLOW_UNCONDITIONAL_PUBLISH")]
+    pub allow_unconditional_publish: bool,
+}
+
+impl StoreArgs {
+    pub fn options(&self) -> StoreOptions {
+        StoreOptions {
+            max_retries: self.max_retries,
+            retry_timeout: self.retry_timeout,
+            backoff_initial: self.backoff_initial,
+            backoff_max: self.backoff_max,
+            request_timeout: self.request_timeout,
+            connect_timeout: self.connect_timeout,
+            unconditional_publish: self.allow_unconditional_publish,
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -40,12 +89,13 @@ pub enum Command {
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    let store = cli.store.options();
     match cli.command {
         Command::Quickstart(a) => quickstart::run(a),
-        Command::Build(a) => build::run(a),
-        Command::Search(a) => search::run(a),
-        Command::Serve(a) => serve::run(a),
+        Command::Build(a) => build::run(a, &store),
+        Command::Search(a) => search::run(a, &store),
+        Command::Serve(a) => serve::run(a, store),
         Command::Train(a) => train::run(a),
-        Command::Verify(a) => verify::run(a),
+        Command::Verify(a) => verify::run(a, &store),
     }
 }

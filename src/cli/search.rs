@@ -121,7 +121,7 @@ fn read_groundtruth(path: &Path) -> anyhow::Result<(Vec<i64>, usize)> {
     Ok((data, cols))
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow::Result<ExitCode> {
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
             .num_threads(t)
@@ -129,7 +129,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             .context("configuring threads")?;
     }
     let (queries, dim) = read_queries(&args.queries, &args.column)?;
-    let (store, prefix) = parqivf::store::location::open(&args.index)?;
+    let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let params = SearchParams {
         k: args.k,

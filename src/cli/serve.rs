@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use anyhow::Context;
 use parqivf::server::{BackendLoader, Limits, ServerConfig};
+use parqivf::store::options::StoreOptions;
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -22,6 +23,10 @@ pub struct Args {
     /// Load every posting into memory at start-up (fastest queries, most memory).
     #[arg(long)]
     pub preload: bool,
+    /// Read every footer at start-up and on reload, so each query needs one
+    /// round of store requests (implied by --preload).
+    #[arg(long)]
+    pub warm: bool,
     /// Largest request body in bytes; larger bodies get 413.
     #[arg(long, default_value_t = Limits::default().max_body_bytes)]
     pub max_body_bytes: usize,
@@ -76,11 +81,15 @@ fn config(args: &Args) -> ServerConfig {
 }
 
 /// The loader opening locations at their current snapshot with `index::Index`.
-fn index_loader(preload: bool) -> Arc<dyn BackendLoader> {
-    Arc::new(parqivf::server::index_backend::IndexLoader { preload })
+fn index_loader(args: &Args, store: StoreOptions) -> Arc<dyn BackendLoader> {
+    Arc::new(parqivf::server::index_backend::IndexLoader {
+        preload: args.preload,
+        warm: args.warm,
+        store,
+    })
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, store: StoreOptions) -> anyhow::Result<ExitCode> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=info"));
     let builder = tracing_subscriber::fmt()
@@ -94,7 +103,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     };
 
     let config = config(&args);
-    let loader = index_loader(args.preload);
+    let loader = index_loader(&args, store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

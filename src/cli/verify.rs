@@ -24,11 +24,11 @@ pub struct Args {
     pub orphans: bool,
 }
 
-pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow::Result<ExitCode> {
     // A local folder becomes the store's root, so violations name objects
     // relative to it (as the manifest does).
     let (store, location) = if args.location.contains("://") {
-        parqivf::store::location::open(&args.location)?
+        parqivf::store::location::open_with(&args.location, store)?
     } else {
         let folder = std::fs::canonicalize(&args.location)
             .with_context(|| format!("cannot open table folder {}", args.location))?;

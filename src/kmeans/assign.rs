@@ -1,24 +1,72 @@
 //! The batched nearest-centroid kernel: for every row of `data`, the index and
-//! distance of its nearest centroid, in the blocked-GEMM form.
+//! distance of its nearest centroid (and the second nearest, for the
+//! trainer's bounds).
 //!
-//! For L2 the distance is expanded as `‖x‖² + ‖c‖² − 2·x·c`; the dot products
-//! of a tile of [`POINT_TILE`] points against a tile of [`CENTROID_TILE`]
-//! centroids come from one `matrixmultiply::sgemm` call (measured faster than
-//! a blocked simsimd loop, see `docs/benchmarks.md`), and a running argmin
-//! keeps the best centroid per point. Point tiles run in parallel on rayon.
-//! Tiles have a fixed size, so results do not depend on the thread count.
-//! Ties go to the smaller centroid index. The k-means trainer, the build job
-//! (assign every source vector) and the probe (nearest lists of a query) all
-//! call [`nearest`].
+//! Every metric is a per-centroid affine map of the dot product: L2 ranks by
+//! `‖c‖² − 2·x·c` (‖x‖² is added at the end), inner product by `−x·c`, cosine
+//! by `−x·c/‖c‖`. Two kernels compute the dot products; both run point tiles
+//! of [`POINT_TILE`] rows in parallel on rayon and visit the centroids in
+//! ascending order, so results do not depend on the thread count and ties go
+//! to the smaller centroid index.
+//!
+//! - **Packed AVX2/FMA** (x86-64 with both features, detected at run time):
+//!   the centroids are packed once into panels of 16 interleaved columns; a
+//!   6-point × 16-centroid register block accumulates the dot products with
+//!   FMAs and folds them straight into the running top-2, so no distance
+//!   matrix is ever written. The panel (8 KiB at d = 128) stays in L1 while
+//!   the point tile streams from L2.
+//! - **SGEMM** (every other machine): one `matrixmultiply::sgemm` per tile of
+//!   points × [`CENTROID_TILE`] centroids, then a scan of the output.
+//!
+//! `docs/benchmarks.md` records the measured rate of each (and of a blocked
+//! simsimd loop, the slowest). The k-means trainer, the build job (assign
+//! every source vector) and the probe (nearest lists of a query) all call
+//! [`nearest`].
 
 use super::KMeansError;
 use crate::distance::{Metric, check_matrix, squared_norms};
 use rayon::prelude::*;
 
-/// Points per tile (rows of one GEMM and unit of parallel work).
+/// Points per tile (the unit of parallel work; rows of one GEMM).
 pub const POINT_TILE: usize = 256;
-/// Centroids per tile (columns of one GEMM).
+/// Centroids per tile of the SGEMM kernel (columns of one GEMM).
 pub const CENTROID_TILE: usize = 1024;
+
+/// How the dot products are computed; [`Kernel::detect`] picks the fastest
+/// one this CPU supports. Exposed so benchmarks and tests can compare them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kernel {
+    /// Packed centroid panels, a 6 × 16 AVX2/FMA register block fused with
+    /// the top-2 selection (x86-64 with AVX2 and FMA only).
+    PackedAvx2,
+    /// `matrixmultiply::sgemm` per tile, then a scan (every CPU).
+    Sgemm,
+}
+
+impl Kernel {
+    /// The fastest kernel this CPU supports.
+    pub fn detect() -> Self {
+        if Self::PackedAvx2.is_supported() {
+            Self::PackedAvx2
+        } else {
+            Self::Sgemm
+        }
+    }
+
+    /// Whether this CPU can run the kernel.
+    pub fn is_supported(self) -> bool {
+        match self {
+            #[cfg(target_arch = "x86_64")]
+            Self::PackedAvx2 => {
+                std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+            }
+            #[cfg(not(target_arch = "x86_64"))]
+            Self::PackedAvx2 => false,
+            Self::Sgemm => true,
+        }
+    }
+}
 
 /// Nearest centroid of every row of `data` (row-major, width `dim`) among the
 /// rows of `centroids`: returns `(labels, distances)`, one entry per row, the
@@ -34,11 +82,30 @@ pub fn nearest(
     dim: usize,
     metric: Metric,
 ) -> Result<(Vec<u32>, Vec<f32>), KMeansError> {
+    nearest_with(Kernel::detect(), data, centroids, dim, metric)
+}
+
+/// [`nearest`] with a chosen [`Kernel`].
+///
+/// # Errors
+/// As [`nearest`], and [`KMeansError::UnsupportedKernel`] when this CPU
+/// cannot run `kernel`.
+pub fn nearest_with(
+    kernel: Kernel,
+    data: &[f32],
+    centroids: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> Result<(Vec<u32>, Vec<f32>), KMeansError> {
     check_matrix(data, dim)?;
     if check_matrix(centroids, dim)? == 0 {
         return Err(KMeansError::NoCentroids);
     }
-    Ok(nearest_unchecked(data, centroids, dim, metric))
+    if !kernel.is_supported() {
+        return Err(KMeansError::UnsupportedKernel(kernel));
+    }
+    let (labels, first, _) = top2(kernel, data, centroids, dim, metric);
+    Ok((labels, first))
 }
 
 /// [`nearest`] without the input checks (callers have validated the shapes).
@@ -60,51 +127,88 @@ pub(crate) fn nearest2_unchecked(
     dim: usize,
     metric: Metric,
 ) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    top2(Kernel::detect(), data, centroids, dim, metric)
+}
+
+/// Labels, best and second-best distances of every row, on a supported kernel.
+fn top2(
+    kernel: Kernel,
+    data: &[f32],
+    centroids: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
     let n = data.len() / dim;
-    let prepared = Prepared::new(centroids, dim, metric);
+    let prepared = Prepared::new(kernel, centroids, dim, metric);
+    let scratch_len = match kernel {
+        Kernel::Sgemm => POINT_TILE * CENTROID_TILE.min(prepared.k),
+        Kernel::PackedAvx2 => 0,
+    };
     let (mut labels, mut first, mut second) = (vec![0u32; n], vec![0f32; n], vec![0f32; n]);
     data.par_chunks(POINT_TILE * dim)
         .zip(labels.par_chunks_mut(POINT_TILE))
         .zip(first.par_chunks_mut(POINT_TILE))
         .zip(second.par_chunks_mut(POINT_TILE))
         .for_each_init(
-            || vec![0f32; POINT_TILE * CENTROID_TILE.min(prepared.k)],
+            || vec![0f32; scratch_len],
             |scratch, (((x, l), d1), d2)| prepared.tile(x, l, d1, d2, scratch),
         );
     (labels, first, second)
 }
 
-/// Centroids with their per-metric column offsets, ready for tiled search.
+/// Centroids with their per-metric affine maps, ready for tiled search: the
+/// rank score of centroid `j` is `shift[j] + scale[j]·(x·c_j)`.
 struct Prepared<'a> {
     centroids: &'a [f32],
     dim: usize,
     k: usize,
     metric: Metric,
-    /// Added to `-2·x·c` (L2: ‖c‖²) or the scale of `-x·c` (cosine: 1/‖c‖).
-    col: Vec<f32>,
+    kernel: Kernel,
+    /// Padded to whole panels for the packed kernel (scale 0, shift +∞, so
+    /// padding never ranks).
+    scale: Vec<f32>,
+    shift: Vec<f32>,
+    /// Packed kernel only: the centroids as interleaved panels.
+    panels: Vec<f32>,
 }
 
 impl<'a> Prepared<'a> {
-    fn new(centroids: &'a [f32], dim: usize, metric: Metric) -> Self {
+    fn new(kernel: Kernel, centroids: &'a [f32], dim: usize, metric: Metric) -> Self {
+        let k = centroids.len() / dim;
         let norms = squared_norms(centroids, dim);
-        let col = match metric {
-            Metric::L2 => norms,
-            Metric::InnerProduct => Vec::new(),
-            Metric::Cosine => norms
-                .into_iter()
-                .map(|n| if n > 0.0 { 1.0 / n.sqrt() } else { 0.0 })
-                .collect(),
+        let (mut scale, mut shift): (Vec<f32>, Vec<f32>) = match metric {
+            Metric::L2 => (vec![-2.0; k], norms),
+            Metric::InnerProduct => (vec![-1.0; k], vec![0.0; k]),
+            Metric::Cosine => (
+                norms
+                    .into_iter()
+                    .map(|n| if n > 0.0 { -1.0 / n.sqrt() } else { 0.0 })
+                    .collect(),
+                vec![0.0; k],
+            ),
+        };
+        let panels = match kernel {
+            Kernel::PackedAvx2 => {
+                let padded = k.div_ceil(LANES) * LANES;
+                scale.resize(padded, 0.0);
+                shift.resize(padded, f32::INFINITY);
+                pack_panels(centroids, dim)
+            }
+            Kernel::Sgemm => Vec::new(),
         };
         Self {
             centroids,
             dim,
-            k: centroids.len() / dim,
+            k,
             metric,
-            col,
+            kernel,
+            scale,
+            shift,
+            panels,
         }
     }
 
-    /// One point tile: GEMM against every centroid tile, running top-2.
+    /// One point tile against every centroid: running top-2, then distances.
     fn tile(
         &self,
         x: &[f32],
@@ -113,15 +217,38 @@ impl<'a> Prepared<'a> {
         second: &mut [f32],
         scratch: &mut [f32],
     ) {
-        let (dim, m) = (self.dim, labels.len());
-        let mut best = vec![
-            Best {
-                s1: f32::INFINITY,
-                j1: 0,
-                s2: f32::INFINITY
-            };
-            m
-        ];
+        let mut best = vec![Best::EMPTY; labels.len()];
+        match self.kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: `top2` runs only supported kernels, so AVX2 and FMA are
+            // present; the slices have the shapes `packed::tile` requires.
+            Kernel::PackedAvx2 => unsafe {
+                packed::tile(
+                    x,
+                    self.dim,
+                    &self.panels,
+                    &self.scale,
+                    &self.shift,
+                    &mut best,
+                )
+            },
+            _ => self.sgemm_tile(x, &mut best, scratch),
+        }
+        let xnorms = if self.metric == Metric::InnerProduct {
+            Vec::new()
+        } else {
+            squared_norms(x, self.dim)
+        };
+        for (i, b) in best.into_iter().enumerate() {
+            labels[i] = b.j1;
+            first[i] = self.finish(b.s1, xnorms.get(i).copied());
+            second[i] = self.finish(b.s2, xnorms.get(i).copied());
+        }
+    }
+
+    /// The SGEMM kernel: one GEMM per centroid tile, then a scan of its rows.
+    fn sgemm_tile(&self, x: &[f32], best: &mut [Best], scratch: &mut [f32]) {
+        let (dim, m) = (self.dim, best.len());
         for c0 in (0..self.k).step_by(CENTROID_TILE) {
             let nc = CENTROID_TILE.min(self.k - c0);
             let c = &self.centroids[c0 * dim..(c0 + nc) * dim];
@@ -147,23 +274,16 @@ impl<'a> Prepared<'a> {
                     1,
                 );
             }
+            let (scale, shift) = (&self.scale[c0..c0 + nc], &self.shift[c0..c0 + nc]);
             for (row, b) in out.chunks_exact(nc).zip(best.iter_mut()) {
-                self.scan(row, c0, b);
+                for (j, ((&dot, &a), &s)) in row.iter().zip(scale).zip(shift).enumerate() {
+                    b.offer(s + a * dot, c0 + j);
+                }
             }
-        }
-        let xnorms = if self.metric == Metric::L2 || self.metric == Metric::Cosine {
-            squared_norms(x, dim)
-        } else {
-            Vec::new()
-        };
-        for (i, b) in best.into_iter().enumerate() {
-            labels[i] = b.j1;
-            first[i] = self.finish(b.s1, xnorms.get(i).copied());
-            second[i] = self.finish(b.s2, xnorms.get(i).copied());
         }
     }
 
-    /// The metric's distance from a scan score and the point's squared norm.
+    /// The metric's distance from a rank score and the point's squared norm.
     #[inline]
     fn finish(&self, s: f32, xnorm: Option<f32>) -> f32 {
         match (self.metric, xnorm) {
@@ -174,26 +294,153 @@ impl<'a> Prepared<'a> {
             _ => s,
         }
     }
+}
 
-    /// Folds one GEMM output row into the running top-2 scores; strict `<`
-    /// keeps the smaller index on ties.
+/// Centroids per packed panel (two AVX2 registers).
+const LANES: usize = 16;
+
+/// Packs row-major centroids into panels of [`LANES`] centroids: panel `p`
+/// holds `c[p·LANES + l][d]` at `p·LANES·dim + d·LANES + l`, zero-padded.
+fn pack_panels(centroids: &[f32], dim: usize) -> Vec<f32> {
+    let k = centroids.len() / dim;
+    let mut out = vec![0f32; k.div_ceil(LANES) * LANES * dim];
+    for (j, c) in centroids.chunks_exact(dim).enumerate() {
+        let base = (j / LANES) * LANES * dim + j % LANES;
+        for (d, &v) in c.iter().enumerate() {
+            out[base + d * LANES] = v;
+        }
+    }
+    out
+}
+
+/// The packed AVX2/FMA kernel.
+#[cfg(target_arch = "x86_64")]
+mod packed {
+    use super::{Best, LANES};
+    use std::arch::x86_64::*;
+
+    /// Points per register block: 6 × 2 accumulators + 2 panel loads + 1
+    /// broadcast fit the 16 AVX2 registers.
+    const ROWS: usize = 6;
+    /// Panels visited per block of points: 2 × 8 KiB at d = 128, plus the
+    /// block's 3 KiB of points, fit a 32 KiB L1.
+    const PANELS: usize = 2;
+
+    /// Folds every panel into the top-2 of each point of the tile `x`
+    /// (`best.len()` rows of width `dim`). `panels` holds `scale.len()`
+    /// packed centroids, `scale` and `shift` are padded to whole panels.
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) fn tile(
+        x: &[f32],
+        dim: usize,
+        panels: &[f32],
+        scale: &[f32],
+        shift: &[f32],
+        best: &mut [Best],
+    ) {
+        assert!(
+            x.len() == best.len() * dim
+                && scale.len() == shift.len()
+                && scale.len().is_multiple_of(LANES)
+                && panels.len() == scale.len() * dim,
+            "packed kernel shapes"
+        );
+        let full = best.len() / ROWS * ROWS;
+        let panel_len = LANES * dim;
+        // Groups of PANELS panels stay in L1 while each block of ROWS points
+        // is read once from L2 for the whole group.
+        for g0 in (0..scale.len() / LANES).step_by(PANELS) {
+            let g1 = (g0 + PANELS).min(scale.len() / LANES);
+            let run = |xr: &[f32], br: &mut [Best], rows: usize| {
+                for p in g0..g1 {
+                    let (panel, a, b) = (
+                        &panels[p * panel_len..(p + 1) * panel_len],
+                        &scale[p * LANES..(p + 1) * LANES],
+                        &shift[p * LANES..(p + 1) * LANES],
+                    );
+                    let j0 = p * LANES;
+                    match rows {
+                        ROWS => block::<ROWS>(xr, dim, panel, a, b, br, j0),
+                        1 => block::<1>(xr, dim, panel, a, b, br, j0),
+                        2 => block::<2>(xr, dim, panel, a, b, br, j0),
+                        3 => block::<3>(xr, dim, panel, a, b, br, j0),
+                        4 => block::<4>(xr, dim, panel, a, b, br, j0),
+                        5 => block::<5>(xr, dim, panel, a, b, br, j0),
+                        _ => {}
+                    }
+                }
+            };
+            for (xr, br) in x
+                .chunks_exact(ROWS * dim)
+                .zip(best[..full].chunks_exact_mut(ROWS))
+            {
+                run(xr, br, ROWS);
+            }
+            let rest = best.len() - full;
+            run(&x[full * dim..], &mut best[full..], rest);
+        }
+    }
+
+    /// `R` points × one panel: dot products in registers, then the rank
+    /// scores `b + a·dot`; only lanes below a point's second-best score
+    /// leave the registers, in ascending centroid order.
+    #[target_feature(enable = "avx2,fma")]
     #[inline]
-    fn scan(&self, row: &[f32], c0: usize, best: &mut Best) {
-        match self.metric {
-            Metric::L2 => row
-                .iter()
-                .zip(&self.col[c0..])
-                .enumerate()
-                .for_each(|(j, (&dot, &cn))| best.offer(cn - 2.0 * dot, c0 + j)),
-            Metric::InnerProduct => row
-                .iter()
-                .enumerate()
-                .for_each(|(j, &dot)| best.offer(-dot, c0 + j)),
-            Metric::Cosine => row
-                .iter()
-                .zip(&self.col[c0..])
-                .enumerate()
-                .for_each(|(j, (&dot, &inv))| best.offer(-dot * inv, c0 + j)),
+    fn block<const R: usize>(
+        x: &[f32],
+        dim: usize,
+        panel: &[f32],
+        a: &[f32],
+        b: &[f32],
+        best: &mut [Best],
+        j0: usize,
+    ) {
+        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim && best.len() == R);
+        let mut acc = [[_mm256_setzero_ps(); 2]; R];
+        let (xp, pp) = (x.as_ptr(), panel.as_ptr());
+        for d in 0..dim {
+            // SAFETY: d < dim and r < R, so every offset stays inside `x`
+            // (R·dim values) and `panel` (LANES·dim values).
+            unsafe {
+                let c0 = _mm256_loadu_ps(pp.add(d * LANES));
+                let c1 = _mm256_loadu_ps(pp.add(d * LANES + 8));
+                for acc_r in acc.iter_mut().enumerate() {
+                    let (r, acc_r) = acc_r;
+                    let xv = _mm256_broadcast_ss(&*xp.add(r * dim + d));
+                    acc_r[0] = _mm256_fmadd_ps(xv, c0, acc_r[0]);
+                    acc_r[1] = _mm256_fmadd_ps(xv, c1, acc_r[1]);
+                }
+            }
+        }
+        // SAFETY: `a` and `b` hold LANES values.
+        let (a0, a1, b0, b1) = unsafe {
+            (
+                _mm256_loadu_ps(a.as_ptr()),
+                _mm256_loadu_ps(a.as_ptr().add(8)),
+                _mm256_loadu_ps(b.as_ptr()),
+                _mm256_loadu_ps(b.as_ptr().add(8)),
+            )
+        };
+        for (acc_r, best_r) in acc.iter().zip(best.iter_mut()) {
+            let s0 = _mm256_fmadd_ps(a0, acc_r[0], b0);
+            let s1 = _mm256_fmadd_ps(a1, acc_r[1], b1);
+            let thr = _mm256_set1_ps(best_r.s2);
+            let mut mask = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s0, thr)) as u32)
+                | ((_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s1, thr)) as u32) << 8);
+            if mask == 0 {
+                continue;
+            }
+            let mut s = [0f32; LANES];
+            // SAFETY: `s` holds LANES = 16 values.
+            unsafe {
+                _mm256_storeu_ps(s.as_mut_ptr(), s0);
+                _mm256_storeu_ps(s.as_mut_ptr().add(8), s1);
+            }
+            while mask != 0 {
+                let l = mask.trailing_zeros() as usize;
+                best_r.offer(s[l], j0 + l);
+                mask &= mask - 1;
+            }
         }
     }
 }
@@ -207,6 +454,14 @@ struct Best {
 }
 
 impl Best {
+    const EMPTY: Self = Self {
+        s1: f32::INFINITY,
+        j1: 0,
+        s2: f32::INFINITY,
+    };
+
+    /// Strict `<` keeps the smaller index on ties (offers come in ascending
+    /// centroid order).
     #[inline(always)]
     fn offer(&mut self, s: f32, j: usize) {
         if s < self.s2 {
@@ -243,27 +498,33 @@ mod tests {
             .collect()
     }
 
+    const KERNELS: [Kernel; 2] = [Kernel::PackedAvx2, Kernel::Sgemm];
+
     #[test]
-    fn gemm_kernel_agrees_with_pairwise_distances() {
+    fn both_kernels_agree_with_pairwise_distances() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         // Sizes straddle the tile edges: 600 points (3 tiles), 1100 centroids (2 tiles).
         for (n, k, dim) in [(600, 1100, 17), (5, 3, 1), (300, 7, 128)] {
             let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
             let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
-            for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
-                let (labels, dists) = nearest(&data, &cents, dim, metric).unwrap();
+            for (metric, kernel) in [Metric::L2, Metric::InnerProduct, Metric::Cosine]
+                .into_iter()
+                .flat_map(|m| KERNELS.map(|k| (m, k)))
+                .filter(|(_, k)| k.is_supported())
+            {
+                let (labels, dists) = nearest_with(kernel, &data, &cents, dim, metric).unwrap();
                 for (i, (bl, bd)) in brute(&data, &cents, dim, metric).into_iter().enumerate() {
                     // Different labels are allowed only for near-ties.
                     let x = &data[i * dim..(i + 1) * dim];
                     let got = metric.distance(x, &cents[labels[i] as usize * dim..][..dim]);
                     assert!(
                         got - bd <= 1e-4 * (1.0 + bd.abs()),
-                        "{metric:?} row {i}: label {} vs {bl}",
+                        "{kernel:?} {metric:?} row {i}: label {} vs {bl}",
                         labels[i]
                     );
                     assert!(
                         (dists[i] - got).abs() <= 1e-3 * (1.0 + got.abs()),
-                        "{metric:?} row {i}: {} vs {got}",
+                        "{kernel:?} {metric:?} row {i}: {} vs {got}",
                         dists[i]
                     );
                 }
@@ -275,9 +536,45 @@ mod tests {
     fn ties_go_to_the_smaller_centroid_index() {
         let cents = [1.0, 0.0, -1.0, 0.0, 1.0, 0.0, 0.0, 1.0];
         let data = [0.0, 0.0, 5.0, 0.0];
-        let (labels, dists) = nearest(&data, &cents, 2, Metric::L2).unwrap();
-        assert_eq!(labels, vec![0, 0]);
-        assert_eq!(dists, vec![1.0, 16.0]);
+        for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {
+            let (labels, dists) = nearest_with(kernel, &data, &cents, 2, Metric::L2).unwrap();
+            assert_eq!(labels, vec![0, 0], "{kernel:?}");
+            assert_eq!(dists, vec![1.0, 16.0], "{kernel:?}");
+        }
+        // Ties across panels and register blocks: 40 copies of one centroid,
+        // 13 points (two full blocks of 6 and a remainder).
+        let cents: Vec<f32> = (0..40).flat_map(|_| [0.5f32, -1.0, 2.0]).collect();
+        let data: Vec<f32> = (0..13).flat_map(|i| [i as f32, 1.0, 0.0]).collect();
+        for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {
+            let (labels, _) = nearest_with(kernel, &data, &cents, 3, Metric::L2).unwrap();
+            assert_eq!(labels, vec![0; 13], "{kernel:?}");
+        }
+    }
+
+    #[test]
+    fn second_nearest_matches_a_sorted_scan() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let (n, k, dim) = (37, 53, 24);
+        let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {
+            let (_, d1, d2) = top2(kernel, &data, &cents, dim, Metric::L2);
+            for (i, x) in data.chunks_exact(dim).enumerate() {
+                let mut d: Vec<f32> = cents
+                    .chunks_exact(dim)
+                    .map(|c| Metric::L2.distance(x, c))
+                    .collect();
+                d.sort_by(f32::total_cmp);
+                assert!(
+                    (d1[i] - d[0]).abs() <= 1e-4 * (1.0 + d[0]),
+                    "{kernel:?} row {i}"
+                );
+                assert!(
+                    (d2[i] - d[1]).abs() <= 1e-4 * (1.0 + d[1]),
+                    "{kernel:?} row {i}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -126,6 +126,8 @@ pub enum KMeansError {
     BadProbe { m: usize, roots: usize },
     #[error("invalid input vectors: {0}")]
     Input(#[from] DistanceError),
+    #[error("this CPU cannot run the {0:?} assignment kernel")]
+    UnsupportedKernel(assign::Kernel),
 }
 
 /// k·Σh²/(Σh)² for cluster sizes `h`.

@@ -17,7 +17,7 @@
 use super::ProbeError;
 use super::access_plan::AccessPlan;
 use super::cache::ByteLru;
-use super::footer::{Footer, FooterCache, read_footer};
+use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
 use super::planner::{candidate_files, plan_row_groups};
 use crate::distance::Metric;
 use crate::manifest::FileEntry;
@@ -34,6 +34,7 @@ use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// The rows of one decoded row group (one cid).
@@ -77,8 +78,12 @@ pub struct LoadIo {
     pub row_groups_cached: u64,
     pub requests: u64,
     pub bytes: u64,
+    /// Exact lengths of the footers read (what a perfect tail guess fetches).
+    pub footer_bytes: u64,
+    /// Column-chunk bytes of the row groups read (before coalescing).
+    pub row_group_bytes: u64,
     /// Dependent rounds of requests (0, 1 or 2; more only for footers larger
-    /// than the prefetch hint).
+    /// than the tail read for them).
     pub rounds: u64,
 }
 
@@ -103,7 +108,10 @@ pub struct Postings<'a> {
     pub dim: usize,
     pub footers: &'a FooterCache,
     pub row_groups: &'a RowGroupCache,
+    /// Upper bound on the tail read for a footer.
     pub prefetch: u64,
+    /// Most footer bytes per cid seen in this index (see [`tail_estimate`]).
+    pub footer_per_cid: &'a AtomicU64,
 }
 
 /// One planned row group still to fetch.
@@ -149,7 +157,13 @@ impl<'a> Postings<'a> {
                     source: "no such manifest entry".into(),
                 },
             })?;
-            read_footer(self.store, &self.path(f), entry, self.dim, self.prefetch).await
+            let learned = self.footer_per_cid.load(Ordering::Relaxed);
+            let tail = tail_estimate(entry, self.prefetch, learned);
+            let (footer, fio) =
+                read_footer(self.store, &self.path(f), entry, self.dim, tail).await?;
+            self.footer_per_cid
+                .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
+            Ok::<_, ProbeError>((footer, fio))
         });
         let read = futures::future::try_join_all(reads).await?;
         let mut max_requests = 0;
@@ -157,6 +171,7 @@ impl<'a> Postings<'a> {
             io.footers_read += 1;
             io.requests += fio.requests;
             io.bytes += fio.bytes;
+            io.footer_bytes += fio.footer_len;
             max_requests = max_requests.max(fio.requests);
             let footer = Arc::new(footer);
             self.footers.insert(f, Arc::clone(&footer), footer.bytes);
@@ -229,6 +244,11 @@ impl<'a> Postings<'a> {
         if !fetched.is_empty() {
             io.rounds += 1;
         }
+        io.row_group_bytes = jobs
+            .iter()
+            .flat_map(|(_, js)| js.iter().flat_map(|j| &j.ranges))
+            .map(|r| r.end - r.start)
+            .sum();
         for (ranges, data) in &fetched {
             io.requests += ranges.len() as u64;
             io.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();

@@ -112,9 +112,14 @@ impl SearchBackend for IndexBackend {
 }
 
 /// Opens locations (`store::location` syntax) at their current snapshot.
+#[derive(Debug, Clone, Default)]
 pub struct IndexLoader {
     /// Load every posting into memory after opening.
     pub preload: bool,
+    /// Read every footer after opening, so each query is one round of requests.
+    pub warm: bool,
+    /// Retries, timeouts and the publish opt-in for the stores opened.
+    pub store: crate::store::options::StoreOptions,
 }
 
 #[async_trait]
@@ -124,8 +129,8 @@ impl BackendLoader for IndexLoader {
             location: location.to_string(),
             message,
         };
-        let (store, path) =
-            crate::store::location::open(location).map_err(|e| storage(e.to_string()))?;
+        let (store, path) = crate::store::location::open_with(location, &self.store)
+            .map_err(|e| storage(e.to_string()))?;
         let snapshot = match warehouse::current(&store, &path).await {
             Ok(Some(c)) => format!("v{}:{}", c.version, c.snapshot),
             Ok(None) => path.to_string(),
@@ -136,6 +141,8 @@ impl BackendLoader for IndexLoader {
             .map_err(|e| classify(location, e))?;
         if self.preload {
             index.preload().await.map_err(|e| classify(location, e))?;
+        } else if self.warm {
+            index.warm().await.map_err(|e| classify(location, e))?;
         }
         Ok(Arc::new(IndexBackend {
             index,

@@ -1,5 +1,6 @@
 //! IO accounting: an [`ObjectStore`] wrapper that counts GET, HEAD, LIST and
-//! PUT requests and their bytes, and the number of dependent *rounds*.
+//! PUT requests and their bytes, and the number of dependent *rounds*, and
+//! remembers which objects were read ([`CountingStore::read_paths`]).
 //!
 //! A round is observed, not declared: a request that starts while no other
 //! request of this store is in flight opens a new round; requests started
@@ -67,6 +68,8 @@ struct Counters {
     put_bytes: AtomicU64,
     rounds: AtomicU64,
     in_flight: AtomicU64,
+    /// Objects read (GET or HEAD), in first-read order, each once.
+    read_paths: std::sync::Mutex<Vec<String>>,
 }
 
 /// Decrements the in-flight count when a request ends (also on error/cancel).
@@ -113,6 +116,28 @@ impl CountingStore {
             put_requests: c.put_requests.load(Ordering::SeqCst),
             put_bytes: c.put_bytes.load(Ordering::SeqCst),
             rounds: c.rounds.load(Ordering::SeqCst),
+        }
+    }
+
+    /// Every object read so far (GET, ranged GET or HEAD), each once, in
+    /// the order first read.
+    pub fn read_paths(&self) -> Vec<String> {
+        self.counters
+            .read_paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn record_read(&self, location: &Path) {
+        let mut paths = self
+            .counters
+            .read_paths
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let location = location.to_string();
+        if !paths.contains(&location) {
+            paths.push(location);
         }
     }
 
@@ -163,6 +188,7 @@ impl ObjectStore for CountingStore {
 
     async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
         let _g = self.begin().await;
+        self.record_read(location);
         if options.head {
             self.counters.head_requests.fetch_add(1, Ordering::SeqCst);
             return self.inner.get_opts(location, options).await;
@@ -191,6 +217,7 @@ impl ObjectStore for CountingStore {
 
     async fn get_ranges(&self, location: &Path, ranges: &[Range<u64>]) -> Result<Vec<Bytes>> {
         let _g = self.begin().await;
+        self.record_read(location);
         self.counters
             .get_requests
             .fetch_add(ranges.len() as u64, Ordering::SeqCst);

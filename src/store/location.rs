@@ -21,6 +21,8 @@
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …, object_store's standard variables),
 //! never from a definition or a URI (which cannot carry user information).
+//! Retries, timeouts and the unconditional-publish opt-in come from the
+//! runtime [`StoreOptions`] ([`open_with`]).
 
 use std::collections::HashMap;
 use std::path::{Component, PathBuf};
@@ -32,6 +34,8 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use thiserror::Error;
 
+use super::commit::CheckThenPut;
+use super::options::StoreOptions;
 use crate::catalog::uri::{LocationUri, Scheme, UriError};
 
 /// A location that cannot be opened.
@@ -52,7 +56,8 @@ pub enum LocationError {
     },
 }
 
-/// Opens `location` (a plain local path or a location URI).
+/// Opens `location` (a plain local path or a location URI) with the default
+/// [`StoreOptions`].
 ///
 /// # Errors
 /// [`LocationError::Uri`] for a URI breaking a rule or naming a pattern,
@@ -60,11 +65,39 @@ pub enum LocationError {
 /// absolute, [`LocationError::Configure`] when the environment does not
 /// configure the cloud store.
 pub fn open(location: &str) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
+    open_with(location, &StoreOptions::default())
+}
+
+/// Opens `location` with runtime `options` (retries, timeouts, and the
+/// [`CheckThenPut`] wrapper when `unconditional_publish` is set).
+///
+/// # Errors
+/// As [`open`].
+pub fn open_with(
+    location: &str,
+    options: &StoreOptions,
+) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
+    let (store, path) = open_unwrapped(location, options)?;
+    Ok((wrap(store, options), path))
+}
+
+fn wrap(store: Arc<dyn ObjectStore>, options: &StoreOptions) -> Arc<dyn ObjectStore> {
+    if options.unconditional_publish {
+        Arc::new(CheckThenPut::new(store))
+    } else {
+        store
+    }
+}
+
+fn open_unwrapped(
+    location: &str,
+    options: &StoreOptions,
+) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
     if location.is_empty() {
         return Err(LocationError::Empty);
     }
     if location.contains("://") {
-        return open_uri(&LocationUri::parse_root(location)?);
+        return open_uri(&LocationUri::parse_root(location)?, options);
     }
     let absolute = absolute_local_path(std::path::Path::new(location))?;
     let path = Path::from_absolute_path(&absolute).map_err(|e| LocationError::LocalPath {
@@ -78,7 +111,10 @@ pub fn open(location: &str) -> Result<(Arc<dyn ObjectStore>, Path), LocationErro
 ///
 /// # Errors
 /// As [`open`]; [`UriError::PatternNotAllowed`] for a pattern.
-pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
+fn open_uri(
+    uri: &LocationUri,
+    options: &StoreOptions,
+) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
     if uri.is_pattern() {
         return Err(UriError::PatternNotAllowed {
             uri: uri.to_string(),
@@ -93,26 +129,41 @@ pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), Locat
     let store: Arc<dyn ObjectStore> = match uri.scheme() {
         Scheme::File => Arc::new(LocalFileSystem::new()),
         Scheme::Memory => memory_store(uri.host()),
-        Scheme::S3 => Arc::new(
-            object_store::aws::AmazonS3Builder::from_env()
-                .with_bucket_name(uri.host())
-                .build()
-                .map_err(|e| configure("s3", e))?,
-        ),
+        Scheme::S3 => {
+            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+            let mut b = AmazonS3Builder::from_env().with_bucket_name(uri.host());
+            for (key, value) in options.client_config() {
+                b = b.with_config(AmazonS3ConfigKey::Client(key), value);
+            }
+            if options.sets_retry() {
+                b = b.with_retry(options.retry_config());
+            }
+            Arc::new(b.build().map_err(|e| configure("s3", e))?)
+        }
         #[cfg(feature = "gcp")]
-        Scheme::Gs => Arc::new(
-            object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name(uri.host())
-                .build()
-                .map_err(|e| configure("gs", e))?,
-        ),
+        Scheme::Gs => {
+            use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
+            let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(uri.host());
+            for (key, value) in options.client_config() {
+                b = b.with_config(GoogleConfigKey::Client(key), value);
+            }
+            if options.sets_retry() {
+                b = b.with_retry(options.retry_config());
+            }
+            Arc::new(b.build().map_err(|e| configure("gs", e))?)
+        }
         #[cfg(feature = "azure")]
-        Scheme::Az => Arc::new(
-            object_store::azure::MicrosoftAzureBuilder::from_env()
-                .with_container_name(uri.host())
-                .build()
-                .map_err(|e| configure("az", e))?,
-        ),
+        Scheme::Az => {
+            use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
+            let mut b = MicrosoftAzureBuilder::from_env().with_container_name(uri.host());
+            for (key, value) in options.client_config() {
+                b = b.with_config(AzureConfigKey::Client(key), value);
+            }
+            if options.sets_retry() {
+                b = b.with_retry(options.retry_config());
+            }
+            Arc::new(b.build().map_err(|e| configure("az", e))?)
+        }
         #[cfg(not(all(feature = "gcp", feature = "azure")))]
         #[allow(unreachable_patterns)]
         Scheme::Gs | Scheme::Az => {
@@ -139,9 +190,12 @@ pub fn open_uri(uri: &LocationUri) -> Result<(Arc<dyn ObjectStore>, Path), Locat
 ///
 /// # Errors
 /// As [`open`]; a URI pattern must also follow the location-URI rules.
-pub fn open_pattern(location: &str) -> Result<(Arc<dyn ObjectStore>, String), LocationError> {
+pub fn open_pattern(
+    location: &str,
+    options: &StoreOptions,
+) -> Result<(Arc<dyn ObjectStore>, String), LocationError> {
     let Some(star) = location.find('*') else {
-        let (store, path) = open(location)?;
+        let (store, path) = open_with(location, options)?;
         return Ok((store, path.to_string()));
     };
     if location.contains("://") {
@@ -151,7 +205,7 @@ pub fn open_pattern(location: &str) -> Result<(Arc<dyn ObjectStore>, String), Lo
         Some(i) => (&location[..=i], &location[i + 1..]),
         None => ("./", location),
     };
-    let (store, root) = open(root)?;
+    let (store, root) = open_with(root, options)?;
     let root = root.to_string();
     Ok((
         store,
