@@ -104,7 +104,7 @@ pub fn nearest_with(
     if !kernel.is_supported() {
         return Err(KMeansError::UnsupportedKernel(kernel));
     }
-    let (labels, first, _) = top2(kernel, data, centroids, dim, metric);
+    let (labels, first, _) = top2(kernel, data, None, centroids, dim, metric);
     Ok((labels, first))
 }
 
@@ -127,31 +127,60 @@ pub(crate) fn nearest2_unchecked(
     dim: usize,
     metric: Metric,
 ) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
-    top2(Kernel::detect(), data, centroids, dim, metric)
+    top2(Kernel::detect(), data, None, centroids, dim, metric)
 }
 
-/// Labels, best and second-best distances of every row, on a supported kernel.
-fn top2(
-    kernel: Kernel,
+/// [`nearest2_unchecked`] for the rows `rows` of `data` only (results in the
+/// order of `rows`). Each tile gathers its rows into a reused, cache-sized
+/// buffer, so no copy of the subset is ever materialised.
+pub(crate) fn nearest2_rows_unchecked(
     data: &[f32],
+    rows: &[usize],
     centroids: &[f32],
     dim: usize,
     metric: Metric,
 ) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
-    let n = data.len() / dim;
+    top2(Kernel::detect(), data, Some(rows), centroids, dim, metric)
+}
+
+/// Labels, best and second-best distances of every row of `data` (or of the
+/// listed `rows`), on a supported kernel.
+fn top2(
+    kernel: Kernel,
+    data: &[f32],
+    rows: Option<&[usize]>,
+    centroids: &[f32],
+    dim: usize,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
+    let n = rows.map_or(data.len() / dim, <[usize]>::len);
     let prepared = Prepared::new(kernel, centroids, dim, metric);
     let scratch_len = match kernel {
         Kernel::Sgemm => POINT_TILE * CENTROID_TILE.min(prepared.k),
         Kernel::PackedAvx2 => 0,
     };
     let (mut labels, mut first, mut second) = (vec![0u32; n], vec![0f32; n], vec![0f32; n]);
-    data.par_chunks(POINT_TILE * dim)
-        .zip(labels.par_chunks_mut(POINT_TILE))
+    labels
+        .par_chunks_mut(POINT_TILE)
         .zip(first.par_chunks_mut(POINT_TILE))
         .zip(second.par_chunks_mut(POINT_TILE))
+        .enumerate()
         .for_each_init(
-            || vec![0f32; scratch_len],
-            |scratch, (((x, l), d1), d2)| prepared.tile(x, l, d1, d2, scratch),
+            || (vec![0f32; scratch_len], Vec::new()),
+            |(scratch, gathered), (t, ((l, d1), d2))| {
+                let start = t * POINT_TILE;
+                let x: &[f32] = match rows {
+                    None => &data[start * dim..(start + l.len()) * dim],
+                    Some(rows) => {
+                        gathered.clear();
+                        for &r in &rows[start..start + l.len()] {
+                            gathered.extend_from_slice(&data[r * dim..(r + 1) * dim]);
+                        }
+                        gathered
+                    }
+                };
+                prepared.tile(x, l, d1, d2, scratch)
+            },
         );
     (labels, first, second)
 }
@@ -552,13 +581,28 @@ mod tests {
     }
 
     #[test]
+    fn a_row_subset_gets_the_same_answers_as_the_full_matrix() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        let (n, k, dim) = (700, 40, 9);
+        let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        // Spans more than two tiles, out of order, with a repeat.
+        let rows: Vec<usize> = (0..n).rev().step_by(2).chain([3, 3]).collect();
+        let (l, d1, d2) = nearest2_unchecked(&data, &cents, dim, Metric::L2);
+        let (sl, s1, s2) = nearest2_rows_unchecked(&data, &rows, &cents, dim, Metric::L2);
+        for (t, &r) in rows.iter().enumerate() {
+            assert_eq!((sl[t], s1[t], s2[t]), (l[r], d1[r], d2[r]), "row {r}");
+        }
+    }
+
+    #[test]
     fn second_nearest_matches_a_sorted_scan() {
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let (n, k, dim) = (37, 53, 24);
         let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
         let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
         for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {
-            let (_, d1, d2) = top2(kernel, &data, &cents, dim, Metric::L2);
+            let (_, d1, d2) = top2(kernel, &data, None, &cents, dim, Metric::L2);
             for (i, x) in data.chunks_exact(dim).enumerate() {
                 let mut d: Vec<f32> = cents
                     .chunks_exact(dim)

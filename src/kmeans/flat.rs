@@ -16,7 +16,7 @@
 //! by a 1e-4 relative slack on the bound), with far fewer distance
 //! computations once the centroids settle.
 
-use super::assign::{nearest_unchecked, nearest2_unchecked};
+use super::assign::{nearest_unchecked, nearest2_rows_unchecked, nearest2_unchecked};
 use super::sample::{init_kmeans_plus_plus, init_random, subsample};
 use super::{Init, KMeansError, KMeansParams, KMeansResult, imbalance_factor};
 use crate::distance::{Metric, check_matrix, normalize_rows};
@@ -154,10 +154,7 @@ fn assign_bounded(
     let todo: Vec<usize> = (0..d1.len())
         .filter(|&i| d1[i].sqrt() > b.lower[i])
         .collect();
-    let mut batch = Vec::with_capacity(todo.len() * dim);
-    todo.iter()
-        .for_each(|&i| batch.extend_from_slice(&x[i * dim..(i + 1) * dim]));
-    let (labels, e1, e2) = nearest2_unchecked(&batch, centroids, dim, Metric::L2);
+    let (labels, e1, e2) = nearest2_rows_unchecked(x, &todo, centroids, dim, Metric::L2);
     for (t, &i) in todo.iter().enumerate() {
         b.labels[i] = labels[t];
         d1[i] = e1[t];
