@@ -144,3 +144,54 @@ async fn s3_round_trip_on_the_configured_endpoint() {
         b"on s3"
     );
 }
+
+/// Retries and request timeouts reach the S3 client: against an endpoint that
+/// accepts connections and never answers, a GET with a 300 ms request timeout
+/// and 2 retries gives up after exactly 3 attempts with a typed error, long
+/// before object_store's defaults (30 s × 11 attempts) would.
+#[tokio::test]
+async fn s3_retries_and_timeouts_come_from_store_options() {
+    use parqivf::store::options::StoreOptions;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::time::Duration;
+
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let accepted = Arc::new(AtomicUsize::new(0));
+    let counter = accepted.clone();
+    let silent = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            counter.fetch_add(1, Ordering::SeqCst);
+            held.push(socket); // never read, never answered
+        }
+    });
+    let options = StoreOptions {
+        max_retries: Some(2),
+        retry_timeout: Some(Duration::from_secs(30)),
+        backoff_initial: Some(Duration::from_millis(10)),
+        backoff_max: Some(Duration::from_millis(20)),
+        request_timeout: Some(Duration::from_millis(300)),
+        connect_timeout: Some(Duration::from_millis(300)),
+        unconditional_publish: false,
+    };
+    let store = parqivf::store::location::s3_builder("silent", &options)
+        .with_endpoint(&endpoint)
+        .with_allow_http(true)
+        .with_region("us-east-1")
+        .with_access_key_id("k")
+        .with_secret_access_key("s")
+        .build()
+        .unwrap();
+    let err = store.get(&Path::from("x")).await.unwrap_err();
+    assert!(
+        !matches!(err, object_store::Error::NotFound { .. }),
+        "a timeout, not an answer: {err}"
+    );
+    assert_eq!(
+        accepted.load(Ordering::SeqCst),
+        3,
+        "1 attempt + 2 retries: {err}"
+    );
+    silent.abort();
+}

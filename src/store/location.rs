@@ -129,17 +129,11 @@ fn open_uri(
     let store: Arc<dyn ObjectStore> = match uri.scheme() {
         Scheme::File => Arc::new(LocalFileSystem::new()),
         Scheme::Memory => memory_store(uri.host()),
-        Scheme::S3 => {
-            use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-            let mut b = AmazonS3Builder::from_env().with_bucket_name(uri.host());
-            for (key, value) in options.client_config() {
-                b = b.with_config(AmazonS3ConfigKey::Client(key), value);
-            }
-            if options.sets_retry() {
-                b = b.with_retry(options.retry_config());
-            }
-            Arc::new(b.build().map_err(|e| configure("s3", e))?)
-        }
+        Scheme::S3 => Arc::new(
+            s3_builder(uri.host(), options)
+                .build()
+                .map_err(|e| configure("s3", e))?,
+        ),
         #[cfg(feature = "gcp")]
         Scheme::Gs => {
             use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
@@ -181,6 +175,20 @@ fn open_uri(
         }
     };
     Ok((store, uri.object_path()))
+}
+
+/// The S3 builder for `bucket`: the environment's `AWS_*` configuration with
+/// `options`' timeouts merged in and its retry policy when one is set.
+pub fn s3_builder(bucket: &str, options: &StoreOptions) -> object_store::aws::AmazonS3Builder {
+    use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    for (key, value) in options.client_config() {
+        b = b.with_config(AmazonS3ConfigKey::Client(key), value);
+    }
+    if options.sets_retry() {
+        b = b.with_retry(options.retry_config());
+    }
+    b
 }
 
 /// Opens a *source* location, which may hold one `*` wildcard (a Parquet
