@@ -18,7 +18,7 @@ use crate::centroids::{self, CentroidsError};
 use crate::kmeans::Hierarchy;
 use crate::manifest::{self, Manifest};
 use crate::probe::ProbeError;
-use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan};
+use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan_batch};
 use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
 use object_store::path::Path;
@@ -563,13 +563,20 @@ impl Index {
         union.dedup();
         let postings = self.postings();
         let (loaded, io, times) = postings.load(&union, params.include_payload).await?;
-        let metric = self.hierarchy.metric;
-        queries
-            .par_chunks_exact(dim)
+        let t = Instant::now();
+        let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
+        let tops = scan_batch(
+            self.hierarchy.metric,
+            dim,
+            queries,
+            &probed,
+            &loaded,
+            params.k,
+        );
+        let scanned = t.elapsed();
+        tops.into_iter()
             .zip(&selected)
-            .map(|(q, (cids, probe))| -> crate::Result<SearchResult> {
-                let t = Instant::now();
-                let top = scan(metric, dim, q, cids, &loaded, params.k);
+            .map(|(top, (cids, probe))| -> crate::Result<SearchResult> {
                 let hits = top
                     .into_sorted()
                     .into_iter()
@@ -588,7 +595,7 @@ impl Index {
                     .collect::<Result<Vec<_>, ProbeError>>()?;
                 Ok(SearchResult {
                     hits,
-                    stats: SearchStats::new(io, times, *probe, t.elapsed()),
+                    stats: SearchStats::new(io, times, *probe, scanned),
                 })
             })
             .collect()
