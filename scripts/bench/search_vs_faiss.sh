@@ -6,7 +6,8 @@
 #
 # usage: scripts/bench/search_vs_faiss.sh [NLIST] [NPROBES]
 #   env: BENCH_DATA (default ./bench-data), BENCH_RESULTS (./bench-results),
-#        PY (python with numpy + faiss-cpu), SHARED (../shared)
+#        PY (python with numpy + faiss-cpu), SHARED (../shared),
+#        ROOTS (root centroids of the hierarchy; default: the build's, 1 = flat)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NLIST="${1:-1000}"
@@ -17,10 +18,10 @@ PY="${PY:-python3}"
 SHARED="${SHARED:-$PWD/../shared}"
 BIN=target/release/parqivf
 mkdir -p "$RESULTS"
-OUT="$RESULTS/parqivf-nlist$NLIST"
+OUT="$RESULTS/parqivf-nlist$NLIST${ROOTS:+-r$ROOTS}"
 rm -rf "$OUT"
 echo "# uptime: $(uptime)"
-/usr/bin/time -v "$BIN" build --source "$DATA/base.npy" --out "$OUT" --nlist "$NLIST" --json \
+/usr/bin/time -v "$BIN" build --source "$DATA/base.npy" --out "$OUT" --nlist "$NLIST" ${ROOTS:+--roots "$ROOTS"} --json \
   > "$RESULTS/parqivf-build-nlist$NLIST.json" 2> "$RESULTS/parqivf-build-nlist$NLIST.log"
 grep -E "Maximum resident|Elapsed" "$RESULTS/parqivf-build-nlist$NLIST.log" || true
 cat "$RESULTS/parqivf-build-nlist$NLIST.json"
