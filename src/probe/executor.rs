@@ -623,7 +623,9 @@ mod tests {
         let queries: Vec<f32> = (0..nq * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
         let cids: Vec<Vec<u32>> = (0..nq)
             .map(|q| {
-                let mut c: Vec<u32> = (0..6u32).filter(|&c| (q as u32 + c) % 3 != 0).collect();
+                let mut c: Vec<u32> = (0..6u32)
+                    .filter(|&c| !(q as u32 + c).is_multiple_of(3))
+                    .collect();
                 c.sort_unstable();
                 c
             })
