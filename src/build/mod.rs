@@ -11,7 +11,7 @@ pub mod progress;
 pub mod source;
 pub mod spill;
 
-pub use job::{BuildParams, BuildSummary, DEFAULT_SEED, PhaseTimes, build};
+pub use job::{BuildParams, BuildSummary, DEFAULT_POLISH, DEFAULT_SEED, PhaseTimes, build};
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
 pub use progress::ProgressMode;
 pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};

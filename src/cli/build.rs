@@ -44,9 +44,12 @@ pub struct Args {
     /// Number of leaf lists.
     #[arg(long, default_value_t = 1024)]
     pub nlist: u32,
-    /// Number of roots (default round(sqrt(nlist))).
+    /// Number of roots (default round(sqrt(nlist))); 1 trains flat k-means.
     #[arg(long)]
     pub roots: Option<u32>,
+    /// Flat Lloyd iterations over all leaves after the per-root trainings.
+    #[arg(long, default_value_t = parqivf::build::DEFAULT_POLISH)]
+    pub polish: usize,
     /// l2, ip or cosine.
     #[arg(long, default_value = "l2", value_parser = parse_metric)]
     pub metric: Metric,
@@ -132,6 +135,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
         let params = BuildParams {
             nlist: args.nlist,
             roots: args.roots,
+            polish: args.polish,
             metric: args.metric,
             niter: args.niter,
             max_points_per_centroid: args.max_points_per_centroid,

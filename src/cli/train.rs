@@ -34,6 +34,10 @@ pub struct Args {
     /// Train the two-level hierarchy with this many roots.
     #[arg(long)]
     roots: Option<usize>,
+    /// With --roots: flat Lloyd iterations over all leaves after the per-root
+    /// trainings (default 0: the pure two-level training; the build uses 4).
+    #[arg(long, default_value_t = 0)]
+    polish: usize,
     /// Worker threads (default: all cores).
     #[arg(long)]
     threads: Option<usize>,
@@ -115,6 +119,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
                 roots,
                 metric: args.metric,
                 kmeans: params,
+                polish: args.polish,
             };
             let (h, r) = Hierarchy::train(&v.data, v.dim, &hp, &mut rng)?;
             extend(

@@ -78,19 +78,60 @@ pub fn train(
     if metric.is_spherical() {
         normalize_rows(&mut centroids, dim);
     }
+    let Lloyd {
+        centroids,
+        history,
+        hist,
+        splits,
+    } = lloyd(&x, dim, centroids, params, metric, rng);
+    Ok(KMeansResult {
+        centroids,
+        objective: history.last().copied().unwrap_or(f64::NAN),
+        iterations: history.len(),
+        objective_history: history,
+        imbalance: imbalance_factor(&hist),
+        splits,
+        train_points: n_train,
+        warning,
+    })
+}
+
+/// What Lloyd iterations produced.
+pub(super) struct Lloyd {
+    pub centroids: Vec<f32>,
+    /// Objective of each iteration's assignment.
+    pub history: Vec<f64>,
+    /// Cluster sizes of the last assignment (after empty-cluster splits).
+    pub hist: Vec<usize>,
+    pub splits: usize,
+}
+
+/// Lloyd iterations on `x` from `centroids` (already normalised for the
+/// spherical metrics): `params.niter` at most, `params.tol`, Hamerly bounds
+/// for L2 when `params.bounds`. Shared by [`train`] and the hierarchy's
+/// polish over all leaves.
+pub(super) fn lloyd(
+    x: &[f32],
+    dim: usize,
+    mut centroids: Vec<f32>,
+    params: &KMeansParams,
+    metric: Metric,
+    rng: &mut impl Rng,
+) -> Lloyd {
+    let k = centroids.len() / dim;
     let mut history = Vec::with_capacity(params.niter);
     let (mut splits, mut hist) = (0, vec![0usize; k]);
     let use_bounds = params.bounds && metric == Metric::L2;
     let mut bounds: Option<Bounds> = None;
     for _ in 0..params.niter {
         let (labels, dists) = if use_bounds {
-            assign_bounded(&x, dim, &centroids, &mut bounds)
+            assign_bounded(x, dim, &centroids, &mut bounds)
         } else {
-            nearest_unchecked(&x, &centroids, dim, metric)
+            nearest_unchecked(x, &centroids, dim, metric)
         };
         let objective: f64 = dists.iter().map(|&d| d as f64).sum();
         let old = use_bounds.then(|| centroids.clone());
-        hist = update_centroids(&x, dim, &labels, &mut centroids);
+        hist = update_centroids(x, dim, &labels, &mut centroids);
         splits += split_empty(&mut centroids, dim, &mut hist, rng);
         if metric.is_spherical() {
             normalize_rows(&mut centroids, dim);
@@ -107,16 +148,12 @@ pub fn train(
             break;
         }
     }
-    Ok(KMeansResult {
+    Lloyd {
         centroids,
-        objective: history.last().copied().unwrap_or(f64::NAN),
-        iterations: history.len(),
-        objective_history: history,
-        imbalance: imbalance_factor(&hist),
+        history,
+        hist,
         splits,
-        train_points: n_train,
-        warning,
-    })
+    }
 }
 
 /// Hamerly state per training point: its label and a lower bound on the
