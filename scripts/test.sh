@@ -37,7 +37,13 @@ urllib.request.urlopen(req)
 print("moto_server on 127.0.0.1:$PORT (pid $MOTO_PID), bucket parqivf-test")
 PY
 
-# The store-conformance suite first, with its output, so the log shows each
+# The distance and assignment kernels first, with their output: the log names
+# the SIMD path simsimd dispatches to on this CPU (haswell, skylake, sapphire,
+# …) and the assignment kernels tested; each tolerance is derived from the
+# kernel's documented precision, which holds on every path.
+cargo test --locked --lib -- distance:: kmeans::assign:: --nocapture --test-threads 1
+
+# The store-conformance suite next, with its output, so the log shows each
 # backend (memory, local, S3 on moto) passing; then everything else.
 cargo test --locked --test store_conformance -- --nocapture --test-threads 1
 cargo test --locked "$@" -- --skip on_every_backend

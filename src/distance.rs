@@ -1,15 +1,40 @@
 //! Distance metrics (squared L2, inner product, cosine) on simsimd kernels.
 //!
 //! Every metric is oriented so that **smaller is closer**. [`Metric::distance`]
-//! is the unchecked hot path (one simsimd call per pair, runtime-dispatched to
-//! the best SIMD level of the CPU); [`Metric::try_distance`] and
-//! [`check_matrix`] are the checked entry points used at API boundaries, where
-//! a length mismatch or a NaN/∞ is a typed [`DistanceError`], never a silently
-//! wrong number. The same API serves `f16` ([`Metric::distance_f16`]) and `i8`
-//! ([`Metric::distance_i8`]) codes. Batched many-to-many distances use the
-//! blocked-GEMM kernel in [`crate::kmeans::assign`].
+//! is the exact metric on raw vectors; [`Metric::prepared_distance`] is the
+//! unchecked hot path of the scan and the centroid selection, on vectors
+//! [`Metric::prepare`]d once (unit-normalised under cosine, so that cosine is
+//! `1 − dot`). [`Metric::try_distance`] and [`check_matrix`] are the checked
+//! entry points used at API boundaries, where a length mismatch or a NaN/∞ is
+//! a typed [`DistanceError`], never a silently wrong number.
+//!
+//! # Precision, per kernel
+//!
+//! simsimd picks a SIMD path at run time ([`simd_path`] names it), so the
+//! same call may run Haswell (AVX2) code on one machine and Sapphire Rapids
+//! (AVX-512 FP16) code on the next. Each kernel's precision is therefore a
+//! documented property that holds on **every** path, and the tests derive
+//! their tolerances from it:
+//!
+//! | kernel | accumulation (every path) | error bound |
+//! |---|---|---|
+//! | f32 `l2sq`, `dot` (simsimd) | f32 lanes or wider, reduced in f64 | `(d + 2)·ε₃₂·Σ|terms|` |
+//! | f32 cosine ([`Metric::distance`]) | f64, scalar lanes (no underflow for any finite f32) | `(d + 2)·ε₆₄·Σ|terms|`, then one f32 rounding |
+//! | prepared cosine `1 − dot` | as f32 `dot`, on unit vectors | `(d + 2)·ε₃₂·Σ|aᵢbᵢ|` + the normalisation's `2·ε₃₂` |
+//! | f16 (all metrics) | widened exactly to f32, then the f32 kernels | as f32 |
+//! | i8 `l2sq`, `dot` (simsimd) | integers (i32) on every path | exact for `d < 2¹⁷` |
+//! | i8 cosine | the exact integer sums, combined in f64 | one f64 `sqrt` and division |
+//!
+//! simsimd's own f16 kernels are not used: on AVX-512 FP16 CPUs they
+//! accumulate in f16 (about 3 significant digits), and its cosine kernels
+//! use a 12-bit reciprocal-square-root estimate and f32 norms that underflow
+//! for vectors with components near 1e-20. ε₃₂ = 2⁻²³, ε₆₄ = 2⁻⁵².
+//!
+//! Batched many-to-many distances use the blocked-GEMM kernel in
+//! [`crate::kmeans::assign`].
 
 use serde::{Deserialize, Serialize};
+use half::slice::HalfFloatSliceExt;
 use simsimd::SpatialSimilarity;
 use thiserror::Error;
 
@@ -27,7 +52,12 @@ pub enum Metric {
 }
 
 impl Metric {
-    /// Distance between two vectors of equal length (unchecked hot path).
+    /// Distance between two raw vectors of equal length (unchecked).
+    ///
+    /// Cosine is computed in f64 from `a·b`, `‖a‖²` and `‖b‖²`, so vectors of
+    /// any finite magnitude (1e-30 as well as 1e30) get their true cosine; it
+    /// is 1 when exactly one vector is zero and 0 when both are. The scan
+    /// uses [`Metric::prepared_distance`] instead.
     ///
     /// Lengths are checked only with debug assertions; in release a length
     /// mismatch yields NaN (never a panic, never a plausible number). Use
@@ -35,12 +65,48 @@ impl Metric {
     #[inline]
     pub fn distance(self, a: &[f32], b: &[f32]) -> f32 {
         debug_assert_eq!(a.len(), b.len());
+        if a.len() != b.len() {
+            return f32::NAN;
+        }
+        match self {
+            Metric::L2 | Metric::InnerProduct => self.prepared_distance(a, b),
+            Metric::Cosine => {
+                let (ab, aa, bb) = dot3_f64(a, b);
+                cosine_from_sums(ab, aa, bb)
+            }
+        }
+    }
+
+    /// The scan's distance between two vectors [`Metric::prepare`]d for this
+    /// metric (unchecked hot path, one simsimd call): `‖a − b‖²`, `−a·b`, or
+    /// under cosine `1 − a·b`, which is the cosine distance because prepared
+    /// vectors have unit length.
+    ///
+    /// A length mismatch yields NaN in release (debug-asserted).
+    #[inline]
+    pub fn prepared_distance(self, a: &[f32], b: &[f32]) -> f32 {
+        debug_assert_eq!(a.len(), b.len());
         let d = match self {
             Metric::L2 => f32::l2sq(a, b),
             Metric::InnerProduct => f32::dot(a, b).map(|d| -d),
-            Metric::Cosine => <f32 as SpatialSimilarity>::cos(a, b),
+            Metric::Cosine => f32::dot(a, b).map(|d| 1.0 - d),
         };
         d.map_or(f32::NAN, |d| d as f32)
+    }
+
+    /// Prepares a vector for [`Metric::prepared_distance`]: under cosine it
+    /// is scaled to unit length (see [`normalize`]); other metrics leave it
+    /// unchanged. Stored vectors are prepared at build time, queries at
+    /// search time.
+    ///
+    /// # Errors
+    /// [`DistanceError::NoDirection`] under cosine when every component is
+    /// zero: such a vector has no cosine to anything.
+    pub fn prepare(self, v: &mut [f32]) -> Result<(), DistanceError> {
+        match self {
+            Metric::Cosine => normalize(v),
+            Metric::L2 | Metric::InnerProduct => Ok(()),
+        }
     }
 
     /// Checked distance: both vectors must have length `dim` and hold only
@@ -62,31 +128,55 @@ impl Metric {
         Ok(self.distance(a, b))
     }
 
-    /// Distance between two `f16` vectors of equal length (unchecked hot path,
-    /// as [`Metric::distance`]).
-    #[inline]
+    /// Distance between two `f16` vectors of equal length (unchecked, as
+    /// [`Metric::distance`]). The values are widened to f32, which is exact,
+    /// in blocks on the stack, and the f32 kernels accumulate: f32 precision
+    /// on every CPU (simsimd's AVX-512 FP16 kernel would accumulate in f16).
     pub fn distance_f16(self, a: &[half::f16], b: &[half::f16]) -> f32 {
         debug_assert_eq!(a.len(), b.len());
-        let (a, b) = (as_simsimd_f16(a), as_simsimd_f16(b));
-        let d = match self {
-            Metric::L2 => simsimd::f16::l2sq(a, b),
-            Metric::InnerProduct => simsimd::f16::dot(a, b).map(|d| -d),
-            Metric::Cosine => <simsimd::f16 as SpatialSimilarity>::cos(a, b),
-        };
-        d.map_or(f32::NAN, |d| d as f32)
+        if a.len() != b.len() {
+            return f32::NAN;
+        }
+        const BLOCK: usize = 256;
+        let (mut wa, mut wb) = ([0f32; BLOCK], [0f32; BLOCK]);
+        let (mut s, mut aa, mut bb) = (0f64, 0f64, 0f64);
+        for (ca, cb) in a.chunks(BLOCK).zip(b.chunks(BLOCK)) {
+            let (fa, fb) = (&mut wa[..ca.len()], &mut wb[..cb.len()]);
+            ca.convert_to_f32_slice(fa);
+            cb.convert_to_f32_slice(fb);
+            match self {
+                Metric::L2 => s += f32::l2sq(fa, fb).unwrap_or(f64::NAN),
+                Metric::InnerProduct => s += f32::dot(fa, fb).unwrap_or(f64::NAN),
+                Metric::Cosine => {
+                    let (ab, a2, b2) = dot3_f64(fa, fb);
+                    (s, aa, bb) = (s + ab, aa + a2, bb + b2);
+                }
+            }
+        }
+        match self {
+            Metric::L2 => s as f32,
+            Metric::InnerProduct => -s as f32,
+            Metric::Cosine => cosine_from_sums(s, aa, bb),
+        }
     }
 
-    /// Distance between two `i8` code vectors of equal length (unchecked hot
-    /// path, as [`Metric::distance`]); exact integer arithmetic for L2 and IP.
-    #[inline]
+    /// Distance between two `i8` code vectors of equal length (unchecked, as
+    /// [`Metric::distance`]). `l2sq` and `dot` are exact integer sums on
+    /// every simsimd path; cosine combines the exact sums in f64 (simsimd's
+    /// own i8 cosine uses a reciprocal-square-root estimate).
     pub fn distance_i8(self, a: &[i8], b: &[i8]) -> f32 {
         debug_assert_eq!(a.len(), b.len());
-        let d = match self {
-            Metric::L2 => i8::l2sq(a, b),
-            Metric::InnerProduct => i8::dot(a, b).map(|d| -d),
-            Metric::Cosine => <i8 as SpatialSimilarity>::cos(a, b),
-        };
-        d.map_or(f32::NAN, |d| d as f32)
+        if a.len() != b.len() {
+            return f32::NAN;
+        }
+        let sum = |d: Option<f64>| d.unwrap_or(f64::NAN);
+        match self {
+            Metric::L2 => sum(i8::l2sq(a, b)) as f32,
+            Metric::InnerProduct => -sum(i8::dot(a, b)) as f32,
+            Metric::Cosine => {
+                cosine_from_sums(sum(i8::dot(a, b)), sum(i8::dot(a, a)), sum(i8::dot(b, b)))
+            }
+        }
     }
 
     /// Distances from one query to every row of a row-major `data` matrix of
@@ -124,11 +214,102 @@ impl Metric {
     }
 }
 
-/// Views `half::f16` values as simsimd's bit-identical `f16`.
-fn as_simsimd_f16(x: &[half::f16]) -> &[simsimd::f16] {
-    // SAFETY: both types are `#[repr(transparent)]` wrappers around the same
-    // IEEE-754 binary16 `u16` bits, so size, alignment and validity agree.
-    unsafe { std::slice::from_raw_parts(x.as_ptr().cast::<simsimd::f16>(), x.len()) }
+/// The SIMD path simsimd dispatches to on this CPU, most capable first
+/// (`sierra`, `turin`, `sapphire`, `genoa`, `ice`, `skylake`, `haswell` on
+/// x86-64; `sve…`, `neon…` on Arm), or `serial`. Logged by the tests so that
+/// a failure names the path it ran on.
+pub fn simd_path() -> &'static str {
+    use simsimd::capabilities as c;
+    let paths: [(&str, fn() -> bool); 15] = [
+        ("sierra", c::uses_sierra),
+        ("turin", c::uses_turin),
+        ("sapphire", c::uses_sapphire),
+        ("genoa", c::uses_genoa),
+        ("ice", c::uses_ice),
+        ("skylake", c::uses_skylake),
+        ("haswell", c::uses_haswell),
+        ("sve_bf16", c::uses_sve_bf16),
+        ("sve_f16", c::uses_sve_f16),
+        ("sve_i8", c::uses_sve_i8),
+        ("sve", c::uses_sve),
+        ("neon_f16", c::uses_neon_f16),
+        ("neon_bf16", c::uses_neon_bf16),
+        ("neon_i8", c::uses_neon_i8),
+        ("neon", c::uses_neon),
+    ];
+    paths
+        .into_iter()
+        .find(|(_, uses)| uses())
+        .map_or("serial", |(name, _)| name)
+}
+
+/// `(a·b, a·a, b·b)` accumulated in f64 over four independent lanes (which
+/// the compiler vectorises). Products of finite f32 values neither
+/// underflow nor overflow in f64.
+fn dot3_f64(a: &[f32], b: &[f32]) -> (f64, f64, f64) {
+    let (mut ab, mut aa, mut bb) = ([0f64; 4], [0f64; 4], [0f64; 4]);
+    let (ca, cb) = (a.chunks_exact(4), b.chunks_exact(4));
+    let (ra, rb) = (ca.remainder(), cb.remainder());
+    for (x, y) in ca.zip(cb) {
+        for l in 0..4 {
+            let (x, y) = (f64::from(x[l]), f64::from(y[l]));
+            ab[l] += x * y;
+            aa[l] += x * x;
+            bb[l] += y * y;
+        }
+    }
+    for (l, (&x, &y)) in ra.iter().zip(rb).enumerate() {
+        let (x, y) = (f64::from(x), f64::from(y));
+        ab[l] += x * y;
+        aa[l] += x * x;
+        bb[l] += y * y;
+    }
+    let sum = |v: [f64; 4]| (v[0] + v[1]) + (v[2] + v[3]);
+    (sum(ab), sum(aa), sum(bb))
+}
+
+/// `v·v` accumulated in f64 over four lanes, as [`dot3_f64`].
+fn sum_squares_f64(v: &[f32]) -> f64 {
+    let mut acc = [0f64; 4];
+    let chunks = v.chunks_exact(4);
+    let rest = chunks.remainder();
+    for x in chunks {
+        for l in 0..4 {
+            acc[l] += f64::from(x[l]) * f64::from(x[l]);
+        }
+    }
+    for (l, &x) in rest.iter().enumerate() {
+        acc[l] += f64::from(x) * f64::from(x);
+    }
+    (acc[0] + acc[1]) + (acc[2] + acc[3])
+}
+
+/// `1 − a·b / (‖a‖·‖b‖)` from the three sums, clamped to `[0, 2]`: 1 when
+/// exactly one vector is zero, 0 when both are.
+fn cosine_from_sums(ab: f64, aa: f64, bb: f64) -> f32 {
+    match (aa > 0.0, bb > 0.0) {
+        (true, true) => (1.0 - ab / (aa.sqrt() * bb.sqrt())).clamp(0.0, 2.0) as f32,
+        (false, false) => 0.0,
+        _ => 1.0,
+    }
+}
+
+/// Scales `v` to unit L2 norm. The norm is accumulated in f64, where the
+/// squares of finite f32 values neither underflow nor overflow, so a vector
+/// of components near 1e-30 (or 1e30) keeps its direction. The result has
+/// norm `1 ± 2·ε₃₂`.
+///
+/// # Errors
+/// [`DistanceError::NoDirection`] when every component is zero (or the
+/// vector holds a NaN or ±∞, which has no direction either).
+pub fn normalize(v: &mut [f32]) -> Result<(), DistanceError> {
+    let norm2 = sum_squares_f64(v);
+    if !(norm2 > 0.0 && norm2.is_finite()) {
+        return Err(DistanceError::NoDirection { norm2 });
+    }
+    let inv = 1.0 / norm2.sqrt();
+    v.iter_mut().for_each(|x| *x = (f64::from(*x) * inv) as f32);
+    Ok(())
 }
 
 /// Checks a row-major matrix of width `dim`: non-zero width, a whole number
@@ -165,15 +346,12 @@ pub fn squared_norms(data: &[f32], dim: usize) -> Vec<f32> {
         .collect()
 }
 
-/// Scales every row of a row-major matrix of width `dim` to unit L2 norm;
-/// zero rows stay zero.
+/// Scales every row of a row-major matrix of width `dim` to unit L2 norm
+/// (as [`normalize`]); zero rows stay zero.
 pub fn normalize_rows(data: &mut [f32], dim: usize) {
     for row in data.chunks_exact_mut(dim) {
-        let norm = f32::dot(row, row).map_or(0.0, f64::sqrt);
-        if norm > 0.0 {
-            let inv = (1.0 / norm) as f32;
-            row.iter_mut().for_each(|v| *v *= inv);
-        }
+        // A zero row has no direction and stays as it is.
+        let _ = normalize(row);
     }
 }
 
@@ -186,6 +364,10 @@ pub enum DistanceError {
     NonFinite { position: usize, value: f32 },
     #[error("vector dimension must be at least 1")]
     ZeroDimension,
+    #[error(
+        "the vector has no direction (squared norm {norm2}): cosine distance is undefined for a zero vector"
+    )]
+    NoDirection { norm2: f64 },
 }
 
 #[cfg(test)]
@@ -218,34 +400,48 @@ mod tests {
         }
     }
 
-    /// The stated bound: summing `dim` f32 terms in any order errs by at most
-    /// `(dim + 2)·ε_f32·Σ|terms|` (ε = 2⁻²³, twice the unit roundoff, covering
-    /// the product/difference rounding). Cosine adds the norm/sqrt rounding:
-    /// we allow a further 1e-6 absolute.
-    fn bound(metric: Metric, dim: usize, sum_abs: f64) -> f64 {
-        let b = (dim as f64 + 2.0) * f32::EPSILON as f64 * sum_abs;
-        if metric == Metric::Cosine {
-            b + 1e-6
-        } else {
-            b
-        }
+    const EPS32: f64 = f32::EPSILON as f64;
+    const EPS64: f64 = f64::EPSILON;
+
+    /// The f32 kernels' documented bound (module docs): summing `dim` terms
+    /// in any order with f32 or wider accumulators errs by at most
+    /// `(dim + 2)·ε₃₂·Σ|terms|` (ε = 2⁻²³ is twice the unit roundoff, which
+    /// also covers the product/difference rounding), and the f64 → f32
+    /// result rounding adds half an ulp of the value.
+    fn f32_bound(dim: usize, sum_abs: f64, want: f64) -> f64 {
+        (dim as f64 + 2.0) * EPS32 * sum_abs + want.abs() * EPS32 / 2.0
+    }
+
+    /// The f64 cosine's bound: f64 sums, one f64 sqrt, division and `1 − x`
+    /// (a few ε₆₄), then the f32 rounding of the result.
+    fn cosine_f64_bound(dim: usize, sum_abs_normalised: f64, want: f64) -> f64 {
+        (dim as f64 + 8.0) * EPS64 * (1.0 + sum_abs_normalised) + want.abs() * EPS32 / 2.0
+    }
+
+    fn random(rng: &mut ChaCha8Rng, dim: usize, scale: f32) -> Vec<f32> {
+        (0..dim)
+            .map(|_| rng.random_range(-10.0f32..10.0) * scale)
+            .collect()
     }
 
     #[test]
     fn f32_kernels_match_f64_reference_within_stated_bound() {
+        eprintln!("simsimd path: {}", simd_path());
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
             for dim in DIMS {
                 for _ in 0..20 {
-                    let a: Vec<f32> = (0..dim).map(|_| rng.random_range(-10.0..10.0)).collect();
-                    let b: Vec<f32> = (0..dim).map(|_| rng.random_range(-10.0..10.0)).collect();
+                    let (a, b) = (random(&mut rng, dim, 1.0), random(&mut rng, dim, 1.0));
                     let got = metric.distance(&a, &b) as f64;
                     let (want, sum_abs) = reference(metric, &a, &b);
-                    // The f64 → f32 result rounding adds half an ulp of the value.
-                    let tol = bound(metric, dim, sum_abs) + want.abs() * f32::EPSILON as f64;
+                    let tol = match metric {
+                        Metric::Cosine => cosine_f64_bound(dim, sum_abs, want),
+                        _ => f32_bound(dim, sum_abs, want),
+                    };
                     assert!(
                         (got - want).abs() <= tol,
-                        "{metric:?} dim {dim}: got {got}, want {want}, tol {tol}"
+                        "{metric:?} dim {dim} on {}: got {got}, want {want}, tol {tol}",
+                        simd_path()
                     );
                 }
             }
@@ -253,27 +449,47 @@ mod tests {
     }
 
     #[test]
-    fn f16_and_i8_kernels_match_reference() {
+    fn prepared_distance_matches_reference_on_prepared_vectors() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            for dim in DIMS {
+                let (mut a, mut b) = (random(&mut rng, dim, 1.0), random(&mut rng, dim, 1.0));
+                let (want, sum_abs) = reference(metric, &a, &b);
+                metric.prepare(&mut a).unwrap();
+                metric.prepare(&mut b).unwrap();
+                let got = metric.prepared_distance(&a, &b) as f64;
+                // Prepared cosine is `1 − â·b̂` by the f32 dot: its bound on
+                // unit vectors, plus each normalisation's 2·ε₃₂ relative
+                // error on the dot.
+                let tol = f32_bound(dim, sum_abs, want)
+                    + if metric == Metric::Cosine {
+                        4.0 * EPS32
+                    } else {
+                        0.0
+                    };
+                assert!(
+                    (got - want).abs() <= tol,
+                    "{metric:?} dim {dim} on {}: got {got}, want {want}, tol {tol}",
+                    simd_path()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn f16_kernels_accumulate_in_f32_on_every_path() {
+        eprintln!("simsimd path: {}", simd_path());
         let mut rng = ChaCha8Rng::seed_from_u64(8);
         for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
             for dim in DIMS {
-                let a: Vec<i8> = (0..dim).map(|_| rng.random_range(-100..=100)).collect();
-                let b: Vec<i8> = (0..dim).map(|_| rng.random_range(-100..=100)).collect();
-                let (af, bf): (Vec<f32>, Vec<f32>) = (
-                    a.iter().map(|&x| x as f32).collect(),
-                    b.iter().map(|&x| x as f32).collect(),
-                );
-                let (want, sum_abs) = reference(metric, &af, &bf);
-                let tol = bound(metric, dim, sum_abs) + 1e-3 * want.abs().max(1e-3);
-                let got = metric.distance_i8(&a, &b) as f64;
-                assert!(
-                    (got - want).abs() <= tol,
-                    "i8 {metric:?} dim {dim}: got {got}, want {want}"
-                );
-                // Small integers are exact in f16, so the same reference holds.
+                // Values that f16 holds exactly, so the reference is exact.
                 let (ah, bh): (Vec<half::f16>, Vec<half::f16>) = (
-                    af.iter().map(|&x| half::f16::from_f32(x / 16.0)).collect(),
-                    bf.iter().map(|&x| half::f16::from_f32(x / 16.0)).collect(),
+                    (0..dim)
+                        .map(|_| half::f16::from_f32(rng.random_range(-100i32..=100) as f32 / 16.0))
+                        .collect(),
+                    (0..dim)
+                        .map(|_| half::f16::from_f32(rng.random_range(-100i32..=100) as f32 / 16.0))
+                        .collect(),
                 );
                 let (af, bf): (Vec<f32>, Vec<f32>) = (
                     ah.iter().map(|x| x.to_f32()).collect(),
@@ -281,13 +497,87 @@ mod tests {
                 );
                 let (want, sum_abs) = reference(metric, &af, &bf);
                 let got = metric.distance_f16(&ah, &bh) as f64;
-                let tol = bound(metric, dim, sum_abs) + 1e-3 * want.abs().max(1e-3);
+                let tol = match metric {
+                    Metric::Cosine => cosine_f64_bound(dim, sum_abs, want) + dim as f64 * EPS32,
+                    _ => f32_bound(dim, sum_abs, want),
+                };
                 assert!(
                     (got - want).abs() <= tol,
-                    "f16 {metric:?} dim {dim}: got {got}, want {want}"
+                    "f16 {metric:?} dim {dim} on {}: got {got}, want {want}, tol {tol}",
+                    simd_path()
                 );
             }
         }
+    }
+
+    #[test]
+    fn i8_kernels_are_exact_integer_sums() {
+        let mut rng = ChaCha8Rng::seed_from_u64(10);
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            for dim in DIMS {
+                let a: Vec<i8> = (0..dim).map(|_| rng.random_range(-128..=127)).collect();
+                let b: Vec<i8> = (0..dim).map(|_| rng.random_range(-128..=127)).collect();
+                let (af, bf): (Vec<f32>, Vec<f32>) = (
+                    a.iter().map(|&x| x as f32).collect(),
+                    b.iter().map(|&x| x as f32).collect(),
+                );
+                let (want, sum_abs) = reference(metric, &af, &bf);
+                let got = metric.distance_i8(&a, &b) as f64;
+                // Exact sums: only the final f32 rounding (and for cosine the
+                // f64 combination) remain.
+                let tol = match metric {
+                    Metric::Cosine => cosine_f64_bound(dim, sum_abs, want),
+                    _ => want.abs() * EPS32 / 2.0,
+                };
+                assert!(
+                    (got - want).abs() <= tol,
+                    "i8 {metric:?} dim {dim} on {}: got {got}, want {want}, tol {tol}",
+                    simd_path()
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn cosine_keeps_the_direction_of_tiny_and_huge_vectors() {
+        let mut rng = ChaCha8Rng::seed_from_u64(11);
+        for dim in [3, 128, 384] {
+            let (a, b) = (random(&mut rng, dim, 1.0), random(&mut rng, dim, 1.0));
+            let (want, sum_abs) = reference(Metric::Cosine, &a, &b);
+            for scale in [1e-30f32, 1e-20, 1e20, 1e30] {
+                let tiny: Vec<f32> = a.iter().map(|x| x * scale).collect();
+                let got = Metric::Cosine.distance(&tiny, &b) as f64;
+                // Scaling by a power of ten rounds each component once more.
+                let tol = cosine_f64_bound(dim, sum_abs, want) + 2.0 * EPS32;
+                assert!(
+                    (got - want).abs() <= tol,
+                    "dim {dim} scale {scale}: got {got}, want {want}"
+                );
+                let mut prepared = tiny.clone();
+                Metric::Cosine.prepare(&mut prepared).unwrap();
+                let norm = prepared.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>();
+                assert!((norm.sqrt() - 1.0).abs() <= 2.0 * EPS32, "scale {scale}: {norm}");
+            }
+        }
+        // The reported failure: a row near 1e-30 never comes first at 0.
+        let q = [1.0f32, 0.0, 0.0];
+        let tiny = [0.0f32, 1e-30, 0.0];
+        assert_eq!(Metric::Cosine.distance(&q, &tiny), 1.0);
+    }
+
+    #[test]
+    fn a_zero_vector_has_no_direction() {
+        let mut zero = vec![0.0f32; 8];
+        assert_eq!(
+            Metric::Cosine.prepare(&mut zero),
+            Err(DistanceError::NoDirection { norm2: 0.0 })
+        );
+        let mut subnormal = vec![f32::from_bits(1); 8];
+        Metric::Cosine.prepare(&mut subnormal).unwrap();
+        assert!((subnormal[0] - (1.0 / 8f32.sqrt())).abs() <= f32::EPSILON);
+        assert_eq!(Metric::L2.prepare(&mut zero), Ok(()));
+        assert_eq!(Metric::Cosine.distance(&zero, &[1.0; 8]), 1.0);
+        assert_eq!(Metric::Cosine.distance(&zero, &zero), 0.0);
     }
 
     #[test]

@@ -13,7 +13,8 @@
 //! `rows × (dim × 4 + 8)` bytes plus its payload. `preload` lifts that bound and
 //! holds the whole table: `ntotal × (dim × 4 + 8)` bytes (1M × 128-d ≈ 520 MB).
 
-use crate::catalog::definition::IndexDefinition;
+use crate::catalog::definition::{INDEX_FORMAT_VERSION, IndexDefinition, is_readable_index_version};
+use crate::distance::Metric;
 use crate::centroids::{self, CentroidsError};
 use crate::kmeans::Hierarchy;
 use crate::manifest::{self, Manifest};
@@ -25,13 +26,12 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use rayon::prelude::*;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use thiserror::Error;
 
-/// The `index.json` format version this reader understands.
-pub const INDEX_FORMAT_VERSION: u32 = 1;
 
 /// Errors of opening and querying an index.
 #[derive(Debug, Error)]
@@ -85,6 +85,10 @@ pub enum IndexError {
         position: usize,
         value: f32,
     },
+    /// Under cosine, a query whose components are all zero has no cosine
+    /// to anything.
+    #[error("query {query} is a zero vector: cosine distance needs a direction")]
+    NoDirection { query: usize },
     #[error("k must be at least 1")]
     InvalidK,
     #[error("nprobe {nprobe} must be within 1..={nlist} (nlist)")]
@@ -264,7 +268,12 @@ async fn get(store: &dyn ObjectStore, path: &Path) -> Result<bytes::Bytes, Index
 
 /// Check `format-version` before the strict parse, so a newer document is
 /// `Incompatible` rather than a confusing unknown-field error.
-fn check_version(path: &Path, bytes: &[u8], supported: u32) -> Result<(), IndexError> {
+fn check_version(
+    path: &Path,
+    bytes: &[u8],
+    readable: impl Fn(u64) -> bool,
+    supported: u32,
+) -> Result<(), IndexError> {
     let json = |source| IndexError::Json {
         path: path.to_string(),
         source,
@@ -274,7 +283,7 @@ fn check_version(path: &Path, bytes: &[u8], supported: u32) -> Result<(), IndexE
         .get("format-version")
         .and_then(serde_json::Value::as_u64);
     match found {
-        Some(v) if v == u64::from(supported) => Ok(()),
+        Some(v) if readable(v) => Ok(()),
         Some(v) => Err(IndexError::Incompatible {
             path: path.to_string(),
             found: v,
@@ -317,7 +326,7 @@ impl Index {
     ) -> Result<Index, IndexError> {
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
-        check_version(&def_path, &bytes, INDEX_FORMAT_VERSION)?;
+        check_version(&def_path, &bytes, is_readable_index_version, INDEX_FORMAT_VERSION)?;
         let definition = IndexDefinition::from_json(&bytes)?;
         let unsupported = |what, found: &str, supported| IndexError::Unsupported {
             path: def_path.to_string(),
@@ -350,7 +359,12 @@ impl Index {
             get(store.as_ref(), &centroids_path)
         );
         let (m, c) = (m?, c?);
-        check_version(&manifest_path, &m, manifest::FORMAT_VERSION)?;
+        check_version(
+            &manifest_path,
+            &m,
+            |v| v == u64::from(manifest::FORMAT_VERSION),
+            manifest::FORMAT_VERSION,
+        )?;
         let manifest = Manifest::parse(&m)?;
         let dim = definition.dim as usize;
         let hierarchy = centroids::decode(centroids_path.as_ref(), c, dim, definition.metric)?;
@@ -547,6 +561,8 @@ impl Index {
             }
             .into());
         }
+        let queries = prepare_queries(self.hierarchy.metric, queries, dim)?;
+        let queries = queries.as_ref();
         let selected: Vec<(Vec<u32>, Duration)> = queries
             .par_chunks_exact(dim)
             .map(|q| {
@@ -632,4 +648,27 @@ impl Index {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The queries [`Metric::prepare`]d for the scan: unchanged under L2 and
+/// inner product, unit-normalised copies under cosine (the stored vectors
+/// are normalised at build time, so the scan's cosine is `1 − dot`).
+///
+/// # Errors
+/// [`IndexError::NoDirection`] for a zero query under cosine.
+fn prepare_queries(
+    metric: Metric,
+    queries: &[f32],
+    dim: usize,
+) -> Result<Cow<'_, [f32]>, IndexError> {
+    if metric != Metric::Cosine {
+        return Ok(Cow::Borrowed(queries));
+    }
+    let mut prepared = queries.to_vec();
+    for (query, q) in prepared.chunks_exact_mut(dim).enumerate() {
+        metric
+            .prepare(q)
+            .map_err(|_| IndexError::NoDirection { query })?;
+    }
+    Ok(Cow::Owned(prepared))
 }

@@ -186,7 +186,7 @@ async fn unknown_format_versions_are_incompatible() {
             .await
             .unwrap();
         let mut v: serde_json::Value = serde_json::from_slice(&original).unwrap();
-        v["format-version"] = 2.into();
+        v["format-version"] = 99.into();
         v["some-future-key"] = true.into();
         store
             .put(

@@ -409,9 +409,15 @@ fn group_part(
     h: &Hierarchy,
     mode: AssignMode,
     schema: &SchemaRef,
-    batch: VectorBatch,
+    mut batch: VectorBatch,
 ) -> Result<Vec<(usize, RecordBatch)>, BuildError> {
     let dim = h.dim;
+    // Stored vectors are prepared for the scan: unit length under cosine.
+    for (row, &rowid) in batch.vectors.chunks_exact_mut(dim).zip(&batch.rowids) {
+        h.metric
+            .prepare(row)
+            .map_err(|_| BuildError::NoDirection { rowid })?;
+    }
     let cids = h.assign(&batch.vectors, mode)?;
     let n = batch.len();
     let mut bytes = Vec::with_capacity(batch.vectors.len() * 4);

@@ -35,6 +35,10 @@ pub enum BuildError {
         row: u64,
         value: f32,
     },
+    #[error(
+        "row with rowid {rowid} is a zero vector: metric cosine needs a direction (use --skip-invalid to skip such rows)"
+    )]
+    NoDirection { rowid: i64 },
     #[error("no source files match {location}")]
     NoFiles { location: String },
     #[error("{path}: cannot read: {reason}")]

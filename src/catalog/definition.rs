@@ -28,8 +28,24 @@ use crate::distance::Metric;
 
 /// The only `definition-version` this reader knows.
 pub const DEFINITION_VERSION: &str = "1";
-/// The only `format-version` of `index.json` this reader knows.
-pub const INDEX_FORMAT_VERSION: u32 = 1;
+/// The `format-version` of `index.json` this crate writes. Version 2 stores
+/// the vectors of a cosine index unit-normalised (the scan's cosine is
+/// `1 − dot`); otherwise it equals version 1.
+pub const INDEX_FORMAT_VERSION: u32 = 2;
+/// The oldest `format-version` of `index.json` this reader opens: version 1
+/// indexes are read as before, except cosine ones, which stored raw vectors
+/// and must be rebuilt.
+pub const INDEX_FORMAT_VERSION_MIN: u32 = 1;
+
+/// Whether this reader opens an `index.json` of `format-version` `v`.
+pub fn is_readable_index_version(v: u64) -> bool {
+    (u64::from(INDEX_FORMAT_VERSION_MIN)..=u64::from(INDEX_FORMAT_VERSION)).contains(&v)
+}
+
+/// The readable `format-version`s, for error messages.
+fn readable_index_versions() -> String {
+    format!("{INDEX_FORMAT_VERSION_MIN}..={INDEX_FORMAT_VERSION}")
+}
 /// The provider of every table and index this crate writes.
 pub const PROVIDER: &str = "parquet";
 /// The layout whose location names an authoritative `manifest.json`.
@@ -438,12 +454,12 @@ impl IndexDefinition {
     pub fn from_json(text: impl AsRef<[u8]>) -> Result<IndexDefinition, DefinitionError> {
         let value = parse_value(INDEX_DOC, text)?;
         match value.get("format-version") {
-            Some(Value::Number(n)) if n.as_u64() != Some(u64::from(INDEX_FORMAT_VERSION)) => {
+            Some(Value::Number(n)) if !n.as_u64().is_some_and(is_readable_index_version) => {
                 return Err(DefinitionError::Incompatible {
                     document: INDEX_DOC,
                     key: "format-version",
                     found: n.to_string(),
-                    supported: INDEX_FORMAT_VERSION.to_string(),
+                    supported: readable_index_versions(),
                 });
             }
             _ => {}
@@ -498,12 +514,23 @@ impl IndexDefinition {
     /// # Errors
     /// The first violated rule, as its own [`DefinitionError`] variant.
     pub fn validate(&self) -> Result<(), DefinitionError> {
-        if self.format_version != INDEX_FORMAT_VERSION {
+        if !is_readable_index_version(u64::from(self.format_version)) {
             return Err(DefinitionError::Incompatible {
                 document: INDEX_DOC,
                 key: "format-version",
                 found: self.format_version.to_string(),
-                supported: INDEX_FORMAT_VERSION.to_string(),
+                supported: readable_index_versions(),
+            });
+        }
+        if self.format_version < 2 && self.metric == Metric::Cosine {
+            return Err(DefinitionError::Incompatible {
+                document: INDEX_DOC,
+                key: "format-version",
+                found: format!(
+                    "{} with metric cosine (raw vectors; rebuild the index)",
+                    self.format_version
+                ),
+                supported: "2 for cosine".to_string(),
             });
         }
         check_version_str(INDEX_DOC, "definition-version", &self.definition_version)?;

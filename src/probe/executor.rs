@@ -504,7 +504,7 @@ pub fn scan_batch(
                     let query = &queries[q * dim..(q + 1) * dim];
                     let top = &mut tops[q];
                     for (v, &rowid) in vectors.chunks_exact(dim).zip(rowids) {
-                        top.push(metric.distance(query, v), rowid);
+                        top.push(metric.prepared_distance(query, v), rowid);
                     }
                 }
             }

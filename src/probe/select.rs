@@ -28,7 +28,7 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
         .chunks_exact(dim)
         .take(nroots)
         .enumerate()
-        .map(|(r, c)| (h.metric.distance(query, c), r))
+        .map(|(r, c)| (h.metric.prepared_distance(query, c), r))
         .collect();
     roots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let want_leaves = match root_factor {
@@ -40,7 +40,7 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
         let (lo, hi) = (h.cid_offsets[r] as usize, h.cid_offsets[r + 1] as usize);
         for cid in lo..hi {
             if let Some(c) = h.leaves.get(cid * dim..(cid + 1) * dim) {
-                leaves.push((h.metric.distance(query, c), cid as u32));
+                leaves.push((h.metric.prepared_distance(query, c), cid as u32));
             }
         }
         if leaves.len() >= want_leaves {
