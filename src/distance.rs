@@ -33,8 +33,8 @@
 //! Batched many-to-many distances use the blocked-GEMM kernel in
 //! [`crate::kmeans::assign`].
 
-use serde::{Deserialize, Serialize};
 use half::slice::HalfFloatSliceExt;
+use serde::{Deserialize, Serialize};
 use simsimd::SpatialSimilarity;
 use thiserror::Error;
 
@@ -556,7 +556,10 @@ mod tests {
                 let mut prepared = tiny.clone();
                 Metric::Cosine.prepare(&mut prepared).unwrap();
                 let norm = prepared.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>();
-                assert!((norm.sqrt() - 1.0).abs() <= 2.0 * EPS32, "scale {scale}: {norm}");
+                assert!(
+                    (norm.sqrt() - 1.0).abs() <= 2.0 * EPS32,
+                    "scale {scale}: {norm}"
+                );
             }
         }
         // The reported failure: a row near 1e-30 never comes first at 0.

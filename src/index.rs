@@ -13,9 +13,11 @@
 //! `rows × (dim × 4 + 8)` bytes plus its payload. `preload` lifts that bound and
 //! holds the whole table: `ntotal × (dim × 4 + 8)` bytes (1M × 128-d ≈ 520 MB).
 
-use crate::catalog::definition::{INDEX_FORMAT_VERSION, IndexDefinition, is_readable_index_version};
-use crate::distance::Metric;
+use crate::catalog::definition::{
+    INDEX_FORMAT_VERSION, IndexDefinition, is_readable_index_version,
+};
 use crate::centroids::{self, CentroidsError};
+use crate::distance::Metric;
 use crate::kmeans::Hierarchy;
 use crate::manifest::{self, Manifest};
 use crate::probe::ProbeError;
@@ -31,7 +33,6 @@ use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
 use std::time::{Duration, Instant};
 use thiserror::Error;
-
 
 /// Errors of opening and querying an index.
 #[derive(Debug, Error)]
@@ -326,7 +327,12 @@ impl Index {
     ) -> Result<Index, IndexError> {
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
-        check_version(&def_path, &bytes, is_readable_index_version, INDEX_FORMAT_VERSION)?;
+        check_version(
+            &def_path,
+            &bytes,
+            is_readable_index_version,
+            INDEX_FORMAT_VERSION,
+        )?;
         let definition = IndexDefinition::from_json(&bytes)?;
         let unsupported = |what, found: &str, supported| IndexError::Unsupported {
             path: def_path.to_string(),

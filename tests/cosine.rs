@@ -7,10 +7,11 @@ mod support;
 
 use std::sync::Arc;
 
-use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::build::{ArraySource, BuildError, BuildParams, ProgressMode, build};
+use parqivf::catalog::definition::IndexDefinition;
 use parqivf::distance::Metric;
 use parqivf::index::{Index, IndexError, SearchParams};
 
@@ -98,7 +99,10 @@ async fn tiny_and_huge_rows_keep_their_direction_and_full_probe_equals_brute_for
         let ids = |h: &[parqivf::index::Hit]| h.iter().map(|h| h.rowid).collect::<Vec<_>>();
         assert_eq!(ids(&again), ids(&got), "query {qi} scaled by 1e-30");
     }
-    assert_eq!(tiny_first, 0, "the 1e-30 row must not come first for other queries");
+    assert_eq!(
+        tiny_first, 0,
+        "the 1e-30 row must not come first for other queries"
+    );
     // Its own direction finds it, at distance ~0.
     let own = index
         .search(&data[7 * DIM..8 * DIM], &full)
@@ -146,12 +150,41 @@ async fn a_zero_row_fails_the_build_and_publishes_nothing() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
     let src = Arc::new(ArraySource::new(data, DIM, "generated").unwrap());
-    let err = build(src, store.clone(), &idx, &params()).await.unwrap_err();
-    assert!(matches!(err, BuildError::NoDirection { rowid: 41 }), "{err}");
+    let err = build(src, store.clone(), &idx, &params())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, BuildError::NoDirection { rowid: 41 }),
+        "{err}"
+    );
     assert!(
         parqivf::warehouse::current(&store, &idx)
             .await
             .unwrap()
             .is_none()
     );
+}
+
+#[tokio::test]
+async fn a_version_1_cosine_index_is_refused_not_scanned_with_the_wrong_formula() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    let src = Arc::new(ArraySource::new(support::random_vectors(300, DIM, 8), DIM, "g").unwrap());
+    build(src, store.clone(), &idx, &params()).await.unwrap();
+    let (_, snapshot) = parqivf::warehouse::current_snapshot(&store, &idx)
+        .await
+        .unwrap();
+    let path = snapshot.clone().join("index.json");
+    let bytes = store.get(&path).await.unwrap().bytes().await.unwrap();
+    let mut v: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    assert_eq!(
+        v["format-version"], 2,
+        "cosine indexes are written as version 2"
+    );
+    v["format-version"] = 1.into();
+    let err = IndexDefinition::from_json(serde_json::to_vec(&v).unwrap()).unwrap_err();
+    assert!(err.to_string().contains("rebuild the index"), "{err}");
+    // The same document with metric l2 is a readable version-1 index.
+    v["metric"] = "l2".into();
+    IndexDefinition::from_json(serde_json::to_vec(&v).unwrap()).unwrap();
 }

@@ -168,7 +168,8 @@ fn check_manifest(bytes: &[u8]) {
 /// The index-definition parser: never panics; an accepted one round-trips.
 fn check_definition(bytes: &[u8]) {
     if let Ok(d) = IndexDefinition::from_json(bytes) {
-        let again = IndexDefinition::from_json(d.to_json()).expect("re-parse an accepted definition");
+        let again =
+            IndexDefinition::from_json(d.to_json()).expect("re-parse an accepted definition");
         assert_eq!(again, d);
     }
 }
@@ -198,7 +199,10 @@ fn check_commit(bytes: &[u8], hint: Option<&[u8]>) {
                 .unwrap();
         }
         if let Ok(Some(c)) = warehouse::current(&store, &index).await {
-            assert_eq!(c.version, 1, "an accepted commit is the version it is stored as");
+            assert_eq!(
+                c.version, 1,
+                "an accepted commit is the version it is stored as"
+            );
         }
     });
 }
@@ -248,7 +252,11 @@ fn check_vectors(bytes: &[u8]) {
     .flatten()
     {
         let (n, dim, len) = parsed;
-        assert_eq!(n.checked_mul(dim), Some(len), "an accepted file has n × dim values");
+        assert_eq!(
+            n.checked_mul(dim),
+            Some(len),
+            "an accepted file has n × dim values"
+        );
     }
 }
 
