@@ -220,7 +220,8 @@ impl Metric {
 /// a failure names the path it ran on.
 pub fn simd_path() -> &'static str {
     use simsimd::capabilities as c;
-    let paths: [(&str, fn() -> bool); 15] = [
+    type Probe = (&'static str, fn() -> bool);
+    let paths: [Probe; 15] = [
         ("sierra", c::uses_sierra),
         ("turin", c::uses_turin),
         ("sapphire", c::uses_sapphire),
