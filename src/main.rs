@@ -10,7 +10,17 @@ fn main() -> ExitCode {
     match cli::run(args) {
         Ok(code) => code,
         Err(err) => {
-            eprintln!("error: {err:#}");
+            // The chain of causes, skipping any cause whose text an outer
+            // message already includes (typed errors often embed their
+            // source), so that no path or message is printed twice.
+            let mut message = err.to_string();
+            for cause in err.chain().skip(1) {
+                let text = cause.to_string();
+                if !message.contains(&text) {
+                    message = format!("{message}: {text}");
+                }
+            }
+            eprintln!("error: {message}");
             ExitCode::from(2)
         }
     }

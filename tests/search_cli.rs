@@ -95,3 +95,109 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
     write_queries(&qfile, &queries[..2 * (DIM - 1)], DIM - 1);
     assert_eq!(run(&[]).status.code(), Some(2), "bad dimension");
 }
+
+fn write_npy_f32(path: &std::path::Path, values: &[f32], dim: usize) {
+    let mut h = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
+        values.len() / dim
+    );
+    while (10 + h.len() + 1) % 64 != 0 {
+        h.push(' ');
+    }
+    h.push('\n');
+    let mut out = b"\x93NUMPY\x01\x00".to_vec();
+    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
+    out.extend_from_slice(h.as_bytes());
+    out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
+    std::fs::write(path, out).unwrap();
+}
+
+/// Queries are searched and printed a batch at a time: the output does not
+/// depend on the batch size, query numbers run on across batches, and the
+/// benchmark mode reads the ground truth alongside.
+#[tokio::test]
+async fn batches_give_the_same_output_and_recall() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let data = dataset(1000, DIM, 3);
+    let h = hierarchy(&data, DIM, 2, 8, 2);
+    write_index(
+        store.as_ref(),
+        &Path::from("idx"),
+        &h,
+        &data,
+        &rowids(1000),
+        Layout::default(),
+    )
+    .await;
+    let nq = 7;
+    let queries = data[..nq * DIM].to_vec();
+    let qfile = dir.path().join("q.npy");
+    write_npy_f32(&qfile, &queries, DIM);
+    let index_dir = dir.path().join("idx");
+    let run = |extra: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))
+            .args([
+                "search",
+                "--index",
+                index_dir.to_str().unwrap(),
+                "--queries",
+                qfile.to_str().unwrap(),
+                "--k",
+                "5",
+                "--nprobe",
+                "8",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let whole = run(&["--json"]);
+    assert_eq!(run(&["--json", "--batch-size", "2"]), whole);
+    assert_eq!(run(&["--batch-size", "3"]), run(&[]));
+    let lines: Vec<serde_json::Value> = whole
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), nq);
+    for (i, l) in lines.iter().enumerate() {
+        assert_eq!(l["query"], serde_json::json!(i));
+    }
+
+    // Ground truth = the exhaustive answer (nprobe = nlist): recall 1.
+    let gt: Vec<u8> = lines
+        .iter()
+        .flat_map(|l| {
+            let ids: Vec<i32> = l["rowids"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_i64().unwrap() as i32)
+                .collect();
+            std::iter::once(5i32)
+                .chain(ids)
+                .flat_map(i32::to_le_bytes)
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let gt_file = dir.path().join("gt.ivecs");
+    std::fs::write(&gt_file, gt).unwrap();
+    let summary: serde_json::Value = serde_json::from_str(&run(&[
+        "--groundtruth",
+        gt_file.to_str().unwrap(),
+        "--batch-size",
+        "3",
+        "--reps",
+        "1",
+    ]))
+    .unwrap();
+    assert_eq!(summary["queries"], serde_json::json!(nq));
+    assert_eq!(summary["recall"], serde_json::json!(1.0));
+}

@@ -117,6 +117,8 @@ pub struct BuildSummary {
     pub snapshot: String,
     pub version: u64,
     pub rows: u64,
+    /// Rows left out because they were invalid (`--skip-invalid`).
+    pub skipped_rows: u64,
     pub dim: usize,
     pub nlist: u32,
     pub roots: u32,
@@ -177,6 +179,8 @@ pub async fn build(
     let parent = crate::warehouse::current(&store, index)
         .await?
         .map(|c| c.version);
+    // Leftovers of builds into this index that were killed outright.
+    super::spill::sweep_abandoned(&store, index).await;
 
     // 1. Count rows per part (metadata only where the source allows it).
     let phase = Phase::start(params.progress, "count", parts as u64, "parts");
@@ -220,6 +224,7 @@ pub async fn build(
     let mut next = 0usize;
     let mut base = 0u64;
     let mut rows = 0u64;
+    let mut skipped_rows = 0u64;
     for (p, &declared) in part_rows.iter().enumerate() {
         let batch = source.read_part(p).await?;
         if batch.vectors.len() != batch.len() * dim {
@@ -240,6 +245,8 @@ pub async fn build(
         }
         base = end;
         rows += batch.len() as u64;
+        // Sources declare rows before invalid ones are skipped.
+        skipped_rows += declared.saturating_sub(batch.len() as u64);
         phase.inc(declared);
         let size = batch.memory_size();
         if cached_bytes + size <= params.memory_limit / 2 {
@@ -260,6 +267,21 @@ pub async fn build(
         });
     }
     let sample_rows = sample.len() / dim;
+    // Fewer distinct vectors than lists leaves lists empty whatever k-means
+    // does, and a query nearest to those finds nothing: refuse.
+    let nlist = params.nlist;
+    let (sample, distinct) = blocking(move || {
+        let distinct = distinct_rows(&sample, dim, nlist as usize);
+        Ok((sample, distinct))
+    })
+    .await?;
+    if distinct < nlist as usize {
+        return Err(BuildError::TooFewDistinct {
+            nlist,
+            distinct,
+            sample: sample_rows,
+        });
+    }
 
     // 3. Train the two-level hierarchy.
     let roots = params.effective_roots();
@@ -298,11 +320,17 @@ pub async fn build(
     let nroots = hierarchy.cid_offsets.len() - 1;
     let mut spill = BucketSpill::new(schema.clone(), nroots, params.memory_limit / 2)?;
     let phase = Phase::start(params.progress, "assign", rows, "rows");
+    // Ids from the data must be unique: collected here (8 bytes a row, no
+    // extra reads) and checked once all are assigned.
+    let mut ids: Vec<i64> = Vec::new();
     for (p, slot) in cached.iter_mut().enumerate() {
         let batch = match slot.take() {
             Some(b) => b,
             None => source.read_part(p).await?,
         };
+        if source.ids_may_repeat() {
+            ids.extend_from_slice(&batch.rowids);
+        }
         let n = batch.len() as u64;
         let h = hierarchy.clone();
         let mode = params.assign;
@@ -313,11 +341,85 @@ pub async fn build(
         }
         phase.inc(n);
     }
+    if let Some(id) = blocking(move || Ok(first_repeated(ids))).await? {
+        return Err(duplicate_id(source.as_ref(), id).await);
+    }
     times.assign = secs(phase.finish());
 
     // 5. Write postings bucket by bucket into a fresh snapshot folder.
     let snapshot_rel = format!("snapshots/{:013}-{:016x}", now_ms(), rand::random::<u64>());
     let snapshot = join(index, &snapshot_rel);
+    spill.record_snapshot(store.as_ref(), &snapshot)?;
+    let written = write_snapshot(
+        source.as_ref(),
+        &store,
+        &snapshot,
+        &mut spill,
+        &hierarchy,
+        payload_fields,
+        params,
+        sample_rows,
+        &mut times,
+    )
+    .await;
+    let manifest = match written {
+        Ok(m) => m,
+        Err(e) => {
+            // Nothing refers to the snapshot yet: delete what was written.
+            if super::spill::delete_snapshot(&store, &snapshot)
+                .await
+                .is_ok()
+            {
+                spill.forget_snapshot();
+            }
+            return Err(e);
+        }
+    };
+    // From here the snapshot may become current: never sweep it.
+    spill.forget_snapshot();
+    let committing = std::time::Instant::now();
+    let commit = crate::warehouse::commit(&store, index, &snapshot_rel, parent, now_ms()).await?;
+    times.publish = secs(Duration::from_secs_f64(times.publish) + committing.elapsed());
+    times.total = secs(t0.elapsed());
+
+    let (spilled_bytes, spill_events) = spill.spilled();
+    Ok(BuildSummary {
+        index: index.to_string(),
+        snapshot: snapshot.to_string(),
+        version: commit.version,
+        rows,
+        skipped_rows,
+        dim,
+        nlist: params.nlist,
+        roots: nroots as u32,
+        parts,
+        sample_rows,
+        objective: report.objective,
+        postings_files: manifest.files.len(),
+        postings_bytes: manifest.files.iter().map(|f| f.size).sum(),
+        spilled_bytes,
+        spill_events,
+        peak_rss_bytes: peak_rss_bytes(),
+        seconds: times,
+    })
+}
+
+/// Steps 5 and 6 up to the commit: postings bucket by bucket, centroids,
+/// `manifest.json` and `index.json`, all inside the fresh `snapshot` folder.
+#[allow(clippy::too_many_arguments)]
+async fn write_snapshot(
+    source: &dyn VectorSource,
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Path,
+    spill: &mut BucketSpill,
+    hierarchy: &Hierarchy,
+    payload_fields: Vec<Field>,
+    params: &BuildParams,
+    sample_rows: usize,
+    times: &mut PhaseTimes,
+) -> Result<crate::manifest::Manifest, BuildError> {
+    let dim = hierarchy.dim;
+    let nroots = hierarchy.cid_offsets.len() - 1;
     let postings_root = snapshot.clone().join("postings");
     let phase = Phase::start(params.progress, "write", nroots as u64, "buckets");
     let mut writer = PostingsWriter::new(
@@ -336,10 +438,11 @@ pub async fn build(
     let manifest = writer.finish(params.nlist, hierarchy.cid_offsets.clone())?;
     times.write = secs(phase.finish());
 
-    // 6. Publish: centroids, manifest (create-if-absent), index.json, commit.
-    let phase = Phase::start(params.progress, "publish", 4, "steps");
+    // 6. Publish: centroids, manifest (create-if-absent), index.json; the
+    //    caller commits.
+    let phase = Phase::start(params.progress, "publish", 3, "steps");
     let centroids =
-        crate::centroids::encode(&hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
+        crate::centroids::encode(hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
     put_if_absent(
         store.as_ref(),
         &join(&snapshot, CENTROIDS_LOCATION),
@@ -374,30 +477,53 @@ pub async fn build(
     )
     .await?;
     phase.inc(1);
-    let commit = crate::warehouse::commit(&store, index, &snapshot_rel, parent, now_ms()).await?;
-    phase.inc(1);
     times.publish = secs(phase.finish());
-    times.total = secs(t0.elapsed());
+    Ok(manifest)
+}
 
-    let (spilled_bytes, spill_events) = spill.spilled();
-    Ok(BuildSummary {
-        index: index.to_string(),
-        snapshot: snapshot.to_string(),
-        version: commit.version,
-        rows,
-        dim,
-        nlist: params.nlist,
-        roots: nroots as u32,
-        parts,
-        sample_rows,
-        objective: report.objective,
-        postings_files: manifest.files.len(),
-        postings_bytes: manifest.files.iter().map(|f| f.size).sum(),
-        spilled_bytes,
-        spill_events,
-        peak_rss_bytes: peak_rss_bytes(),
-        seconds: times,
-    })
+/// The number of distinct rows of the row-major `data` (by bit pattern, so
+/// 0.0 and -0.0 differ), counting no further than `enough`.
+fn distinct_rows(data: &[f32], dim: usize, enough: usize) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for row in data.chunks_exact(dim) {
+        seen.insert(row.iter().map(|v| v.to_bits()).collect::<Vec<u32>>());
+        if seen.len() >= enough {
+            break;
+        }
+    }
+    seen.len()
+}
+
+/// The smallest id that occurs more than once, if any.
+fn first_repeated(mut ids: Vec<i64>) -> Option<i64> {
+    use rayon::slice::ParallelSliceMut;
+    ids.par_sort_unstable();
+    ids.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
+}
+
+/// [`BuildError::DuplicateId`] naming the first two rows holding `id`. Reads
+/// parts again, but only on this error path.
+async fn duplicate_id(source: &dyn VectorSource, id: i64) -> BuildError {
+    let mut found: Vec<String> = Vec::with_capacity(2);
+    for p in 0..source.parts() {
+        match source.rows_with_id(p, id).await {
+            Ok(rows) => found.extend(
+                rows.iter()
+                    .map(|r| format!("{} row {r}", source.part_name(p))),
+            ),
+            Err(e) => return e,
+        }
+        if found.len() >= 2 {
+            break;
+        }
+    }
+    let mut found = found.into_iter();
+    let unknown = || "a row that could not be found again".to_string();
+    BuildError::DuplicateId {
+        id,
+        first: found.next().unwrap_or_else(unknown),
+        second: found.next().unwrap_or_else(unknown),
+    }
 }
 
 fn join(base: &Path, rel: &str) -> Path {

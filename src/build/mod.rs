@@ -18,13 +18,47 @@ pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};
 
 use thiserror::Error;
 
-/// Build errors. Source errors name the object and the numbers involved.
+/// The message of `e` for an error that already names `path`: the first
+/// message in its chain of causes that does not repeat the path (object
+/// store and Parquet errors embed it), else `e`'s own.
+pub(crate) fn reason_without(path: &str, e: &dyn std::error::Error) -> String {
+    let mut cause: Option<&dyn std::error::Error> = Some(e);
+    while let Some(c) = cause {
+        let text = c.to_string();
+        if path.is_empty() || !text.contains(path) {
+            return text;
+        }
+        cause = c.source();
+    }
+    e.to_string()
+}
+
+/// `path: message`, unless the message already names the path.
+fn prefixed(path: &str, message: &dyn std::fmt::Display) -> String {
+    let m = message.to_string();
+    if !path.is_empty() && m.contains(path) {
+        m
+    } else {
+        format!("{path}: {m}")
+    }
+}
+
+/// Build errors. Source errors name the object and the numbers involved, and
+/// each path once.
 #[derive(Debug, Error)]
 pub enum BuildError {
     #[error("the source table has no rows")]
     EmptySource,
     #[error("nlist {nlist} is larger than the number of rows {rows}; choose nlist <= rows")]
     NlistExceedsRows { nlist: u32, rows: u64 },
+    #[error(
+        "the training sample of {sample} rows holds only {distinct} distinct vectors, fewer than nlist {nlist}: k-means cannot place {nlist} lists, and the lists left empty would answer the searches that probe them with nothing; choose nlist <= {distinct}"
+    )]
+    TooFewDistinct {
+        nlist: u32,
+        distinct: usize,
+        sample: usize,
+    },
     #[error("invalid parameter {name}: {reason}")]
     BadParameter { name: &'static str, reason: String },
     #[error("vector buffer of {len} values is not a whole number of rows of dimension {dim}")]
@@ -53,13 +87,13 @@ pub enum BuildError {
         column: String,
         found: String,
     },
-    #[error("{path}: {source}")]
+    #[error("{}", prefixed(path, source))]
     VectorColumn {
         path: String,
         #[source]
         source: crate::catalog::vector_column::VectorColumnError,
     },
-    #[error("{path}: {source}")]
+    #[error("{}", prefixed(path, source))]
     Mapping {
         path: String,
         #[source]
@@ -67,6 +101,31 @@ pub enum BuildError {
     },
     #[error("{path}: row {row} has a NULL id")]
     NullId { path: String, row: u64 },
+    #[error(
+        "{path}: the id column {column} has type {found}; ids must be integers (int8 to int64, or uint8 to uint64 with values up to 2^63-1)"
+    )]
+    IdColumnType {
+        path: String,
+        column: String,
+        found: String,
+    },
+    #[error(
+        "{path}: row {row} of the id column {column} holds {value}, above the largest id 2^63-1 = 9223372036854775807"
+    )]
+    IdOutOfRange {
+        path: String,
+        column: String,
+        row: u64,
+        value: u64,
+    },
+    #[error("id {id} appears more than once: {first} and {second}; ids must be unique")]
+    DuplicateId {
+        id: i64,
+        /// The first occurrence, as `<file> row <n>`.
+        first: String,
+        /// The second occurrence, as `<file> row <n>`.
+        second: String,
+    },
     #[error("spill file {path}: {reason}")]
     Spill { path: String, reason: String },
     #[error("arrow: {0}")]

@@ -14,8 +14,8 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow::array::{Array, ArrayRef, Int64Array, RecordBatch, UInt32Array};
-use arrow::compute::{cast, concat_batches, take_record_batch};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use async_trait::async_trait;
 use futures::TryStreamExt;
@@ -27,7 +27,7 @@ use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 
 use super::BuildError;
 use super::source::{
-    SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
+    SourceDefinition, VectorBatch, VectorSource, decode_vectors, integer_ids, is_id_type, kept_rows,
 };
 use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
@@ -50,6 +50,15 @@ pub struct ParquetSourceOptions {
     pub table_uri: Option<String>,
 }
 
+/// What [`ParquetSource::read_kept`] returns.
+type KeptRows = (
+    usize,
+    Vec<ArrayRef>,
+    crate::catalog::vector_column::DecodedVectors,
+    Vec<u32>,
+    Vec<i64>,
+);
+
 struct SourceFile {
     meta: ObjectMeta,
     rows: u64,
@@ -68,10 +77,10 @@ pub struct ParquetSource {
     skipped: AtomicU64,
 }
 
-fn unreadable(path: &Path, e: impl std::fmt::Display) -> BuildError {
+fn unreadable(path: &Path, e: impl std::error::Error) -> BuildError {
     BuildError::Unreadable {
         path: path.to_string(),
-        reason: e.to_string(),
+        reason: super::reason_without(path.as_ref(), &e),
     }
 }
 
@@ -90,6 +99,14 @@ fn glob_match(pattern: &str, s: &str) -> bool {
     }
 }
 
+/// `s` as a store path. Locations arrive in the store's own path syntax
+/// (`Path::to_string`), so they are parsed as they are; `Path::from` would
+/// percent-encode them again and turn `données` into `donn%C3%A9es`, a name
+/// no file has. A string that is not a valid path is encoded as before.
+fn store_path(s: &str) -> Path {
+    Path::parse(s).unwrap_or_else(|_| Path::from(s))
+}
+
 /// Expand a table root (every `.parquet` object below it) or a path pattern
 /// holding one `*` into its files, in path order.
 ///
@@ -102,7 +119,7 @@ pub async fn expand(
     let location = location.trim_start_matches('/');
     let mut files = if let Some(star) = location.find('*') {
         let dir = location[..star].rfind('/').map_or("", |i| &location[..i]);
-        let prefix = Path::from(dir);
+        let prefix = store_path(dir);
         let listed: Vec<ObjectMeta> = store
             .list(Some(&prefix))
             .try_collect()
@@ -113,7 +130,7 @@ pub async fn expand(
             .filter(|m| glob_match(location, m.location.as_ref()))
             .collect()
     } else {
-        let path = Path::from(location);
+        let path = store_path(location);
         match store.head(&path).await {
             Ok(meta) => vec![meta],
             Err(object_store::Error::NotFound { .. }) => {
@@ -240,6 +257,15 @@ impl ParquetSource {
                 found: logical[0].data_type().to_string(),
             });
         }
+        if let Some(id) = &options.id_column
+            && !is_id_type(logical[1].data_type())
+        {
+            return Err(BuildError::IdColumnType {
+                path: metas[0].location.to_string(),
+                column: id.clone(),
+                found: logical[1].data_type().to_string(),
+            });
+        }
         let logical_schema = Schema::new(logical.clone());
         let mut files = Vec::with_capacity(metas.len());
         let mut next_rowid: i64 = 0;
@@ -310,6 +336,27 @@ impl ParquetSource {
     /// Rows skipped so far because of `skip_invalid`.
     pub fn skipped_rows(&self) -> u64 {
         self.skipped.load(Ordering::Relaxed)
+    }
+
+    /// Read part `part` and decode it: its row count, logical columns, decoded
+    /// vectors, the file rows kept (valid, or all when not skipping) and the
+    /// rowids of the kept rows.
+    async fn read_kept(&self, part: usize) -> Result<KeptRows, BuildError> {
+        let f = &self.files[part];
+        let path = f.meta.location.to_string();
+        let (rows, columns) = self.read_columns(part).await?;
+        let decoded = decode_vectors(
+            columns[0].as_ref(),
+            Some(self.dim),
+            self.options.skip_invalid,
+            &path,
+        )?;
+        let keep = kept_rows(rows, &decoded.skipped_rows);
+        let rowids: Vec<i64> = match &self.options.id_column {
+            Some(column) => integer_ids(columns[1].as_ref(), &keep, &path, column)?,
+            None => keep.iter().map(|&r| f.first_rowid + i64::from(r)).collect(),
+        };
+        Ok((rows, columns, decoded, keep, rowids))
     }
 
     /// The dimension: from a fixed-size type, else the first valid vector.
@@ -392,32 +439,9 @@ impl VectorSource for ParquetSource {
     }
 
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
-        let f = &self.files[part];
-        let path = f.meta.location.to_string();
-        let (rows, columns) = self.read_columns(part).await?;
-        let decoded = decode_vectors(
-            columns[0].as_ref(),
-            Some(self.dim),
-            self.options.skip_invalid,
-            &path,
-        )?;
+        let (rows, columns, decoded, keep, rowids) = self.read_kept(part).await?;
         self.skipped
             .fetch_add(decoded.skipped_rows.len() as u64, Ordering::Relaxed);
-        let keep = kept_rows(rows, &decoded.skipped_rows);
-        let rowids: Vec<i64> = if self.options.id_column.is_some() {
-            let ids = cast(&columns[1], &DataType::Int64).map_err(|e| BuildError::WrongType {
-                path: path.clone(),
-                column: self.options.id_column.clone().unwrap_or_default(),
-                found: e.to_string(),
-            })?;
-            let ids = ids
-                .as_any()
-                .downcast_ref::<Int64Array>()
-                .ok_or_else(|| BuildError::Internal("id column did not cast to Int64".into()))?;
-            ids_at(ids, &keep, &path)?
-        } else {
-            keep.iter().map(|&r| f.first_rowid + i64::from(r)).collect()
-        };
         let payload = if self.payload_fields.is_empty() {
             None
         } else {
@@ -438,6 +462,24 @@ impl VectorSource for ParquetSource {
             vectors: decoded.values,
             payload,
         })
+    }
+
+    fn ids_may_repeat(&self) -> bool {
+        self.options.id_column.is_some()
+    }
+
+    fn part_name(&self, part: usize) -> String {
+        self.files[part].meta.location.to_string()
+    }
+
+    async fn rows_with_id(&self, part: usize, id: i64) -> Result<Vec<u64>, BuildError> {
+        let (_, _, _, keep, rowids) = self.read_kept(part).await?;
+        Ok(keep
+            .iter()
+            .zip(&rowids)
+            .filter(|&(_, &r)| r == id)
+            .map(|(&row, _)| u64::from(row))
+            .collect())
     }
 
     fn payload_fields(&self) -> Vec<FieldRef> {

@@ -103,6 +103,62 @@ pub fn ids_at(
         .collect()
 }
 
+/// True for the Arrow types an id column may have: signed and unsigned
+/// integers. Floats, decimals, booleans and strings are refused rather than
+/// cast, because a cast can merge distinct values (790.0 and 790.5) or invent
+/// them ("790" → 790, true → 1).
+pub fn is_id_type(t: &arrow::datatypes::DataType) -> bool {
+    t.is_integer()
+}
+
+/// The ids of the integer column `ids` (named `column` in `path`) at
+/// positions `keep`, widened to i64 without loss.
+///
+/// # Errors
+/// [`BuildError::IdColumnType`] for a non-integer column,
+/// [`BuildError::IdOutOfRange`] for a uint64 value above `i64::MAX`,
+/// [`BuildError::NullId`] for a NULL at a kept position.
+pub fn integer_ids(
+    ids: &dyn arrow::array::Array,
+    keep: &[u32],
+    path: &str,
+    column: &str,
+) -> Result<Vec<i64>, BuildError> {
+    use arrow::array::{Array, AsArray, Int64Array};
+    use arrow::datatypes::{DataType, UInt64Type};
+    let wrong_type = || BuildError::IdColumnType {
+        path: path.to_string(),
+        column: column.to_string(),
+        found: ids.data_type().to_string(),
+    };
+    if !is_id_type(ids.data_type()) {
+        return Err(wrong_type());
+    }
+    if *ids.data_type() == DataType::UInt64 {
+        let u = ids.as_primitive::<UInt64Type>();
+        for &r in keep {
+            let r = r as usize;
+            if u.is_valid(r) && u.value(r) > i64::MAX as u64 {
+                return Err(BuildError::IdOutOfRange {
+                    path: path.to_string(),
+                    column: column.to_string(),
+                    row: r as u64,
+                    value: u.value(r),
+                });
+            }
+        }
+    }
+    // Every integer type widens to Int64 exactly (uint64 was range-checked
+    // above at the kept rows; elsewhere an out-of-range value becomes NULL,
+    // which only matters at kept rows).
+    let wide = arrow::compute::cast(ids, &DataType::Int64).map_err(|_| wrong_type())?;
+    let wide = wide
+        .as_any()
+        .downcast_ref::<Int64Array>()
+        .ok_or_else(wrong_type)?;
+    ids_at(wide, keep, path)
+}
+
 /// A source table, read part by part. Parts are independent, so the job can
 /// read them in parallel and, beyond one machine, on different workers.
 #[async_trait]
@@ -126,6 +182,36 @@ pub trait VectorSource: Send + Sync {
     /// Unreadable data, wrong types, nulls, mixed dimensions, non-finite values.
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError>;
 
+    /// True when row identities come from the data (an id column), so the
+    /// build must check that they are unique; generated rowids are unique by
+    /// construction.
+    fn ids_may_repeat(&self) -> bool {
+        false
+    }
+
+    /// A name for part `part` in error messages (its file, where it has one).
+    fn part_name(&self, part: usize) -> String {
+        format!("part {part}")
+    }
+
+    /// Row numbers within part `part` (as its file counts them) of the rows
+    /// `read_part` yields with rowid `id`. Only used to explain a duplicate
+    /// id, so it may re-read the part; the default reports positions among
+    /// the rows `read_part` yields.
+    ///
+    /// # Errors
+    /// As [`VectorSource::read_part`].
+    async fn rows_with_id(&self, part: usize, id: i64) -> Result<Vec<u64>, BuildError> {
+        let batch = self.read_part(part).await?;
+        Ok(batch
+            .rowids
+            .iter()
+            .enumerate()
+            .filter(|&(_, &r)| r == id)
+            .map(|(i, _)| i as u64)
+            .collect())
+    }
+
     /// Payload fields carried into the postings, in order.
     fn payload_fields(&self) -> Vec<FieldRef> {
         Vec::new()
@@ -146,13 +232,15 @@ pub struct SourceDefinition {
 }
 
 /// Vectors already in memory (generated data, `.npy`/`.fvecs` files). Row `i`
-/// gets rowid `i`; `part_rows` splits them into parts of `part_rows` rows.
+/// gets rowid `i` (also when earlier rows were skipped as invalid);
+/// `part_rows` splits them into parts of `part_rows` rows.
 #[derive(Debug, Clone)]
 pub struct ArraySource {
     vectors: std::sync::Arc<Vec<f32>>,
     dim: usize,
     part_size: usize,
     location: String,
+    skip_invalid: bool,
 }
 
 impl ArraySource {
@@ -177,7 +265,15 @@ impl ArraySource {
             dim,
             part_size: 65_536,
             location: location.into(),
+            skip_invalid: false,
         })
+    }
+
+    /// Skip rows holding NaN or ±∞ instead of failing (the build counts
+    /// them in [`crate::build::BuildSummary::skipped_rows`]).
+    pub fn with_skip_invalid(mut self, skip: bool) -> Self {
+        self.skip_invalid = skip;
+        self
     }
 
     /// Rows per part (default 65,536).
@@ -212,17 +308,26 @@ impl VectorSource for ArraySource {
 
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
         let r = self.range(part);
-        let vectors = self.vectors[r.start * self.dim..r.end * self.dim].to_vec();
-        if let Some(pos) = vectors.iter().position(|v| !v.is_finite()) {
-            let row = r.start + pos / self.dim;
-            return Err(BuildError::NonFiniteValue {
-                source_name: "array".into(),
-                row: row as u64,
-                value: vectors[pos],
-            });
+        let dim = self.dim;
+        let all = &self.vectors[r.start * dim..r.end * dim];
+        let mut rowids = Vec::with_capacity(r.len());
+        let mut vectors = Vec::with_capacity(all.len());
+        for (i, row) in r.clone().zip(all.chunks_exact(dim)) {
+            if let Some(&value) = row.iter().find(|v| !v.is_finite()) {
+                if self.skip_invalid {
+                    continue;
+                }
+                return Err(BuildError::NonFiniteValue {
+                    source_name: self.location.clone(),
+                    row: i as u64,
+                    value,
+                });
+            }
+            rowids.push(i as i64);
+            vectors.extend_from_slice(row);
         }
         Ok(VectorBatch {
-            rowids: r.map(|i| i as i64).collect(),
+            rowids,
             vectors,
             payload: None,
         })
@@ -236,7 +341,7 @@ impl VectorSource for ArraySource {
             vector_column: "vector".into(),
             id_column: None,
             payload_columns: Vec::new(),
-            skip_invalid: false,
+            skip_invalid: self.skip_invalid,
         }
     }
 }

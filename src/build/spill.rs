@@ -7,9 +7,26 @@
 //! (spilled batches first, then the in-memory tail: arrival order is kept),
 //! concatenated and sorted by (cid, rowid), which makes the output independent
 //! of how the input was split or how often it spilled.
+//!
+//! The spill files live in a per-build work folder
+//! `$TMPDIR/parqivf-build-<random>/` ([`WorkDir`]) that also records the
+//! snapshot folder the build is writing until it commits. The folder is
+//! removed when the build ends (success, error, or its future dropped on
+//! SIGINT). A build killed outright (`kill -9`) cannot clean up; its folder
+//! is found by the next build on the machine ([`sweep_abandoned`]): the
+//! owner's lock on `owner.lock` is gone, so its spill files are removed, and
+//! when that build writes to the same index location it also deletes the
+//! uncommitted snapshot folder recorded there (completed postings and the
+//! object store's `…#N` staging files).
 
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStore;
+use object_store::path::Path;
 
 use arrow::array::{Array, Int32Array, Int64Array, UInt32Array};
 use arrow::compute::{concat_batches, take_record_batch};
@@ -35,7 +52,7 @@ pub struct BucketSpill {
     buckets: Vec<Bucket>,
     budget: usize,
     in_memory: usize,
-    dir: tempfile::TempDir,
+    dir: WorkDir,
     spilled_bytes: u64,
     spill_events: u64,
 }
@@ -46,13 +63,7 @@ impl BucketSpill {
     /// # Errors
     /// The temporary directory cannot be created.
     pub fn new(schema: SchemaRef, buckets: usize, budget: usize) -> Result<Self, BuildError> {
-        let dir = tempfile::Builder::new()
-            .prefix("parqivf-spill-")
-            .tempdir()
-            .map_err(|e| BuildError::Spill {
-                path: std::env::temp_dir().display().to_string(),
-                reason: e.to_string(),
-            })?;
+        let dir = WorkDir::create(&std::env::temp_dir())?;
         Ok(Self {
             schema,
             buckets: (0..buckets)
@@ -95,7 +106,7 @@ impl BucketSpill {
             if b.memory.is_empty() {
                 continue;
             }
-            let path = self.dir.path().join(format!("bucket-{i:06}.arrows"));
+            let path = self.dir.path.join(format!("bucket-{i:06}.arrows"));
             let err = |e: &dyn std::fmt::Display| BuildError::Spill {
                 path: path.display().to_string(),
                 reason: e.to_string(),
@@ -118,6 +129,25 @@ impl BucketSpill {
         }
         self.in_memory = 0;
         Ok(())
+    }
+
+    /// Record that this build is writing the snapshot folder `snapshot` on
+    /// `store`, so that [`sweep_abandoned`] can delete it should the process
+    /// die before [`BucketSpill::forget_snapshot`].
+    ///
+    /// # Errors
+    /// The record cannot be written.
+    pub fn record_snapshot(
+        &self,
+        store: &dyn ObjectStore,
+        snapshot: &Path,
+    ) -> Result<(), BuildError> {
+        self.dir.record(store, snapshot)
+    }
+
+    /// The recorded snapshot is committed or deleted: never sweep it.
+    pub fn forget_snapshot(&self) {
+        let _ = std::fs::remove_file(self.dir.path.join(RECORD_FILE));
     }
 
     /// Rows per bucket so far.
@@ -163,6 +193,256 @@ impl BucketSpill {
         drop(batches);
         sort_by_cid_rowid(&all).map(Some)
     }
+}
+
+/// Work folders are `$TMPDIR/parqivf-build-<random>`.
+const WORK_PREFIX: &str = "parqivf-build-";
+/// Held locked by the owning process for the folder's whole life.
+const LOCK_FILE: &str = "owner.lock";
+/// `{"store": …, "snapshot": …}` while a snapshot is written, uncommitted.
+const RECORD_FILE: &str = "snapshot.json";
+
+#[derive(serde::Serialize, serde::Deserialize)]
+struct SnapshotRecord {
+    /// The store's `Display` form (its kind and root), compared as is.
+    store: String,
+    snapshot: String,
+}
+
+/// A build's temporary folder, locked by its owner while the build runs and
+/// removed when it is dropped.
+struct WorkDir {
+    path: PathBuf,
+    _lock: File,
+}
+
+impl WorkDir {
+    /// Create `parent/parqivf-build-<random>` with `owner.lock` already held:
+    /// the folder is assembled under a hidden name and renamed into place, so
+    /// a sweeper never sees it unlocked.
+    fn create(parent: &std::path::Path) -> Result<Self, BuildError> {
+        let err = |path: &std::path::Path, e: std::io::Error| BuildError::Spill {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        };
+        let staging = tempfile::Builder::new()
+            .prefix(&format!(".{WORK_PREFIX}"))
+            .tempdir_in(parent)
+            .map_err(|e| err(parent, e))?;
+        let lock_path = staging.path().join(LOCK_FILE);
+        let lock = File::create(&lock_path).map_err(|e| err(&lock_path, e))?;
+        lock.try_lock().map_err(|e| BuildError::Spill {
+            path: lock_path.display().to_string(),
+            reason: e.to_string(),
+        })?;
+        let name = staging
+            .path()
+            .file_name()
+            .and_then(|n| n.to_str())
+            .map(|n| n.trim_start_matches('.').to_string())
+            .ok_or_else(|| err(staging.path(), std::io::Error::other("unnamed folder")))?;
+        let path = parent.join(name);
+        let staged = staging.keep();
+        std::fs::rename(&staged, &path).map_err(|e| {
+            let _ = std::fs::remove_dir_all(&staged);
+            err(&path, e)
+        })?;
+        Ok(Self { path, _lock: lock })
+    }
+
+    fn record(&self, store: &dyn ObjectStore, snapshot: &Path) -> Result<(), BuildError> {
+        let record = SnapshotRecord {
+            store: store.to_string(),
+            snapshot: snapshot.to_string(),
+        };
+        let path = self.path.join(RECORD_FILE);
+        let json = serde_json::to_vec(&record).map_err(|e| BuildError::Internal(e.to_string()))?;
+        std::fs::write(&path, json).map_err(|e| BuildError::Spill {
+            path: path.display().to_string(),
+            reason: e.to_string(),
+        })
+    }
+}
+
+impl Drop for WorkDir {
+    /// Remove the spill files. A recorded snapshot that was neither committed
+    /// nor deleted (the build future was dropped mid-write, e.g. on SIGINT)
+    /// keeps its record, unlocked, for [`sweep_abandoned`] to finish.
+    fn drop(&mut self) {
+        let record = self.path.join(RECORD_FILE);
+        if record.exists() {
+            if let Ok(entries) = std::fs::read_dir(&self.path) {
+                for e in entries.flatten() {
+                    if e.path() != record {
+                        let _ = std::fs::remove_file(e.path());
+                    }
+                }
+            }
+        } else {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Delete every object below `prefix` (best effort: errors are returned).
+///
+/// # Errors
+/// Listing or deleting fails.
+pub async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &Path) -> Result<(), BuildError> {
+    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
+    store
+        .delete_stream(locations)
+        .try_collect::<Vec<_>>()
+        .await
+        .map_err(|source| {
+            BuildError::Store(crate::store::StoreError::ObjectStore {
+                path: prefix.to_string(),
+                source,
+            })
+        })?;
+    Ok(())
+}
+
+/// Delete the snapshot folder `snapshot` of a build that did not commit:
+/// every object below it, and, on a local file system, the folder itself with
+/// any `object_store` staging files (`part-N.parquet#1`, which listing does
+/// not show) and the emptied directories.
+///
+/// # Errors
+/// Listing or deleting fails.
+pub async fn delete_snapshot(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Path,
+) -> Result<(), BuildError> {
+    delete_prefix(store, snapshot).await?;
+    if let Some(dir) = local_folder(&store.to_string(), snapshot) {
+        let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BuildError::Spill {
+                path: dir.display().to_string(),
+                reason: e.to_string(),
+            }),
+            _ => Ok(()),
+        })
+        .await
+        .map_err(|e| BuildError::Internal(format!("clean-up task failed: {e}")))?;
+        removed?;
+    }
+    Ok(())
+}
+
+/// The local folder of `location` when `store_display` is a
+/// `LocalFileSystem(file:///root/)` store, possibly inside wrappers (their
+/// `Display` nests the inner store's); `None` for other stores.
+fn local_folder(store_display: &str, location: &Path) -> Option<PathBuf> {
+    const LOCAL: &str = "LocalFileSystem(";
+    let at = store_display.find(LOCAL)? + LOCAL.len();
+    let end = at + store_display[at..].find(')')?;
+    let mut dir = url::Url::parse(&store_display[at..end])
+        .ok()?
+        .to_file_path()
+        .ok()?;
+    for part in location.parts() {
+        let name = percent_encoding::percent_decode_str(part.as_ref())
+            .decode_utf8()
+            .ok()?;
+        dir.push(name.as_ref());
+    }
+    Some(dir)
+}
+
+/// What a sweep found in one abandoned work folder.
+enum Abandoned {
+    /// Removed; nothing recorded.
+    Removed,
+    /// A snapshot folder its build was writing, on some store.
+    Snapshot(PathBuf, SnapshotRecord),
+}
+
+/// Scan `parent` for work folders whose owner is gone (its lock can be
+/// taken); remove their spill files, and return the ones that recorded a
+/// snapshot folder.
+fn scan_abandoned(parent: &std::path::Path) -> Vec<Abandoned> {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return Vec::new();
+    };
+    let mut found = Vec::new();
+    for e in entries.flatten() {
+        let dir = e.path();
+        let is_work = e
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(WORK_PREFIX));
+        if !is_work || !dir.is_dir() {
+            continue;
+        }
+        // A live owner holds the lock; a dropped one removed the lock file.
+        match File::open(dir.join(LOCK_FILE)) {
+            Ok(f) if f.try_lock().is_err() => continue,
+            _ => {}
+        }
+        let record = std::fs::read(dir.join(RECORD_FILE))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<SnapshotRecord>(&b).ok());
+        match record {
+            Some(r) => {
+                if let Ok(files) = std::fs::read_dir(&dir) {
+                    for f in files.flatten() {
+                        if f.file_name() != RECORD_FILE {
+                            let _ = std::fs::remove_file(f.path());
+                        }
+                    }
+                }
+                found.push(Abandoned::Snapshot(dir, r));
+            }
+            None => {
+                let _ = std::fs::remove_dir_all(&dir);
+                found.push(Abandoned::Removed);
+            }
+        }
+    }
+    found
+}
+
+/// Clean up after builds on this machine that died without doing so
+/// (`kill -9`, power loss): remove their spill files, and delete the
+/// uncommitted snapshot folders they were writing below `index` on `store`
+/// (their records are kept for a build into their own location). Returns how
+/// many snapshot folders were deleted. Best effort: a failure to delete
+/// leaves the record for the next build.
+pub async fn sweep_abandoned(store: &Arc<dyn ObjectStore>, index: &Path) -> usize {
+    sweep_abandoned_in(&std::env::temp_dir(), store, index).await
+}
+
+async fn sweep_abandoned_in(
+    parent: &std::path::Path,
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> usize {
+    let parent = parent.to_path_buf();
+    let Ok(found) = tokio::task::spawn_blocking(move || scan_abandoned(&parent)).await else {
+        return 0;
+    };
+    let ours = store.to_string();
+    let snapshots = format!("{index}/snapshots/");
+    let mut deleted = 0;
+    for a in found {
+        let Abandoned::Snapshot(dir, record) = a else {
+            continue;
+        };
+        let under_index = record.snapshot.starts_with(&snapshots)
+            || (index.as_ref().is_empty() && record.snapshot.starts_with("snapshots/"));
+        if record.store != ours || !under_index {
+            continue;
+        }
+        let Ok(snapshot) = Path::parse(&record.snapshot) else {
+            continue;
+        };
+        if delete_snapshot(store, &snapshot).await.is_ok() {
+            let _ = std::fs::remove_dir_all(&dir);
+            deleted += 1;
+        }
+    }
+    deleted
 }
 
 /// Sort a postings batch by (cid, rowid). Rowids are unique within a build, so
@@ -262,5 +542,73 @@ mod tests {
         let expected = vec![(1, 2), (1, 4), (2, 7), (3, 1), (3, 9)];
         assert_eq!(mem.unwrap(), expected);
         assert_eq!(disk.unwrap(), expected);
+    }
+    #[tokio::test]
+    async fn sweep_removes_dead_builds_and_their_snapshot_but_not_live_ones() {
+        use object_store::memory::InMemory;
+        use object_store::{ObjectStoreExt, PutPayload};
+        let parent = tempfile::tempdir().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let index = Path::from("idx");
+        let put = |p: &str| {
+            let store = store.clone();
+            let p = Path::parse(p).unwrap();
+            async move { store.put(&p, PutPayload::from_static(b"x")).await.unwrap() }
+        };
+        put("idx/snapshots/1-dead/postings/part-0.parquet#1").await;
+        put("idx/snapshots/1-dead/postings/part-1.parquet").await;
+        put("idx/snapshots/2-live/postings/part-0.parquet").await;
+        put("other/snapshots/3-elsewhere/a").await;
+        // A killed build: its folder remains, its lock is free.
+        let dead = parent.path().join(format!("{WORK_PREFIX}dead"));
+        std::fs::create_dir(&dead).unwrap();
+        File::create(dead.join(LOCK_FILE)).unwrap();
+        std::fs::write(dead.join("bucket-000001.arrows"), b"spill").unwrap();
+        let record = |snapshot: &str| {
+            serde_json::to_vec(&SnapshotRecord {
+                store: store.to_string(),
+                snapshot: snapshot.into(),
+            })
+            .unwrap()
+        };
+        std::fs::write(dead.join(RECORD_FILE), record("idx/snapshots/1-dead")).unwrap();
+        // A killed build into another index: spill removed, record kept.
+        let other = parent.path().join(format!("{WORK_PREFIX}other"));
+        std::fs::create_dir(&other).unwrap();
+        std::fs::write(other.join("bucket-000002.arrows"), b"spill").unwrap();
+        std::fs::write(
+            other.join(RECORD_FILE),
+            record("other/snapshots/3-elsewhere"),
+        )
+        .unwrap();
+        // A running build.
+        let live = WorkDir::create(parent.path()).unwrap();
+        live.record(store.as_ref(), &Path::from("idx/snapshots/2-live"))
+            .unwrap();
+
+        assert_eq!(sweep_abandoned_in(parent.path(), &store, &index).await, 1);
+        let left: Vec<String> = store
+            .list(None)
+            .map_ok(|m| m.location.to_string())
+            .try_collect()
+            .await
+            .unwrap();
+        assert_eq!(
+            left,
+            vec![
+                "idx/snapshots/2-live/postings/part-0.parquet".to_string(),
+                "other/snapshots/3-elsewhere/a".to_string()
+            ]
+        );
+        assert!(!dead.exists());
+        assert!(live.path.join(RECORD_FILE).exists());
+        assert!(!other.join("bucket-000002.arrows").exists());
+        assert!(other.join(RECORD_FILE).exists());
+
+        // Dropped normally: the live folder goes away entirely.
+        let path = live.path.clone();
+        std::fs::remove_file(path.join(RECORD_FILE)).unwrap();
+        drop(live);
+        assert!(!path.exists());
     }
 }

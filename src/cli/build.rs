@@ -149,15 +149,26 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
             },
             ..BuildParams::default()
         };
-        let summary = build(source, store, &index, &params).await?;
+        // On Ctrl-C the build future is dropped, which removes its spill
+        // files and the object store's staging files; the sweep then deletes
+        // the snapshot folder it had started.
+        let summary = tokio::select! {
+            s = build(source, store.clone(), &index, &params) => s?,
+            _ = tokio::signal::ctrl_c() => {
+                parqivf::build::spill::sweep_abandoned(&store, &index).await;
+                eprintln!("interrupted: nothing was published and the partial snapshot was removed");
+                return Ok(ExitCode::from(130));
+            }
+        };
         if args.json {
             println!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
             eprintln!(
-                "published version {} of {} ({} rows, nlist {}, {} postings files) in {:.2} s",
+                "published version {} of {} ({} rows, {} invalid rows skipped, nlist {}, {} postings files) in {:.2} s",
                 summary.version,
                 args.out,
                 summary.rows,
+                summary.skipped_rows,
                 summary.nlist,
                 summary.postings_files,
                 summary.seconds.total
@@ -198,7 +209,7 @@ async fn open_source(args: &Args, options: &StoreOptions) -> anyhow::Result<Arc<
     }
     if src.ends_with(".npy") || src.ends_with(".fvecs") {
         let v = parqivf::vector_file::read_vectors(std::path::Path::new(src))?;
-        let s = ArraySource::new(v.data, v.dim, src)?;
+        let s = ArraySource::new(v.data, v.dim, src)?.with_skip_invalid(args.skip_invalid);
         return Ok(Arc::new(s));
     }
     let (store, pattern) = parqivf::store::location::open_pattern(src, options)?;

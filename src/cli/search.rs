@@ -7,14 +7,21 @@
 //! column (any type the build accepts: list<float>, list<double>,
 //! fixed-size list, fixed(d·4)). With `--groundtruth gt.ivecs|gt.npy` it
 //! prints recall@k and QPS instead of the neighbours (the benchmark mode).
+//!
+//! Queries are read, searched and printed `--batch-size` at a time, so memory
+//! is bounded by one batch (its queries, their `k` hits each), not by the
+//! number of queries; each batch's results are written before the next
+//! batch is read.
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
-use parqivf::index::{Index, SearchParams};
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+use parqivf::index::{Index, SearchParams, SearchResult};
+use parqivf::vector_file::VectorReader;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -59,66 +66,97 @@ pub struct Args {
     /// Include the IO stats of each query.
     #[arg(long)]
     pub stats: bool,
+    /// Queries read, searched and printed at a time (bounds memory).
+    #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
+    pub batch_size: u32,
 }
 
-/// Row-major f32 queries and their dimension.
-fn read_queries(path: &Path, column: &str) -> anyhow::Result<(Vec<f32>, usize)> {
-    let name = path.display().to_string();
-    if name.ends_with(".npy") || name.ends_with(".fvecs") {
-        let v = parqivf::vector_file::read_vectors(path)?;
-        return Ok((v.data, v.dim));
-    }
-    let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
-    let reader = ParquetRecordBatchReaderBuilder::try_new(file)
-        .with_context(|| format!("{name} is not a Parquet file"))?
-        .build()?;
-    let (mut data, mut dim) = (Vec::new(), None::<usize>);
-    for batch in reader {
-        let batch = batch?;
-        let col = batch
-            .column_by_name(column)
-            .with_context(|| format!("{name}: no column {column:?}"))?;
-        let (values, d) =
-            to_f32_rows(col.as_ref(), dim).with_context(|| format!("{name}: column {column:?}"))?;
-        dim.get_or_insert(d);
-        data.extend(values);
-    }
-    Ok((data, dim.unwrap_or(0)))
+/// Query vectors, read a batch at a time.
+enum Queries {
+    File(VectorReader),
+    Parquet {
+        reader: ParquetRecordBatchReader,
+        name: String,
+        column: String,
+        dim: Option<usize>,
+    },
 }
 
-/// Ground-truth neighbour ids, one row per query.
-fn read_groundtruth(path: &Path) -> anyhow::Result<(Vec<i64>, usize)> {
-    if path.extension().is_some_and(|e| e == "ivecs") {
-        let v = parqivf::vector_file::read_ivecs(path)?;
-        return Ok((v.data.into_iter().map(i64::from).collect(), v.dim));
-    }
-    // `.npy` of int32 rows (the bench scripts' gt.npy): read its header's shape.
-    let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = String::from_utf8_lossy(&bytes[10..10 + header_len]).to_string();
-    if !header.contains("'<i4'") {
-        bail!(
-            "{}: ground truth must be int32 (.ivecs or '<i4' .npy)",
-            path.display()
-        );
-    }
-    let shape: Vec<usize> = header
-        .split("'shape':")
-        .nth(1)
-        .and_then(|s| s.split(')').next())
-        .map(|s| {
-            s.trim_matches(|c| c == ' ' || c == '(')
-                .split(',')
-                .filter_map(|x| x.trim().parse().ok())
-                .collect()
+impl Queries {
+    fn open(path: &Path, column: &str, batch: usize) -> anyhow::Result<Self> {
+        let name = path.display().to_string();
+        if name.ends_with(".npy") || name.ends_with(".fvecs") {
+            return Ok(Self::File(VectorReader::open(path)?));
+        }
+        let file = std::fs::File::open(path).with_context(|| format!("cannot open {name}"))?;
+        let reader = ParquetRecordBatchReaderBuilder::try_new(file)
+            .with_context(|| format!("{name} is not a Parquet file"))?
+            .with_batch_size(batch)
+            .build()?;
+        Ok(Self::Parquet {
+            reader,
+            name,
+            column: column.to_string(),
+            dim: None,
         })
-        .unwrap_or_default();
-    let cols = *shape.get(1).context("ground truth .npy must be 2-D")?;
-    let data = bytes[10 + header_len..]
-        .chunks_exact(4)
-        .map(|b| i64::from(i32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-        .collect();
-    Ok((data, cols))
+    }
+
+    /// The next up to `max` queries, row-major, and their dimension; `None`
+    /// at the end.
+    fn next(&mut self, max: usize) -> anyhow::Result<Option<(Vec<f32>, usize)>> {
+        match self {
+            Self::File(r) => {
+                let v = r.next_f32(max)?;
+                Ok((!v.is_empty()).then(|| (v, r.dim())))
+            }
+            Self::Parquet {
+                reader,
+                name,
+                column,
+                dim,
+            } => {
+                for batch in reader.by_ref() {
+                    let batch = batch.with_context(|| format!("reading {name}"))?;
+                    let col = batch
+                        .column_by_name(column)
+                        .with_context(|| format!("{name}: no column {column:?}"))?;
+                    let (values, d) = to_f32_rows(col.as_ref(), *dim)
+                        .with_context(|| format!("{name}: column {column:?}"))?;
+                    dim.get_or_insert(d);
+                    if !values.is_empty() {
+                        return Ok(Some((values, d)));
+                    }
+                }
+                Ok(None)
+            }
+        }
+    }
+}
+
+/// Search every query of `path` batch by batch, handing each batch's
+/// results (and the number of queries before it) to `sink`. Returns the
+/// number of queries and the time spent searching.
+async fn stream(
+    index: &Index,
+    args: &Args,
+    params: &SearchParams,
+    mut sink: impl FnMut(usize, &[SearchResult]) -> anyhow::Result<()>,
+) -> anyhow::Result<(usize, Duration)> {
+    let expected = index.hierarchy().dim;
+    let batch = args.batch_size as usize;
+    let mut queries = Queries::open(&args.queries, &args.column, batch)?;
+    let (mut done, mut searching) = (0usize, Duration::ZERO);
+    while let Some((q, dim)) = queries.next(batch)? {
+        if dim != expected {
+            bail!("queries have dimension {dim}, the index has {expected}");
+        }
+        let t = Instant::now();
+        let results = index.search_batch(&q, params).await?;
+        searching += t.elapsed();
+        sink(done, &results)?;
+        done += results.len();
+    }
+    Ok((done, searching))
 }
 
 pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow::Result<ExitCode> {
@@ -128,7 +166,6 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
             .build_global()
             .context("configuring threads")?;
     }
-    let (queries, dim) = read_queries(&args.queries, &args.column)?;
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let params = SearchParams {
@@ -137,82 +174,115 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         root_factor: args.root_factor,
         ..SearchParams::default()
     };
-    let (index, results) = runtime.block_on(async {
+    runtime.block_on(async {
         let index = Index::open_current(store, &prefix).await?;
-        let expected = index.hierarchy().dim;
-        if dim != expected {
-            bail!("queries have dimension {dim}, the index has {expected}");
-        }
         if args.warm {
             index.warm().await?;
         }
         if args.preload {
             index.preload().await?;
         }
-        let results = index.search_batch(&queries, &params).await?;
-        Ok((index, results))
+        match &args.groundtruth {
+            Some(gt) => benchmark(&index, &args, &params, gt).await,
+            None => print_results(&index, &args, &params).await,
+        }
     })?;
-    if let Some(gt) = &args.groundtruth {
-        let (truth, cols) = read_groundtruth(gt)?;
-        let nq = queries.len() / dim;
-        if truth.len() < nq * cols || cols < args.k {
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Print each batch's neighbours as soon as it is searched.
+async fn print_results(index: &Index, args: &Args, params: &SearchParams) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    stream(index, args, params, |first, results| {
+        for (i, r) in results.iter().enumerate() {
+            let i = first + i;
+            if args.json {
+                let mut obj = serde_json::json!({
+                    "query": i,
+                    "rowids": r.hits.iter().map(|h| h.rowid).collect::<Vec<_>>(),
+                    "distances": r.hits.iter().map(|h| h.distance).collect::<Vec<_>>(),
+                });
+                if args.stats {
+                    obj["stats"] = serde_json::to_value(r.stats)?;
+                }
+                writeln!(out, "{obj}")?;
+            } else {
+                write!(out, "query {i}:")?;
+                for h in &r.hits {
+                    write!(out, " {}:{}", h.rowid, h.distance)?;
+                }
+                writeln!(out)?;
+                if args.stats {
+                    writeln!(out, "  stats: {:?}", r.stats)?;
+                }
+            }
+        }
+        out.flush()?;
+        Ok(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// Recall@k against exact neighbours (`.ivecs` or `<i4` `.npy`, read a batch
+/// at a time alongside the queries) and the best QPS of `--reps` timed passes.
+async fn benchmark(
+    index: &Index,
+    args: &Args,
+    params: &SearchParams,
+    gt: &Path,
+) -> anyhow::Result<()> {
+    let mut truth = VectorReader::open(gt)?;
+    let cols = truth.dim();
+    if cols < args.k {
+        bail!(
+            "{}: rows of {cols} ids do not cover k={}",
+            gt.display(),
+            args.k
+        );
+    }
+    let mut hits = 0usize;
+    let (nq, _) = stream(index, args, params, |first, results| {
+        let rows = truth.next_i32(results.len())?;
+        if rows.len() < results.len() * cols {
             bail!(
-                "{}: {} rows of {cols} ids do not cover {nq} queries at k={}",
+                "{}: {} rows of ids do not cover the {} queries read so far",
                 gt.display(),
-                truth.len() / cols.max(1),
-                args.k
+                first + rows.len() / cols,
+                first + results.len()
             );
         }
-        let mut best = f64::INFINITY;
-        for _ in 0..args.reps.max(1) {
-            let t = Instant::now();
-            runtime.block_on(index.search_batch(&queries, &params))?;
-            best = best.min(t.elapsed().as_secs_f64());
-        }
-        let hits: usize = results
+        hits += results
             .iter()
-            .enumerate()
-            .map(|(q, r)| {
-                let row = &truth[q * cols..q * cols + args.k];
-                r.hits.iter().filter(|h| row.contains(&h.rowid)).count()
+            .zip(rows.chunks_exact(cols))
+            .map(|(r, row)| {
+                let row = &row[..args.k];
+                r.hits
+                    .iter()
+                    .filter(|h| row.iter().any(|&t| i64::from(t) == h.rowid))
+                    .count()
             })
-            .sum();
-        let summary = serde_json::json!({
-            "queries": nq,
-            "k": args.k,
-            "nprobe": args.nprobe,
-            "root-factor": args.root_factor,
-            "threads": rayon::current_num_threads(),
-            "preload": args.preload,
-            "seconds": best,
-            "qps": nq as f64 / best,
-            "recall": hits as f64 / (nq * args.k) as f64,
-        });
-        println!("{summary}");
-        return Ok(ExitCode::SUCCESS);
+            .sum::<usize>();
+        Ok(())
+    })
+    .await?;
+    let mut best = f64::INFINITY;
+    for _ in 0..args.reps.max(1) {
+        let (_, t) = stream(index, args, params, |_, _| Ok(())).await?;
+        best = best.min(t.as_secs_f64());
     }
-    for (i, r) in results.iter().enumerate() {
-        if args.json {
-            let mut obj = serde_json::json!({
-                "query": i,
-                "rowids": r.hits.iter().map(|h| h.rowid).collect::<Vec<_>>(),
-                "distances": r.hits.iter().map(|h| h.distance).collect::<Vec<_>>(),
-            });
-            if args.stats {
-                obj["stats"] = serde_json::to_value(r.stats)?;
-            }
-            println!("{obj}");
-        } else {
-            let hits: Vec<String> = r
-                .hits
-                .iter()
-                .map(|h| format!("{}:{}", h.rowid, h.distance))
-                .collect();
-            println!("query {i}: {}", hits.join(" "));
-            if args.stats {
-                println!("  stats: {:?}", r.stats);
-            }
-        }
-    }
-    Ok(ExitCode::SUCCESS)
+    let summary = serde_json::json!({
+        "queries": nq,
+        "k": args.k,
+        "nprobe": args.nprobe,
+        "root-factor": args.root_factor,
+        "threads": rayon::current_num_threads(),
+        "preload": args.preload,
+        "batch-size": args.batch_size,
+        "seconds": best,
+        "qps": nq as f64 / best,
+        "recall": hits as f64 / (nq * args.k).max(1) as f64,
+    });
+    println!("{summary}");
+    Ok(())
 }
