@@ -188,3 +188,27 @@ async fn a_version_1_cosine_index_is_refused_not_scanned_with_the_wrong_formula(
     v["metric"] = "l2".into();
     IndexDefinition::from_json(serde_json::to_vec(&v).unwrap()).unwrap();
 }
+
+#[tokio::test]
+async fn with_skip_invalid_a_zero_row_is_skipped_and_counted() {
+    let mut data = support::random_vectors(500, DIM, 6);
+    data[41 * DIM..42 * DIM].iter_mut().for_each(|x| *x = 0.0);
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    let src = Arc::new(
+        ArraySource::new(data.clone(), DIM, "generated")
+            .unwrap()
+            .with_skip_invalid(true),
+    );
+    let summary = build(src, store.clone(), &idx, &params()).await.unwrap();
+    assert_eq!((summary.rows, summary.skipped_rows), (499, 1));
+    let index = Index::open_current(store, &idx).await.unwrap();
+    let all = SearchParams {
+        k: 500,
+        nprobe: NLIST as usize,
+        ..SearchParams::default()
+    };
+    let hits = index.search(&data[..DIM], &all).await.unwrap().hits;
+    assert_eq!(hits.len(), 499);
+    assert!(hits.iter().all(|h| h.rowid != 41));
+}

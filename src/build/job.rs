@@ -170,6 +170,7 @@ pub async fn build(
     let mut times = PhaseTimes::default();
     let dim = source.dim();
     let parts = source.parts();
+    let skip_invalid = source.definition().skip_invalid;
     if params.nlist == 0 {
         return Err(BuildError::BadParameter {
             name: "nlist",
@@ -226,7 +227,7 @@ pub async fn build(
     let mut rows = 0u64;
     let mut skipped_rows = 0u64;
     for (p, &declared) in part_rows.iter().enumerate() {
-        let batch = source.read_part(p).await?;
+        let batch = read_prepared(source.as_ref(), p, params.metric, skip_invalid).await?;
         if batch.vectors.len() != batch.len() * dim {
             return Err(BuildError::BadShape {
                 len: batch.vectors.len(),
@@ -326,7 +327,7 @@ pub async fn build(
     for (p, slot) in cached.iter_mut().enumerate() {
         let batch = match slot.take() {
             Some(b) => b,
-            None => source.read_part(p).await?,
+            None => read_prepared(source.as_ref(), p, params.metric, skip_invalid).await?,
         };
         if source.ids_may_repeat() {
             ids.extend_from_slice(&batch.rowids);
@@ -530,20 +531,76 @@ fn join(base: &Path, rel: &str) -> Path {
     rel.split('/').fold(base.clone(), |p, part| p.join(part))
 }
 
+/// One part of `source`, prepared for the scan under `metric`: under cosine
+/// every row is scaled to unit length ([`Metric::prepare`]), and a zero row,
+/// which has no direction, is dropped with `skip_invalid` (the build counts
+/// it with the other skipped rows) or fails the build.
+///
+/// # Errors
+/// The source's errors; [`BuildError::NoDirection`] for a zero row under
+/// cosine without `skip_invalid`.
+async fn read_prepared(
+    source: &dyn VectorSource,
+    part: usize,
+    metric: Metric,
+    skip_invalid: bool,
+) -> Result<VectorBatch, BuildError> {
+    let batch = source.read_part(part).await?;
+    if metric != Metric::Cosine {
+        return Ok(batch);
+    }
+    let dim = source.dim();
+    blocking(move || prepare_batch(metric, dim, batch, skip_invalid)).await
+}
+
+/// [`read_prepared`]'s CPU half (on the blocking pool).
+fn prepare_batch(
+    metric: Metric,
+    dim: usize,
+    mut batch: VectorBatch,
+    skip_invalid: bool,
+) -> Result<VectorBatch, BuildError> {
+    let mut zero = Vec::new();
+    for (i, row) in batch.vectors.chunks_exact_mut(dim).enumerate() {
+        if metric.prepare(row).is_err() {
+            if !skip_invalid {
+                return Err(BuildError::NoDirection {
+                    rowid: batch.rowids[i],
+                });
+            }
+            zero.push(i);
+        }
+    }
+    if zero.is_empty() {
+        return Ok(batch);
+    }
+    let keep = super::source::kept_rows(batch.len(), &zero);
+    let vectors = keep
+        .iter()
+        .flat_map(|&i| &batch.vectors[i as usize * dim..(i as usize + 1) * dim])
+        .copied()
+        .collect();
+    let rowids = keep.iter().map(|&i| batch.rowids[i as usize]).collect();
+    let payload = batch
+        .payload
+        .map(|p| take_record_batch(&p, &UInt32Array::from(keep)))
+        .transpose()
+        .map_err(|e| BuildError::Arrow(e.to_string()))?;
+    Ok(VectorBatch {
+        rowids,
+        vectors,
+        payload,
+    })
+}
+
 /// Assign one part's rows and split them into postings batches by root bucket.
 fn group_part(
     h: &Hierarchy,
     mode: AssignMode,
     schema: &SchemaRef,
-    mut batch: VectorBatch,
+    batch: VectorBatch,
 ) -> Result<Vec<(usize, RecordBatch)>, BuildError> {
     let dim = h.dim;
-    // Stored vectors are prepared for the scan: unit length under cosine.
-    for (row, &rowid) in batch.vectors.chunks_exact_mut(dim).zip(&batch.rowids) {
-        h.metric
-            .prepare(row)
-            .map_err(|_| BuildError::NoDirection { rowid })?;
-    }
     let cids = h.assign(&batch.vectors, mode)?;
     let n = batch.len();
     let mut bytes = Vec::with_capacity(batch.vectors.len() * 4);
