@@ -457,6 +457,12 @@ impl Index {
         &self.hierarchy
     }
 
+    /// Bytes held now by the footer cache and by the decoded-postings cache
+    /// (which holds every posting after [`Index::preload`]), in that order.
+    pub fn cache_bytes(&self) -> (usize, usize) {
+        (self.footers.bytes(), self.row_groups.bytes())
+    }
+
     fn postings(&self) -> Postings<'_> {
         Postings {
             store: self.store.as_ref(),

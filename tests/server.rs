@@ -1,6 +1,8 @@
 //! The HTTP service over real TCP on 127.0.0.1: every endpoint, every error
 //! case with its status and JSON body, backpressure (429), storage faults,
-//! reloads, start-up failures and graceful shutdown.
+//! reloads, start-up failures and graceful shutdown. These servers have a
+//! bearer token (every request here carries it); `server_auth.rs` tests what
+//! happens without it.
 
 mod server_support;
 
@@ -12,7 +14,10 @@ use parqivf::server::{
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use server_support::{BruteForce, FakeLoader, Gate, ROWID_STRIDE, Running, hits_of, pairs, start};
+use server_support::{
+    BruteForce, FakeLoader, Gate, ROWID_STRIDE, Running, SOURCE_LOCATION, TOKEN, hits_of, pairs,
+    start, token,
+};
 
 const DIM: usize = 4;
 
@@ -28,6 +33,8 @@ fn config() -> ServerConfig {
         },
         queue: 8,
         workers: 2,
+        auth_token: token(),
+        reload_min_interval: Duration::ZERO,
         ..ServerConfig::default()
     }
 }
@@ -47,6 +54,7 @@ async fn post(server: &Running, path: &str, body: impl Into<reqwest::Body>) -> (
     let response = reqwest::Client::new()
         .post(server.url(path))
         .header("content-type", "application/json")
+        .bearer_auth(TOKEN)
         .body(body)
         .send()
         .await
@@ -56,7 +64,12 @@ async fn post(server: &Running, path: &str, body: impl Into<reqwest::Body>) -> (
 }
 
 async fn get_json(server: &Running, path: &str) -> (StatusCode, Value) {
-    let response = reqwest::get(server.url(path)).await.expect("request sent");
+    let response = reqwest::Client::new()
+        .get(server.url(path))
+        .bearer_auth(TOKEN)
+        .send()
+        .await
+        .expect("request sent");
     let status = response.status();
     (status, response.json().await.expect("JSON body"))
 }
@@ -87,8 +100,10 @@ async fn healthz_and_index_listing() {
     let (status, list) = get_json(&server, "/v1/indexes").await;
     assert_eq!(status, StatusCode::OK);
     let expected = json!({
-        "name": "small", "dim": 4, "metric": "l2", "nlist": 8, "ntotal": 50, "snapshot": "snap-1",
-        "definition": {"provider": "parquet", "dim": 4},
+        "name": "small", "location": "memory:///small",
+        "dim": 4, "metric": "l2", "nlist": 8, "ntotal": 50, "snapshot": "snap-1",
+        "definition": {"provider": "parquet", "dim": 4,
+            "source": {"provider": "parquet", "location": SOURCE_LOCATION, "table-identity": "t1"}},
         "cache": {"preloaded": true, "footer_cache_bytes": 0, "postings_cache_bytes": 800}
     });
     assert_eq!(list, json!({ "indexes": [expected.clone()] }));
@@ -288,7 +303,7 @@ async fn every_bad_input_is_a_4xx_with_a_named_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn storage_faults_are_503_and_corrupt_indexes_500_with_the_cause() {
+async fn storage_faults_are_503_and_corrupt_indexes_500_without_internal_detail() {
     let loader = Arc::new(FakeLoader::default());
     let failing = |err: BackendError| {
         Arc::new(BruteForce {
@@ -319,20 +334,33 @@ async fn storage_faults_are_503_and_corrupt_indexes_500_with_the_cause() {
     };
     let server = start(config, loader).await;
     let body = json!({"vector": [0, 0, 0, 0]}).to_string();
-    let down = post(&server, "/v1/indexes/down/search", body.clone()).await;
+    // The cause and the location go to the log; the client gets the class and
+    // a request id that finds them there.
+    let response = reqwest::Client::new()
+        .post(server.url("/v1/indexes/down/search"))
+        .bearer_auth(TOKEN)
+        .body(body.clone())
+        .send()
+        .await
+        .unwrap();
+    let header_id = response.headers()["x-request-id"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    let down = (response.status(), response.json::<Value>().await.unwrap());
+    assert_eq!(down.1["error"]["request_id"], header_id.as_str());
+    assert!(!header_id.is_empty());
+    let message = down.1["error"]["message"].as_str().unwrap();
     assert!(
-        down.1["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("connection reset")
+        !message.contains("connection reset") && !message.contains("s3://"),
+        "{message}"
     );
     assert_error(down, StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable");
     let bad = post(&server, "/v1/indexes/bad/search", body).await;
+    let message = bad.1["error"]["message"].as_str().unwrap();
     assert!(
-        bad.1["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("part-0.parquet")
+        !message.contains("part-0.parquet") && !message.contains("s3://"),
+        "{message}"
     );
     assert_error(bad, StatusCode::INTERNAL_SERVER_ERROR, "corrupt_index");
     server.shutdown().await;
@@ -350,7 +378,10 @@ async fn metrics_count_requests_by_status_latency_and_store_io() {
         post(&server, "/v1/indexes/small/search", "{").await.0,
         StatusCode::BAD_REQUEST
     );
-    let text = reqwest::get(server.url("/metrics"))
+    let text = reqwest::Client::new()
+        .get(server.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
         .await
         .unwrap()
         .text()
@@ -431,7 +462,10 @@ async fn reload_endpoint_swaps_to_the_published_snapshot_and_keeps_old_on_failur
         StatusCode::NOT_FOUND,
         "unknown_index",
     );
-    let text = reqwest::get(server.url("/metrics"))
+    let text = reqwest::Client::new()
+        .get(server.url("/metrics"))
+        .bearer_auth(TOKEN)
+        .send()
         .await
         .unwrap()
         .text()
@@ -571,6 +605,7 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     let in_flight = tokio::spawn(async move {
         let response = reqwest::Client::new()
             .post(url)
+            .bearer_auth(TOKEN)
             .body(json!({"vector": [0, 0, 0, 0]}).to_string())
             .send()
             .await?;

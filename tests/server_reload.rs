@@ -13,7 +13,9 @@ use std::time::Duration;
 use parqivf::server::{Limits, SearchRequestParams, ServerConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use server_support::{BruteForce, FakeLoader, Gate, ROWID_STRIDE, hits_of, pairs, start};
+use server_support::{
+    BruteForce, FakeLoader, Gate, ROWID_STRIDE, TOKEN, hits_of, pairs, start, token,
+};
 
 const DIM: usize = 8;
 const LOCATION: &str = "memory:///live";
@@ -28,6 +30,9 @@ fn config() -> ServerConfig {
         },
         queue: 64,
         workers: 2,
+        // Reload needs the token; this test reloads every 30 ms on purpose.
+        auth_token: token(),
+        reload_min_interval: Duration::ZERO,
         ..ServerConfig::default()
     }
 }
@@ -40,6 +45,7 @@ fn snapshot(n: u32) -> Arc<BruteForce> {
 async fn search(client: &reqwest::Client, url: &str, query: &[f32]) -> (StatusCode, Value) {
     let response = client
         .post(url)
+        .bearer_auth(TOKEN)
         .body(json!({"vector": query, "k": 10}).to_string())
         .send()
         .await
@@ -103,6 +109,7 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
         loader.publish(LOCATION, Arc::clone(&backends[&n]));
         let response = admin
             .post(server.url("/v1/indexes/live/reload"))
+            .bearer_auth(TOKEN)
             .send()
             .await
             .expect("reload sent");
@@ -159,6 +166,7 @@ async fn in_flight_request_finishes_on_the_old_snapshot() {
     loader.publish(LOCATION, Arc::clone(&new));
     let reload = reqwest::Client::new()
         .post(server.url("/v1/indexes/live/reload"))
+        .bearer_auth(TOKEN)
         .send()
         .await
         .unwrap();

@@ -1,16 +1,23 @@
 //! `parqivf serve`: parses the flags into a [`ServerConfig`], sets up
 //! structured logging (`RUST_LOG` filter, `--log-json` for JSON lines), opens
 //! every index, and serves until SIGINT/SIGTERM. Exit code 0 after a clean
-//! shutdown, 2 when an index cannot be opened or the address cannot be bound.
+//! shutdown, 2 when an index cannot be opened, the address cannot be bound,
+//! the auth token is unusable, or the address is not loopback and no token is
+//! given. The token comes from `--auth-token-file PATH` or the environment
+//! variable `PARQIVF_AUTH_TOKEN` (never a flag value, which `ps` would show).
 
 use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::Context;
-use parqivf::server::{BackendLoader, Limits, ServerConfig};
+use anyhow::{Context, bail};
+use parqivf::server::{AuthToken, BackendLoader, ConnectionLimits, Limits, ServerConfig};
 use parqivf::store::options::StoreOptions;
+
+/// The environment variable holding the bearer token itself.
+pub const TOKEN_ENV: &str = "PARQIVF_AUTH_TOKEN";
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -51,6 +58,41 @@ pub struct Args {
     /// Log JSON lines instead of human-readable text.
     #[arg(long)]
     pub log_json: bool,
+    /// File holding the bearer token clients must send (`Authorization: Bearer
+    /// <token>`); surrounding whitespace is ignored. Or set PARQIVF_AUTH_TOKEN.
+    /// Required when --addr is not loopback; reload is disabled without it.
+    #[arg(long, value_name = "PATH")]
+    pub auth_token_file: Option<PathBuf>,
+    /// Connections open at once; further ones wait in the listen backlog.
+    #[arg(long, default_value_t = ConnectionLimits::default().max_connections)]
+    pub max_connections: usize,
+    /// Longest wait for a complete request head (humantime, e.g. 10s); slower
+    /// or idle connections are closed.
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "10s")]
+    pub header_read_timeout: Duration,
+    /// Longest wait for a complete request body after its head (else 408).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "30s")]
+    pub body_read_timeout: Duration,
+    /// Shortest time between two client-requested reloads of one index (else 429).
+    #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
+    pub reload_min_interval: Duration,
+}
+
+/// The token from `file` or the value of `PARQIVF_AUTH_TOKEN` (`env`), not both.
+fn auth_token(file: Option<&Path>, env: Option<String>) -> anyhow::Result<Option<AuthToken>> {
+    let text = match (file, env) {
+        (Some(_), Some(_)) => {
+            bail!("give the auth token by --auth-token-file or {TOKEN_ENV}, not both")
+        }
+        (Some(path), None) => std::fs::read_to_string(path)
+            .with_context(|| format!("reading the auth token file {}", path.display()))?,
+        (None, Some(value)) => value,
+        (None, None) => return Ok(None),
+    };
+    let source = file.map_or_else(|| TOKEN_ENV.to_owned(), |p| p.display().to_string());
+    AuthToken::new(text.trim())
+        .map(Some)
+        .with_context(|| format!("auth token from {source}"))
 }
 
 fn parse_index(value: &str) -> Result<(String, String), String> {
@@ -62,7 +104,7 @@ fn parse_index(value: &str) -> Result<(String, String), String> {
     }
 }
 
-fn config(args: &Args) -> ServerConfig {
+fn config(args: &Args, auth_token: Option<AuthToken>) -> ServerConfig {
     let defaults = ServerConfig::default();
     ServerConfig {
         addr: args.addr,
@@ -77,6 +119,13 @@ fn config(args: &Args) -> ServerConfig {
         queue: args.queue,
         workers: args.workers.unwrap_or(defaults.workers),
         reload_interval: args.reload_interval.map(Duration::from_secs),
+        connections: ConnectionLimits {
+            max_connections: args.max_connections,
+            header_read_timeout: args.header_read_timeout,
+            body_read_timeout: args.body_read_timeout,
+        },
+        auth_token,
+        reload_min_interval: args.reload_min_interval,
     }
 }
 
@@ -102,7 +151,11 @@ pub fn run(args: Args, store: StoreOptions) -> anyhow::Result<ExitCode> {
         builder.try_init()
     };
 
-    let config = config(&args);
+    let token = auth_token(
+        args.auth_token_file.as_deref(),
+        std::env::var(TOKEN_ENV).ok().filter(|v| !v.is_empty()),
+    )?;
+    let config = config(&args, token);
     let loader = index_loader(&args, store);
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -149,9 +202,18 @@ mod tests {
             "2",
             "--reload-interval",
             "30",
+            "--max-connections",
+            "100",
+            "--header-read-timeout",
+            "2s",
+            "--body-read-timeout",
+            "500ms",
+            "--reload-min-interval",
+            "5s",
         ])
         .unwrap();
-        let c = config(&cmd.args);
+        let token = AuthToken::new("0123456789abcdef").unwrap();
+        let c = config(&cmd.args, Some(token.clone()));
         assert_eq!(
             c.indexes,
             vec![
@@ -168,6 +230,46 @@ mod tests {
             (c.queue, c.workers, c.reload_interval),
             (4, 2, Some(Duration::from_secs(30)))
         );
+        assert_eq!(
+            c.connections,
+            ConnectionLimits {
+                max_connections: 100,
+                header_read_timeout: Duration::from_secs(2),
+                body_read_timeout: Duration::from_millis(500),
+            }
+        );
+        assert_eq!(
+            (c.auth_token, c.reload_min_interval),
+            (Some(token), Duration::from_secs(5))
+        );
+        let defaults = Cmd::try_parse_from(["serve", "--index", "a=file:///x"]).unwrap();
+        assert_eq!(
+            config(&defaults.args, None).connections,
+            ConnectionLimits::default()
+        );
+    }
+
+    #[test]
+    fn token_comes_from_a_file_or_the_environment_not_both() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("token");
+        std::fs::write(&file, "0123456789abcdef0123\n").unwrap();
+        let want = AuthToken::new("0123456789abcdef0123").unwrap();
+        assert_eq!(
+            auth_token(Some(file.as_path()), None).unwrap(),
+            Some(want.clone())
+        );
+        assert_eq!(
+            auth_token(None, Some("0123456789abcdef0123".into())).unwrap(),
+            Some(want)
+        );
+        assert_eq!(auth_token(None, None).unwrap(), None);
+        let both = auth_token(Some(file.as_path()), Some("x".into())).unwrap_err();
+        assert!(both.to_string().contains("not both"), "{both}");
+        let short = auth_token(None, Some("abc".into())).unwrap_err();
+        assert!(format!("{short:#}").contains("at least 16"), "{short:#}");
+        let missing = auth_token(Some(dir.path().join("nope").as_path()), None).unwrap_err();
+        assert!(missing.to_string().contains("nope"), "{missing}");
     }
 
     #[test]

@@ -37,7 +37,8 @@ pub struct CacheState {
     pub preloaded: bool,
     /// Bytes currently held by the footer cache.
     pub footer_cache_bytes: u64,
-    /// Bytes currently held by the decoded-postings cache.
+    /// Bytes currently held by the decoded-postings cache (every posting
+    /// after `--preload`).
     pub postings_cache_bytes: u64,
 }
 
@@ -133,6 +134,15 @@ pub trait SearchBackend: Send + Sync + 'static {
 /// Opens the snapshot currently published at a location.
 #[async_trait::async_trait]
 pub trait BackendLoader: Send + Sync + 'static {
+    /// The identity ([`IndexInfo::snapshot`]) of the snapshot currently
+    /// published at `location`, found without opening it (for the real index:
+    /// one read of the commit log). A reload compares it with the served
+    /// snapshot's and opens nothing when they are equal.
+    ///
+    /// # Errors
+    /// As [`BackendLoader::load`].
+    async fn current_snapshot(&self, location: &str) -> Result<String, BackendError>;
+
     /// Opens the current snapshot of `location`.
     ///
     /// # Errors

@@ -7,8 +7,18 @@
 //! `spawn_blocking`, so the async runtime never runs search compute or blocking
 //! IO. At most `workers` searches compute at once and at most `queue - workers`
 //! wait behind them.
+//!
+//! [`ConnectionLimits`] bound what a client can hold without sending a
+//! request: at most `max_connections` connections are open (further ones wait
+//! in the listen backlog until one closes); a request head must arrive within
+//! `header_read_timeout` of the connection becoming idle (hyper's header read
+//! timeout, so a connection that trickles header lines, or an idle keep-alive
+//! one, is closed); a body must arrive whole within `body_read_timeout` of its
+//! head (else 408). With these, a slow client costs one slot for at most the
+//! timeout, and legitimate clients keep being served.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Semaphore;
 
@@ -37,6 +47,27 @@ impl Default for Limits {
             max_k: 1000,
             default_k: 10,
             default_nprobe: 16,
+        }
+    }
+}
+
+/// Limits on connections (see the module documentation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConnectionLimits {
+    /// Connections open at once; more wait in the listen backlog.
+    pub max_connections: usize,
+    /// Longest wait for a complete request head on an open connection.
+    pub header_read_timeout: Duration,
+    /// Longest wait for a complete request body once its head arrived.
+    pub body_read_timeout: Duration,
+}
+
+impl Default for ConnectionLimits {
+    fn default() -> Self {
+        Self {
+            max_connections: 1024,
+            header_read_timeout: Duration::from_secs(10),
+            body_read_timeout: Duration::from_secs(30),
         }
     }
 }

@@ -1,13 +1,15 @@
 //! Prometheus metrics: request counts by route and status, a latency
 //! histogram per route, queries answered and object-store requests and bytes
 //! per index (summed from each query's IO stats, so they stay monotonic
-//! across snapshot reloads), overload rejections, and per-index gauges taken
-//! from the backend's info at scrape time. Rendered as Prometheus text
+//! across snapshot reloads), overload rejections, open connections and
+//! connections closed by the header read timeout, and per-index gauges taken
+//! from the backend's info at scrape time (cache bytes included). Rendered as Prometheus text
 //! exposition format 0.0.4 by [`Metrics::render`].
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use super::backend::{IndexInfo, QueryStats};
@@ -47,6 +49,9 @@ struct Inner {
 #[derive(Debug, Default)]
 pub struct Metrics {
     inner: Mutex<Inner>,
+    connections_open: AtomicU64,
+    connections_total: AtomicU64,
+    header_timeouts: AtomicU64,
 }
 
 impl Metrics {
@@ -58,6 +63,20 @@ impl Metrics {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         f(&mut guard)
+    }
+
+    /// Records an accepted connection.
+    pub fn connection_opened(&self) {
+        self.connections_open.fetch_add(1, Ordering::Relaxed);
+        self.connections_total.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Records a closed connection (`header_timeout`: closed by the header read timeout).
+    pub fn connection_closed(&self, header_timeout: bool) {
+        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+        if header_timeout {
+            self.header_timeouts.fetch_add(1, Ordering::Relaxed);
+        }
     }
 
     /// Records one finished HTTP request.
@@ -91,7 +110,8 @@ impl Metrics {
         });
     }
 
-    /// Records one reload attempt of `index` (`outcome`: swapped, unchanged, failed).
+    /// Records one reload attempt of `index` (`outcome`: swapped, unchanged,
+    /// failed, coalesced — answered by a concurrent reload —, rate_limited).
     pub fn record_reload(&self, index: &str, outcome: &'static str) {
         self.with(|inner| {
             *inner
@@ -109,6 +129,14 @@ impl Metrics {
             out.push_str("# TYPE parqivf_http_requests_total counter\n");
             for ((route, status), n) in &inner.requests {
                 let _ = writeln!(out, "parqivf_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
+            }
+            let connections: [(&str, &str, &str, &AtomicU64); 3] = [
+                ("parqivf_http_connections_open", "gauge", "Connections open now.", &self.connections_open),
+                ("parqivf_http_connections_total", "counter", "Connections accepted.", &self.connections_total),
+                ("parqivf_http_header_timeouts_total", "counter", "Connections closed because no complete request head arrived within the header read timeout.", &self.header_timeouts),
+            ];
+            for (name, kind, help, value) in connections {
+                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", value.load(Ordering::Relaxed));
             }
             out.push_str("# HELP parqivf_http_request_duration_seconds HTTP request latency by route.\n");
             out.push_str("# TYPE parqivf_http_request_duration_seconds histogram\n");
@@ -157,7 +185,7 @@ impl Metrics {
             ),
             (
                 "parqivf_index_postings_cache_bytes",
-                "Bytes held by the postings cache.",
+                "Bytes held by the decoded-postings cache (every posting when preloaded).",
                 |i| i.cache.postings_cache_bytes,
             ),
         ];
@@ -229,6 +257,27 @@ mod tests {
         assert!(text.contains("parqivf_queries_total{index=\"x\"} 3\n"));
         assert!(text.contains("parqivf_object_store_requests_total{index=\"x\"} 8\n"));
         assert!(text.contains("parqivf_object_store_bytes_total{index=\"x\"} 250\n"));
+    }
+
+    #[test]
+    fn connection_gauge_and_timeouts() {
+        let m = Metrics::default();
+        m.connection_opened();
+        m.connection_opened();
+        m.connection_closed(true);
+        let text = m.render(&[]);
+        assert!(
+            text.contains("\nparqivf_http_connections_open 1\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nparqivf_http_connections_total 2\n"),
+            "{text}"
+        );
+        assert!(
+            text.contains("\nparqivf_http_header_timeouts_total 1\n"),
+            "{text}"
+        );
     }
 
     #[test]

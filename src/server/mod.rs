@@ -10,12 +10,24 @@
 //!                     SearchBackend::search_batch  (index::Index adapter, or a test fake)
 //! ```
 //!
-//! [`Server::bind`] opens every index (a bad one is an error before anything
-//! listens) and binds the address; [`Server::run`] serves until the shutdown
-//! future completes, then lets in-flight requests finish. [`serve`] does both.
-//! Endpoints are documented in `docs/http.md` and `manifests/openapi.json`.
+//! [`Server::bind`] refuses a non-loopback address without an auth token,
+//! opens every index (a bad one is an error before anything listens) and binds
+//! the address; [`Server::run`] serves until the shutdown future completes,
+//! then lets in-flight requests finish. [`serve`] does all three. Endpoints
+//! are documented in `docs/http.md` and `manifests/openapi.json`.
+//!
+//! Connections are accepted here rather than by `axum::serve`, which offers
+//! neither a header read timeout nor a connection cap: an accept loop holds
+//! one permit of a `max_connections` semaphore per open connection, and each
+//! connection is served by hyper's HTTP/1 builder with its header read
+//! timeout (see [`limits::ConnectionLimits`]), watched by hyper-util's
+//! graceful shutdown. Around the routes (outermost first): request id, trace
+//! span, metrics, error rendering ([`api_error::finish`]), bearer-token auth
+//! ([`auth`]), and tower-http's body limit, which answers 413 from a declared
+//! `Content-Length` before any of the body is read.
 
 pub mod api_error;
+pub mod auth;
 pub mod backend;
 pub mod index_backend;
 pub mod limits;
@@ -30,18 +42,26 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
+use axum::http::HeaderName;
 use axum::routing::{get, post};
+use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::server::graceful::GracefulShutdown;
+use hyper_util::service::TowerToHyperService;
 use thiserror::Error;
 use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tower_http::limit::RequestBodyLimitLayer;
+use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
 pub use api_error::ApiError;
+pub use auth::{AuthToken, AuthTokenError};
 pub use backend::{
     BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
     SearchBackend, SearchRequestParams,
 };
-pub use limits::{Limits, QueryPool};
-pub use reload::{OpenError, Registry, ReloadOutcome};
+pub use limits::{ConnectionLimits, Limits, QueryPool};
+pub use reload::{OpenError, Registry, ReloadError, ReloadOutcome};
 
 /// Everything `parqivf serve` can be told.
 #[derive(Debug, Clone, PartialEq)]
@@ -58,6 +78,13 @@ pub struct ServerConfig {
     pub workers: usize,
     /// Re-open every index's location this often and swap in a new snapshot.
     pub reload_interval: Option<Duration>,
+    /// Connection cap and read timeouts.
+    pub connections: ConnectionLimits,
+    /// Bearer token required by every endpoint but `/healthz`; without one the
+    /// server binds only to loopback and refuses `reload`.
+    pub auth_token: Option<AuthToken>,
+    /// Shortest time between two client-requested reloads of one index.
+    pub reload_min_interval: Duration,
 }
 
 impl Default for ServerConfig {
@@ -69,6 +96,9 @@ impl Default for ServerConfig {
             queue: 64,
             workers: std::thread::available_parallelism().map_or(1, usize::from),
             reload_interval: None,
+            connections: ConnectionLimits::default(),
+            auth_token: None,
+            reload_min_interval: Duration::from_secs(1),
         }
     }
 }
@@ -82,6 +112,11 @@ pub enum ServeError {
     BadName { name: String },
     #[error("index name {name:?} is given twice")]
     DuplicateName { name: String },
+    #[error(
+        "refusing to listen on {addr} without authentication: it is not a loopback address, so \
+         give a bearer token with --auth-token-file PATH or PARQIVF_AUTH_TOKEN"
+    )]
+    TokenRequired { addr: SocketAddr },
     #[error(transparent)]
     Open(#[from] OpenError),
     #[error("cannot listen on {addr}: {source}")]
@@ -98,8 +133,11 @@ pub enum ServeError {
 struct AppState {
     registry: Registry,
     limits: Limits,
+    connections: ConnectionLimits,
     pool: QueryPool,
     metrics: metrics::Metrics,
+    auth: Option<AuthToken>,
+    reload_min_interval: Duration,
 }
 
 /// A server with its indexes open and its address bound, not yet serving.
@@ -134,13 +172,18 @@ impl Server {
     /// Opens every configured index through `loader`, then binds `config.addr`.
     ///
     /// # Errors
-    /// [`ServeError`]: no or badly named indexes, an index that fails to open
+    /// [`ServeError`]: no or badly named indexes, a non-loopback address
+    /// without an auth token ([`ServeError::TokenRequired`], checked before
+    /// anything is opened or bound), an index that fails to open
     /// ([`ServeError::Open`] names it and its location), or a bind failure.
     pub async fn bind(
         config: ServerConfig,
         loader: Arc<dyn BackendLoader>,
     ) -> Result<Self, ServeError> {
         check_names(&config.indexes)?;
+        if config.auth_token.is_none() && !config.addr.ip().is_loopback() {
+            return Err(ServeError::TokenRequired { addr: config.addr });
+        }
         let registry = Registry::open(&config.indexes, loader).await?;
         let listener = TcpListener::bind(config.addr)
             .await
@@ -152,8 +195,11 @@ impl Server {
         let app = Arc::new(AppState {
             registry,
             limits: config.limits,
+            connections: config.connections,
             pool: QueryPool::new(config.queue, config.workers),
             metrics: metrics::Metrics::default(),
+            auth: config.auth_token,
+            reload_min_interval: config.reload_min_interval,
         });
         Ok(Self {
             listener,
@@ -168,11 +214,12 @@ impl Server {
         self.local_addr
     }
 
-    /// Serves until `shutdown` completes; then stops accepting and waits for
-    /// in-flight requests to finish.
+    /// Serves until `shutdown` completes; then stops accepting, closes idle
+    /// connections and waits for in-flight requests to finish.
     ///
     /// # Errors
-    /// [`ServeError::Io`] if the listener fails.
+    /// None today: accept failures (e.g. out of file descriptors) are logged
+    /// and retried; the `Result` is kept for listener failures to come.
     pub async fn run(
         self,
         shutdown: impl Future<Output = ()> + Send + 'static,
@@ -180,15 +227,75 @@ impl Server {
         let poller = self
             .reload_interval
             .map(|every| tokio::spawn(poll_reloads(Arc::clone(&self.app), every)));
-        tracing::info!(addr = %self.local_addr, "serving");
-        let result = axum::serve(self.listener, router(self.app))
-            .with_graceful_shutdown(shutdown)
-            .await;
+        let limits = self.app.connections;
+        tracing::info!(
+            addr = %self.local_addr,
+            max_connections = limits.max_connections,
+            header_read_timeout_ms = limits.header_read_timeout.as_millis() as u64,
+            body_read_timeout_ms = limits.body_read_timeout.as_millis() as u64,
+            auth = self.app.auth.is_some(),
+            "serving"
+        );
+        let service = TowerToHyperService::new(router(Arc::clone(&self.app)));
+        let mut http = hyper::server::conn::http1::Builder::new();
+        http.timer(TokioTimer::new())
+            .header_read_timeout(limits.header_read_timeout);
+        let slots = Arc::new(Semaphore::new(limits.max_connections.max(1)));
+        let graceful = GracefulShutdown::new();
+        let mut shutdown = std::pin::pin!(shutdown);
+        loop {
+            // A free slot first, then accept: beyond the cap, connections wait
+            // in the kernel's listen backlog instead of costing a descriptor here.
+            let slot = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                slot = Arc::clone(&slots).acquire_owned() => match slot {
+                    Ok(slot) => slot,
+                    Err(_) => break, // never closed
+                },
+            };
+            let (stream, peer) = tokio::select! {
+                biased;
+                () = &mut shutdown => break,
+                accepted = self.listener.accept() => match accepted {
+                    Ok(accepted) => accepted,
+                    Err(err) => {
+                        // Out of descriptors or a connection reset before accept:
+                        // back off briefly and go on serving the connections open.
+                        tracing::warn!(error = %err, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+            };
+            self.app.metrics.connection_opened();
+            let connection =
+                graceful.watch(http.serve_connection(TokioIo::new(stream), service.clone()));
+            let app = Arc::clone(&self.app);
+            tokio::spawn(async move {
+                let result = connection.await;
+                let header_timeout = match &result {
+                    Err(err) if err.is_timeout() => {
+                        tracing::debug!(%peer, "request head not received in time; connection closed");
+                        true
+                    }
+                    Err(err) => {
+                        tracing::debug!(%peer, error = %err, "connection ended with an error");
+                        false
+                    }
+                    Ok(()) => false,
+                };
+                app.metrics.connection_closed(header_timeout);
+                drop(slot);
+            });
+        }
+        drop(self.listener);
+        graceful.shutdown().await;
         if let Some(poller) = poller {
             poller.abort();
         }
         tracing::info!("server stopped");
-        Ok(result?)
+        Ok(())
     }
 }
 
@@ -238,7 +345,9 @@ async fn poll_reloads(app: Arc<AppState>, every: Duration) {
         ticks.tick().await;
         let names: Vec<String> = app.registry.names().map(str::to_owned).collect();
         for name in names {
-            match app.registry.reload(&name).await {
+            // The server's own schedule is not rate-limited; an unchanged
+            // snapshot costs one read of the commit log.
+            match app.registry.reload(&name, Duration::ZERO).await {
                 Some(Ok(outcome)) => app.metrics.record_reload(
                     &name,
                     if outcome.changed {
@@ -259,21 +368,43 @@ async fn poll_reloads(app: Arc<AppState>, every: Duration) {
 
 fn router(app: Arc<AppState>) -> Router {
     let body_limit = app.limits.max_body_bytes;
+    let request_id = HeaderName::from_static(api_error::REQUEST_ID);
+    // `Router::layer` wraps each route: the last layer added runs first.
     Router::new()
-        .route("/healthz", get(routes::healthz))
-        .route("/metrics", get(routes::metrics))
-        .route("/v1/indexes", get(routes::list_indexes))
-        .route("/v1/indexes/{name}", get(routes::get_index))
-        .route("/v1/indexes/{name}/search", post(routes::search))
-        .route("/v1/indexes/{name}/reload", post(routes::reload))
+        .route(routes::HEALTHZ, get(routes::healthz))
+        .route(routes::METRICS, get(routes::metrics))
+        .route(routes::INDEXES, get(routes::list_indexes))
+        .route(routes::INDEX, get(routes::get_index))
+        .route(routes::SEARCH, post(routes::search))
+        .route(routes::RELOAD, post(routes::reload))
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
+        .layer(RequestBodyLimitLayer::new(body_limit))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            auth::require,
+        ))
+        .layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            api_error::finish,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&app),
             routes::record,
         ))
-        .layer(DefaultBodyLimit::max(body_limit))
-        .layer(TraceLayer::new_for_http())
+        .layer(PropagateRequestIdLayer::new(request_id.clone()))
+        .layer(
+            TraceLayer::new_for_http().make_span_with(|request: &axum::extract::Request| {
+                let id = request
+                    .headers()
+                    .get(api_error::REQUEST_ID)
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or("");
+                tracing::info_span!("request", method = %request.method(), path = %request.uri().path(), request_id = %id)
+            }),
+        )
+        .layer(SetRequestIdLayer::new(request_id, MakeRequestUuid))
         .with_state(app)
 }
 

@@ -2,7 +2,10 @@
 //! `manifests/openapi.json`) and the validation of search requests. Bodies
 //! are read as bytes and parsed here, so that every rejection — malformed
 //! JSON, an oversized body, a bad field — gets the JSON error shape of
-//! [`ApiError`] instead of the framework's plain-text one.
+//! [`ApiError`] instead of the framework's plain-text one. A search body must
+//! arrive whole within the body read timeout (else 408), and may only be sent
+//! as JSON: a content type other than `application/json` (what a browser sends
+//! cross-origin without a preflight: `text/plain`, forms) is a 415.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -10,7 +13,7 @@ use std::time::Instant;
 use axum::Json;
 use axum::body::Bytes;
 use axum::extract::rejection::BytesRejection;
-use axum::extract::{MatchedPath, Path, Request, State};
+use axum::extract::{Extension, FromRequest, MatchedPath, Path, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -19,8 +22,18 @@ use serde_json::{Value, json};
 
 use super::AppState;
 use super::api_error::ApiError;
+use super::auth::Authenticated;
 use super::backend::{IndexInfo, SearchRequestParams};
 use super::limits::Limits;
+use super::reload::ReloadError;
+
+/// Route templates (also the `route` label of the request metrics).
+pub const HEALTHZ: &str = "/healthz";
+pub const METRICS: &str = "/metrics";
+pub const INDEXES: &str = "/v1/indexes";
+pub const INDEX: &str = "/v1/indexes/{name}";
+pub const SEARCH: &str = "/v1/indexes/{name}/search";
+pub const RELOAD: &str = "/v1/indexes/{name}/reload";
 
 /// `POST /v1/indexes/{name}/search` body.
 #[derive(Debug, Deserialize)]
@@ -160,17 +173,44 @@ pub fn validate(
 fn body_rejection(rejection: BytesRejection) -> ApiError {
     let status = rejection.status();
     if status == StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError {
-            status,
-            code: "body_too_large",
-            message: rejection.body_text(),
-        }
+        ApiError::body_too_large(rejection.body_text())
     } else {
-        ApiError {
-            status,
-            code: "unreadable_body",
-            message: rejection.body_text(),
-        }
+        ApiError::new(status, "unreadable_body", rejection.body_text())
+    }
+}
+
+/// Refuses a body declared as anything but JSON (a missing type is accepted).
+fn check_content_type(request: &Request) -> Result<(), ApiError> {
+    let Some(value) = request.headers().get(header::CONTENT_TYPE) else {
+        return Ok(());
+    };
+    let essence = value
+        .to_str()
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    if essence == "application/json"
+        || (essence.starts_with("application/") && essence.ends_with("+json"))
+    {
+        Ok(())
+    } else {
+        Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported_media_type",
+            format!("the body must be sent as application/json, not {essence:?}"),
+        ))
+    }
+}
+
+/// Reads the whole body within the body read timeout.
+async fn read_body(app: &AppState, request: Request) -> Result<Bytes, ApiError> {
+    let timeout = app.connections.body_read_timeout;
+    match tokio::time::timeout(timeout, Bytes::from_request(request, &())).await {
+        Ok(body) => body.map_err(body_rejection),
+        Err(_) => Err(ApiError::body_timeout(timeout)),
     }
 }
 
@@ -189,17 +229,45 @@ fn parse_body<T: for<'de> Deserialize<'de>>(body: &[u8]) -> Result<T, ApiError> 
 #[derive(Serialize)]
 struct IndexView<'a> {
     name: &'a str,
+    /// Where the index is read from: authenticated clients only.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    location: Option<&'a str>,
     #[serde(flatten)]
-    info: &'a IndexInfo,
+    info: IndexInfo,
+}
+
+/// What a client may see of one index: the location, and the source table
+/// named in the definition, only when it is authenticated.
+fn view<'a>(
+    app: &'a AppState,
+    name: &'a str,
+    mut info: IndexInfo,
+    auth: Authenticated,
+) -> IndexView<'a> {
+    if !auth.0 {
+        if let Some(definition) = info.definition.as_object_mut() {
+            definition.remove("source");
+        }
+    }
+    IndexView {
+        name,
+        location: if auth.0 {
+            app.registry.location(name)
+        } else {
+            None
+        },
+        info,
+    }
 }
 
 /// `POST /v1/indexes/{name}/search`.
 pub async fn search(
     State(app): State<Arc<AppState>>,
     Path(name): Path<String>,
-    body: Result<Bytes, BytesRejection>,
+    request: Request,
 ) -> Result<Json<Value>, ApiError> {
-    let body = body.map_err(body_rejection)?;
+    check_content_type(&request)?;
+    let body = read_body(&app, request).await?;
     let backend = app
         .registry
         .get(&name)
@@ -236,15 +304,17 @@ pub async fn search(
 }
 
 /// `GET /v1/indexes`.
-pub async fn list_indexes(State(app): State<Arc<AppState>>) -> Json<Value> {
-    let all = app.registry.all();
-    let infos: Vec<(String, IndexInfo)> = all
-        .iter()
-        .map(|(name, backend)| (name.clone(), backend.info()))
-        .collect();
-    let views: Vec<IndexView<'_>> = infos
-        .iter()
-        .map(|(name, info)| IndexView { name, info })
+pub async fn list_indexes(
+    State(app): State<Arc<AppState>>,
+    Extension(auth): Extension<Authenticated>,
+) -> Json<Value> {
+    let views: Vec<IndexView<'_>> = app
+        .registry
+        .names()
+        .filter_map(|name| {
+            let info = app.registry.get(name)?.info();
+            Some(view(&app, name, info, auth))
+        })
         .collect();
     Json(json!({ "indexes": views }))
 }
@@ -252,39 +322,35 @@ pub async fn list_indexes(State(app): State<Arc<AppState>>) -> Json<Value> {
 /// `GET /v1/indexes/{name}`.
 pub async fn get_index(
     State(app): State<Arc<AppState>>,
+    Extension(auth): Extension<Authenticated>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let backend = app
         .registry
         .get(&name)
         .ok_or_else(|| ApiError::unknown_index(&name))?;
-    let info = backend.info();
-    Ok(Json(json!(IndexView {
-        name: &name,
-        info: &info
-    })))
+    Ok(Json(json!(view(&app, &name, backend.info(), auth))))
 }
 
-/// `POST /v1/indexes/{name}/reload`.
+/// `POST /v1/indexes/{name}/reload` (the auth layer admits only holders of the token).
 pub async fn reload(
     State(app): State<Arc<AppState>>,
     Path(name): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let outcome = app
         .registry
-        .reload(&name)
+        .reload(&name, app.reload_min_interval)
         .await
         .ok_or_else(|| ApiError::unknown_index(&name))?;
-    let outcome = outcome.inspect_err(|_| app.metrics.record_reload(&name, "failed"))?;
-    app.metrics.record_reload(
-        &name,
-        if outcome.changed {
-            "swapped"
-        } else {
-            "unchanged"
-        },
-    );
-    Ok(Json(json!(outcome)))
+    let label = match &outcome {
+        Ok(o) if o.coalesced => "coalesced",
+        Ok(o) if o.changed => "swapped",
+        Ok(_) => "unchanged",
+        Err(ReloadError::RateLimited { .. }) => "rate_limited",
+        Err(ReloadError::Open(_)) => "failed",
+    };
+    app.metrics.record_reload(&name, label);
+    Ok(Json(json!(outcome?)))
 }
 
 /// `GET /healthz`.
@@ -309,28 +375,28 @@ pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
 
 /// Any path no route matches.
 pub async fn not_found(request: Request) -> ApiError {
-    ApiError {
-        status: StatusCode::NOT_FOUND,
-        code: "not_found",
-        message: format!(
+    ApiError::new(
+        StatusCode::NOT_FOUND,
+        "not_found",
+        format!(
             "no endpoint at {} {}",
             request.method(),
             request.uri().path()
         ),
-    }
+    )
 }
 
 /// A known path with the wrong method.
 pub async fn method_not_allowed(request: Request) -> ApiError {
-    ApiError {
-        status: StatusCode::METHOD_NOT_ALLOWED,
-        code: "method_not_allowed",
-        message: format!(
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        format!(
             "{} is not allowed on {}",
             request.method(),
             request.uri().path()
         ),
-    }
+    )
 }
 
 /// Middleware counting every response by route template and status and

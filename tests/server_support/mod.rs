@@ -1,23 +1,35 @@
 //! Test support for the HTTP service: a brute-force in-memory
 //! [`SearchBackend`] whose snapshot number is encoded in every rowid
 //! (`rowid = snapshot * ROWID_STRIDE + row`), a loader with publishable
-//! snapshots and injectable failures, and a helper that starts the server on
-//! 127.0.0.1:0 in-process.
+//! snapshots and injectable failures (counting opens and snapshot probes), and
+//! a helper that starts the server on 127.0.0.1:0 in-process.
 
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use parqivf::server::{
-    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
+    AuthToken, BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
     SearchBackend, SearchRequestParams, Server, ServerConfig,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
+
+/// The bearer token of the test servers that have one.
+pub const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// `TOKEN` as the server's configured token.
+pub fn token() -> Option<AuthToken> {
+    Some(AuthToken::new(TOKEN).expect("valid test token"))
+}
+
+/// The source location every fake index's definition names (shown only to
+/// authenticated clients).
+pub const SOURCE_LOCATION: &str = "s3://private-bucket/tables/docs";
 
 /// Rowids of snapshot `s` lie in `[s * ROWID_STRIDE, (s + 1) * ROWID_STRIDE)`.
 pub const ROWID_STRIDE: i64 = 1_000_000;
@@ -141,7 +153,11 @@ impl SearchBackend for BruteForce {
             nlist: self.nlist,
             ntotal: (self.vectors.len() / self.dim) as u64,
             snapshot: format!("snap-{}", self.snapshot),
-            definition: serde_json::json!({ "provider": "parquet", "dim": self.dim }),
+            definition: serde_json::json!({
+                "provider": "parquet",
+                "dim": self.dim,
+                "source": { "provider": "parquet", "location": SOURCE_LOCATION, "table-identity": "t1" }
+            }),
             cache: CacheState {
                 preloaded: true,
                 footer_cache_bytes: 0,
@@ -172,7 +188,12 @@ impl SearchBackend for BruteForce {
 #[derive(Default)]
 pub struct FakeLoader {
     published: Mutex<HashMap<String, Result<Arc<BruteForce>, BackendError>>>,
+    /// Snapshots opened (`load` calls).
     pub loads: AtomicUsize,
+    /// Snapshot identities asked for (`current_snapshot` calls).
+    pub probes: AtomicUsize,
+    /// Milliseconds each `load` and `current_snapshot` takes (a slow store).
+    pub delay_ms: AtomicU64,
 }
 
 impl FakeLoader {
@@ -191,18 +212,33 @@ impl FakeLoader {
     }
 }
 
-#[async_trait::async_trait]
-impl BackendLoader for FakeLoader {
-    async fn load(&self, location: &str) -> Result<Arc<dyn SearchBackend>, BackendError> {
-        self.loads.fetch_add(1, Ordering::SeqCst);
+impl FakeLoader {
+    async fn published(&self, location: &str) -> Result<Arc<BruteForce>, BackendError> {
+        let delay = self.delay_ms.load(Ordering::SeqCst);
+        if delay > 0 {
+            tokio::time::sleep(Duration::from_millis(delay)).await;
+        }
         match self.published.lock().unwrap().get(location) {
-            Some(Ok(backend)) => Ok(Arc::clone(backend) as Arc<dyn SearchBackend>),
+            Some(Ok(backend)) => Ok(Arc::clone(backend)),
             Some(Err(err)) => Err(err.clone()),
             None => Err(BackendError::Storage {
                 location: location.to_owned(),
                 message: "not found".into(),
             }),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl BackendLoader for FakeLoader {
+    async fn current_snapshot(&self, location: &str) -> Result<String, BackendError> {
+        self.probes.fetch_add(1, Ordering::SeqCst);
+        Ok(self.published(location).await?.info().snapshot)
+    }
+
+    async fn load(&self, location: &str) -> Result<Arc<dyn SearchBackend>, BackendError> {
+        self.loads.fetch_add(1, Ordering::SeqCst);
+        Ok(self.published(location).await? as Arc<dyn SearchBackend>)
     }
 }
 
