@@ -482,11 +482,11 @@ fn sigint_and_kill_9_leave_no_spill_or_partial_snapshot_behind() {
     assert_eq!(files_below(&tmp), Vec::<String>::new());
     assert_eq!(files_below(&out), Vec::<String>::new());
 
-    // kill -9: the spill folder and the partial snapshot stay behind...
+    // kill -9: the work folder (and whatever part of the snapshot was
+    // written) stays behind...
     let status = build_and_signal(&source, &out, &tmp, "-KILL");
     assert!(status.code().is_none(), "{status}");
     assert!(!files_below(&tmp).is_empty());
-    assert!(!files_below(&out).is_empty());
     // ...until the next build into the same index sweeps them.
     let ok = std::process::Command::new(env!("CARGO_BIN_EXE_parqivf"))
         .args(["build", "--source"])

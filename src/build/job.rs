@@ -446,12 +446,12 @@ async fn write_snapshot(
         crate::centroids::encode(hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
     put_if_absent(
         store.as_ref(),
-        &join(&snapshot, CENTROIDS_LOCATION),
+        &join(snapshot, CENTROIDS_LOCATION),
         centroids,
     )
     .await?;
     phase.inc(1);
-    crate::postings::writer::publish(&store, &postings_root, &manifest).await?;
+    crate::postings::writer::publish(store, &postings_root, &manifest).await?;
     phase.inc(1);
     let src = source.definition();
     let definition = IndexDefinition::new(
