@@ -3,7 +3,8 @@
 //! requests) and [`Index::preload`] (every posting in memory, like FAISS).
 //!
 //! ```text
-//! Index::open(store, location)       index.json, then manifest.json + centroids: one GET each, no LIST
+//! Index::open(store, location)       index.json, then manifest.json + footers.json + centroids: one GET each, no LIST
+//! Index::open_current(store, index)  the commit log's current snapshot, every document checked against its pin
 //! Index::search(query, params)       probe → plan → fetch → scan → SearchResult { hits, stats }
 //! ```
 //!
@@ -20,6 +21,8 @@ use crate::centroids::{self, CentroidsError};
 use crate::distance::Metric;
 use crate::kmeans::Hierarchy;
 use crate::manifest::{self, Manifest};
+use crate::postings::footers::{FooterPin, Footers};
+use crate::warehouse::{Pin, check_pin};
 use crate::probe::ProbeError;
 use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan_batch};
 use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
@@ -102,6 +105,12 @@ pub enum IndexError {
     /// `manifest.json` breaks a rule of the strict manifest parser.
     #[error(transparent)]
     Manifest(#[from] crate::manifest::ManifestError),
+    /// A snapshot document differs from its pin in the commit document.
+    #[error(transparent)]
+    Pin(#[from] crate::warehouse::PinError),
+    /// `footers.json` is invalid or does not follow the manifest.
+    #[error(transparent)]
+    Footers(#[from] crate::postings::footers::FootersError),
 }
 
 /// Tuning of an opened index.
@@ -224,6 +233,8 @@ pub struct Index {
     store: Arc<dyn ObjectStore>,
     definition: IndexDefinition,
     manifest: Manifest,
+    /// The footer pin of each manifest file (`footers.json`).
+    footer_pins: Vec<FooterPin>,
     postings_dir: Path,
     hierarchy: Hierarchy,
     footers: FooterCache,
@@ -317,16 +328,38 @@ impl Index {
         location: &Path,
         options: IndexOptions,
     ) -> crate::Result<Index> {
-        Ok(Self::open_inner(store, location, options).await?)
+        Ok(Self::open_inner(store, location, options, None).await?)
+    }
+
+    /// Open the snapshot at `location` checking every document it reads
+    /// (`index.json`, `manifest.json`, `footers.json`, centroids) against
+    /// `pins` (a commit document's, see [`crate::warehouse`]).
+    ///
+    /// # Errors
+    /// [`crate::warehouse::PinError`] for a document that differs from or
+    /// lacks its pin, and the errors of [`Index::open_with_options`].
+    pub async fn open_pinned(
+        store: Arc<dyn ObjectStore>,
+        location: &Path,
+        options: IndexOptions,
+        pins: &[Pin],
+    ) -> crate::Result<Index> {
+        Ok(Self::open_inner(store, location, options, Some(pins)).await?)
     }
 
     async fn open_inner(
         store: Arc<dyn ObjectStore>,
         location: &Path,
         options: IndexOptions,
+        pins: Option<&[Pin]>,
     ) -> Result<Index, IndexError> {
+        let pinned = |rel: &str, path: &Path, bytes: &[u8]| match pins {
+            Some(pins) => check_pin(pins, rel, path.as_ref(), bytes),
+            None => Ok(()),
+        };
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
+        pinned(crate::catalog::definition::INDEX_DEFINITION_FILE, &def_path, &bytes)?;
         check_version(
             &def_path,
             &bytes,
@@ -360,11 +393,18 @@ impl Index {
             &definition.tables.ivf_centroids.location,
             &def_path,
         )?;
-        let (m, c) = futures::join!(
+        let [_, manifest_rel, footers_rel, centroids_rel] =
+            crate::warehouse::snapshot_documents(&definition);
+        let footers_path = join(location, &footers_rel, &def_path)?;
+        let (m, c, f) = futures::join!(
             get(store.as_ref(), &manifest_path),
-            get(store.as_ref(), &centroids_path)
+            get(store.as_ref(), &centroids_path),
+            get(store.as_ref(), &footers_path),
         );
-        let (m, c) = (m?, c?);
+        let (m, c, f) = (m?, c?, f?);
+        pinned(&manifest_rel, &manifest_path, &m)?;
+        pinned(&centroids_rel, &centroids_path, &c)?;
+        pinned(&footers_rel, &footers_path, &f)?;
         check_version(
             &manifest_path,
             &m,
@@ -372,6 +412,7 @@ impl Index {
             manifest::FORMAT_VERSION,
         )?;
         let manifest = Manifest::parse(&m)?;
+        let footer_pins = Footers::parse(footers_path.as_ref(), &f, &manifest)?.files;
         let dim = definition.dim as usize;
         let hierarchy = centroids::decode(centroids_path.as_ref(), c, dim, definition.metric)?;
         let mismatch = |path: &Path, what, expected: usize, found: usize| IndexError::Mismatch {
@@ -434,6 +475,7 @@ impl Index {
             postings_dir: parent(&manifest_path),
             definition,
             manifest,
+            footer_pins,
             hierarchy,
             footers: FooterCache::new(options.footer_cache_bytes),
             row_groups: RowGroupCache::new(options.postings_cache_bytes),
@@ -468,6 +510,7 @@ impl Index {
             store: self.store.as_ref(),
             dir: &self.postings_dir,
             files: &self.manifest.files,
+            footer_pins: &self.footer_pins,
             dim: self.hierarchy.dim,
             footers: &self.footers,
             row_groups: &self.row_groups,
@@ -632,9 +675,10 @@ impl Index {
 
 impl Index {
     /// Open the current snapshot of the index named by `location`: the
-    /// snapshot its commit log makes current (see [`crate::warehouse`]), or,
-    /// when `location` is itself a snapshot folder (holding `index.json`),
-    /// that snapshot. Never lists.
+    /// snapshot its commit log makes current (see [`crate::warehouse`]),
+    /// with every document checked against the commit's pins
+    /// ([`Index::open_pinned`]), or, when `location` is itself a snapshot
+    /// folder (holding `index.json`), that snapshot, unpinned. Never lists.
     ///
     /// # Errors
     /// [`crate::warehouse::WarehouseError::NoSnapshot`] when neither exists,
@@ -644,7 +688,9 @@ impl Index {
         location: &Path,
     ) -> crate::Result<Index> {
         match crate::warehouse::current_snapshot(&store, location).await {
-            Ok((_, snapshot)) => Self::open(store, &snapshot).await,
+            Ok((commit, snapshot)) => {
+                Self::open_pinned(store, &snapshot, IndexOptions::default(), &commit.pins).await
+            }
             Err(crate::warehouse::WarehouseError::NoSnapshot { .. })
                 if store
                     .head(

@@ -17,6 +17,15 @@
 //! dies before that step leaves an unreferenced snapshot folder and the
 //! previous version stays current.
 //!
+//! The commit document **pins** the snapshot's small documents: for
+//! `index.json`, the postings `manifest.json` and `footers.json`, and the
+//! centroids object it records the path (relative to the snapshot), size and
+//! sha256 ([`Pin`]). [`commit`] reads them back to compute the pins; a reader
+//! ([`crate::index::Index::open_current`]) checks every document it reads against
+//! its pin (one hash over kilobytes), so an edited or bit-flipped document is
+//! a [`PinError`], never a different answer. Postings footers are pinned by
+//! `footers.json` and pages carry CRC32s (see `docs/format.md`).
+//!
 //! Readers find the current version **without listing**: they read the hint
 //! (missing means 0), then GET `N + 1`, `N + 2`, … until one is absent. The
 //! hint only shortens that walk; a stale hint is harmless.
@@ -24,15 +33,20 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
+use crate::catalog::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
+use crate::postings::footers::FOOTERS_FILE;
 use crate::store::StoreError;
+use sha2::{Digest, Sha256};
 
 /// The version-document format this reader understands.
-pub const COMMIT_FORMAT_VERSION: u32 = 1;
+/// Version 2 added the required `pins`.
+pub const COMMIT_FORMAT_VERSION: u32 = 2;
 
 /// One entry of an index's commit log: `versions/<20-digit version>.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +61,134 @@ pub struct Commit {
     pub parent: Option<u64>,
     /// Milliseconds since the Unix epoch when the commit was made.
     pub committed_at_ms: u64,
+    /// Size and sha256 of each small document of the snapshot, in the order
+    /// of [`snapshot_documents`].
+    pub pins: Vec<Pin>,
+}
+
+/// The pin of one snapshot document.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Pin {
+    /// Relative to the snapshot folder, e.g. `postings/manifest.json`.
+    pub path: String,
+    pub size: u64,
+    /// Lowercase hex sha256 of the whole object.
+    pub sha256: String,
+}
+
+impl Pin {
+    /// The pin of `bytes` stored at `path`.
+    pub fn of(path: &str, bytes: &[u8]) -> Pin {
+        Pin {
+            path: path.to_string(),
+            size: bytes.len() as u64,
+            sha256: hex::encode(Sha256::digest(bytes)),
+        }
+    }
+}
+
+/// A snapshot document that differs from, or is missing from, its pins.
+#[derive(Debug, Error)]
+pub enum PinError {
+    #[error(
+        "{object}: {found_size} bytes with sha256 {found_sha256}, the commit pins {expected_size} bytes with sha256 {expected_sha256}"
+    )]
+    Mismatch {
+        object: String,
+        expected_size: u64,
+        found_size: u64,
+        expected_sha256: String,
+        found_sha256: String,
+    },
+    #[error("{object}: the commit document has no pin for {path:?} (pins: {pinned:?})")]
+    Unpinned {
+        object: String,
+        path: String,
+        pinned: Vec<String>,
+    },
+}
+
+/// Check `bytes`, read from `object` (snapshot-relative `path`), against `pins`.
+///
+/// # Errors
+/// [`PinError::Unpinned`] when no pin names `path`, [`PinError::Mismatch`]
+/// when the size or sha256 differs.
+pub fn check_pin(pins: &[Pin], path: &str, object: &str, bytes: &[u8]) -> Result<(), PinError> {
+    let Some(pin) = pins.iter().find(|p| p.path == path) else {
+        return Err(PinError::Unpinned {
+            object: object.to_string(),
+            path: path.to_string(),
+            pinned: pins.iter().map(|p| p.path.clone()).collect(),
+        });
+    };
+    let found = Pin::of(path, bytes);
+    if found.size != pin.size || found.sha256 != pin.sha256 {
+        return Err(PinError::Mismatch {
+            object: object.to_string(),
+            expected_size: pin.size,
+            found_size: found.size,
+            expected_sha256: pin.sha256.clone(),
+            found_sha256: found.sha256,
+        });
+    }
+    Ok(())
+}
+
+/// The snapshot-relative paths of the documents a reader needs besides the
+/// postings files, as `index.json` names them: `index.json`, the postings
+/// `manifest.json`, its sibling `footers.json`, and the centroids object.
+/// These are what a commit pins and [`crate::Index`] checks.
+pub fn snapshot_documents(definition: &IndexDefinition) -> [String; 4] {
+    let manifest = definition.tables.ivf_postings.location.clone();
+    let footers = match manifest.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/{FOOTERS_FILE}"),
+        None => FOOTERS_FILE.to_string(),
+    };
+    [
+        INDEX_DEFINITION_FILE.to_string(),
+        manifest,
+        footers,
+        definition.tables.ivf_centroids.location.clone(),
+    ]
+}
+
+fn snapshot_child(snapshot: &Path, rel: &str) -> Path {
+    rel.split('/').fold(snapshot.clone(), |p, part| p.join(part))
+}
+
+/// Read the snapshot's documents back and pin them.
+///
+/// # Errors
+/// [`WarehouseError::IncompleteSnapshot`] when `index.json` is missing or
+/// invalid or a document it names is absent; storage failures.
+pub async fn snapshot_pins(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Path,
+) -> Result<Vec<Pin>, WarehouseError> {
+    let incomplete = |reason: String| WarehouseError::IncompleteSnapshot {
+        snapshot: snapshot.to_string(),
+        reason,
+    };
+    let def_path = snapshot_child(snapshot, INDEX_DEFINITION_FILE);
+    let def = get_opt(store.as_ref(), &def_path)
+        .await?
+        .ok_or_else(|| incomplete(format!("{def_path} is missing")))?;
+    let definition =
+        IndexDefinition::from_json(&def).map_err(|e| incomplete(format!("{def_path}: {e}")))?;
+    let mut pins = Vec::new();
+    for rel in snapshot_documents(&definition) {
+        let path = snapshot_child(snapshot, &rel);
+        let bytes = if rel == INDEX_DEFINITION_FILE {
+            def.clone()
+        } else {
+            get_opt(store.as_ref(), &path)
+                .await?
+                .ok_or_else(|| incomplete(format!("{path} is missing")))?
+        };
+        pins.push(Pin::of(&rel, &bytes));
+    }
+    Ok(pins)
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -76,6 +218,8 @@ pub enum WarehouseError {
     },
     #[error("{path}: snapshot path {snapshot:?} must be a relative path below the index")]
     BadSnapshotPath { path: String, snapshot: String },
+    #[error("snapshot {snapshot} cannot be committed: {reason}")]
+    IncompleteSnapshot { snapshot: String, reason: String },
     #[error(transparent)]
     Store(#[from] StoreError),
 }
@@ -211,18 +355,39 @@ pub async fn current_snapshot(
     }
 }
 
-/// Make `snapshot` (relative to `index`) current as version `parent + 1`.
+/// Make `snapshot` (relative to `index`) current as version `parent + 1`,
+/// pinning its documents (read back from storage, see [`snapshot_pins`]).
 /// `parent` is the version the build started from (`None` for a new index).
 ///
 /// # Errors
 /// [`WarehouseError::Conflict`] when another build committed that version
-/// first; nothing is overwritten.
+/// first; nothing is overwritten. [`WarehouseError::IncompleteSnapshot`]
+/// when a document is missing.
 pub async fn commit(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
     snapshot: &str,
     parent: Option<u64>,
     committed_at_ms: u64,
+) -> Result<Commit, WarehouseError> {
+    let folder = snapshot
+        .split('/')
+        .fold(index.clone(), |p, part| p.join(part));
+    let pins = snapshot_pins(store, &folder).await?;
+    commit_pinned(store, index, snapshot, parent, committed_at_ms, pins).await
+}
+
+/// [`commit`] with pins the caller computed.
+///
+/// # Errors
+/// As [`commit`].
+pub async fn commit_pinned(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    snapshot: &str,
+    parent: Option<u64>,
+    committed_at_ms: u64,
+    pins: Vec<Pin>,
 ) -> Result<Commit, WarehouseError> {
     let version = parent.unwrap_or(0) + 1;
     let c = Commit {
@@ -231,6 +396,7 @@ pub async fn commit(
         snapshot: snapshot.to_string(),
         parent,
         committed_at_ms,
+        pins,
     };
     let path = version_path(index, version);
     let mut bytes = serde_json::to_vec_pretty(&c).map_err(|e| WarehouseError::InvalidCommit {
@@ -252,6 +418,170 @@ pub async fn commit(
     let hint = serde_json::to_vec(&Hint { version }).unwrap_or_default();
     let _ = store.put(&hint_path(index), PutPayload::from(hint)).await;
     Ok(c)
+}
+
+
+/// Every commit of the index, version 1 up to the current one, by GET
+/// (never a LIST): what [`gc`] must keep.
+///
+/// # Errors
+/// Storage failures and commit documents that do not parse.
+pub async fn history(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<Vec<Commit>, WarehouseError> {
+    let mut out = Vec::new();
+    loop {
+        let v = out.len() as u64 + 1;
+        let p = version_path(index, v);
+        match get_opt(store.as_ref(), &p).await? {
+            Some(b) => out.push(parse_commit(&p, &b, v)?),
+            None => return Ok(out),
+        }
+    }
+}
+
+/// A snapshot folder found by listing `<index>/snapshots/`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct SnapshotFolder {
+    /// Relative to the index, as commit documents name it: `snapshots/<id>`.
+    pub snapshot: String,
+    pub objects: usize,
+    pub bytes: u64,
+    /// Last modification of its newest object, ms since the Unix epoch.
+    pub newest_ms: i64,
+}
+
+/// Snapshot folders under `<index>/snapshots/` that no version names, oldest
+/// first. This LISTs: a maintenance operation (`verify --orphans`, `gc`),
+/// never part of the read path.
+///
+/// # Errors
+/// Storage failures and commit documents that do not parse.
+pub async fn unreferenced_snapshots(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<Vec<SnapshotFolder>, WarehouseError> {
+    let named: std::collections::HashSet<String> = history(store, index)
+        .await?
+        .into_iter()
+        .map(|c| c.snapshot)
+        .collect();
+    let prefix = index.clone().join("snapshots");
+    let listed: Vec<object_store::ObjectMeta> = store
+        .list(Some(&prefix))
+        .try_collect()
+        .await
+        .map_err(|source| StoreError::ObjectStore {
+            path: prefix.to_string(),
+            source,
+        })?;
+    let mut folders: std::collections::BTreeMap<String, SnapshotFolder> = Default::default();
+    for meta in listed {
+        let Some(mut parts) = meta.location.prefix_match(&prefix) else {
+            continue;
+        };
+        let Some(id) = parts.next() else { continue };
+        let snapshot = format!("snapshots/{}", id.as_ref());
+        let f = folders
+            .entry(snapshot.clone())
+            .or_insert_with(|| SnapshotFolder {
+                snapshot,
+                objects: 0,
+                bytes: 0,
+                newest_ms: i64::MIN,
+            });
+        f.objects += 1;
+        f.bytes += meta.size;
+        f.newest_ms = f.newest_ms.max(meta.last_modified.timestamp_millis());
+    }
+    let mut out: Vec<SnapshotFolder> = folders
+        .into_values()
+        .filter(|f| !named.contains(&f.snapshot))
+        .collect();
+    out.sort_by_key(|f| (f.newest_ms, f.snapshot.clone()));
+    Ok(out)
+}
+
+/// What [`gc`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct GcReport {
+    /// Versions read (every snapshot they name was kept).
+    pub versions: usize,
+    /// Unreferenced snapshots older than the grace period: deleted (or, in a
+    /// dry run, that would be).
+    pub deleted: Vec<SnapshotFolder>,
+    /// Unreferenced snapshots still inside the grace period (perhaps a build
+    /// that has not committed yet): kept.
+    pub kept_recent: Vec<SnapshotFolder>,
+}
+
+/// Delete the snapshot folders no version names whose newest object is older
+/// than `grace` at `now_ms`. A snapshot any version names is never touched:
+/// the commit log is read again just before deleting, and a folder that a
+/// version names by then is kept. Each folder's `index.json` goes first, so
+/// a late [`commit`] of it fails (it reads the documents back) instead of
+/// publishing a half-deleted snapshot.
+///
+/// # Errors
+/// Storage failures and commit documents that do not parse.
+pub async fn gc(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    grace_ms: u64,
+    now_ms: u64,
+    dry_run: bool,
+) -> Result<GcReport, WarehouseError> {
+    let candidates = unreferenced_snapshots(store, index).await?;
+    let cutoff = i64::try_from(now_ms.saturating_sub(grace_ms)).unwrap_or(i64::MAX);
+    let (old, recent): (Vec<_>, Vec<_>) =
+        candidates.into_iter().partition(|f| f.newest_ms < cutoff);
+    let commits = history(store, index).await?;
+    let named: std::collections::HashSet<&str> =
+        commits.iter().map(|c| c.snapshot.as_str()).collect();
+    let old: Vec<SnapshotFolder> = old
+        .into_iter()
+        .filter(|f| !named.contains(f.snapshot.as_str()))
+        .collect();
+    if !dry_run {
+        for f in &old {
+            let folder = f
+                .snapshot
+                .split('/')
+                .fold(index.clone(), |p, part| p.join(part));
+            let definition = folder.clone().join(INDEX_DEFINITION_FILE);
+            match store.delete(&definition).await {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(source) => {
+                    return Err(StoreError::ObjectStore {
+                        path: definition.to_string(),
+                        source,
+                    }
+                    .into());
+                }
+            }
+            let paths: Vec<object_store::Result<Path>> = store
+                .list(Some(&folder))
+                .map_ok(|m| m.location)
+                .collect()
+                .await;
+            store
+                .delete_stream(futures::stream::iter(paths).boxed())
+                .try_collect::<Vec<_>>()
+                .await
+                .map_err(|source| StoreError::ObjectStore {
+                    path: folder.to_string(),
+                    source,
+                })?;
+        }
+    }
+    Ok(GcReport {
+        versions: commits.len(),
+        deleted: old,
+        kept_recent: recent,
+    })
 }
 
 #[cfg(test)]
@@ -278,9 +608,9 @@ mod tests {
     async fn commits_chain_and_current_follows_without_hint() {
         let s = mem();
         let idx = Path::from("idx");
-        let c1 = commit(&s, &idx, "snapshots/a", None, 1).await.unwrap();
+        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![]).await.unwrap();
         assert_eq!(c1.version, 1);
-        let c2 = commit(&s, &idx, "snapshots/b", Some(1), 2).await.unwrap();
+        let c2 = commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![]).await.unwrap();
         assert_eq!(c2.parent, Some(1));
         // Remove the hint: readers still find version 2 by walking.
         s.delete(&hint_path(&idx)).await.unwrap();
@@ -293,8 +623,8 @@ mod tests {
     async fn stale_hint_is_harmless() {
         let s = mem();
         let idx = Path::from("idx");
-        commit(&s, &idx, "snapshots/a", None, 1).await.unwrap();
-        commit(&s, &idx, "snapshots/b", Some(1), 2).await.unwrap();
+        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![]).await.unwrap();
+        commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![]).await.unwrap();
         s.put(
             &hint_path(&idx),
             PutPayload::from(br#"{"version":1}"#.to_vec()),
@@ -321,7 +651,7 @@ mod tests {
             let s = s.clone();
             let idx = idx.clone();
             tasks.push(tokio::spawn(async move {
-                commit(&s, &idx, &format!("snapshots/s{i}"), None, i).await
+                commit_pinned(&s, &idx, &format!("snapshots/s{i}"), None, i, vec![]).await
             }));
         }
         let mut winners = Vec::new();
@@ -347,7 +677,7 @@ mod tests {
         s.put(
             &p,
             PutPayload::from(
-                br#"{"format-version":1,"version":1,"snapshot":"../other","parent":null,"committed-at-ms":0}"#
+                br#"{"format-version":2,"version":1,"snapshot":"../other","parent":null,"committed-at-ms":0,"pins":[]}"#
                     .to_vec(),
             ),
         )
@@ -360,7 +690,7 @@ mod tests {
         s.put(
             &p,
             PutPayload::from(
-                br#"{"format-version":7,"version":1,"snapshot":"snapshots/a","parent":null,"committed-at-ms":0}"#
+                br#"{"format-version":7,"version":1,"snapshot":"snapshots/a","parent":null,"committed-at-ms":0,"pins":[]}"#
                     .to_vec(),
             ),
         )
@@ -370,7 +700,7 @@ mod tests {
             current(&s, &idx).await,
             Err(WarehouseError::Incompatible {
                 found: 7,
-                supported: 1,
+                supported: 2,
                 ..
             })
         ));

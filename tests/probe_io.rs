@@ -183,6 +183,19 @@ async fn lying_statistics_are_corrupt_index() {
     let mut patched = bytes.to_vec();
     let old = i32::from_le_bytes(patched[end - 4..end].try_into().unwrap());
     patched[end - 4..end].copy_from_slice(&(old + 1).to_le_bytes());
+    // A writer bug, not storage corruption: page CRCs and the footer pin
+    // describe the lying bytes, so only the residual cid check can catch it.
+    let patched = parqivf::postings::page_crc::add_page_crcs_to_file(&patched).unwrap();
+    let footers_path = Path::from("idx/postings/footers.json");
+    let mut footers: parqivf::postings::footers::Footers = serde_json::from_slice(
+        &mem.get(&footers_path).await.unwrap().bytes().await.unwrap(),
+    )
+    .unwrap();
+    footers.files[0] =
+        parqivf::postings::footers::FooterPin::of_file(&entry.path, &patched).unwrap();
+    mem.put(&footers_path, PutPayload::from(footers.to_json_bytes()))
+        .await
+        .unwrap();
     mem.put(&path, PutPayload::from(patched)).await.unwrap();
 
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();

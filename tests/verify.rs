@@ -19,6 +19,8 @@ use object_store::{
 };
 use parqivf::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
 use parqivf::postings::schema::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
+use parqivf::postings::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers};
+use parqivf::postings::page_crc::add_page_crcs_to_file;
 use parqivf::postings::verify::check_footer;
 use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
 use parquet::arrow::ArrowWriter;
@@ -57,7 +59,8 @@ fn cids(row_groups: &[&[i32]]) -> Vec<RecordBatch> {
     row_groups.iter().map(|c| batch(DIM, c, 0)).collect()
 }
 
-/// A one-root, one-file table holding `bytes`, whose manifest entry claims
+/// A one-root, one-file table holding `bytes` (given page CRCs and a
+/// footers.json pin, as the writer does), whose manifest entry claims
 /// `[min, max]` and is otherwise truthful unless `edit` changes it.
 async fn table(
     bytes: Vec<u8>,
@@ -66,6 +69,18 @@ async fn table(
     edit: impl FnOnce(&mut FileEntry),
 ) -> Arc<dyn ObjectStore> {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let bytes = add_page_crcs_to_file(&bytes).unwrap();
+    let footers = Footers {
+        format_version: FOOTERS_FORMAT_VERSION,
+        files: vec![FooterPin::of_file(&part_path(0, 0), &bytes).unwrap()],
+    };
+    store
+        .put(
+            &Path::from("t/footers.json"),
+            footers.to_json_bytes().into(),
+        )
+        .await
+        .unwrap();
     let rows = ParquetMetaDataReader::new()
         .parse_and_finish(&Bytes::from(bytes.clone()))
         .unwrap()
@@ -524,4 +539,196 @@ async fn cli_exit_codes_and_json() {
 
     let (code, _) = cli(&[dir.path().join("no-such-table").to_str().unwrap()]);
     assert_eq!(code, 2);
+}
+
+// ---- Issue #17 item 4: verify checks the whole snapshot the reader opens ----
+
+mod common;
+
+use parqivf::postings::verify_location;
+
+const IDX_DIM: usize = 4;
+
+/// A committed index `idx` (current snapshot `snapshots/s1`) written by the
+/// test fixture, plus the hierarchy it was built with.
+async fn committed_index() -> (Arc<dyn ObjectStore>, parqivf::kmeans::Hierarchy) {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = common::dataset(600, IDX_DIM, 1);
+    let ids = common::rowids(600);
+    let h = common::hierarchy(&data, IDX_DIM, 2, 8, 2);
+    let snapshot = Path::from("idx/snapshots/s1");
+    common::write_index(store.as_ref(), &snapshot, &h, &data, &ids, common::Layout::default())
+        .await;
+    parqivf::warehouse::commit(&store, &Path::from("idx"), "snapshots/s1", None, 1)
+        .await
+        .unwrap();
+    (store, h)
+}
+
+async fn index_violations(store: &Arc<dyn ObjectStore>, at: &str, orphans: bool) -> Vec<Violation> {
+    verify_location(store.clone(), &Path::from(at), VerifyOptions { orphans })
+        .await
+        .unwrap()
+        .violations
+}
+
+async fn edit_json(store: &Arc<dyn ObjectStore>, path: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+    let p = Path::from(path);
+    let mut v: serde_json::Value =
+        serde_json::from_slice(&store.get(&p).await.unwrap().bytes().await.unwrap()).unwrap();
+    edit(&mut v);
+    store
+        .put(&p, serde_json::to_vec_pretty(&v).unwrap().into())
+        .await
+        .unwrap();
+}
+
+fn snapshot_invalid(v: &[Violation]) -> bool {
+    v.iter().any(|v| matches!(v, Violation::SnapshotInvalid { .. }))
+}
+
+#[tokio::test]
+async fn a_clean_committed_index_verifies_with_and_without_orphans() {
+    let (store, _) = committed_index().await;
+    assert!(index_violations(&store, "idx", false).await.is_empty());
+    assert!(index_violations(&store, "idx", true).await.is_empty());
+    assert!(index_violations(&store, "idx/snapshots/s1", false).await.is_empty());
+}
+
+#[tokio::test]
+async fn an_index_json_of_an_empty_array_is_a_violation() {
+    for at in ["idx", "idx/snapshots/s1"] {
+        let (store, _) = committed_index().await;
+        store
+            .put(&Path::from("idx/snapshots/s1/index.json"), Bytes::from_static(b"[]").into())
+            .await
+            .unwrap();
+        let v = index_violations(&store, at, false).await;
+        assert!(snapshot_invalid(&v), "{at}: {v:?}");
+    }
+}
+
+#[tokio::test]
+async fn wrong_dim_nlist_or_roots_in_index_json_are_violations() {
+    for (key, delta) in [("dim", 1i64), ("nlist", 1), ("roots", -1)] {
+        for at in ["idx", "idx/snapshots/s1"] {
+            let (store, _) = committed_index().await;
+            edit_json(&store, "idx/snapshots/s1/index.json", |v| {
+                let n = v[key].as_i64().unwrap();
+                v[key] = (n + delta).into();
+            })
+            .await;
+            let v = index_violations(&store, at, false).await;
+            assert!(snapshot_invalid(&v), "{key} at {at}: {v:?}");
+        }
+    }
+}
+
+#[tokio::test]
+async fn deleted_or_replaced_centroids_are_violations() {
+    let centroids = "idx/snapshots/s1/centroids/centroids.parquet";
+    for at in ["idx", "idx/snapshots/s1"] {
+        let (store, _) = committed_index().await;
+        store.delete(&Path::from(centroids)).await.unwrap();
+        let v = index_violations(&store, at, false).await;
+        assert!(snapshot_invalid(&v), "deleted, {at}: {v:?}");
+
+        // Replaced by the centroids of another hierarchy (6 leaves).
+        let data = common::dataset(300, IDX_DIM, 9);
+        let other = common::hierarchy(&data, IDX_DIM, 2, 6, 3);
+        store
+            .put(
+                &Path::from(centroids),
+                parqivf::centroids::encode(&other).unwrap().into(),
+            )
+            .await
+            .unwrap();
+        let v = index_violations(&store, at, false).await;
+        assert!(snapshot_invalid(&v), "replaced, {at}: {v:?}");
+    }
+}
+
+#[tokio::test]
+async fn a_dropped_file_entry_with_ntotal_adjusted_is_a_violation() {
+    for at in ["idx", "idx/snapshots/s1"] {
+        let (store, _) = committed_index().await;
+        edit_json(&store, "idx/snapshots/s1/postings/manifest.json", |m| {
+            let files = m["files"].as_array_mut().unwrap();
+            let dropped = files.pop().unwrap();
+            let rows = dropped["rows"].as_u64().unwrap();
+            let ntotal = m["ntotal"].as_u64().unwrap();
+            m["ntotal"] = (ntotal - rows).into();
+        })
+        .await;
+        let v = index_violations(&store, at, true).await;
+        assert!(snapshot_invalid(&v), "{at}: {v:?}");
+        assert!(
+            v.iter().any(|v| matches!(v, Violation::FootersInvalid { .. })),
+            "{at}: {v:?}"
+        );
+        assert!(
+            v.iter().any(|v| matches!(v, Violation::Orphan { .. })),
+            "{at}: {v:?}"
+        );
+    }
+}
+
+#[tokio::test]
+async fn orphans_reports_snapshots_no_version_names() {
+    let (store, h) = committed_index().await;
+    let data = common::dataset(600, IDX_DIM, 1);
+    let ids = common::rowids(600);
+    common::write_index(
+        store.as_ref(),
+        &Path::from("idx/snapshots/s2"),
+        &h,
+        &data,
+        &ids,
+        common::Layout::default(),
+    )
+    .await;
+    assert!(index_violations(&store, "idx", false).await.is_empty());
+    let v = index_violations(&store, "idx", true).await;
+    assert!(
+        matches!(&v[..], [Violation::UnreferencedSnapshot { path }] if path == "idx/snapshots/s2"),
+        "{v:?}"
+    );
+}
+
+#[tokio::test]
+async fn a_flipped_page_byte_and_an_edited_footer_pin_are_violations() {
+    let (store, _) = committed_index().await;
+    let manifest: serde_json::Value = serde_json::from_slice(
+        &store
+            .get(&Path::from("idx/snapshots/s1/postings/manifest.json"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    let rel = manifest["files"][0]["path"].as_str().unwrap().to_string();
+    let p = Path::from(format!("idx/snapshots/s1/postings/{rel}"));
+    let original = store.get(&p).await.unwrap().bytes().await.unwrap();
+    let meta = ParquetMetaDataReader::new().parse_and_finish(&original).unwrap();
+    let (start, len) = meta.row_group(0).column(2).byte_range();
+    let mut bytes = original.to_vec();
+    bytes[(start + len - 1) as usize] ^= 1;
+    store.put(&p, bytes.into()).await.unwrap();
+    let v = index_violations(&store, "idx/snapshots/s1", false).await;
+    assert!(
+        v.iter().any(|v| matches!(v, Violation::PageChecksum { row_group: 0, column, .. } if column == "vector")),
+        "{v:?}"
+    );
+    store.put(&p, original.into()).await.unwrap();
+    edit_json(&store, "idx/snapshots/s1/postings/footers.json", |f| {
+        f["files"][0]["footer-sha256"] = "0".repeat(64).into();
+    })
+    .await;
+    let v = index_violations(&store, "idx/snapshots/s1", false).await;
+    assert!(
+        v.iter().any(|v| matches!(v, Violation::FooterPinMismatch { .. })),
+        "{v:?}"
+    );
 }

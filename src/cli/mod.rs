@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub mod build;
+pub mod gc;
 pub mod quickstart;
 pub mod search;
 pub mod serve;
@@ -86,6 +87,8 @@ pub enum Command {
     Train(train::Args),
     /// Check every MUST of the ivf_postings layout for a published table.
     Verify(verify::Args),
+    /// Delete unreferenced snapshots of an index after a grace period.
+    Gc(gc::Args),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -97,5 +100,6 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Serve(a) => serve::run(a, store),
         Command::Train(a) => train::run(a),
         Command::Verify(a) => verify::run(a, &store),
+        Command::Gc(a) => gc::run(a, &store),
     }
 }

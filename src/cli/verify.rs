@@ -1,13 +1,16 @@
-//! `parqivf verify <location>`: checks every MUST of the `ivf_postings`
-//! layout for a published table and prints each violation with its path and
-//! numbers (or the whole report as JSON with `--json`).
+//! `parqivf verify <location>`: checks everything a reader relies on. For an
+//! index: the commit log and the current snapshot opened as the reader opens
+//! it (definition, manifest, footers.json, centroids, every commit pin, every
+//! footer), then every MUST of the `ivf_postings` layout, the footer pins and
+//! every page CRC32. `--orphans` also LISTs for objects no manifest entry
+//! names and snapshots no version names. Prints each violation with its path
+//! and numbers (or the whole report as JSON with `--json`).
 //!
 //! Exit codes: 0 the table is valid, 1 violations were found, 2 the check
 //! could not run (no such folder, IO failure).
 
 use anyhow::Context;
-use object_store::ObjectStoreExt;
-use parqivf::postings::{VerifyOptions, verify};
+use parqivf::postings::{VerifyOptions, verify_location};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
@@ -19,7 +22,8 @@ pub struct Args {
     /// Print the report as JSON instead of one line per violation.
     #[arg(long)]
     pub json: bool,
-    /// Also LIST the table prefix and report objects no manifest entry names.
+    /// Also LIST the table prefix and report objects no manifest entry names,
+    /// and, for an index, snapshot folders no version names.
     #[arg(long)]
     pub orphans: bool,
 }
@@ -45,27 +49,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
     };
     let folder = &args.location;
     let report = runtime
-        .block_on(async {
-            // An index resolves to its current snapshot, a snapshot to its postings.
-            let snapshot = match parqivf::warehouse::current_snapshot(&store, &location).await {
-                Ok((_, snapshot)) => snapshot,
-                Err(_) => location.clone(),
-            };
-            let has_definition = store
-                .head(
-                    &snapshot
-                        .clone()
-                        .join(parqivf::catalog::definition::INDEX_DEFINITION_FILE),
-                )
-                .await
-                .is_ok();
-            let table = if has_definition {
-                snapshot.join("postings")
-            } else {
-                snapshot
-            };
-            verify(store, &table, options).await
-        })
+        .block_on(verify_location(store, &location, options))
         .with_context(|| format!("cannot verify {folder}"))?;
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);

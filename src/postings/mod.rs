@@ -3,11 +3,13 @@
 //! sha256 and size ([`writer`]), and the checker of every MUST of the layout
 //! ([`verify`]). The format as implemented is in `docs/format.md`.
 
+pub mod footers;
+pub mod page_crc;
 pub mod schema;
 pub mod verify;
 pub mod writer;
 
-pub use verify::{VerifyOptions, VerifyReport, Violation, verify};
+pub use verify::{VerifyOptions, VerifyReport, Violation, verify, verify_location};
 pub use writer::{PostingsWriter, WriterOptions, publish};
 
 use thiserror::Error;
@@ -63,6 +65,8 @@ pub enum PostingsError {
     },
     #[error(transparent)]
     Manifest(#[from] crate::manifest::ManifestError),
+    #[error(transparent)]
+    Footers(#[from] footers::FootersError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }

@@ -12,7 +12,10 @@
 
 use super::PostingsError;
 use super::schema::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
+use super::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
+use super::page_crc::check_column_chunk;
 use super::writer::child_path;
+use crate::catalog::definition::INDEX_DEFINITION_FILE;
 use crate::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -155,6 +158,28 @@ pub enum Violation {
     },
     #[error("{path}: object is not named by the manifest")]
     Orphan { path: String },
+    #[error("{path}: footers.json does not exist")]
+    FootersMissing { path: String },
+    #[error("{error}")]
+    FootersInvalid { path: String, error: String },
+    #[error("{error}")]
+    FooterPinMismatch { path: String, error: String },
+    #[error("{path} row group {row_group} column {column}: {error}")]
+    PageChecksum {
+        path: String,
+        row_group: usize,
+        column: String,
+        error: String,
+    },
+    /// The reader refuses the snapshot (`Index::open` with the commit's pins,
+    /// then every footer): the error it gives.
+    #[error("{path}: the snapshot cannot be searched: {error}")]
+    SnapshotInvalid { path: String, error: String },
+    /// The commit log cannot be read.
+    #[error("{path}: {error}")]
+    CommitInvalid { path: String, error: String },
+    #[error("{path}: snapshot is not named by any version (gc deletes it after the grace period)")]
+    UnreferencedSnapshot { path: String },
 }
 
 fn display<S: Serializer>(error: &ManifestError, s: S) -> Result<S::Ok, S::Error> {
@@ -202,8 +227,35 @@ pub async fn verify(
             return Ok(report);
         }
     };
-    let per_file: Vec<Vec<Violation>> = futures::stream::iter(&manifest.files)
-        .map(|file| check_object(&store, table_root, file))
+    let footers_path = child_path(table_root, FOOTERS_FILE);
+    let pins: Option<Vec<FooterPin>> = match store.get(&footers_path).await {
+        Ok(got) => {
+            let bytes = got
+                .bytes()
+                .await
+                .map_err(|source| store_error(&footers_path, source))?;
+            match Footers::parse(footers_path.as_ref(), &bytes, &manifest) {
+                Ok(f) => Some(f.files),
+                Err(e) => {
+                    report.violations.push(Violation::FootersInvalid {
+                        path: footers_path.to_string(),
+                        error: e.to_string(),
+                    });
+                    None
+                }
+            }
+        }
+        Err(object_store::Error::NotFound { .. }) => {
+            report.violations.push(Violation::FootersMissing {
+                path: footers_path.to_string(),
+            });
+            None
+        }
+        Err(source) => return Err(store_error(&footers_path, source)),
+    };
+    let pins = pins.as_deref();
+    let per_file: Vec<Vec<Violation>> = futures::stream::iter(manifest.files.iter().enumerate())
+        .map(|(i, file)| check_object(&store, table_root, file, pins.and_then(|p| p.get(i))))
         .buffered(CONCURRENT_OBJECTS)
         .try_collect()
         .await?;
@@ -229,6 +281,7 @@ async fn check_object(
     store: &Arc<dyn ObjectStore>,
     table_root: &Path,
     file: &FileEntry,
+    pin: Option<&FooterPin>,
 ) -> Result<Vec<Violation>, PostingsError> {
     let location = child_path(table_root, &file.path);
     let path = location.to_string();
@@ -270,14 +323,155 @@ async fn check_object(
         .with_prefetch_hint(Some(FOOTER_PREFETCH))
         .load_and_finish(fetch, size)
         .await;
+    if let Some(pin) = pin {
+        match read_footer_bytes(store.as_ref(), &location, size).await {
+            Ok(bytes) => {
+                if let Err(e) = pin.check(&path, &bytes) {
+                    found.push(Violation::FooterPinMismatch {
+                        path: path.clone(),
+                        error: e.to_string(),
+                    });
+                }
+            }
+            Err(e) => found.push(Violation::FooterUnreadable {
+                path: path.clone(),
+                error: e.to_string(),
+            }),
+        }
+    }
     match footer {
-        Ok(metadata) => found.extend(check_footer(&path, file, &metadata)),
+        Ok(metadata) => {
+            found.extend(check_footer(&path, file, &metadata));
+            found.extend(check_pages(store.as_ref(), &location, &metadata).await?);
+        }
         Err(error) => found.push(Violation::FooterUnreadable {
             path,
             error: error.to_string(),
         }),
     }
     Ok(found)
+}
+
+/// The CRC32 of every page of every column chunk, row group by row group
+/// (one `get_ranges` each).
+async fn check_pages(
+    store: &dyn ObjectStore,
+    location: &Path,
+    metadata: &ParquetMetaData,
+) -> Result<Vec<Violation>, PostingsError> {
+    let mut found = Vec::new();
+    for (r, rg) in metadata.row_groups().iter().enumerate() {
+        let ranges: Vec<Range<u64>> = rg
+            .columns()
+            .iter()
+            .map(|c| {
+                let (start, len) = c.byte_range();
+                start..start.saturating_add(len)
+            })
+            .collect();
+        let data = match store.get_ranges(location, &ranges).await {
+            Ok(data) => data,
+            Err(error) => {
+                found.push(Violation::PageChecksum {
+                    path: location.to_string(),
+                    row_group: r,
+                    column: "*".into(),
+                    error: format!("column chunks cannot be read: {error}"),
+                });
+                continue;
+            }
+        };
+        for (c, bytes) in rg.columns().iter().zip(&data) {
+            if let Err(e) = check_column_chunk(bytes) {
+                found.push(Violation::PageChecksum {
+                    path: location.to_string(),
+                    row_group: r,
+                    column: c.column_path().string(),
+                    error: e.to_string(),
+                });
+            }
+        }
+    }
+    Ok(found)
+}
+
+/// Checks everything a reader relies on at `location`: an index (its current
+/// snapshot, opened with the commit's pins), a snapshot folder (holding
+/// `index.json`), or a bare postings table (holding `manifest.json`).
+///
+/// For a snapshot: the reader's own open (definition, manifest, footers.json,
+/// centroids and their agreement: dim, nlist, roots, cid-offsets; every pin)
+/// and every footer's reader validation, then [`verify`] of its postings
+/// table. With [`VerifyOptions::orphans`] on an index, also LISTs
+/// `snapshots/` for folders no version names.
+///
+/// # Errors
+/// As [`verify`]: only a failure to run at all.
+pub async fn verify_location(
+    store: Arc<dyn ObjectStore>,
+    location: &Path,
+    options: VerifyOptions,
+) -> Result<VerifyReport, PostingsError> {
+    use crate::warehouse::{WarehouseError, current_snapshot, unreferenced_snapshots};
+    let mut early = Vec::new();
+    let (snapshot, pins, is_index) = match current_snapshot(&store, location).await {
+        Ok((commit, snapshot)) => (snapshot, Some(commit.pins), true),
+        Err(WarehouseError::NoSnapshot { .. }) => (location.clone(), None, false),
+        Err(e) => {
+            early.push(Violation::CommitInvalid {
+                path: location.to_string(),
+                error: e.to_string(),
+            });
+            (location.clone(), None, true)
+        }
+    };
+    let definition = snapshot.clone().join(INDEX_DEFINITION_FILE);
+    let has_definition = match store.head(&definition).await {
+        Ok(_) => true,
+        Err(object_store::Error::NotFound { .. }) => is_index,
+        Err(source) => return Err(store_error(&definition, source)),
+    };
+    let mut table = snapshot.clone();
+    if has_definition {
+        table = snapshot.clone().join("postings");
+        let options = crate::index::IndexOptions::default();
+        let opened = match &pins {
+            Some(pins) => crate::index::Index::open_pinned(store.clone(), &snapshot, options, pins).await,
+            None => crate::index::Index::open_with_options(store.clone(), &snapshot, options).await,
+        };
+        let checked = match opened {
+            Ok(index) => {
+                if let Some((dir, _)) = index.definition().tables.ivf_postings.location.rsplit_once('/') {
+                    table = child_path(&snapshot, dir);
+                }
+                index.warm().await.map(|_| ())
+            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checked {
+            early.push(Violation::SnapshotInvalid {
+                path: snapshot.to_string(),
+                error: e.to_string(),
+            });
+        }
+    }
+    let mut report = verify(store.clone(), &table, options).await?;
+    early.append(&mut report.violations);
+    report.violations = early;
+    if options.orphans && is_index {
+        match unreferenced_snapshots(&store, location).await {
+            Ok(folders) => report.violations.extend(folders.into_iter().map(|f| {
+                Violation::UnreferencedSnapshot {
+                    path: child_path(location, &f.snapshot).to_string(),
+                }
+            })),
+            Err(e) => report.violations.push(Violation::CommitInvalid {
+                path: location.to_string(),
+                error: e.to_string(),
+            }),
+        }
+    }
+    Ok(report)
 }
 
 /// Ranged GETs of one object for the footer reader.
@@ -448,7 +642,7 @@ async fn find_orphans(
         .files
         .iter()
         .map(|f| f.path.as_str())
-        .chain([MANIFEST_FILE])
+        .chain([MANIFEST_FILE, FOOTERS_FILE])
         .collect();
     let prefix = (!table_root.as_ref().is_empty()).then_some(table_root);
     let listed: Vec<_> = store

@@ -16,17 +16,19 @@ use super::schema::{
     postings_schema,
 };
 use crate::manifest::{FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest};
+use super::footers::{FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes};
+use crate::store::StoreError;
 use crate::store::commit::put_if_absent;
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Field, Int32Type, SchemaRef};
 use bytes::Bytes;
-use futures::FutureExt;
-use futures::future::BoxFuture;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutResult};
-use parquet::arrow::AsyncArrowWriter;
-use parquet::arrow::async_writer::AsyncFileWriter;
+use super::page_crc::{add_page_crcs, remap_metadata, write_footer};
+use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::KeyValue;
@@ -227,13 +229,7 @@ impl PostingsWriter {
             let take =
                 (self.options.max_rows_per_row_group - state.rg_rows).min(run.num_rows() - offset);
             let chunk = run.slice(offset, take);
-            open.writer
-                .write(&chunk)
-                .await
-                .map_err(|source| PostingsError::Parquet {
-                    path: open.path.clone(),
-                    source,
-                })?;
+            open.write(&chunk).await?;
             open.rows += take as u64;
             open.max_cid = cid;
             state.rg_cid = Some(cid);
@@ -253,14 +249,8 @@ impl PostingsWriter {
         let Some(open) = state.open.as_mut() else {
             return Ok(());
         };
-        open.writer
-            .flush()
-            .await
-            .map_err(|source| PostingsError::Parquet {
-                path: open.path.clone(),
-                source,
-            })?;
-        if open.writer.bytes_written() as u64 >= self.options.max_file_bytes {
+        open.flush().await?;
+        if open.upload.size >= self.options.max_file_bytes {
             self.close_file(state).await?;
         }
         Ok(())
@@ -276,13 +266,16 @@ impl PostingsWriter {
         state.next_part += 1;
         let relative = part_path(state.bucket, seq);
         let location = child_path(&self.table_root, &relative);
-        let upload = HashingUpload::new(BufWriter::with_capacity(
-            Arc::clone(&self.store),
-            location.clone(),
-            self.options.upload_buffer_bytes,
-        ));
+        let upload = HashingUpload::new(
+            BufWriter::with_capacity(
+                Arc::clone(&self.store),
+                location.clone(),
+                self.options.upload_buffer_bytes,
+            ),
+            location.to_string(),
+        );
         let writer =
-            AsyncArrowWriter::try_new(upload, Arc::clone(&self.schema), Some(self.props.clone()))
+            ArrowWriter::try_new(Vec::new(), Arc::clone(&self.schema), Some(self.props.clone()))
                 .map_err(|source| PostingsError::Parquet {
                 path: location.to_string(),
                 source,
@@ -291,6 +284,9 @@ impl PostingsWriter {
             relative,
             path: location.to_string(),
             writer,
+            upload,
+            offsets: Vec::new(),
+            written: 0,
             rows: 0,
             min_cid: cid,
             max_cid: cid,
@@ -303,12 +299,8 @@ impl PostingsWriter {
         let Some(mut open) = state.open.take() else {
             return Ok(());
         };
-        let parquet_err = |source| PostingsError::Parquet {
-            path: open.path.clone(),
-            source,
-        };
-        open.writer.finish().await.map_err(parquet_err)?;
-        let upload = open.writer.into_inner();
+        open.finish().await?;
+        let upload = open.upload;
         self.files.push(FileEntry {
             path: open.relative,
             cid_bucket: state.bucket,
@@ -348,18 +340,62 @@ impl PostingsWriter {
 }
 
 /// Publishes `manifest` as `<table_root>/manifest.json` with create-if-absent
-/// semantics. Call only after every data object it names is complete.
+/// semantics, after `footers.json` (the pin of every file's footer, read back
+/// from storage: one ranged GET per file, 16 at a time). Call only after every
+/// data object it names is complete.
 ///
 /// # Errors
 /// [`PostingsError::Manifest`] for an invalid manifest (nothing is written);
+/// [`PostingsError::Footers`] when a file's footer cannot be read;
 /// [`PostingsError::Store`] wrapping `StoreError::AlreadyExists` when another
-/// publisher won, or `StoreError::ObjectStore` on IO failure.
+/// publisher won (or left a different `footers.json`), or
+/// `StoreError::ObjectStore` on IO failure.
 pub async fn publish(
     store: &Arc<dyn ObjectStore>,
     table_root: &Path,
     manifest: &Manifest,
 ) -> Result<PutResult, PostingsError> {
     manifest.validate()?;
+    let reads = manifest.files.iter().map(|f| {
+        let path = child_path(table_root, &f.path);
+        async move {
+            let footer = read_footer_bytes(store.as_ref(), &path, f.size).await?;
+            Ok::<_, PostingsError>(FooterPin::of_footer(&f.path, &footer))
+        }
+    });
+    let files = futures::stream::iter(reads)
+        .buffered(16)
+        .try_collect::<Vec<_>>()
+        .await?;
+    let footers = Footers {
+        format_version: FOOTERS_FORMAT_VERSION,
+        files,
+    };
+    let footers_path = child_path(table_root, FOOTERS_FILE);
+    let bytes = Bytes::from(footers.to_json_bytes());
+    match put_if_absent(store.as_ref(), &footers_path, bytes.clone()).await {
+        Ok(_) => {}
+        // A racing publisher of the same files wrote the same pins.
+        Err(StoreError::AlreadyExists { path }) => {
+            let existing = store
+                .get(&footers_path)
+                .await
+                .map_err(|source| PostingsError::ObjectStore {
+                    path: path.clone(),
+                    source,
+                })?
+                .bytes()
+                .await
+                .map_err(|source| PostingsError::ObjectStore {
+                    path: path.clone(),
+                    source,
+                })?;
+            if existing != bytes {
+                return Err(StoreError::AlreadyExists { path }.into());
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
     let location = child_path(table_root, MANIFEST_FILE);
     Ok(put_if_absent(
         store.as_ref(),
@@ -410,50 +446,124 @@ struct BucketState {
 struct OpenFile {
     relative: String,
     path: String,
-    writer: AsyncArrowWriter<HashingUpload>,
+    /// Encodes into memory; each flushed row group is drained, given page
+    /// CRCs and uploaded (see [`OpenFile::drain`]).
+    writer: ArrowWriter<Vec<u8>>,
+    upload: HashingUpload,
+    /// `(offset written by parquet, offset in the object)` of every page
+    /// start and row-group end, ascending: remaps the footer's offsets.
+    offsets: Vec<(u64, u64)>,
+    /// Bytes parquet has produced so far (its own offsets).
+    written: u64,
     rows: u64,
     /// First and last CID written (a file opens on its first row).
     min_cid: u32,
     max_cid: u32,
 }
 
-/// An [`AsyncFileWriter`] that hashes and counts every byte on its way to the
-/// object store, so `size` and `sha256` describe exactly what was uploaded.
+impl OpenFile {
+    fn parquet_err(&self, source: ParquetError) -> PostingsError {
+        PostingsError::Parquet {
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    async fn write(&mut self, batch: &RecordBatch) -> Result<(), PostingsError> {
+        let before = self.writer.flushed_row_groups().len();
+        self.writer.write(batch).map_err(|e| self.parquet_err(e))?;
+        if before != self.writer.flushed_row_groups().len() {
+            self.drain().await?;
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), PostingsError> {
+        self.writer.flush().map_err(|e| self.parquet_err(e))?;
+        self.drain().await
+    }
+
+    /// Upload what parquet encoded since the last drain: the magic, then
+    /// whole row groups (pages back to back), each page header re-encoded
+    /// with its CRC32.
+    async fn drain(&mut self) -> Result<(), PostingsError> {
+        let buf = std::mem::take(self.writer.inner_mut());
+        if buf.is_empty() {
+            return Ok(());
+        }
+        let mut pages = &buf[..];
+        if self.written == 0 {
+            let magic = pages.get(..4).unwrap_or_default().to_vec();
+            self.upload.put(Bytes::from(magic)).await?;
+            pages = pages.get(4..).unwrap_or_default();
+            self.written = 4;
+        }
+        let rewritten = add_page_crcs(pages).map_err(|e| {
+            self.parquet_err(ParquetError::General(format!(
+                "cannot add page checksums at byte {}: {e}",
+                self.written
+            )))
+        })?;
+        let base_old = self.written;
+        let base_new = self.upload.size;
+        self.offsets.extend(
+            rewritten
+                .offsets
+                .iter()
+                .map(|&(old, new)| (base_old + old, base_new + new)),
+        );
+        self.written += pages.len() as u64;
+        self.upload.put(Bytes::from(rewritten.bytes)).await
+    }
+
+    /// Finish the file: the last row group, then a footer (offset index,
+    /// column index, metadata) rebuilt with the object's offsets.
+    async fn finish(&mut self) -> Result<(), PostingsError> {
+        self.flush().await?;
+        let metadata = self.writer.finish().map_err(|e| self.parquet_err(e))?;
+        self.writer.inner_mut().clear();
+        let tail = remap_metadata(metadata, &self.offsets)
+            .and_then(|m| write_footer(&m, self.upload.size))
+            .map_err(|e| self.parquet_err(e))?;
+        self.upload.put(Bytes::from(tail)).await?;
+        self.upload.complete().await
+    }
+}
+
+/// Hashes and counts every byte on its way to the object store, so `size`
+/// and `sha256` describe exactly what was uploaded.
 struct HashingUpload {
     inner: BufWriter,
+    path: String,
     hasher: Sha256,
     size: u64,
 }
 
 impl HashingUpload {
-    fn new(inner: BufWriter) -> Self {
+    fn new(inner: BufWriter, path: String) -> Self {
         HashingUpload {
             inner,
+            path,
             hasher: Sha256::new(),
             size: 0,
         }
     }
-}
 
-impl AsyncFileWriter for HashingUpload {
-    fn write(&mut self, bytes: Bytes) -> BoxFuture<'_, parquet::errors::Result<()>> {
+    async fn put(&mut self, bytes: Bytes) -> Result<(), PostingsError> {
         self.hasher.update(&bytes);
         self.size += bytes.len() as u64;
-        async move {
-            self.inner
-                .put(bytes)
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        }
-        .boxed()
+        let r = self.inner.put(bytes).await;
+        r.map_err(|source| PostingsError::ObjectStore {
+            path: self.path.clone(),
+            source,
+        })
     }
 
-    fn complete(&mut self) -> BoxFuture<'_, parquet::errors::Result<()>> {
-        async move {
-            tokio::io::AsyncWriteExt::shutdown(&mut self.inner)
-                .await
-                .map_err(|e| ParquetError::External(Box::new(e)))
-        }
-        .boxed()
+    async fn complete(&mut self) -> Result<(), PostingsError> {
+        let r = tokio::io::AsyncWriteExt::shutdown(&mut self.inner).await;
+        r.map_err(|e| PostingsError::Parquet {
+            path: self.path.clone(),
+            source: ParquetError::External(Box::new(e)),
+        })
     }
 }

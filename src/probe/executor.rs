@@ -21,6 +21,8 @@ use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estim
 use super::planner::{candidate_files, plan_row_groups};
 use crate::distance::Metric;
 use crate::manifest::FileEntry;
+use crate::postings::footers::FooterPin;
+use crate::postings::page_crc::check_column_chunk;
 use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::topk::TopK;
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -108,6 +110,8 @@ pub struct Postings<'a> {
     pub dim: usize,
     pub footers: &'a FooterCache,
     pub row_groups: &'a RowGroupCache,
+    /// The footer pin of each manifest file (`footers.json`), same order.
+    pub footer_pins: &'a [FooterPin],
     /// Upper bound on the tail read for a footer.
     pub prefetch: u64,
     /// Most footer bytes per cid seen in this index (see [`tail_estimate`]).
@@ -122,6 +126,8 @@ struct Job {
     with_payload: bool,
     decoder: ParquetPushDecoder,
     ranges: Vec<Range<u64>>,
+    /// The column whose chunk each range is (for checksum errors).
+    columns: Vec<String>,
 }
 
 impl<'a> Postings<'a> {
@@ -159,8 +165,15 @@ impl<'a> Postings<'a> {
             })?;
             let learned = self.footer_per_cid.load(Ordering::Relaxed);
             let tail = tail_estimate(entry, self.prefetch, learned);
+            let pin = self.footer_pins.get(f).ok_or_else(|| ProbeError::Store {
+                path: format!("footers.json entry #{f}"),
+                source: object_store::Error::NotFound {
+                    path: format!("footers.json entry #{f}"),
+                    source: "no such footer pin".into(),
+                },
+            })?;
             let (footer, fio) =
-                read_footer(self.store, &self.path(f), entry, self.dim, tail).await?;
+                read_footer(self.store, &self.path(f), entry, pin, self.dim, tail).await?;
             self.footer_per_cid
                 .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
             Ok::<_, ProbeError>((footer, fio))
@@ -309,7 +322,27 @@ fn job(
         .with_batch_size(usize::try_from(rows).unwrap_or(usize::MAX).max(1))
         .build()
         .map_err(err)?;
-    let ranges = decoder.scan_plan().map(|p| p.range).collect();
+    let ranges: Vec<Range<u64>> = decoder.scan_plan().map(|p| p.range).collect();
+    // Each planned range must be exactly one column chunk: page checksums
+    // are checked chunk by chunk.
+    let chunks = metadata.row_group(rg).columns();
+    let columns = ranges
+        .iter()
+        .map(|r| {
+            chunks
+                .iter()
+                .find(|c| {
+                    let (start, len) = c.byte_range();
+                    start == r.start && start + len == r.end
+                })
+                .map(|c| c.column_path().string())
+                .ok_or_else(|| {
+                    err(parquet::errors::ParquetError::General(format!(
+                        "planned range {r:?} is not one column chunk"
+                    )))
+                })
+        })
+        .collect::<Result<Vec<_>, _>>()?;
     let cid = footer.row_group_cids.get(rg).copied().unwrap_or(u32::MAX);
     Ok(Job {
         file,
@@ -318,6 +351,7 @@ fn job(
         with_payload,
         decoder,
         ranges,
+        columns,
     })
 }
 
@@ -370,10 +404,16 @@ fn decode(
         source,
     };
     let mut bufs = Vec::with_capacity(job.ranges.len());
-    for r in &job.ranges {
-        bufs.push(
-            slice(ranges, data, r).ok_or_else(|| err(format!("range {r:?} was not fetched")))?,
-        );
+    for (r, column) in job.ranges.iter().zip(&job.columns) {
+        let buf =
+            slice(ranges, data, r).ok_or_else(|| err(format!("range {r:?} was not fetched")))?;
+        check_column_chunk(&buf).map_err(|source| ProbeError::PageChecksum {
+            path: name.to_string(),
+            row_group: rg,
+            column: column.clone(),
+            source,
+        })?;
+        bufs.push(buf);
     }
     job.decoder
         .push_ranges(std::mem::take(&mut job.ranges), bufs)

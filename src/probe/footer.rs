@@ -18,6 +18,7 @@ use super::ProbeError;
 use super::cache::ByteLru;
 use super::planner::row_group_cids;
 use crate::manifest::FileEntry;
+use crate::postings::footers::FooterPin;
 use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use arrow::datatypes::DataType;
 use object_store::path::Path;
@@ -83,19 +84,24 @@ pub fn footer_per_cid(entry: &FileEntry, footer_len: u64) -> u64 {
 }
 
 /// Read, decode and validate the footer of `path` (manifest entry `entry`),
-/// fetching `tail` bytes first (see [`tail_estimate`]).
+/// fetching `tail` bytes first (see [`tail_estimate`]), at least the pinned
+/// footer length, so one GET always suffices. The footer bytes are checked
+/// against `pin` (its `footers.json` entry) before they are decoded: a footer
+/// that still parses after a flipped byte never steers the planner.
 ///
 /// # Errors
-/// [`ProbeError::Store`] (e.g. a missing object), [`ProbeError::Footer`],
-/// [`ProbeError::Schema`] and the statistics errors of
-/// [`row_group_cids`].
+/// [`ProbeError::Store`] (e.g. a missing object), [`ProbeError::FooterPin`],
+/// [`ProbeError::Footer`], [`ProbeError::Schema`] and the statistics errors
+/// of [`row_group_cids`].
 pub async fn read_footer(
     store: &dyn ObjectStore,
     path: &Path,
     entry: &FileEntry,
+    pin: &FooterPin,
     dim: usize,
     tail: u64,
 ) -> Result<(Footer, FooterIo), ProbeError> {
+    let tail = tail.max(pin.footer_size).min(entry.size);
     let name = path.to_string();
     let footer_err = |source| ProbeError::Footer {
         path: name.clone(),
@@ -117,6 +123,11 @@ pub async fn read_footer(
         .map_err(store_err)?;
     io.requests += 1;
     io.bytes += bytes.len() as u64;
+    let footer = bytes
+        .len()
+        .checked_sub(usize::try_from(pin.footer_size).unwrap_or(usize::MAX))
+        .map_or(&bytes[..], |start| &bytes[start..]);
+    pin.check(&name, footer)?;
     if let Some(t) = bytes.len().checked_sub(8).and_then(|i| bytes.get(i..i + 4)) {
         let metadata_len = u32::from_le_bytes([t[0], t[1], t[2], t[3]]);
         io.footer_len = u64::from(metadata_len) + 8;

@@ -92,6 +92,18 @@ pub enum ProbeError {
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A postings footer differs from its pin in `footers.json`.
+    #[error(transparent)]
+    FooterPin(#[from] crate::postings::footers::FootersError),
+    /// A page of a fetched column chunk fails its CRC32 (or has none).
+    #[error("corrupt page: {path} row group {row_group} column {column}: {source}")]
+    PageChecksum {
+        path: String,
+        row_group: usize,
+        column: String,
+        #[source]
+        source: crate::postings::page_crc::PageCrcError,
+    },
     /// The store failed (a missing object named by the manifest lands here).
     #[error("object store error on {path}: {source}")]
     Store {

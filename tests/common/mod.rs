@@ -261,6 +261,7 @@ pub async fn write_index(
     rows.sort_by_key(|r| (r.0, r.1));
     let nroots = h.cid_offsets.len() - 1;
     let mut files = Vec::new();
+    let mut pins = Vec::new();
     for r in 0..nroots {
         let (lo, hi) = (h.cid_offsets[r], h.cid_offsets[r + 1]);
         let bucket: Vec<_> = rows
@@ -279,8 +280,13 @@ pub async fn write_index(
                 end += 1;
             }
             let chunk = &bucket[start..end];
-            let bytes = postings_file(dim, chunk, data, layout);
+            // Page CRC32s and a footers.json pin, as the postings writer does.
+            let bytes = parqivf::postings::page_crc::add_page_crcs_to_file(&postings_file(
+                dim, chunk, data, layout,
+            ))
+            .unwrap();
             let path = format!("cid_bucket={r:06}/part-{part:05}.parquet");
+            pins.push(parqivf::postings::footers::FooterPin::of_file(&path, &bytes).unwrap());
             files.push(FileEntry {
                 path: path.clone(),
                 cid_bucket: r as u32,
@@ -309,6 +315,11 @@ pub async fn write_index(
         files,
     };
     put_json(store, &format!("{root}/postings/manifest.json"), &manifest).await;
+    let footers = parqivf::postings::footers::Footers {
+        format_version: parqivf::postings::footers::FOOTERS_FORMAT_VERSION,
+        files: pins,
+    };
+    put_json(store, &format!("{root}/postings/footers.json"), &footers).await;
     let centroids = parqivf::centroids::encode(h).unwrap();
     store
         .put(

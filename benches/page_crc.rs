@@ -1,0 +1,125 @@
+//! Read-path cost of the page CRC32 check (issue #17 item 3; goal ≤ 3 %).
+//!
+//! `page-crc/check/…` checks every page of every column chunk of the index
+//! (`postings::page_crc::check_column_chunk`, what the executor runs on each
+//! fetched chunk); `page-crc/search/…` is a batch of 64 queries read from
+//! local disk with warm footers and no postings cache (so every probed row
+//! group is fetched, CRC-checked and decoded). The bench prints the CRC share
+//! of a search: bytes checked per batch ÷ check throughput ÷ batch time.
+//! Same data as `benches/search.rs`.
+//!
+//! Run: `cargo bench --bench page_crc`.
+
+#[path = "../tests/common/mod.rs"]
+mod common;
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use object_store::local::LocalFileSystem;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use parqivf::index::{Index, SearchParams};
+use parqivf::postings::page_crc::check_column_chunk;
+use parquet::file::metadata::ParquetMetaDataReader;
+use std::sync::Arc;
+use std::time::Instant;
+
+const QUERIES: usize = 64;
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let (n, dim, nroots, nlist) = (20_000, 64, 8, 64);
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let data = common::dataset(n, dim, 42);
+    let h = common::hierarchy(&data, dim, nroots, nlist, 43);
+    let layout = common::Layout {
+        rows_per_file: 4096,
+        ..common::Layout::default()
+    };
+    let manifest = rt.block_on(common::write_index(
+        store.as_ref(),
+        &Path::from("idx"),
+        &h,
+        &data,
+        &common::rowids(n),
+        layout,
+    ));
+    // Every column chunk of the index, as the executor fetches them.
+    let mut chunks = Vec::new();
+    for f in &manifest.files {
+        let bytes = rt
+            .block_on(async {
+                store
+                    .get(&Path::from(format!("idx/postings/{}", f.path)))
+                    .await?
+                    .bytes()
+                    .await
+            })
+            .unwrap();
+        let meta = ParquetMetaDataReader::new().parse_and_finish(&bytes).unwrap();
+        for rg in meta.row_groups() {
+            for col in rg.columns() {
+                let (s, l) = col.byte_range();
+                chunks.push(bytes.slice(s as usize..(s + l) as usize));
+            }
+        }
+    }
+    let total: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+    let mut group = c.benchmark_group("page-crc");
+    group.sample_size(20);
+    group.throughput(Throughput::Bytes(total));
+    group.bench_function(format!("check/all-chunks/{n}x{dim}"), |b| {
+        b.iter(|| {
+            for ch in &chunks {
+                check_column_chunk(ch).unwrap();
+            }
+        })
+    });
+    let t = Instant::now();
+    let reps = 50;
+    for _ in 0..reps {
+        for ch in &chunks {
+            check_column_chunk(ch).unwrap();
+        }
+    }
+    let crc_bytes_per_s = (total * reps) as f64 / t.elapsed().as_secs_f64();
+
+    let index = rt
+        .block_on(Index::open(Arc::clone(&store), &Path::from("idx")))
+        .unwrap();
+    rt.block_on(index.warm()).unwrap();
+    let queries: Vec<f32> = data[..QUERIES * dim].iter().map(|x| x + 0.05).collect();
+    group.throughput(Throughput::Elements(QUERIES as u64));
+    for nprobe in [16, nlist] {
+        let params = SearchParams {
+            k: 10,
+            nprobe,
+            ..SearchParams::default()
+        };
+        group.bench_function(format!("search/{n}x{dim}/nlist{nlist}/nprobe{nprobe}"), |b| {
+            b.iter(|| rt.block_on(index.search_batch(&queries, &params)).unwrap())
+        });
+        let t = Instant::now();
+        let mut checked = 0;
+        let reps = 20;
+        for _ in 0..reps {
+            let r = rt.block_on(index.search_batch(&queries, &params)).unwrap();
+            checked = r[0].stats.row_group_bytes;
+        }
+        let per_batch = t.elapsed().as_secs_f64() / reps as f64;
+        let crc = checked as f64 / crc_bytes_per_s;
+        println!(
+            "page-crc: nprobe {nprobe}: {checked} bytes checked per batch of {QUERIES} queries, \
+             CRC {:.1} us of {:.1} us per batch = {:.2} % (check throughput {:.2} GB/s)",
+            crc * 1e6,
+            per_batch * 1e6,
+            100.0 * crc / per_batch,
+            crc_bytes_per_s / 1e9
+        );
+    }
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);

@@ -1,0 +1,638 @@
+//! Parquet page checksums: the CRC32 (ISO-HDLC, the zlib polynomial) of each
+//! page's bytes after its header, stored in the page header's optional
+//! `crc` field (thrift field 4), as the Parquet format defines it.
+//!
+//! parquet-rs 60 writes no page CRCs, so the postings writer passes every
+//! finished row group through [`add_page_crcs`]: it walks the column chunks'
+//! pages, re-encodes each `PageHeader` with field 4 inserted, and returns the
+//! old → new offset of every page so the footer and offset index can be
+//! rebuilt (see `writer.rs`). The reader checks a fetched column chunk with
+//! [`check_column_chunk`] before decoding it; any other Parquet reader that
+//! verifies page checksums (pyarrow's `page_checksum_verification=True`) checks
+//! the same field. Only the thrift *compact* encoding of a `PageHeader` is
+//! handled here: field headers, varints and a generic skip of nested values,
+//! whose bytes are copied verbatim.
+
+use bytes::Bytes;
+use parquet::errors::ParquetError;
+use parquet::file::metadata::page_index::PageIndexBuilder;
+use parquet::file::metadata::{
+    OffsetIndexBuilder, PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader,
+    ParquetMetaDataWriter,
+};
+use parquet::file::page_index::offset_index::OffsetIndexMetaData;
+use parquet::file::writer::TrackedWrite;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// Errors of reading page headers and checking their CRCs.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum PageCrcError {
+    /// The bytes at `offset` are not a thrift compact `PageHeader`.
+    #[error("page {page} at byte {offset} of its column chunk: malformed page header: {reason}")]
+    MalformedHeader {
+        page: usize,
+        offset: usize,
+        reason: String,
+    },
+    /// A page header without the `crc` field (every postings page has one).
+    #[error("page {page} at byte {offset} of its column chunk has no CRC32")]
+    MissingCrc { page: usize, offset: usize },
+    /// The stored CRC differs from the CRC of the page's bytes.
+    #[error(
+        "page {page} at byte {offset} of its column chunk: CRC32 is {actual:08x}, its header says {expected:08x}"
+    )]
+    Mismatch {
+        page: usize,
+        offset: usize,
+        expected: u32,
+        actual: u32,
+    },
+}
+
+/// CRC32 (ISO-HDLC) of `bytes`, the checksum Parquet page headers carry.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, bytes) as u32
+}
+
+/// One top-level field of a page header: its id, compact type and the span
+/// of its value bytes.
+#[derive(Debug, Clone, Copy)]
+struct Field {
+    id: i16,
+    ty: u8,
+    value: (usize, usize),
+}
+
+/// A parsed page header.
+#[derive(Debug, Clone)]
+struct Header {
+    fields: Vec<Field>,
+    /// Bytes of the header, stop byte included.
+    len: usize,
+    compressed_size: usize,
+    crc: Option<u32>,
+}
+
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+const MAX_DEPTH: usize = 32;
+
+impl Reader<'_> {
+    fn byte(&mut self) -> Result<u8, String> {
+        let b = *self
+            .buf
+            .get(self.pos)
+            .ok_or_else(|| "truncated".to_string())?;
+        self.pos += 1;
+        Ok(b)
+    }
+
+    fn varint(&mut self) -> Result<u64, String> {
+        let mut out = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.byte()?;
+            out |= u64::from(b & 0x7f) << shift.min(63);
+            if b & 0x80 == 0 {
+                return Ok(out);
+            }
+        }
+        Err("varint longer than 10 bytes".into())
+    }
+
+    fn zigzag(&mut self) -> Result<i64, String> {
+        let v = self.varint()?;
+        Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
+    }
+
+    fn skip(&mut self, n: usize) -> Result<(), String> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or_else(|| "truncated".to_string())?;
+        self.pos = end;
+        Ok(())
+    }
+
+    /// Skip one value of compact type `ty`; `in_collection` says whether a
+    /// boolean is a byte of its own (list elements) or lives in the type.
+    fn skip_value(&mut self, ty: u8, in_collection: bool, depth: usize) -> Result<(), String> {
+        if depth > MAX_DEPTH {
+            return Err("nesting too deep".into());
+        }
+        match ty {
+            1 | 2 if !in_collection => Ok(()),
+            1..=3 => self.skip(1),
+            4..=6 => self.varint().map(|_| ()),
+            7 => self.skip(8),
+            8 => {
+                let n = self.varint()?;
+                self.skip(usize::try_from(n).map_err(|_| "length overflows".to_string())?)
+            }
+            9 | 10 => {
+                let h = self.byte()?;
+                let mut n = u64::from(h >> 4);
+                if n == 15 {
+                    n = self.varint()?;
+                }
+                for _ in 0..n {
+                    self.skip_value(h & 0x0f, true, depth + 1)?;
+                }
+                Ok(())
+            }
+            11 => {
+                let n = self.varint()?;
+                if n > 0 {
+                    let kv = self.byte()?;
+                    for _ in 0..n {
+                        self.skip_value(kv >> 4, true, depth + 1)?;
+                        self.skip_value(kv & 0x0f, true, depth + 1)?;
+                    }
+                }
+                Ok(())
+            }
+            12 => self.skip_struct(depth + 1),
+            other => Err(format!("unknown compact type {other}")),
+        }
+    }
+
+    fn field_header(&mut self, last: i16) -> Result<Option<(i16, u8)>, String> {
+        let b = self.byte()?;
+        if b == 0 {
+            return Ok(None);
+        }
+        let ty = b & 0x0f;
+        let delta = b >> 4;
+        let id = if delta == 0 {
+            i16::try_from(self.zigzag()?).map_err(|_| "field id overflows".to_string())?
+        } else {
+            last.checked_add(i16::from(delta))
+                .ok_or_else(|| "field id overflows".to_string())?
+        };
+        Ok(Some((id, ty)))
+    }
+
+    fn skip_struct(&mut self, depth: usize) -> Result<(), String> {
+        let mut last = 0;
+        while let Some((id, ty)) = self.field_header(last)? {
+            self.skip_value(ty, false, depth)?;
+            last = id;
+        }
+        Ok(())
+    }
+}
+
+fn parse_header(buf: &[u8]) -> Result<Header, String> {
+    let mut r = Reader { buf, pos: 0 };
+    let mut fields = Vec::new();
+    let mut last = 0;
+    let mut compressed = None;
+    let mut crc = None;
+    while let Some((id, ty)) = r.field_header(last)? {
+        let start = r.pos;
+        if (id == 3 || id == 4) && ty == 5 {
+            let v = r.zigzag()?;
+            if id == 3 {
+                compressed = Some(
+                    usize::try_from(v).map_err(|_| format!("compressed_page_size {v} < 0"))?,
+                );
+            } else {
+                crc = Some(v as u32);
+            }
+        } else {
+            r.skip_value(ty, false, 0)?;
+        }
+        fields.push(Field {
+            id,
+            ty,
+            value: (start, r.pos),
+        });
+        last = id;
+    }
+    Ok(Header {
+        fields,
+        len: r.pos,
+        compressed_size: compressed.ok_or_else(|| "no compressed_page_size".to_string())?,
+        crc,
+    })
+}
+
+fn put_varint(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+fn put_field_header(out: &mut Vec<u8>, last: i16, id: i16, ty: u8) {
+    let delta = id - last;
+    if (1..=15).contains(&delta) {
+        out.push(((delta as u8) << 4) | ty);
+    } else {
+        out.push(ty);
+        put_varint(out, ((i64::from(id) << 1) ^ (i64::from(id) >> 63)) as u64);
+    }
+}
+
+/// Re-encode `header` (whose bytes are `src`) with `crc` as field 4.
+fn encode_with_crc(src: &[u8], header: &Header, crc: u32, out: &mut Vec<u8>) {
+    let mut last = 0;
+    let mut crc_written = false;
+    let crc_value = i64::from(crc as i32);
+    let write_crc = |out: &mut Vec<u8>, last: &mut i16| {
+        put_field_header(out, *last, 4, 5);
+        put_varint(out, ((crc_value << 1) ^ (crc_value >> 63)) as u64);
+        *last = 4;
+    };
+    for f in &header.fields {
+        if f.id == 4 {
+            continue;
+        }
+        if f.id > 4 && !crc_written {
+            write_crc(out, &mut last);
+            crc_written = true;
+        }
+        put_field_header(out, last, f.id, f.ty);
+        out.extend_from_slice(&src[f.value.0..f.value.1]);
+        last = f.id;
+    }
+    if !crc_written {
+        write_crc(out, &mut last);
+    }
+    out.push(0);
+}
+
+/// The pages of a stretch of column chunks, rewritten with CRCs.
+#[derive(Debug, Default)]
+pub struct Rewritten {
+    pub bytes: Vec<u8>,
+    /// `(old offset, new offset)` of every page start and of the end, both
+    /// relative to the start of the input, ascending.
+    pub offsets: Vec<(u64, u64)>,
+}
+
+/// Insert a CRC32 into every page header of `pages`, a sequence of whole
+/// pages (one or more column chunks back to back, as one row group is
+/// written). Existing CRCs are recomputed.
+///
+/// # Errors
+/// [`PageCrcError::MalformedHeader`] when the bytes are not whole pages.
+pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
+    let mut out = Rewritten {
+        bytes: Vec::with_capacity(pages.len() + pages.len() / 1024 + 64),
+        offsets: Vec::new(),
+    };
+    let mut pos = 0;
+    let mut page = 0;
+    while pos < pages.len() {
+        let malformed = |reason: String| PageCrcError::MalformedHeader {
+            page,
+            offset: pos,
+            reason,
+        };
+        let header = parse_header(&pages[pos..]).map_err(malformed)?;
+        let data_start = pos + header.len;
+        let data_end = data_start
+            .checked_add(header.compressed_size)
+            .filter(|&e| e <= pages.len())
+            .ok_or_else(|| malformed("page runs past the end".into()))?;
+        out.offsets.push((pos as u64, out.bytes.len() as u64));
+        let data = &pages[data_start..data_end];
+        encode_with_crc(&pages[pos..data_start], &header, crc32(data), &mut out.bytes);
+        out.bytes.extend_from_slice(data);
+        pos = data_end;
+        page += 1;
+    }
+    out.offsets.push((pos as u64, out.bytes.len() as u64));
+    Ok(out)
+}
+
+/// Check the CRC of every page of one fetched column chunk.
+///
+/// # Errors
+/// [`PageCrcError`] naming the page (0-based within the chunk, dictionary
+/// page included) for a malformed header, a missing CRC or a mismatch.
+pub fn check_column_chunk(chunk: &[u8]) -> Result<usize, PageCrcError> {
+    let mut pos = 0;
+    let mut page = 0;
+    while pos < chunk.len() {
+        let malformed = |reason: String| PageCrcError::MalformedHeader {
+            page,
+            offset: pos,
+            reason,
+        };
+        let header = parse_header(&chunk[pos..]).map_err(malformed)?;
+        let start = pos + header.len;
+        let end = start
+            .checked_add(header.compressed_size)
+            .filter(|&e| e <= chunk.len())
+            .ok_or_else(|| malformed("page runs past the end of the column chunk".into()))?;
+        let expected = header
+            .crc
+            .ok_or(PageCrcError::MissingCrc { page, offset: pos })?;
+        let actual = crc32(&chunk[start..end]);
+        if actual != expected {
+            return Err(PageCrcError::Mismatch {
+                page,
+                offset: pos,
+                expected,
+                actual,
+            });
+        }
+        pos = end;
+        page += 1;
+    }
+    Ok(page)
+}
+
+/// The new offset of parquet offset `old` (a page start or a stretch end)
+/// in `offsets` (see [`Rewritten::offsets`], made absolute).
+fn remap(offsets: &[(u64, u64)], old: i64) -> Result<i64, ParquetError> {
+    let key = u64::try_from(old).unwrap_or(u64::MAX);
+    let i = offsets.partition_point(|&(o, _)| o < key);
+    match offsets.get(i) {
+        Some(&(o, n)) if o == key => Ok(n as i64),
+        _ => Err(ParquetError::General(format!(
+            "offset {old} is not a page boundary"
+        ))),
+    }
+}
+
+/// `metadata` with every page offset moved by `offsets` (absolute
+/// `(old, new)` pairs of every page start and row-group end): column chunk
+/// offsets and sizes, row-group offsets, and the offset index. The page
+/// index locations are left for [`write_footer`] to fill in.
+///
+/// # Errors
+/// A [`ParquetError`] when an offset is not a known page boundary.
+pub fn remap_metadata(
+    metadata: ParquetMetaData,
+    offsets: &[(u64, u64)],
+) -> Result<ParquetMetaData, ParquetError> {
+    let mut builder = metadata.into_builder();
+    let page_index = builder.take_page_index();
+    let row_groups = builder.take_row_groups();
+    let ncols = row_groups.first().map_or(0, |rg| rg.num_columns());
+    let mut index = PageIndexBuilder::new(row_groups.len(), ncols);
+    let mut out = Vec::with_capacity(row_groups.len());
+    for (r, rg) in row_groups.into_iter().enumerate() {
+        let mut rgb = rg.into_builder();
+        let columns = rgb.take_columns();
+        let mut new_columns = Vec::with_capacity(columns.len());
+        let mut first: Option<i64> = None;
+        for (c, col) in columns.into_iter().enumerate() {
+            let (start, len) = col.byte_range();
+            let new_start = remap(offsets, start as i64)?;
+            let new_end = remap(offsets, (start + len) as i64)?;
+            first = Some(first.map_or(new_start, |f| f.min(new_start)));
+            let dictionary = match col.dictionary_page_offset() {
+                Some(d) => Some(remap(offsets, d)?),
+                None => None,
+            };
+            let data = remap(offsets, col.data_page_offset())?;
+            new_columns.push(
+                col.into_builder()
+                    .set_data_page_offset(data)
+                    .set_dictionary_page_offset(dictionary)
+                    .set_total_compressed_size(new_end - new_start)
+                    .set_offset_index_offset(None)
+                    .set_offset_index_length(None)
+                    .set_column_index_offset(None)
+                    .set_column_index_length(None)
+                    .build()?,
+            );
+            if let Some(pi) = page_index.as_deref() {
+                if let Some(ci) = pi.column_index(r, c) {
+                    index.put_column_index(ci.clone(), r, c);
+                }
+                if let Some(oi) = pi.offset_index(r, c) {
+                    index.put_offset_index(remap_offset_index(offsets, oi)?, r, c);
+                }
+            }
+        }
+        let mut rgb = rgb.set_column_metadata(new_columns);
+        if let Some(f) = first {
+            rgb = rgb.set_file_offset(f);
+        }
+        out.push(rgb.build()?);
+    }
+    Ok(builder
+        .set_row_groups(out)
+        .set_page_index(Some(Arc::new(index.build())))
+        .build())
+}
+
+fn remap_offset_index(
+    offsets: &[(u64, u64)],
+    oi: &OffsetIndexMetaData,
+) -> Result<OffsetIndexMetaData, ParquetError> {
+    let locations = oi.page_locations();
+    let mut b = OffsetIndexBuilder::new();
+    for (i, loc) in locations.iter().enumerate() {
+        let start = remap(offsets, loc.offset)?;
+        let end = remap(offsets, loc.offset + i64::from(loc.compressed_page_size))?;
+        let next_row = locations
+            .get(i + 1)
+            .map_or(loc.first_row_index, |n| n.first_row_index);
+        b.append_row_count(next_row - loc.first_row_index);
+        let size = i32::try_from(end - start)
+            .map_err(|_| ParquetError::General("page larger than 2 GiB".into()))?;
+        b.append_offset_and_size(start, size);
+    }
+    if let Some(bytes) = oi.unencoded_byte_array_data_bytes() {
+        for &v in bytes {
+            b.append_unencoded_byte_array_data_bytes(Some(v));
+        }
+    }
+    Ok(b.build())
+}
+
+/// Serialise the page indexes and footer of `metadata` as they follow
+/// `at` bytes of data (their recorded offsets count from the object start).
+///
+/// # Errors
+/// A [`ParquetError`] from the metadata writer.
+pub fn write_footer(metadata: &ParquetMetaData, at: u64) -> Result<Vec<u8>, ParquetError> {
+    let mut tail = Vec::new();
+    let mut tracked = TrackedWrite::new(SkipPrefix {
+        skip: at,
+        out: &mut tail,
+    });
+    // TrackedWrite counts from 0: feed it `at` bytes the sink drops.
+    let zeros = [0u8; 64 * 1024];
+    let mut left = at;
+    while left > 0 {
+        let n = left.min(zeros.len() as u64) as usize;
+        std::io::Write::write_all(&mut tracked, &zeros[..n])?;
+        left -= n as u64;
+    }
+    ParquetMetaDataWriter::new_with_tracked(tracked, metadata).finish()?;
+    Ok(tail)
+}
+
+/// A sink that drops its first `skip` bytes and keeps the rest.
+struct SkipPrefix<'a> {
+    skip: u64,
+    out: &'a mut Vec<u8>,
+}
+
+impl std::io::Write for SkipPrefix<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let dropped = self.skip.min(buf.len() as u64) as usize;
+        self.skip -= dropped as u64;
+        self.out.extend_from_slice(&buf[dropped..]);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A whole Parquet file (written by any writer, page index included or not)
+/// with a CRC32 in every page header: the pages are rewritten in place and
+/// the footer rebuilt. Used for postings written outside
+/// [`super::PostingsWriter`] (which does the same row group by row group).
+///
+/// # Errors
+/// A [`ParquetError`] for a file that does not parse.
+pub fn add_page_crcs_to_file(file: &[u8]) -> Result<Vec<u8>, ParquetError> {
+    let bytes = Bytes::copy_from_slice(file);
+    let metadata = ParquetMetaDataReader::new()
+        .with_page_index_policy(PageIndexPolicy::Optional)
+        .parse_and_finish(&bytes)?;
+    let end = metadata
+        .row_groups()
+        .iter()
+        .flat_map(|rg| rg.columns())
+        .map(|c| {
+            let (s, l) = c.byte_range();
+            s + l
+        })
+        .max()
+        .unwrap_or(4) as usize;
+    let pages = file
+        .get(4..end)
+        .ok_or_else(|| ParquetError::General("column chunks run past the file".into()))?;
+    let rewritten =
+        add_page_crcs(pages).map_err(|e| ParquetError::General(e.to_string()))?;
+    let offsets: Vec<(u64, u64)> = rewritten
+        .offsets
+        .iter()
+        .map(|&(o, n)| (o + 4, n + 4))
+        .collect();
+    let metadata = remap_metadata(metadata, &offsets)?;
+    let mut out = file[..4].to_vec();
+    out.extend_from_slice(&rewritten.bytes);
+    let tail = write_footer(&metadata, out.len() as u64)?;
+    out.extend_from_slice(&tail);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A v1 data page header: type 0, sizes, and a nested data_page_header
+    /// (field 5) holding num_values, encodings and a statistics struct with
+    /// binaries, like the ones parquet-rs writes.
+    fn header(compressed: i64, long_ids: bool) -> Vec<u8> {
+        let zz = |v: i64| ((v << 1) ^ (v >> 63)) as u64;
+        let mut h = Vec::new();
+        h.push(0x15);
+        put_varint(&mut h, zz(0)); // type
+        h.push(0x15);
+        put_varint(&mut h, zz(compressed)); // uncompressed
+        h.push(0x15);
+        put_varint(&mut h, zz(compressed)); // compressed
+        if long_ids {
+            h.push(0x0c); // field 5 in the long form
+            put_varint(&mut h, zz(5));
+        } else {
+            h.push(0x2c); // field 5, delta 2
+        }
+        h.push(0x15);
+        put_varint(&mut h, zz(3)); // num_values
+        h.push(0x15);
+        put_varint(&mut h, zz(0)); // encoding
+        h.push(0x15);
+        put_varint(&mut h, zz(3));
+        h.push(0x15);
+        put_varint(&mut h, zz(3));
+        h.push(0x1c); // statistics struct (field 5, delta 1)
+        h.push(0x58); // field 5 binary (max_value)
+        h.extend_from_slice(&[4, 1, 2, 3, 4]);
+        h.push(0x18); // field 6 binary (min_value)
+        h.extend_from_slice(&[4, 1, 2, 3, 4]);
+        h.push(0x19); // field 7: list<...> of 2 i32
+        h.push(0x25);
+        h.extend_from_slice(&[2, 4]);
+        h.push(0); // end statistics
+        h.push(0); // end data page header
+        h.push(0); // end page header
+        h
+    }
+
+    fn page(data: &[u8], long_ids: bool) -> Vec<u8> {
+        let mut p = header(data.len() as i64, long_ids);
+        p.extend_from_slice(data);
+        p
+    }
+
+    #[test]
+    fn crcs_are_inserted_offsets_mapped_and_checked() {
+        for long_ids in [false, true] {
+            let mut pages = page(b"hello world", long_ids);
+            let second = pages.len() as u64;
+            pages.extend(page(&[7u8; 300], long_ids));
+            let r = add_page_crcs(&pages).unwrap();
+            assert_eq!(r.offsets.len(), 3);
+            assert_eq!(r.offsets[0], (0, 0));
+            assert_eq!(r.offsets[1].0, second);
+            assert_eq!(r.offsets[2].1, r.bytes.len() as u64);
+            assert!(matches!(
+                check_column_chunk(&pages),
+                Err(PageCrcError::MissingCrc { page: 0, .. })
+            ));
+            assert_eq!(check_column_chunk(&r.bytes), Ok(2));
+            // The rewritten header parses to the same fields plus the crc.
+            let h = parse_header(&r.bytes).unwrap();
+            assert_eq!(h.crc, Some(crc32(b"hello world")));
+            assert_eq!(
+                h.fields.iter().map(|f| f.id).collect::<Vec<_>>(),
+                vec![1, 2, 3, 4, 5]
+            );
+            // Rewriting again is stable.
+            assert_eq!(add_page_crcs(&r.bytes).unwrap().bytes, r.bytes);
+            // Every flipped data byte of the second page is a mismatch on page 1.
+            let start = r.offsets[1].1 as usize + parse_header(&r.bytes[r.offsets[1].1 as usize..]).unwrap().len;
+            let mut bad = r.bytes.clone();
+            bad[start + 17] ^= 0x40;
+            assert!(matches!(
+                check_column_chunk(&bad),
+                Err(PageCrcError::Mismatch { page: 1, .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn garbage_is_a_malformed_header_not_a_panic() {
+        for bytes in [&[0xffu8; 3][..], &[0x15, 0x80][..], &[0x1c][..], &[0x0d, 1, 1][..]] {
+            assert!(matches!(
+                check_column_chunk(bytes),
+                Err(PageCrcError::MalformedHeader { .. })
+            ));
+        }
+        assert_eq!(check_column_chunk(&[]), Ok(0));
+    }
+
+    #[test]
+    fn crc32_is_the_zlib_crc() {
+        assert_eq!(crc32(b"123456789"), 0xcbf4_3926);
+    }
+}
