@@ -244,10 +244,8 @@ fn view<'a>(
     mut info: IndexInfo,
     auth: Authenticated,
 ) -> IndexView<'a> {
-    if !auth.0 {
-        if let Some(definition) = info.definition.as_object_mut() {
-            definition.remove("source");
-        }
+    if let (false, Some(definition)) = (auth.0, info.definition.as_object_mut()) {
+        definition.remove("source");
     }
     IndexView {
         name,
