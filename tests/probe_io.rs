@@ -187,10 +187,9 @@ async fn lying_statistics_are_corrupt_index() {
     // describe the lying bytes, so only the residual cid check can catch it.
     let patched = parqivf::postings::page_crc::add_page_crcs_to_file(&patched).unwrap();
     let footers_path = Path::from("idx/postings/footers.json");
-    let mut footers: parqivf::postings::footers::Footers = serde_json::from_slice(
-        &mem.get(&footers_path).await.unwrap().bytes().await.unwrap(),
-    )
-    .unwrap();
+    let mut footers: parqivf::postings::footers::Footers =
+        serde_json::from_slice(&mem.get(&footers_path).await.unwrap().bytes().await.unwrap())
+            .unwrap();
     footers.files[0] =
         parqivf::postings::footers::FooterPin::of_file(&entry.path, &patched).unwrap();
     mem.put(&footers_path, PutPayload::from(footers.to_json_bytes()))

@@ -60,7 +60,8 @@ fn json_value() -> impl Strategy<Value = Value> {
 
 /// A body: structured JSON, a valid request with one field replaced, or raw bytes.
 fn body() -> impl Strategy<Value = Vec<u8>> {
-    let valid = json!({ "vector": [0.1, 0.2, 0.3, 0.4], "k": 3, "nprobe": 2, "include": ["stats"] });
+    let valid =
+        json!({ "vector": [0.1, 0.2, 0.3, 0.4], "k": 3, "nprobe": 2, "include": ["stats"] });
     prop_oneof![
         json_value().prop_map(|v| serde_json::to_vec(&v).unwrap()),
         (
@@ -130,7 +131,10 @@ async fn no_request_body_makes_the_server_fail() {
         if status.is_client_error() {
             let error: Value = serde_json::from_str(&text)
                 .unwrap_or_else(|_| panic!("case {i}: a 4xx body is JSON: {text}"));
-            assert!(error["error"].is_object() || error["error"].is_string(), "{text}");
+            assert!(
+                error["error"].is_object() || error["error"].is_string(),
+                "{text}"
+            );
             rejected += 1;
         } else {
             ok += 1;

@@ -197,9 +197,8 @@ fn parse_header(buf: &[u8]) -> Result<Header, String> {
         if (id == 3 || id == 4) && ty == 5 {
             let v = r.zigzag()?;
             if id == 3 {
-                compressed = Some(
-                    usize::try_from(v).map_err(|_| format!("compressed_page_size {v} < 0"))?,
-                );
+                compressed =
+                    Some(usize::try_from(v).map_err(|_| format!("compressed_page_size {v} < 0"))?);
             } else {
                 crc = Some(v as u32);
             }
@@ -303,7 +302,12 @@ pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
             .ok_or_else(|| malformed("page runs past the end".into()))?;
         out.offsets.push((pos as u64, out.bytes.len() as u64));
         let data = &pages[data_start..data_end];
-        encode_with_crc(&pages[pos..data_start], &header, crc32(data), &mut out.bytes);
+        encode_with_crc(
+            &pages[pos..data_start],
+            &header,
+            crc32(data),
+            &mut out.bytes,
+        );
         out.bytes.extend_from_slice(data);
         pos = data_end;
         page += 1;
@@ -519,8 +523,7 @@ pub fn add_page_crcs_to_file(file: &[u8]) -> Result<Vec<u8>, ParquetError> {
     let pages = file
         .get(4..end)
         .ok_or_else(|| ParquetError::General("column chunks run past the file".into()))?;
-    let rewritten =
-        add_page_crcs(pages).map_err(|e| ParquetError::General(e.to_string()))?;
+    let rewritten = add_page_crcs(pages).map_err(|e| ParquetError::General(e.to_string()))?;
     let offsets: Vec<(u64, u64)> = rewritten
         .offsets
         .iter()
@@ -610,7 +613,10 @@ mod tests {
             // Rewriting again is stable.
             assert_eq!(add_page_crcs(&r.bytes).unwrap().bytes, r.bytes);
             // Every flipped data byte of the second page is a mismatch on page 1.
-            let start = r.offsets[1].1 as usize + parse_header(&r.bytes[r.offsets[1].1 as usize..]).unwrap().len;
+            let start = r.offsets[1].1 as usize
+                + parse_header(&r.bytes[r.offsets[1].1 as usize..])
+                    .unwrap()
+                    .len;
             let mut bad = r.bytes.clone();
             bad[start + 17] ^= 0x40;
             assert!(matches!(
@@ -622,7 +628,12 @@ mod tests {
 
     #[test]
     fn garbage_is_a_malformed_header_not_a_panic() {
-        for bytes in [&[0xffu8; 3][..], &[0x15, 0x80][..], &[0x1c][..], &[0x0d, 1, 1][..]] {
+        for bytes in [
+            &[0xffu8; 3][..],
+            &[0x15, 0x80][..],
+            &[0x1c][..],
+            &[0x0d, 1, 1][..],
+        ] {
             assert!(matches!(
                 check_column_chunk(bytes),
                 Err(PageCrcError::MalformedHeader { .. })

@@ -11,23 +11,23 @@
 //! spans consecutive row groups and files.
 
 use super::PostingsError;
+use super::footers::{FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes};
+use super::page_crc::{add_page_crcs, remap_metadata, write_footer};
 use super::schema::{
     CID_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, ROWID_COLUMN, VECTOR_COLUMN, part_path,
     postings_schema,
 };
 use crate::manifest::{FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest};
-use super::footers::{FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes};
 use crate::store::StoreError;
 use crate::store::commit::put_if_absent;
-use futures::{StreamExt, TryStreamExt};
-use object_store::ObjectStoreExt;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Field, Int32Type, SchemaRef};
 use bytes::Bytes;
+use futures::{StreamExt, TryStreamExt};
+use object_store::ObjectStoreExt;
 use object_store::buffered::BufWriter;
 use object_store::path::Path;
 use object_store::{ObjectStore, PutResult};
-use super::page_crc::{add_page_crcs, remap_metadata, write_footer};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
 use parquet::errors::ParquetError;
@@ -274,12 +274,15 @@ impl PostingsWriter {
             ),
             location.to_string(),
         );
-        let writer =
-            ArrowWriter::try_new(Vec::new(), Arc::clone(&self.schema), Some(self.props.clone()))
-                .map_err(|source| PostingsError::Parquet {
-                path: location.to_string(),
-                source,
-            })?;
+        let writer = ArrowWriter::try_new(
+            Vec::new(),
+            Arc::clone(&self.schema),
+            Some(self.props.clone()),
+        )
+        .map_err(|source| PostingsError::Parquet {
+            path: location.to_string(),
+            source,
+        })?;
         Ok(OpenFile {
             relative,
             path: location.to_string(),
