@@ -57,7 +57,9 @@ fn bench(c: &mut Criterion) {
                     .await
             })
             .unwrap();
-        let meta = ParquetMetaDataReader::new().parse_and_finish(&bytes).unwrap();
+        let meta = ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes)
+            .unwrap();
         for rg in meta.row_groups() {
             for col in rg.columns() {
                 let (s, l) = col.byte_range();
@@ -97,9 +99,10 @@ fn bench(c: &mut Criterion) {
             nprobe,
             ..SearchParams::default()
         };
-        group.bench_function(format!("search/{n}x{dim}/nlist{nlist}/nprobe{nprobe}"), |b| {
-            b.iter(|| rt.block_on(index.search_batch(&queries, &params)).unwrap())
-        });
+        group.bench_function(
+            format!("search/{n}x{dim}/nlist{nlist}/nprobe{nprobe}"),
+            |b| b.iter(|| rt.block_on(index.search_batch(&queries, &params)).unwrap()),
+        );
         let t = Instant::now();
         let mut checked = 0;
         let reps = 20;

@@ -19,11 +19,11 @@ use crate::centroids::{self, CentroidsError};
 use crate::kmeans::Hierarchy;
 use crate::manifest::{self, Manifest};
 use crate::postings::footers::{FooterPin, Footers};
-use crate::warehouse::{Pin, check_pin};
 use crate::probe::ProbeError;
 use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan_batch};
 use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
+use crate::warehouse::{Pin, check_pin};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use rayon::prelude::*;
@@ -349,7 +349,11 @@ impl Index {
         };
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
-        pinned(crate::catalog::definition::INDEX_DEFINITION_FILE, &def_path, &bytes)?;
+        pinned(
+            crate::catalog::definition::INDEX_DEFINITION_FILE,
+            &def_path,
+            &bytes,
+        )?;
         check_version(&def_path, &bytes, INDEX_FORMAT_VERSION)?;
         let definition = IndexDefinition::from_json(&bytes)?;
         let unsupported = |what, found: &str, supported| IndexError::Unsupported {

@@ -154,7 +154,8 @@ pub fn snapshot_documents(definition: &IndexDefinition) -> [String; 4] {
 }
 
 fn snapshot_child(snapshot: &Path, rel: &str) -> Path {
-    rel.split('/').fold(snapshot.clone(), |p, part| p.join(part))
+    rel.split('/')
+        .fold(snapshot.clone(), |p, part| p.join(part))
 }
 
 /// Read the snapshot's documents back and pin them.
@@ -420,7 +421,6 @@ pub async fn commit_pinned(
     Ok(c)
 }
 
-
 /// Every commit of the index, version 1 up to the current one, by GET
 /// (never a LIST): what [`gc`] must keep.
 ///
@@ -608,9 +608,13 @@ mod tests {
     async fn commits_chain_and_current_follows_without_hint() {
         let s = mem();
         let idx = Path::from("idx");
-        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![]).await.unwrap();
+        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![])
+            .await
+            .unwrap();
         assert_eq!(c1.version, 1);
-        let c2 = commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![]).await.unwrap();
+        let c2 = commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![])
+            .await
+            .unwrap();
         assert_eq!(c2.parent, Some(1));
         // Remove the hint: readers still find version 2 by walking.
         s.delete(&hint_path(&idx)).await.unwrap();
@@ -623,8 +627,12 @@ mod tests {
     async fn stale_hint_is_harmless() {
         let s = mem();
         let idx = Path::from("idx");
-        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![]).await.unwrap();
-        commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![]).await.unwrap();
+        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![])
+            .await
+            .unwrap();
+        commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![])
+            .await
+            .unwrap();
         s.put(
             &hint_path(&idx),
             PutPayload::from(br#"{"version":1}"#.to_vec()),

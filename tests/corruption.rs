@@ -67,7 +67,11 @@ async fn fixture() -> Fixture {
         }
         let vectors: Vec<u8> = rows
             .iter()
-            .flat_map(|&i| data[i * DIM..(i + 1) * DIM].iter().flat_map(|x| x.to_le_bytes()))
+            .flat_map(|&i| {
+                data[i * DIM..(i + 1) * DIM]
+                    .iter()
+                    .flat_map(|x| x.to_le_bytes())
+            })
             .collect();
         let batch = RecordBatch::try_new(
             postings_schema(DIM, &[]),
@@ -87,7 +91,11 @@ async fn fixture() -> Fixture {
         writer.write_bucket(r as u32, vec![batch]).await.unwrap();
     }
     let manifest = writer.finish(NLIST as u32, h.cid_offsets.clone()).unwrap();
-    assert!(manifest.files.len() >= 2 * ROOTS, "{} files", manifest.files.len());
+    assert!(
+        manifest.files.len() >= 2 * ROOTS,
+        "{} files",
+        manifest.files.len()
+    );
     publish(&store, &postings_root, &manifest).await.unwrap();
     store
         .put(
@@ -182,7 +190,14 @@ async fn objects(f: &Fixture) -> Vec<(Path, Bytes)> {
         f.store.list(Some(&f.index)).try_collect().await.unwrap();
     let mut out = Vec::new();
     for m in metas {
-        let b = f.store.get(&m.location).await.unwrap().bytes().await.unwrap();
+        let b = f
+            .store
+            .get(&m.location)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
         out.push((m.location, b));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
@@ -216,7 +231,10 @@ async fn corruption_matrix_gives_errors_or_the_correct_answer_never_a_wrong_one(
         "postings/footers.json",
         "part-00001.parquet",
     ] {
-        assert!(kinds.iter().any(|k| k.ends_with(needed)), "{needed} in {kinds:?}");
+        assert!(
+            kinds.iter().any(|k| k.ends_with(needed)),
+            "{needed} in {kinds:?}"
+        );
     }
     let mut flips = Outcomes::default();
     let mut per_object = Vec::new();
@@ -262,11 +280,25 @@ async fn corruption_matrix_gives_errors_or_the_correct_answer_never_a_wrong_one(
         edits.correct,
         edits.wrong.len()
     );
-    assert!(flips.wrong.is_empty(), "wrong answers after {:#?}", flips.wrong);
-    assert!(edits.wrong.is_empty(), "wrong answers after {:#?}", edits.wrong);
-    assert!(flipped > 500 && edited > 50, "{flipped} flips, {edited} edits");
+    assert!(
+        flips.wrong.is_empty(),
+        "wrong answers after {:#?}",
+        flips.wrong
+    );
+    assert!(
+        edits.wrong.is_empty(),
+        "wrong answers after {:#?}",
+        edits.wrong
+    );
+    assert!(
+        flipped > 500 && edited > 50,
+        "{flipped} flips, {edited} edits"
+    );
     // Unchanged after the matrix.
-    assert_eq!(answer(&f.store, &f.index, &f.queries).await.unwrap(), f.expected);
+    assert_eq!(
+        answer(&f.store, &f.index, &f.queries).await.unwrap(),
+        f.expected
+    );
 }
 
 /// One edited copy of `doc` per leaf field (numbers ±1, strings changed,
@@ -372,6 +404,13 @@ async fn a_flipped_rowid_byte_is_a_page_checksum_error_naming_the_page() {
     let rowid = meta.row_group(0).column(1);
     assert_eq!(rowid.column_path().string(), "rowid");
     let (start, len) = rowid.byte_range();
+    // Pages of the chunk (a dictionary page, then data pages): the flipped
+    // byte is in the last one.
+    let pages = parqivf::postings::page_crc::check_column_chunk(
+        &original[start as usize..(start + len) as usize],
+    )
+    .unwrap();
+    let last = pages - 1;
     let mut bytes = original.to_vec();
     // The last byte of the chunk is the last rowid's high byte.
     bytes[(start + len - 1) as usize] ^= 0x01;
@@ -389,11 +428,16 @@ async fn a_flipped_rowid_byte_is_a_page_checksum_error_naming_the_page() {
     assert!(p.ends_with("part-00000.parquet"), "{p}");
     assert_eq!((*row_group, column.as_str()), (0, "rowid"));
     assert!(
-        matches!(source, parqivf::postings::page_crc::PageCrcError::Mismatch { page: 0, .. }),
+        matches!(source, parqivf::postings::page_crc::PageCrcError::Mismatch { page, .. } if *page == last),
         "{source}"
     );
     let msg = err.to_string();
-    assert!(msg.contains("row group 0") && msg.contains("rowid") && msg.contains("page 0"), "{msg}");
+    assert!(
+        msg.contains("row group 0")
+            && msg.contains("rowid")
+            && msg.contains(&format!("page {last}")),
+        "{msg}"
+    );
 }
 
 /// Issue #17 item 3: a flipped vector byte changed a distance.
@@ -444,7 +488,12 @@ async fn a_footer_edit_that_still_parses_is_a_footer_pin_error() {
     let mut rgs = builder.take_row_groups();
     let mut rg = rgs.remove(0).into_builder();
     let mut cols = rg.take_columns();
-    cols[0] = cols[0].clone().into_builder().set_statistics(new_stats).build().unwrap();
+    cols[0] = cols[0]
+        .clone()
+        .into_builder()
+        .set_statistics(new_stats)
+        .build()
+        .unwrap();
     rg = rg.set_column_metadata(cols);
     rgs.insert(0, rg.build().unwrap());
     let edited = builder.set_row_groups(rgs).build();
@@ -480,7 +529,14 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
     let f = fixture().await;
     let snapshot = f.index.clone().join("snapshots").join("s1");
     let manifest_path = snapshot.clone().join("postings").join("manifest.json");
-    let original = f.store.get(&manifest_path).await.unwrap().bytes().await.unwrap();
+    let original = f
+        .store
+        .get(&manifest_path)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
     let mut m: serde_json::Value = serde_json::from_slice(&original).unwrap();
     let max = m["files"][0]["max-cid"].as_u64().unwrap();
     let min = m["files"][0]["min-cid"].as_u64().unwrap();
@@ -490,7 +546,12 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
         m["files"][0]["min-cid"] = (min + 1).into();
         m["files"][0]["max-cid"] = (max + 1).into();
     }
-    put(&f.store, &manifest_path, serde_json::to_vec_pretty(&m).unwrap()).await;
+    put(
+        &f.store,
+        &manifest_path,
+        serde_json::to_vec_pretty(&m).unwrap(),
+    )
+    .await;
     let err = answer(&f.store, &f.index, &f.queries).await.unwrap_err();
     assert!(
         matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Pin(PinError::Mismatch { object, .. })) if object.ends_with("postings/manifest.json")),
@@ -503,7 +564,10 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
     let mut d: serde_json::Value = serde_json::from_slice(&original).unwrap();
     d["metric"] = if d["metric"] == "l2" { "ip" } else { "l2" }.into();
     let edited = serde_json::to_vec_pretty(&d).unwrap();
-    assert!(IndexDefinition::from_json(&edited).is_ok(), "the edit still parses");
+    assert!(
+        IndexDefinition::from_json(&edited).is_ok(),
+        "the edit still parses"
+    );
     put(&f.store, &def_path, edited).await;
     let err = answer(&f.store, &f.index, &f.queries).await.unwrap_err();
     assert!(
@@ -511,7 +575,14 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
         "{err}"
     );
     // The commit document pins all four small documents.
-    let commit = f.store.get(&version_path(&f.index, 1)).await.unwrap().bytes().await.unwrap();
+    let commit = f
+        .store
+        .get(&version_path(&f.index, 1))
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
     let c: serde_json::Value = serde_json::from_slice(&commit).unwrap();
     let pinned: Vec<&str> = c["pins"]
         .as_array()
@@ -546,7 +617,10 @@ async fn pyarrow_verifies_the_page_checksums() {
     let mut bad = good.to_vec();
     bad[(start + len - 3) as usize] ^= 0x01;
     let dir = tempfile::tempdir().unwrap();
-    let (g, b) = (dir.path().join("good.parquet"), dir.path().join("bad.parquet"));
+    let (g, b) = (
+        dir.path().join("good.parquet"),
+        dir.path().join("bad.parquet"),
+    );
     std::fs::write(&g, &good).unwrap();
     std::fs::write(&b, &bad).unwrap();
     let script = r#"
@@ -562,5 +636,8 @@ except Exception as e:
     let out = support::run_python(&python, script, &[g.to_str().unwrap(), b.to_str().unwrap()]);
     println!("{out}");
     assert!(out.contains("good rows"), "{out}");
-    assert!(out.contains("bad refused") && out.to_lowercase().contains("crc"), "{out}");
+    assert!(
+        out.contains("bad refused") && out.to_lowercase().contains("crc"),
+        "{out}"
+    );
 }

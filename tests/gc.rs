@@ -20,11 +20,18 @@ fn now_ms() -> u64 {
 }
 
 async fn snapshot(store: &Arc<dyn ObjectStore>, index: &Path, id: &str) {
-    for rel in ["index.json", "postings/manifest.json", "postings/cid_bucket=000000/part-00000.parquet"] {
+    for rel in [
+        "index.json",
+        "postings/manifest.json",
+        "postings/cid_bucket=000000/part-00000.parquet",
+    ] {
         let p = rel
             .split('/')
             .fold(index.clone().join("snapshots").join(id), |p, s| p.join(s));
-        store.put(&p, PutPayload::from(vec![1u8; 10])).await.unwrap();
+        store
+            .put(&p, PutPayload::from(vec![1u8; 10]))
+            .await
+            .unwrap();
     }
 }
 
@@ -42,11 +49,18 @@ async fn gc_deletes_only_old_unreferenced_snapshots() {
     for id in ["a", "b", "orphan"] {
         snapshot(&store, &index, id).await;
     }
-    commit_pinned(&store, &index, "snapshots/a", None, 1, vec![]).await.unwrap();
-    commit_pinned(&store, &index, "snapshots/b", Some(1), 2, vec![]).await.unwrap();
+    commit_pinned(&store, &index, "snapshots/a", None, 1, vec![])
+        .await
+        .unwrap();
+    commit_pinned(&store, &index, "snapshots/b", Some(1), 2, vec![])
+        .await
+        .unwrap();
     let unreferenced = unreferenced_snapshots(&store, &index).await.unwrap();
     assert_eq!(
-        unreferenced.iter().map(|f| f.snapshot.as_str()).collect::<Vec<_>>(),
+        unreferenced
+            .iter()
+            .map(|f| f.snapshot.as_str())
+            .collect::<Vec<_>>(),
         ["snapshots/orphan"]
     );
     assert_eq!(unreferenced[0].objects, 3);
@@ -59,17 +73,26 @@ async fn gc_deletes_only_old_unreferenced_snapshots() {
     assert!(present(&store, &index, "orphan").await);
 
     // A dry run two hours later reports but deletes nothing.
-    let report = gc(&store, &index, HOUR_MS, now_ms() + 2 * HOUR_MS, true).await.unwrap();
+    let report = gc(&store, &index, HOUR_MS, now_ms() + 2 * HOUR_MS, true)
+        .await
+        .unwrap();
     assert_eq!(report.deleted.len(), 1);
     assert!(present(&store, &index, "orphan").await);
 
     // For real: the orphan goes, every version's snapshot (even the old,
     // superseded "a") stays.
-    let report = gc(&store, &index, HOUR_MS, now_ms() + 2 * HOUR_MS, false).await.unwrap();
+    let report = gc(&store, &index, HOUR_MS, now_ms() + 2 * HOUR_MS, false)
+        .await
+        .unwrap();
     assert_eq!(report.deleted[0].snapshot, "snapshots/orphan");
     assert!(!present(&store, &index, "orphan").await);
     assert!(present(&store, &index, "a").await && present(&store, &index, "b").await);
-    assert!(unreferenced_snapshots(&store, &index).await.unwrap().is_empty());
+    assert!(
+        unreferenced_snapshots(&store, &index)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     let left = store
         .list(Some(&index.clone().join("snapshots").join("orphan")))
         .collect::<Vec<_>>()
@@ -85,20 +108,31 @@ fn cli_gc_deletes_an_unreferenced_snapshot_of_a_local_index() {
     let root = dir.path().join("idx");
     let rt = tokio::runtime::Runtime::new().unwrap();
     rt.block_on(async {
-        let store: Arc<dyn ObjectStore> = Arc::new(
-            object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap(),
-        );
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
         let index = Path::from("idx");
         snapshot(&store, &index, "kept").await;
         snapshot(&store, &index, "dropped").await;
-        commit_pinned(&store, &index, "snapshots/kept", None, 1, vec![]).await.unwrap();
+        commit_pinned(&store, &index, "snapshots/kept", None, 1, vec![])
+            .await
+            .unwrap();
     });
     let run = |grace: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))
-            .args(["gc", "--index", root.to_str().unwrap(), "--older-than", grace])
+            .args([
+                "gc",
+                "--index",
+                root.to_str().unwrap(),
+                "--older-than",
+                grace,
+            ])
             .output()
             .unwrap();
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         String::from_utf8_lossy(&out.stdout).to_string()
     };
     let out = run("1h");

@@ -18,9 +18,9 @@ use object_store::{
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
 use parqivf::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
-use parqivf::postings::schema::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
 use parqivf::postings::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers};
 use parqivf::postings::page_crc::add_page_crcs_to_file;
+use parqivf::postings::schema::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
 use parqivf::postings::verify::check_footer;
 use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
 use parquet::arrow::ArrowWriter;
@@ -557,8 +557,15 @@ async fn committed_index() -> (Arc<dyn ObjectStore>, parqivf::kmeans::Hierarchy)
     let ids = common::rowids(600);
     let h = common::hierarchy(&data, IDX_DIM, 2, 8, 2);
     let snapshot = Path::from("idx/snapshots/s1");
-    common::write_index(store.as_ref(), &snapshot, &h, &data, &ids, common::Layout::default())
-        .await;
+    common::write_index(
+        store.as_ref(),
+        &snapshot,
+        &h,
+        &data,
+        &ids,
+        common::Layout::default(),
+    )
+    .await;
     parqivf::warehouse::commit(&store, &Path::from("idx"), "snapshots/s1", None, 1)
         .await
         .unwrap();
@@ -572,7 +579,11 @@ async fn index_violations(store: &Arc<dyn ObjectStore>, at: &str, orphans: bool)
         .violations
 }
 
-async fn edit_json(store: &Arc<dyn ObjectStore>, path: &str, edit: impl FnOnce(&mut serde_json::Value)) {
+async fn edit_json(
+    store: &Arc<dyn ObjectStore>,
+    path: &str,
+    edit: impl FnOnce(&mut serde_json::Value),
+) {
     let p = Path::from(path);
     let mut v: serde_json::Value =
         serde_json::from_slice(&store.get(&p).await.unwrap().bytes().await.unwrap()).unwrap();
@@ -584,15 +595,17 @@ async fn edit_json(store: &Arc<dyn ObjectStore>, path: &str, edit: impl FnOnce(&
 }
 
 fn snapshot_invalid(v: &[Violation]) -> bool {
-    v.iter().any(|v| matches!(v, Violation::SnapshotInvalid { .. }))
+    v.iter()
+        .any(|v| matches!(v, Violation::SnapshotInvalid { .. }))
 }
 
 #[tokio::test]
 async fn a_clean_committed_index_verifies_with_and_without_orphans() {
     let (store, _) = committed_index().await;
-    assert!(index_violations(&store, "idx", false).await.is_empty());
-    assert!(index_violations(&store, "idx", true).await.is_empty());
-    assert!(index_violations(&store, "idx/snapshots/s1", false).await.is_empty());
+    for (at, orphans) in [("idx", false), ("idx", true), ("idx/snapshots/s1", false)] {
+        let v = index_violations(&store, at, orphans).await;
+        assert!(v.is_empty(), "{at} {orphans}: {v:?}");
+    }
 }
 
 #[tokio::test]
@@ -600,7 +613,10 @@ async fn an_index_json_of_an_empty_array_is_a_violation() {
     for at in ["idx", "idx/snapshots/s1"] {
         let (store, _) = committed_index().await;
         store
-            .put(&Path::from("idx/snapshots/s1/index.json"), Bytes::from_static(b"[]").into())
+            .put(
+                &Path::from("idx/snapshots/s1/index.json"),
+                Bytes::from_static(b"[]").into(),
+            )
             .await
             .unwrap();
         let v = index_violations(&store, at, false).await;
@@ -663,7 +679,8 @@ async fn a_dropped_file_entry_with_ntotal_adjusted_is_a_violation() {
         let v = index_violations(&store, at, true).await;
         assert!(snapshot_invalid(&v), "{at}: {v:?}");
         assert!(
-            v.iter().any(|v| matches!(v, Violation::FootersInvalid { .. })),
+            v.iter()
+                .any(|v| matches!(v, Violation::FootersInvalid { .. })),
             "{at}: {v:?}"
         );
         assert!(
@@ -711,7 +728,9 @@ async fn a_flipped_page_byte_and_an_edited_footer_pin_are_violations() {
     let rel = manifest["files"][0]["path"].as_str().unwrap().to_string();
     let p = Path::from(format!("idx/snapshots/s1/postings/{rel}"));
     let original = store.get(&p).await.unwrap().bytes().await.unwrap();
-    let meta = ParquetMetaDataReader::new().parse_and_finish(&original).unwrap();
+    let meta = ParquetMetaDataReader::new()
+        .parse_and_finish(&original)
+        .unwrap();
     let (start, len) = meta.row_group(0).column(2).byte_range();
     let mut bytes = original.to_vec();
     bytes[(start + len - 1) as usize] ^= 1;
@@ -728,7 +747,8 @@ async fn a_flipped_page_byte_and_an_edited_footer_pin_are_violations() {
     .await;
     let v = index_violations(&store, "idx/snapshots/s1", false).await;
     assert!(
-        v.iter().any(|v| matches!(v, Violation::FooterPinMismatch { .. })),
+        v.iter()
+            .any(|v| matches!(v, Violation::FooterPinMismatch { .. })),
         "{v:?}"
     );
 }

@@ -47,9 +47,16 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
     if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
-        let verb = if args.dry_run { "would delete" } else { "deleted" };
+        let verb = if args.dry_run {
+            "would delete"
+        } else {
+            "deleted"
+        };
         for f in &report.deleted {
-            println!("{verb} {} ({} objects, {} bytes)", f.snapshot, f.objects, f.bytes);
+            println!(
+                "{verb} {} ({} objects, {} bytes)",
+                f.snapshot, f.objects, f.bytes
+            );
         }
         for f in &report.kept_recent {
             println!("kept {} (inside the grace period)", f.snapshot);

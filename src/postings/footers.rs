@@ -67,7 +67,9 @@ pub enum FootersError {
         pins: usize,
         entries: usize,
     },
-    #[error("{path}: footer is {found} bytes with sha256 {found_sha256}, footers.json pins {expected} bytes with sha256 {expected_sha256}")]
+    #[error(
+        "{path}: footer is {found} bytes with sha256 {found_sha256}, footers.json pins {expected} bytes with sha256 {expected_sha256}"
+    )]
     Mismatch {
         path: String,
         expected: u64,
@@ -76,7 +78,11 @@ pub enum FootersError {
         found_sha256: String,
     },
     #[error("{path}: footer of {footer} bytes does not fit the {size}-byte object")]
-    Truncated { path: String, footer: u64, size: u64 },
+    Truncated {
+        path: String,
+        footer: u64,
+        size: u64,
+    },
     #[error("object store error on {path}: {source}")]
     Store {
         path: String,
@@ -98,7 +104,10 @@ impl Footers {
         };
         let value: serde_json::Value =
             serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
-        match value.get("format-version").and_then(serde_json::Value::as_u64) {
+        match value
+            .get("format-version")
+            .and_then(serde_json::Value::as_u64)
+        {
             Some(v) if v == u64::from(FOOTERS_FORMAT_VERSION) => {}
             Some(found) => {
                 return Err(FootersError::Incompatible {

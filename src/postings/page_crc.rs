@@ -80,13 +80,15 @@ struct Reader<'a> {
 }
 
 const MAX_DEPTH: usize = 32;
+/// The parse error of a header cut short by the end of the bytes.
+const TRUNCATED: &str = "truncated";
 
 impl Reader<'_> {
     fn byte(&mut self) -> Result<u8, String> {
         let b = *self
             .buf
             .get(self.pos)
-            .ok_or_else(|| "truncated".to_string())?;
+            .ok_or_else(|| TRUNCATED.to_string())?;
         self.pos += 1;
         Ok(b)
     }
@@ -113,7 +115,7 @@ impl Reader<'_> {
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| "truncated".to_string())?;
+            .ok_or_else(|| TRUNCATED.to_string())?;
         self.pos = end;
         Ok(())
     }
@@ -197,9 +199,8 @@ fn parse_header(buf: &[u8]) -> Result<Header, String> {
         if (id == 3 || id == 4) && ty == 5 {
             let v = r.zigzag()?;
             if id == 3 {
-                compressed = Some(
-                    usize::try_from(v).map_err(|_| format!("compressed_page_size {v} < 0"))?,
-                );
+                compressed =
+                    Some(usize::try_from(v).map_err(|_| format!("compressed_page_size {v} < 0"))?);
             } else {
                 crc = Some(v as u32);
             }
@@ -283,6 +284,25 @@ pub struct Rewritten {
 /// # Errors
 /// [`PageCrcError::MalformedHeader`] when the bytes are not whole pages.
 pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
+    let (out, consumed) = add_page_crcs_prefix(pages)?;
+    if consumed != pages.len() {
+        return Err(PageCrcError::MalformedHeader {
+            page: out.offsets.len().saturating_sub(1),
+            offset: consumed,
+            reason: "the last page is cut short".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// [`add_page_crcs`] over the whole pages at the start of `pages`; a last
+/// page cut short is left out. Returns the rewritten pages and how many
+/// input bytes they consumed (for a writer that streams its output).
+///
+/// # Errors
+/// [`PageCrcError::MalformedHeader`] for a header that is not a thrift
+/// compact `PageHeader`.
+pub fn add_page_crcs_prefix(pages: &[u8]) -> Result<(Rewritten, usize), PageCrcError> {
     let mut out = Rewritten {
         bytes: Vec::with_capacity(pages.len() + pages.len() / 1024 + 64),
         offsets: Vec::new(),
@@ -295,21 +315,32 @@ pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
             offset: pos,
             reason,
         };
-        let header = parse_header(&pages[pos..]).map_err(malformed)?;
+        let header = match parse_header(&pages[pos..]) {
+            Ok(h) => h,
+            Err(reason) if reason == TRUNCATED => break,
+            Err(reason) => return Err(malformed(reason)),
+        };
         let data_start = pos + header.len;
-        let data_end = data_start
+        let Some(data_end) = data_start
             .checked_add(header.compressed_size)
             .filter(|&e| e <= pages.len())
-            .ok_or_else(|| malformed("page runs past the end".into()))?;
+        else {
+            break;
+        };
         out.offsets.push((pos as u64, out.bytes.len() as u64));
         let data = &pages[data_start..data_end];
-        encode_with_crc(&pages[pos..data_start], &header, crc32(data), &mut out.bytes);
+        encode_with_crc(
+            &pages[pos..data_start],
+            &header,
+            crc32(data),
+            &mut out.bytes,
+        );
         out.bytes.extend_from_slice(data);
         pos = data_end;
         page += 1;
     }
     out.offsets.push((pos as u64, out.bytes.len() as u64));
-    Ok(out)
+    Ok((out, pos))
 }
 
 /// Check the CRC of every page of one fetched column chunk.
@@ -519,8 +550,7 @@ pub fn add_page_crcs_to_file(file: &[u8]) -> Result<Vec<u8>, ParquetError> {
     let pages = file
         .get(4..end)
         .ok_or_else(|| ParquetError::General("column chunks run past the file".into()))?;
-    let rewritten =
-        add_page_crcs(pages).map_err(|e| ParquetError::General(e.to_string()))?;
+    let rewritten = add_page_crcs(pages).map_err(|e| ParquetError::General(e.to_string()))?;
     let offsets: Vec<(u64, u64)> = rewritten
         .offsets
         .iter()
@@ -610,7 +640,10 @@ mod tests {
             // Rewriting again is stable.
             assert_eq!(add_page_crcs(&r.bytes).unwrap().bytes, r.bytes);
             // Every flipped data byte of the second page is a mismatch on page 1.
-            let start = r.offsets[1].1 as usize + parse_header(&r.bytes[r.offsets[1].1 as usize..]).unwrap().len;
+            let start = r.offsets[1].1 as usize
+                + parse_header(&r.bytes[r.offsets[1].1 as usize..])
+                    .unwrap()
+                    .len;
             let mut bad = r.bytes.clone();
             bad[start + 17] ^= 0x40;
             assert!(matches!(
@@ -622,7 +655,12 @@ mod tests {
 
     #[test]
     fn garbage_is_a_malformed_header_not_a_panic() {
-        for bytes in [&[0xffu8; 3][..], &[0x15, 0x80][..], &[0x1c][..], &[0x0d, 1, 1][..]] {
+        for bytes in [
+            &[0xffu8; 3][..],
+            &[0x15, 0x80][..],
+            &[0x1c][..],
+            &[0x0d, 1, 1][..],
+        ] {
             assert!(matches!(
                 check_column_chunk(bytes),
                 Err(PageCrcError::MalformedHeader { .. })

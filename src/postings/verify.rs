@@ -11,9 +11,9 @@
 //! run at all (an IO error other than "not found") is an `Err`.
 
 use super::PostingsError;
-use super::schema::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
 use super::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
 use super::page_crc::check_column_chunk;
+use super::schema::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
 use super::writer::child_path;
 use crate::catalog::definition::INDEX_DEFINITION_FILE;
 use crate::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
@@ -436,12 +436,20 @@ pub async fn verify_location(
         table = snapshot.clone().join("postings");
         let options = crate::index::IndexOptions::default();
         let opened = match &pins {
-            Some(pins) => crate::index::Index::open_pinned(store.clone(), &snapshot, options, pins).await,
+            Some(pins) => {
+                crate::index::Index::open_pinned(store.clone(), &snapshot, options, pins).await
+            }
             None => crate::index::Index::open_with_options(store.clone(), &snapshot, options).await,
         };
         let checked = match opened {
             Ok(index) => {
-                if let Some((dir, _)) = index.definition().tables.ivf_postings.location.rsplit_once('/') {
+                if let Some((dir, _)) = index
+                    .definition()
+                    .tables
+                    .ivf_postings
+                    .location
+                    .rsplit_once('/')
+                {
                     table = child_path(&snapshot, dir);
                 }
                 index.warm().await.map(|_| ())
