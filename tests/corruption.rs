@@ -404,6 +404,13 @@ async fn a_flipped_rowid_byte_is_a_page_checksum_error_naming_the_page() {
     let rowid = meta.row_group(0).column(1);
     assert_eq!(rowid.column_path().string(), "rowid");
     let (start, len) = rowid.byte_range();
+    // Pages of the chunk (a dictionary page, then data pages): the flipped
+    // byte is in the last one.
+    let pages = parqivf::postings::page_crc::check_column_chunk(
+        &original[start as usize..(start + len) as usize],
+    )
+    .unwrap();
+    let last = pages - 1;
     let mut bytes = original.to_vec();
     // The last byte of the chunk is the last rowid's high byte.
     bytes[(start + len - 1) as usize] ^= 0x01;
@@ -421,15 +428,14 @@ async fn a_flipped_rowid_byte_is_a_page_checksum_error_naming_the_page() {
     assert!(p.ends_with("part-00000.parquet"), "{p}");
     assert_eq!((*row_group, column.as_str()), (0, "rowid"));
     assert!(
-        matches!(
-            source,
-            parqivf::postings::page_crc::PageCrcError::Mismatch { page: 0, .. }
-        ),
+        matches!(source, parqivf::postings::page_crc::PageCrcError::Mismatch { page, .. } if *page == last),
         "{source}"
     );
     let msg = err.to_string();
     assert!(
-        msg.contains("row group 0") && msg.contains("rowid") && msg.contains("page 0"),
+        msg.contains("row group 0")
+            && msg.contains("rowid")
+            && msg.contains(&format!("page {last}")),
         "{msg}"
     );
 }

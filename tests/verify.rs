@@ -602,13 +602,10 @@ fn snapshot_invalid(v: &[Violation]) -> bool {
 #[tokio::test]
 async fn a_clean_committed_index_verifies_with_and_without_orphans() {
     let (store, _) = committed_index().await;
-    assert!(index_violations(&store, "idx", false).await.is_empty());
-    assert!(index_violations(&store, "idx", true).await.is_empty());
-    assert!(
-        index_violations(&store, "idx/snapshots/s1", false)
-            .await
-            .is_empty()
-    );
+    for (at, orphans) in [("idx", false), ("idx", true), ("idx/snapshots/s1", false)] {
+        let v = index_violations(&store, at, orphans).await;
+        assert!(v.is_empty(), "{at} {orphans}: {v:?}");
+    }
 }
 
 #[tokio::test]

@@ -80,13 +80,15 @@ struct Reader<'a> {
 }
 
 const MAX_DEPTH: usize = 32;
+/// The parse error of a header cut short by the end of the bytes.
+const TRUNCATED: &str = "truncated";
 
 impl Reader<'_> {
     fn byte(&mut self) -> Result<u8, String> {
         let b = *self
             .buf
             .get(self.pos)
-            .ok_or_else(|| "truncated".to_string())?;
+            .ok_or_else(|| TRUNCATED.to_string())?;
         self.pos += 1;
         Ok(b)
     }
@@ -113,7 +115,7 @@ impl Reader<'_> {
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| "truncated".to_string())?;
+            .ok_or_else(|| TRUNCATED.to_string())?;
         self.pos = end;
         Ok(())
     }
@@ -282,6 +284,25 @@ pub struct Rewritten {
 /// # Errors
 /// [`PageCrcError::MalformedHeader`] when the bytes are not whole pages.
 pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
+    let (out, consumed) = add_page_crcs_prefix(pages)?;
+    if consumed != pages.len() {
+        return Err(PageCrcError::MalformedHeader {
+            page: out.offsets.len().saturating_sub(1),
+            offset: consumed,
+            reason: "the last page is cut short".into(),
+        });
+    }
+    Ok(out)
+}
+
+/// [`add_page_crcs`] over the whole pages at the start of `pages`; a last
+/// page cut short is left out. Returns the rewritten pages and how many
+/// input bytes they consumed (for a writer that streams its output).
+///
+/// # Errors
+/// [`PageCrcError::MalformedHeader`] for a header that is not a thrift
+/// compact `PageHeader`.
+pub fn add_page_crcs_prefix(pages: &[u8]) -> Result<(Rewritten, usize), PageCrcError> {
     let mut out = Rewritten {
         bytes: Vec::with_capacity(pages.len() + pages.len() / 1024 + 64),
         offsets: Vec::new(),
@@ -294,12 +315,18 @@ pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
             offset: pos,
             reason,
         };
-        let header = parse_header(&pages[pos..]).map_err(malformed)?;
+        let header = match parse_header(&pages[pos..]) {
+            Ok(h) => h,
+            Err(reason) if reason == TRUNCATED => break,
+            Err(reason) => return Err(malformed(reason)),
+        };
         let data_start = pos + header.len;
-        let data_end = data_start
+        let Some(data_end) = data_start
             .checked_add(header.compressed_size)
             .filter(|&e| e <= pages.len())
-            .ok_or_else(|| malformed("page runs past the end".into()))?;
+        else {
+            break;
+        };
         out.offsets.push((pos as u64, out.bytes.len() as u64));
         let data = &pages[data_start..data_end];
         encode_with_crc(
@@ -313,7 +340,7 @@ pub fn add_page_crcs(pages: &[u8]) -> Result<Rewritten, PageCrcError> {
         page += 1;
     }
     out.offsets.push((pos as u64, out.bytes.len() as u64));
-    Ok(out)
+    Ok((out, pos))
 }
 
 /// Check the CRC of every page of one fetched column chunk.

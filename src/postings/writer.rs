@@ -12,7 +12,9 @@
 
 use super::PostingsError;
 use super::footers::{FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes};
-use super::page_crc::{add_page_crcs, remap_metadata, write_footer};
+use super::page_crc::{
+    Rewritten, add_page_crcs, add_page_crcs_prefix, remap_metadata, write_footer,
+};
 use super::schema::{
     CID_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, ROWID_COLUMN, VECTOR_COLUMN, part_path,
     postings_schema,
@@ -250,7 +252,8 @@ impl PostingsWriter {
             return Ok(());
         };
         open.flush().await?;
-        if open.upload.size >= self.options.max_file_bytes {
+        // Parquet's own count: part of it may still wait in its buffer.
+        if open.writer.bytes_written() as u64 >= self.options.max_file_bytes {
             self.close_file(state).await?;
         }
         Ok(())
@@ -290,6 +293,7 @@ impl PostingsWriter {
             upload,
             offsets: Vec::new(),
             written: 0,
+            pending: Vec::new(),
             rows: 0,
             min_cid: cid,
             max_cid: cid,
@@ -359,14 +363,20 @@ pub async fn publish(
     manifest: &Manifest,
 ) -> Result<PutResult, PostingsError> {
     manifest.validate()?;
-    let reads = manifest.files.iter().map(|f| {
-        let path = child_path(table_root, &f.path);
-        async move {
-            let footer = read_footer_bytes(store.as_ref(), &path, f.size).await?;
-            Ok::<_, PostingsError>(FooterPin::of_footer(&f.path, &footer))
-        }
-    });
-    let files = futures::stream::iter(reads)
+    // Owned inputs: the futures borrow nothing, so `publish` stays `Send`.
+    let targets: Vec<(String, Path, u64)> = manifest
+        .files
+        .iter()
+        .map(|f| (f.path.clone(), child_path(table_root, &f.path), f.size))
+        .collect();
+    let files = futures::stream::iter(targets)
+        .map(|(rel, path, size)| {
+            let store = Arc::clone(store);
+            async move {
+                let footer = read_footer_bytes(store.as_ref(), &path, size).await?;
+                Ok::<_, PostingsError>(FooterPin::of_footer(&rel, &footer))
+            }
+        })
         .buffered(16)
         .try_collect::<Vec<_>>()
         .await?;
@@ -456,8 +466,10 @@ struct OpenFile {
     /// `(offset written by parquet, offset in the object)` of every page
     /// start and row-group end, ascending: remaps the footer's offsets.
     offsets: Vec<(u64, u64)>,
-    /// Bytes parquet has produced so far (its own offsets).
+    /// Parquet's offset of the first byte not yet uploaded.
     written: u64,
+    /// Bytes parquet produced that end inside a page (uploaded next drain).
+    pending: Vec<u8>,
     rows: u64,
     /// First and last CID written (a file opens on its first row).
     min_cid: u32,
@@ -487,36 +499,54 @@ impl OpenFile {
     }
 
     /// Upload what parquet encoded since the last drain: the magic, then
-    /// whole row groups (pages back to back), each page header re-encoded
-    /// with its CRC32.
+    /// every whole page, its header re-encoded with its CRC32. Parquet
+    /// buffers its output, so a drain may end inside a page: the rest waits
+    /// in `pending` for the next one.
     async fn drain(&mut self) -> Result<(), PostingsError> {
         let buf = std::mem::take(self.writer.inner_mut());
-        if buf.is_empty() {
+        self.pending.extend_from_slice(&buf);
+        if !self.take_magic().await? {
             return Ok(());
         }
-        let mut pages = &buf[..];
-        if self.written == 0 {
-            let magic = pages.get(..4).unwrap_or_default().to_vec();
-            self.upload.put(Bytes::from(magic)).await?;
-            pages = pages.get(4..).unwrap_or_default();
-            self.written = 4;
-        }
-        let rewritten = add_page_crcs(pages).map_err(|e| {
+        let (rewritten, consumed) = add_page_crcs_prefix(&self.pending).map_err(|e| {
             self.parquet_err(ParquetError::General(format!(
                 "cannot add page checksums at byte {}: {e}",
                 self.written
             )))
         })?;
+        self.push_pages(rewritten, consumed).await
+    }
+
+    /// Upload the file's leading magic once it is out of parquet's buffer;
+    /// false while it is not.
+    async fn take_magic(&mut self) -> Result<bool, PostingsError> {
+        if self.written > 0 {
+            return Ok(true);
+        }
+        if self.pending.len() < 4 {
+            return Ok(false);
+        }
+        let magic: Vec<u8> = self.pending.drain(..4).collect();
+        self.upload.put(Bytes::from(magic)).await?;
+        self.written = 4;
+        Ok(true)
+    }
+
+    async fn push_pages(&mut self, pages: Rewritten, consumed: usize) -> Result<(), PostingsError> {
         let base_old = self.written;
         let base_new = self.upload.size;
         self.offsets.extend(
-            rewritten
+            pages
                 .offsets
                 .iter()
                 .map(|&(old, new)| (base_old + old, base_new + new)),
         );
-        self.written += pages.len() as u64;
-        self.upload.put(Bytes::from(rewritten.bytes)).await
+        self.written += consumed as u64;
+        self.pending.drain(..consumed);
+        if pages.bytes.is_empty() {
+            return Ok(());
+        }
+        self.upload.put(Bytes::from(pages.bytes)).await
     }
 
     /// Finish the file: the last row group, then a footer (offset index,
@@ -524,7 +554,38 @@ impl OpenFile {
     async fn finish(&mut self) -> Result<(), PostingsError> {
         self.flush().await?;
         let metadata = self.writer.finish().map_err(|e| self.parquet_err(e))?;
-        self.writer.inner_mut().clear();
+        // Everything is out of parquet's buffer now: the pages up to the end
+        // of the last column chunk, then the footer parquet wrote (dropped:
+        // it is rebuilt below with the new offsets).
+        let rest = std::mem::take(self.writer.inner_mut());
+        self.pending.extend_from_slice(&rest);
+        self.take_magic().await?;
+        let data_end = metadata
+            .row_groups()
+            .iter()
+            .flat_map(|rg| rg.columns())
+            .map(|c| {
+                let (start, len) = c.byte_range();
+                start + len
+            })
+            .max()
+            .unwrap_or(4)
+            .max(self.written);
+        let take = usize::try_from(data_end - self.written).unwrap_or(usize::MAX);
+        let pages = self.pending.get(..take).ok_or_else(|| {
+            self.parquet_err(ParquetError::General(format!(
+                "column chunks end at byte {data_end}, past the {} bytes written",
+                self.written + self.pending.len() as u64
+            )))
+        })?;
+        let rewritten = add_page_crcs(pages).map_err(|e| {
+            self.parquet_err(ParquetError::General(format!(
+                "cannot add page checksums at byte {}: {e}",
+                self.written
+            )))
+        })?;
+        self.push_pages(rewritten, take).await?;
+        self.pending.clear();
         let tail = remap_metadata(metadata, &self.offsets)
             .and_then(|m| write_footer(&m, self.upload.size))
             .map_err(|e| self.parquet_err(e))?;

@@ -155,6 +155,10 @@ fn props() -> WriterProperties {
         .set_column_dictionary_enabled(v.clone(), false)
         .set_column_statistics_enabled(v, EnabledStatistics::None)
         .set_statistics_enabled(EnabledStatistics::Chunk)
+        .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
+            parqivf::postings::schema::KV_FORMAT_VERSION.into(),
+            parqivf::manifest::FORMAT_VERSION.to_string(),
+        )]))
         .build()
 }
 
