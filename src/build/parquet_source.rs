@@ -491,7 +491,10 @@ impl VectorSource for ParquetSource {
             .options
             .table_uri
             .clone()
-            .unwrap_or_else(|| format!("file:///{}", self.location.trim_start_matches('/')));
+            .unwrap_or_else(|| {
+                let path = self.location.trim_start_matches('/');
+                format!("file:///{}", crate::catalog::uri::encode_path(path))
+            });
         SourceDefinition {
             source: IndexSource::Parquet {
                 location: uri.clone(),

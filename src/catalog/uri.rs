@@ -467,6 +467,21 @@ fn validate_host(uri: &str, scheme: Scheme, host: &str) -> Result<(), UriError> 
     }
 }
 
+/// `path` as the path of a canonical URI: every byte the rules do not allow
+/// raw (non-ASCII, spaces, `%`, `#`, `?`, …) percent-encoded, `/` kept, so
+/// `données é/*.parquet` becomes `donn%C3%A9es%20%C3%A9/*.parquet`.
+pub fn encode_path(path: &str) -> String {
+    let mut out = String::with_capacity(path.len());
+    for &b in path.as_bytes() {
+        if b == b'/' || is_allowed_raw(b) {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
 fn is_unreserved(b: u8) -> bool {
     b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~')
 }
