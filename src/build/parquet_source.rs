@@ -487,14 +487,10 @@ impl VectorSource for ParquetSource {
     }
 
     fn definition(&self) -> SourceDefinition {
-        let uri = self
-            .options
-            .table_uri
-            .clone()
-            .unwrap_or_else(|| {
-                let path = self.location.trim_start_matches('/');
-                format!("file:///{}", crate::catalog::uri::encode_path(path))
-            });
+        let uri = self.options.table_uri.clone().unwrap_or_else(|| {
+            let path = self.location.trim_start_matches('/');
+            format!("file:///{}", crate::catalog::uri::encode_path(path))
+        });
         SourceDefinition {
             source: IndexSource::Parquet {
                 location: uri.clone(),
