@@ -10,7 +10,7 @@ use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::postings::schema::postings_schema;
+use parqivf::format::postings_table::postings_schema;
 use parqivf::postings::{PostingsWriter, WriterOptions};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;

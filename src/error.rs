@@ -12,7 +12,7 @@ pub enum Error {
     #[error(transparent)]
     KMeans(#[from] crate::kmeans::KMeansError),
     #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
+    Manifest(#[from] crate::format::manifest::ManifestError),
     #[error(transparent)]
     Postings(#[from] crate::postings::PostingsError),
     #[error(transparent)]
@@ -22,9 +22,9 @@ pub enum Error {
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),
     #[error(transparent)]
-    Build(#[from] crate::build::BuildError),
+    Build(#[from] crate::builder::BuildError),
     #[error(transparent)]
-    Warehouse(#[from] crate::warehouse::WarehouseError),
+    Warehouse(#[from] crate::format::warehouse::WarehouseError),
     #[error(transparent)]
     Index(#[from] crate::index::IndexError),
 }

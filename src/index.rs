@@ -14,19 +14,17 @@
 //! `rows × (dim × 4 + 8)` bytes plus its payload. `preload` lifts that bound and
 //! holds the whole table: `ntotal × (dim × 4 + 8)` bytes (1M × 128-d ≈ 520 MB).
 
-use crate::catalog::definition::{
-    INDEX_FORMAT_VERSION, IndexDefinition, is_readable_index_version,
-};
-use crate::centroids::{self, CentroidsError};
 use crate::distance::Metric;
+use crate::format::centroids::{self, CentroidsError};
+use crate::format::definition::{INDEX_FORMAT_VERSION, IndexDefinition, is_readable_index_version};
+use crate::format::footers::{FooterPin, Footers};
+use crate::format::manifest::{self, Manifest};
+use crate::format::warehouse::{Pin, check_pin};
 use crate::kmeans::Hierarchy;
-use crate::manifest::{self, Manifest};
-use crate::postings::footers::{FooterPin, Footers};
 use crate::probe::ProbeError;
 use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan_batch};
 use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
-use crate::warehouse::{Pin, check_pin};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use rayon::prelude::*;
@@ -101,16 +99,16 @@ pub enum IndexError {
     Centroids(#[from] CentroidsError),
     /// `index.json` breaks a rule of the strict definition parser.
     #[error(transparent)]
-    Definition(#[from] crate::catalog::definition::DefinitionError),
+    Definition(#[from] crate::format::definition::DefinitionError),
     /// `manifest.json` breaks a rule of the strict manifest parser.
     #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
+    Manifest(#[from] crate::format::manifest::ManifestError),
     /// A snapshot document differs from its pin in the commit document.
     #[error(transparent)]
-    Pin(#[from] crate::warehouse::PinError),
+    Pin(#[from] crate::format::warehouse::PinError),
     /// `footers.json` is invalid or does not follow the manifest.
     #[error(transparent)]
-    Footers(#[from] crate::postings::footers::FootersError),
+    Footers(#[from] crate::format::footers::FootersError),
 }
 
 /// Tuning of an opened index.
@@ -333,10 +331,10 @@ impl Index {
 
     /// Open the snapshot at `location` checking every document it reads
     /// (`index.json`, `manifest.json`, `footers.json`, centroids) against
-    /// `pins` (a commit document's, see [`crate::warehouse`]).
+    /// `pins` (a commit document's, see [`crate::format::warehouse`]).
     ///
     /// # Errors
-    /// [`crate::warehouse::PinError`] for a document that differs from or
+    /// [`crate::format::warehouse::PinError`] for a document that differs from or
     /// lacks its pin, and the errors of [`Index::open_with_options`].
     pub async fn open_pinned(
         store: Arc<dyn ObjectStore>,
@@ -360,7 +358,7 @@ impl Index {
         let def_path = join(location, "index.json", location)?;
         let bytes = get(store.as_ref(), &def_path).await?;
         pinned(
-            crate::catalog::definition::INDEX_DEFINITION_FILE,
+            crate::format::definition::INDEX_DEFINITION_FILE,
             &def_path,
             &bytes,
         )?;
@@ -398,7 +396,7 @@ impl Index {
             &def_path,
         )?;
         let [_, manifest_rel, footers_rel, centroids_rel] =
-            crate::warehouse::snapshot_documents(&definition);
+            crate::format::warehouse::snapshot_documents(&definition);
         let footers_path = join(location, &footers_rel, &def_path)?;
         let (m, c, f) = futures::join!(
             get(store.as_ref(), &manifest_path),
@@ -679,28 +677,28 @@ impl Index {
 
 impl Index {
     /// Open the current snapshot of the index named by `location`: the
-    /// snapshot its commit log makes current (see [`crate::warehouse`]),
+    /// snapshot its commit log makes current (see [`crate::format::warehouse`]),
     /// with every document checked against the commit's pins
     /// ([`Index::open_pinned`]), or, when `location` is itself a snapshot
     /// folder (holding `index.json`), that snapshot, unpinned. Never lists.
     ///
     /// # Errors
-    /// [`crate::warehouse::WarehouseError::NoSnapshot`] when neither exists,
+    /// [`crate::format::warehouse::WarehouseError::NoSnapshot`] when neither exists,
     /// and the errors of [`Index::open`].
     pub async fn open_current(
         store: Arc<dyn ObjectStore>,
         location: &Path,
     ) -> crate::Result<Index> {
-        match crate::warehouse::current_snapshot(&store, location).await {
+        match crate::format::warehouse::current_snapshot(&store, location).await {
             Ok((commit, snapshot)) => {
                 Self::open_pinned(store, &snapshot, IndexOptions::default(), &commit.pins).await
             }
-            Err(crate::warehouse::WarehouseError::NoSnapshot { .. })
+            Err(crate::format::warehouse::WarehouseError::NoSnapshot { .. })
                 if store
                     .head(
                         &location
                             .clone()
-                            .join(crate::catalog::definition::INDEX_DEFINITION_FILE),
+                            .join(crate::format::definition::INDEX_DEFINITION_FILE),
                     )
                     .await
                     .is_ok() =>

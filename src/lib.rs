@@ -11,14 +11,13 @@
 // numbers; they travel once, on the cold path, so their size is not boxed away.
 #![allow(clippy::result_large_err)]
 
-pub mod build;
+pub mod builder;
 pub mod catalog;
-pub mod centroids;
 pub mod distance;
 pub mod error;
+pub mod format;
 pub mod index;
 pub mod kmeans;
-pub mod manifest;
 pub mod postings;
 pub mod probe;
 pub mod quickstart;
@@ -26,6 +25,5 @@ pub mod server;
 pub mod store;
 pub mod topk;
 pub mod vector_file;
-pub mod warehouse;
 
 pub use error::{Error, Result};

@@ -15,7 +15,7 @@ use rand_chacha::ChaCha8Rng;
 use rand_distr_free::standard_normal;
 use serde::Serialize;
 
-use crate::build::{BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode};
+use crate::builder::{BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode};
 use crate::distance::Metric;
 use crate::index::{Index, SearchParams};
 use crate::topk::TopK;
@@ -79,7 +79,7 @@ pub struct QuickstartReport {
 /// # Errors
 /// IO failures writing the table or the index, and any build or search error.
 pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
-    let io = |e: std::io::Error| crate::build::BuildError::Unreadable {
+    let io = |e: std::io::Error| crate::builder::BuildError::Unreadable {
         path: cfg.dir.display().to_string(),
         reason: e.to_string(),
     };
@@ -100,16 +100,16 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
         let batch = table_batch((i * per_file) as i64, chunk, cfg.dim);
         let file = std::fs::File::create(&path).map_err(io)?;
         let mut w = parquet::arrow::ArrowWriter::try_new(file, batch.schema(), None)
-            .map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
+            .map_err(|e| crate::builder::BuildError::Arrow(e.to_string()))?;
         w.write(&batch)
-            .map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
+            .map_err(|e| crate::builder::BuildError::Arrow(e.to_string()))?;
         w.close()
-            .map_err(|e| crate::build::BuildError::Arrow(e.to_string()))?;
+            .map_err(|e| crate::builder::BuildError::Arrow(e.to_string()))?;
     }
 
     let store: Arc<dyn object_store::ObjectStore> = Arc::new(
         object_store::local::LocalFileSystem::new_with_prefix(&dir).map_err(|e| {
-            crate::build::BuildError::Unreadable {
+            crate::builder::BuildError::Unreadable {
                 path: dir.display().to_string(),
                 reason: e.to_string(),
             }
@@ -136,7 +136,7 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
     };
     let t = Instant::now();
     let summary =
-        crate::build::build(Arc::new(source), store.clone(), &index_path, &params).await?;
+        crate::builder::build(Arc::new(source), store.clone(), &index_path, &params).await?;
     let build_seconds = t.elapsed().as_secs_f64();
 
     let index = Index::open_current(store.clone(), &index_path).await?;

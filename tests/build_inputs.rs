@@ -18,7 +18,7 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::build::{
+use parqivf::builder::{
     ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, build,
 };
 use parqivf::index::{Index, SearchParams};
@@ -71,7 +71,7 @@ async fn try_build(
     dir: &std::path::Path,
     opts: ParquetSourceOptions,
     nlist: u32,
-) -> Result<(Arc<dyn ObjectStore>, parqivf::build::BuildSummary), BuildError> {
+) -> Result<(Arc<dyn ObjectStore>, parqivf::builder::BuildSummary), BuildError> {
     let store: Arc<dyn ObjectStore> = Arc::new(LocalFileSystem::new_with_prefix(dir).unwrap());
     let src = ParquetSource::open(store, "*.parquet", opts).await?;
     let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());

@@ -13,14 +13,14 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::build::{
+use parqivf::builder::{
     ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode,
     VectorSource, build,
 };
 use parqivf::distance::Metric;
+use parqivf::format::warehouse;
 use parqivf::index::{Index, SearchParams};
 use parqivf::topk::TopK;
-use parqivf::warehouse;
 
 fn params(nlist: u32) -> BuildParams {
     BuildParams {

@@ -16,14 +16,14 @@ use common::{assign, dataset, hierarchy, rowids};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::catalog::definition::{
+use parqivf::format::definition::{
     BuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition, IndexSource,
 };
+use parqivf::format::postings_table::postings_schema;
+use parqivf::format::warehouse::{PinError, version_path};
 use parqivf::index::{Index, SearchParams};
-use parqivf::postings::schema::postings_schema;
 use parqivf::postings::{PostingsWriter, WriterOptions, publish};
 use parqivf::probe::ProbeError;
-use parqivf::warehouse::{PinError, version_path};
 use std::sync::Arc;
 
 const DIM: usize = 8;
@@ -100,7 +100,7 @@ async fn fixture() -> Fixture {
     store
         .put(
             &snapshot.clone().join("centroids").join("centroids.parquet"),
-            PutPayload::from(parqivf::centroids::encode(&h).unwrap()),
+            PutPayload::from(parqivf::format::centroids::encode(&h).unwrap()),
         )
         .await
         .unwrap();
@@ -131,7 +131,7 @@ async fn fixture() -> Fixture {
         )
         .await
         .unwrap();
-    parqivf::warehouse::commit(&store, &index, SNAPSHOT, None, 1)
+    parqivf::format::warehouse::commit(&store, &index, SNAPSHOT, None, 1)
         .await
         .unwrap();
     let mut queries = Vec::new();

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parqivf::build::{ArraySource, BuildError, BuildParams, ProgressMode, build};
-use parqivf::catalog::definition::IndexDefinition;
+use parqivf::builder::{ArraySource, BuildError, BuildParams, ProgressMode, build};
 use parqivf::distance::Metric;
+use parqivf::format::definition::IndexDefinition;
 use parqivf::index::{Index, IndexError, SearchParams};
 
 const DIM: usize = 16;
@@ -158,7 +158,7 @@ async fn a_zero_row_fails_the_build_and_publishes_nothing() {
         "{err}"
     );
     assert!(
-        parqivf::warehouse::current(&store, &idx)
+        parqivf::format::warehouse::current(&store, &idx)
             .await
             .unwrap()
             .is_none()
@@ -171,7 +171,7 @@ async fn a_version_1_cosine_index_is_refused_not_scanned_with_the_wrong_formula(
     let idx = Path::from("idx");
     let src = Arc::new(ArraySource::new(support::random_vectors(300, DIM, 8), DIM, "g").unwrap());
     build(src, store.clone(), &idx, &params()).await.unwrap();
-    let (_, snapshot) = parqivf::warehouse::current_snapshot(&store, &idx)
+    let (_, snapshot) = parqivf::format::warehouse::current_snapshot(&store, &idx)
         .await
         .unwrap();
     let path = snapshot.clone().join("index.json");

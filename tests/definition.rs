@@ -4,12 +4,12 @@
 //! locations resolve relative to `index.json` and cannot escape it.
 
 use object_store::path::Path;
-use parqivf::catalog::definition::{
+use parqivf::distance::Metric;
+use parqivf::format::definition::{
     ARTIFACT_MANIFEST, BuildParams, DefinitionError, IndexDefinition, IndexSource, TableDefinition,
     TableIdentifier,
 };
-use parqivf::catalog::uri::{LocationUri, UriError};
-use parqivf::distance::Metric;
+use parqivf::store::uri::{LocationUri, UriError};
 use serde_json::{Value, json};
 
 const TABLE_SCHEMA: &str = include_str!("../manifests/table-definition.schema.json");

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::build::ducklake_source::DuckLakeSource;
-use parqivf::build::{BuildError, BuildParams, ProgressMode, VectorSource, build};
-use parqivf::catalog::definition::IndexSource;
+use parqivf::builder::ducklake_source::DuckLakeSource;
+use parqivf::builder::{BuildError, BuildParams, ProgressMode, VectorSource, build};
+use parqivf::format::definition::IndexSource;
 use parqivf::index::{Index, SearchParams};
 
 fn params(nlist: u32) -> BuildParams {

@@ -6,8 +6,8 @@ use std::sync::Arc;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::catalog::uri::UriError;
 use parqivf::store::location::{LocationError, open};
+use parqivf::store::uri::UriError;
 
 async fn put_get(store: &Arc<dyn ObjectStore>, path: &Path, bytes: &'static [u8]) -> Vec<u8> {
     store

@@ -3,7 +3,7 @@
 
 mod postings_support;
 
-use parqivf::manifest::{FORMAT_VERSION, Manifest, ManifestError};
+use parqivf::format::manifest::{FORMAT_VERSION, Manifest, ManifestError};
 use serde_json::{Value, json};
 
 fn sha(c: char) -> String {

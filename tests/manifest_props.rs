@@ -5,8 +5,8 @@
 
 mod postings_support;
 
-use parqivf::manifest::{FORMAT_VERSION, FileEntry, Manifest};
-use parqivf::postings::schema::part_path;
+use parqivf::format::manifest::{FORMAT_VERSION, FileEntry, Manifest};
+use parqivf::format::postings_table::part_path;
 use proptest::prelude::*;
 
 /// A valid manifest: root sizes, then per root a sorted list of file

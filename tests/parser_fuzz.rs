@@ -17,10 +17,10 @@ use std::sync::Arc;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::catalog::definition::IndexDefinition;
-use parqivf::manifest::Manifest;
+use parqivf::format::definition::IndexDefinition;
+use parqivf::format::manifest::Manifest;
+use parqivf::format::warehouse;
 use parqivf::vector_file::{parse_fvecs, parse_ivecs, parse_npy};
-use parqivf::warehouse;
 use proptest::prelude::*;
 use serde_json::Value;
 

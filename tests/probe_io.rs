@@ -10,8 +10,8 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::Error;
+use parqivf::format::manifest::Manifest;
 use parqivf::index::{Index, IndexOptions, SearchParams};
-use parqivf::manifest::Manifest;
 use parqivf::probe::ProbeError;
 use parqivf::store::counting::CountingStore;
 use std::sync::Arc;
@@ -172,10 +172,10 @@ async fn postings_cache_and_preload_remove_row_group_io() {
 async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<u8> {
     let bytes = parqivf::postings::page_crc::add_page_crcs_to_file(bytes).unwrap();
     let footers_path = Path::from("idx/postings/footers.json");
-    let mut footers: parqivf::postings::footers::Footers =
+    let mut footers: parqivf::format::footers::Footers =
         serde_json::from_slice(&mem.get(&footers_path).await.unwrap().bytes().await.unwrap())
             .unwrap();
-    footers.files[i] = parqivf::postings::footers::FooterPin::of_file(rel, &bytes).unwrap();
+    footers.files[i] = parqivf::format::footers::FooterPin::of_file(rel, &bytes).unwrap();
     mem.put(&footers_path, PutPayload::from(footers.to_json_bytes()))
         .await
         .unwrap();

@@ -8,7 +8,7 @@ use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parqivf::manifest::{Manifest, ManifestError};
+use parqivf::format::manifest::{Manifest, ManifestError};
 use parqivf::postings::{PostingsError, WriterOptions, publish};
 use parqivf::store::StoreError;
 use std::sync::Arc;

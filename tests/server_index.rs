@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use object_store::path::Path;
-use parqivf::build::{ArraySource, BuildParams, ProgressMode, build};
+use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
 use parqivf::index::{Index, SearchParams};
 use parqivf::server::index_backend::IndexLoader;
 use parqivf::server::{AuthToken, Server, ServerConfig};

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parqivf::build::{ArraySource, BuildParams, ProgressMode, build};
+use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
 use parqivf::index::{Index, SearchParams};
 use parqivf::postings::verify::{VerifyOptions, verify};
 use parqivf::probe::ProbeError;
@@ -392,12 +392,12 @@ async fn s3_without_conditional_put_refuses_unless_opted_in() {
     assert!(
         matches!(
             err,
-            parqivf::build::BuildError::Store(StoreError::NoConditionalPut { .. })
+            parqivf::builder::BuildError::Store(StoreError::NoConditionalPut { .. })
         ),
         "{err:?}"
     );
     assert!(
-        parqivf::warehouse::current(&raw, &idx)
+        parqivf::format::warehouse::current(&raw, &idx)
             .await
             .unwrap()
             .is_none(),

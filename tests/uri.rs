@@ -3,7 +3,7 @@
 //! locations, resolution, and property-based round trips.
 
 use object_store::path::Path;
-use parqivf::catalog::uri::{LocationUri, RelativeLocation, Scheme, UriError};
+use parqivf::store::uri::{LocationUri, RelativeLocation, Scheme, UriError};
 use proptest::prelude::*;
 
 /// Which variant a bad URI must produce (the payload is checked elsewhere).

@@ -17,10 +17,10 @@ use object_store::{
     CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
     ObjectStoreExt, PutMultipartOptions, PutOptions, PutPayload, PutResult,
 };
-use parqivf::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
-use parqivf::postings::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers};
+use parqivf::format::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers};
+use parqivf::format::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
+use parqivf::format::postings_table::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
 use parqivf::postings::page_crc::add_page_crcs_to_file;
-use parqivf::postings::schema::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
 use parqivf::postings::verify::check_footer;
 use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
 use parquet::arrow::ArrowWriter;
@@ -566,7 +566,7 @@ async fn committed_index() -> (Arc<dyn ObjectStore>, parqivf::kmeans::Hierarchy)
         common::Layout::default(),
     )
     .await;
-    parqivf::warehouse::commit(&store, &Path::from("idx"), "snapshots/s1", None, 1)
+    parqivf::format::warehouse::commit(&store, &Path::from("idx"), "snapshots/s1", None, 1)
         .await
         .unwrap();
     (store, h)
@@ -655,7 +655,7 @@ async fn deleted_or_replaced_centroids_are_violations() {
         store
             .put(
                 &Path::from(centroids),
-                parqivf::centroids::encode(&other).unwrap().into(),
+                parqivf::format::centroids::encode(&other).unwrap().into(),
             )
             .await
             .unwrap();

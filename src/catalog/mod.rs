@@ -2,13 +2,11 @@
 //! mapping, the column-mapping model, DuckLake catalog reading, path
 //! resolution and row lineage.
 
-pub mod definition;
 pub mod ducklake;
 pub mod lineage;
 pub mod mapping;
 pub mod paths;
 pub mod type_mapping;
-pub mod uri;
 pub mod vector_column;
 
 use thiserror::Error;
@@ -17,9 +15,9 @@ use thiserror::Error;
 #[derive(Debug, Error)]
 pub enum CatalogError {
     #[error(transparent)]
-    Uri(#[from] uri::UriError),
+    Uri(#[from] crate::store::uri::UriError),
     #[error(transparent)]
-    Definition(#[from] definition::DefinitionError),
+    Definition(#[from] crate::format::definition::DefinitionError),
     #[error(transparent)]
     TypeMapping(#[from] type_mapping::TypeMappingError),
     #[error(transparent)]

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context;
-use parqivf::build::{
+use parqivf::builder::{
     ArraySource, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource,
     build,
 };
@@ -48,7 +48,7 @@ pub struct Args {
     #[arg(long)]
     pub roots: Option<u32>,
     /// Flat Lloyd iterations over all leaves after the per-root trainings.
-    #[arg(long, default_value_t = parqivf::build::DEFAULT_POLISH)]
+    #[arg(long, default_value_t = parqivf::builder::DEFAULT_POLISH)]
     pub polish: usize,
     /// l2, ip or cosine.
     #[arg(long, default_value = "l2", value_parser = parse_metric)]
@@ -58,7 +58,7 @@ pub struct Args {
     #[arg(long, default_value_t = 256)]
     pub max_points_per_centroid: usize,
     /// Seed for sampling and training (builds are reproducible by seed and thread count).
-    #[arg(long, default_value_t = parqivf::build::DEFAULT_SEED)]
+    #[arg(long, default_value_t = parqivf::builder::DEFAULT_SEED)]
     pub seed: u64,
     /// Assignment: `exact` or `hierarchical:M` (nearest M roots, then their leaves).
     #[arg(long, default_value = "exact", value_parser = parse_assign)]
@@ -155,7 +155,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
         let summary = tokio::select! {
             s = build(source, store.clone(), &index, &params) => s?,
             _ = tokio::signal::ctrl_c() => {
-                parqivf::build::spill::sweep_abandoned(&store, &index).await;
+                parqivf::builder::spill::sweep_abandoned(&store, &index).await;
                 eprintln!("interrupted: nothing was published and the partial snapshot was removed");
                 return Ok(ExitCode::from(130));
             }
@@ -196,7 +196,7 @@ async fn open_source(args: &Args, options: &StoreOptions) -> anyhow::Result<Arc<
             ),
             other => other.map(str::to_string),
         };
-        let s = parqivf::build::ducklake_source::DuckLakeSource::open(
+        let s = parqivf::builder::ducklake_source::DuckLakeSource::open(
             catalog,
             table,
             &args.column,

@@ -36,7 +36,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         .map_or(0, |d| d.as_millis() as u64);
     let grace_ms = u64::try_from(args.older_than.as_millis()).unwrap_or(u64::MAX);
     let report = runtime
-        .block_on(parqivf::warehouse::gc(
+        .block_on(parqivf::format::warehouse::gc(
             &store,
             &index,
             grace_ms,

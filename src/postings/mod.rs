@@ -3,9 +3,7 @@
 //! sha256 and size ([`writer`]), and the checker of every MUST of the layout
 //! ([`verify`]). The format as implemented is in `docs/format.md`.
 
-pub mod footers;
 pub mod page_crc;
-pub mod schema;
 pub mod verify;
 pub mod writer;
 
@@ -64,9 +62,9 @@ pub enum PostingsError {
         source: object_store::Error,
     },
     #[error(transparent)]
-    Manifest(#[from] crate::manifest::ManifestError),
+    Manifest(#[from] crate::format::manifest::ManifestError),
     #[error(transparent)]
-    Footers(#[from] footers::FootersError),
+    Footers(#[from] crate::format::footers::FootersError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
 }

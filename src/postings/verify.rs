@@ -11,12 +11,12 @@
 //! run at all (an IO error other than "not found") is an `Err`.
 
 use super::PostingsError;
-use super::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
 use super::page_crc::check_column_chunk;
-use super::schema::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
 use super::writer::child_path;
-use crate::catalog::definition::INDEX_DEFINITION_FILE;
-use crate::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
+use crate::format::definition::INDEX_DEFINITION_FILE;
+use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
+use crate::format::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
+use crate::format::postings_table::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::{StreamExt, TryStreamExt};
@@ -412,7 +412,7 @@ pub async fn verify_location(
     location: &Path,
     options: VerifyOptions,
 ) -> Result<VerifyReport, PostingsError> {
-    use crate::warehouse::{WarehouseError, current_snapshot, unreferenced_snapshots};
+    use crate::format::warehouse::{WarehouseError, current_snapshot, unreferenced_snapshots};
     let mut early = Vec::new();
     let (snapshot, pins, is_index) = match current_snapshot(&store, location).await {
         Ok((commit, snapshot)) => (snapshot, Some(commit.pins), true),

@@ -17,9 +17,9 @@
 use super::ProbeError;
 use super::cache::ByteLru;
 use super::planner::row_group_cids;
-use crate::manifest::FileEntry;
-use crate::postings::footers::FooterPin;
-use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
+use crate::format::footers::FooterPin;
+use crate::format::manifest::FileEntry;
+use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use arrow::datatypes::DataType;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};

@@ -94,7 +94,7 @@ pub enum ProbeError {
     },
     /// A postings footer differs from its pin in `footers.json`.
     #[error(transparent)]
-    FooterPin(#[from] crate::postings::footers::FootersError),
+    FooterPin(#[from] crate::format::footers::FootersError),
     /// A page of a fetched column chunk fails its CRC32 (or has none).
     #[error("corrupt page: {path} row group {row_group} column {column}: {source}")]
     PageChecksum {

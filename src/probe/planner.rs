@@ -5,7 +5,7 @@
 
 use super::ProbeError;
 use super::access_plan::AccessPlan;
-use crate::manifest::FileEntry;
+use crate::format::manifest::FileEntry;
 use parquet::file::metadata::ParquetMetaData;
 use parquet::file::statistics::Statistics;
 

@@ -15,8 +15,8 @@ use super::backend::{
     SearchBackend, SearchRequestParams,
 };
 use crate::Error;
+use crate::format::warehouse::{self, WarehouseError};
 use crate::index::{Index, IndexError, SearchParams};
-use crate::warehouse::{self, WarehouseError};
 
 /// One opened snapshot.
 pub struct IndexBackend {

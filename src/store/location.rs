@@ -10,7 +10,7 @@
 //! | `gs://bucket/prefix` (feature `gcp`) | `GoogleCloudStorageBuilder::from_env()` | `prefix` |
 //! | `az://container/prefix` (feature `azure`) | `MicrosoftAzureBuilder::from_env()` | `prefix` |
 //!
-//! URIs must follow the six location-URI rules ([`crate::catalog::uri`]), and
+//! URIs must follow the six location-URI rules ([`crate::store::uri`]), and
 //! name one location (no `*` pattern). A relative plain path is made absolute
 //! against the current directory once, when it is opened; the longest existing
 //! ancestor is canonicalised (symlinks resolved) and the rest appended, with
@@ -36,7 +36,7 @@ use thiserror::Error;
 
 use super::commit::CheckThenPut;
 use super::options::StoreOptions;
-use crate::catalog::uri::{LocationUri, Scheme, UriError};
+use crate::store::uri::{LocationUri, Scheme, UriError};
 
 /// A location that cannot be opened.
 #[derive(Debug, Error)]

@@ -5,6 +5,7 @@ pub mod commit;
 pub mod location;
 pub mod options;
 pub mod parquet_reader;
+pub mod uri;
 
 pub mod counting;
 

@@ -8,10 +8,10 @@ use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch, St
 use arrow::datatypes::{DataType, Field, Schema};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::catalog::definition::{BuildParams, IndexDefinition, IndexSource};
 use parqivf::distance::Metric;
+use parqivf::format::definition::{BuildParams, IndexDefinition, IndexSource};
+use parqivf::format::manifest::{FileEntry, Manifest};
 use parqivf::kmeans::Hierarchy;
-use parqivf::manifest::{FileEntry, Manifest};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -156,8 +156,8 @@ fn props() -> WriterProperties {
         .set_column_statistics_enabled(v, EnabledStatistics::None)
         .set_statistics_enabled(EnabledStatistics::Chunk)
         .set_key_value_metadata(Some(vec![parquet::file::metadata::KeyValue::new(
-            parqivf::postings::schema::KV_FORMAT_VERSION.into(),
-            parqivf::manifest::FORMAT_VERSION.to_string(),
+            parqivf::format::postings_table::KV_FORMAT_VERSION.into(),
+            parqivf::format::manifest::FORMAT_VERSION.to_string(),
         )]))
         .build()
 }
@@ -290,7 +290,7 @@ pub async fn write_index(
             ))
             .unwrap();
             let path = format!("cid_bucket={r:06}/part-{part:05}.parquet");
-            pins.push(parqivf::postings::footers::FooterPin::of_file(&path, &bytes).unwrap());
+            pins.push(parqivf::format::footers::FooterPin::of_file(&path, &bytes).unwrap());
             files.push(FileEntry {
                 path: path.clone(),
                 cid_bucket: r as u32,
@@ -319,12 +319,12 @@ pub async fn write_index(
         files,
     };
     put_json(store, &format!("{root}/postings/manifest.json"), &manifest).await;
-    let footers = parqivf::postings::footers::Footers {
-        format_version: parqivf::postings::footers::FOOTERS_FORMAT_VERSION,
+    let footers = parqivf::format::footers::Footers {
+        format_version: parqivf::format::footers::FOOTERS_FORMAT_VERSION,
         files: pins,
     };
     put_json(store, &format!("{root}/postings/footers.json"), &footers).await;
-    let centroids = parqivf::centroids::encode(h).unwrap();
+    let centroids = parqivf::format::centroids::encode(h).unwrap();
     store
         .put(
             &Path::from(format!("{root}/centroids/centroids.parquet")),

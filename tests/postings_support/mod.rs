@@ -6,8 +6,8 @@ use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch, St
 use arrow::datatypes::{DataType, Field};
 use object_store::ObjectStore;
 use object_store::path::Path;
-use parqivf::manifest::Manifest;
-use parqivf::postings::schema::postings_schema;
+use parqivf::format::manifest::Manifest;
+use parqivf::format::postings_table::postings_schema;
 use parqivf::postings::{PostingsWriter, WriterOptions, publish};
 use std::sync::Arc;
 

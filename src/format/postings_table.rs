@@ -52,7 +52,10 @@ mod tests {
     fn part_path_round_trips_through_the_manifest_parser() {
         let path = part_path(17, 3);
         assert_eq!(path, "cid_bucket=000017/part-00003.parquet");
-        assert_eq!(crate::manifest::parse_part_path(&path), Some((17, 3)));
+        assert_eq!(
+            crate::format::manifest::parse_part_path(&path),
+            Some((17, 3))
+        );
     }
 
     #[test]

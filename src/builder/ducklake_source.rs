@@ -16,9 +16,9 @@ use super::source::{
     SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
 };
 use crate::catalog::CatalogError;
-use crate::catalog::definition::IndexSource;
 use crate::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use crate::catalog::lineage::MissingRowId;
+use crate::format::definition::IndexSource;
 
 /// A DuckLake table at one snapshot, read file by file.
 pub struct DuckLakeSource {

@@ -3,7 +3,7 @@
 //! publish `manifest.json` → write `index.json` → commit the snapshot.
 //!
 //! Every build writes to a fresh snapshot folder `<index>/snapshots/<id>/`;
-//! nothing becomes visible until the final commit (see [`crate::warehouse`]).
+//! nothing becomes visible until the final commit (see [`crate::format::warehouse`]).
 //! Given the same source, parameters, seed and thread count, the postings,
 //! centroids, manifest and index definition are byte-identical.
 
@@ -25,13 +25,13 @@ use super::BuildError;
 use super::progress::{Phase, ProgressMode, peak_rss_bytes};
 use super::source::{VectorBatch, VectorSource};
 use super::spill::BucketSpill;
-use crate::catalog::definition::{
+use crate::distance::Metric;
+use crate::format::definition::{
     BuildParams as DefinitionBuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE,
     IndexDefinition,
 };
-use crate::distance::Metric;
+use crate::format::postings_table::postings_schema;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, KMeansParams};
-use crate::postings::schema::postings_schema;
 use crate::postings::writer::{PostingsWriter, WriterOptions};
 use crate::store::commit::put_if_absent;
 
@@ -158,7 +158,7 @@ async fn blocking<T: Send + 'static>(
 ///
 /// # Errors
 /// Bad input (empty source, `nlist` larger than the rows, invalid vectors),
-/// storage failures, and [`crate::warehouse::WarehouseError::Conflict`] when
+/// storage failures, and [`crate::format::warehouse::WarehouseError::Conflict`] when
 /// another build published first. On any error nothing becomes current.
 pub async fn build(
     source: Arc<dyn VectorSource>,
@@ -177,7 +177,7 @@ pub async fn build(
             reason: "must be at least 1".into(),
         });
     }
-    let parent = crate::warehouse::current(&store, index)
+    let parent = crate::format::warehouse::current(&store, index)
         .await?
         .map(|c| c.version);
     // Leftovers of builds into this index that were killed outright.
@@ -379,7 +379,8 @@ pub async fn build(
     // From here the snapshot may become current: never sweep it.
     spill.forget_snapshot();
     let committing = std::time::Instant::now();
-    let commit = crate::warehouse::commit(&store, index, &snapshot_rel, parent, now_ms()).await?;
+    let commit =
+        crate::format::warehouse::commit(&store, index, &snapshot_rel, parent, now_ms()).await?;
     times.publish = secs(Duration::from_secs_f64(times.publish) + committing.elapsed());
     times.total = secs(t0.elapsed());
 
@@ -418,7 +419,7 @@ async fn write_snapshot(
     params: &BuildParams,
     sample_rows: usize,
     times: &mut PhaseTimes,
-) -> Result<crate::manifest::Manifest, BuildError> {
+) -> Result<crate::format::manifest::Manifest, BuildError> {
     let dim = hierarchy.dim;
     let nroots = hierarchy.cid_offsets.len() - 1;
     let postings_root = snapshot.clone().join("postings");
@@ -442,8 +443,8 @@ async fn write_snapshot(
     // 6. Publish: centroids, manifest (create-if-absent), index.json; the
     //    caller commits.
     let phase = Phase::start(params.progress, "publish", 3, "steps");
-    let centroids =
-        crate::centroids::encode(hierarchy).map_err(|e| BuildError::Internal(e.to_string()))?;
+    let centroids = crate::format::centroids::encode(hierarchy)
+        .map_err(|e| BuildError::Internal(e.to_string()))?;
     put_if_absent(
         store.as_ref(),
         &join(snapshot, CENTROIDS_LOCATION),

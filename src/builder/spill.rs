@@ -36,7 +36,7 @@ use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 
 use super::BuildError;
-use crate::postings::schema::{CID_COLUMN, ROWID_COLUMN};
+use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN};
 
 struct Bucket {
     memory: Vec<RecordBatch>,

@@ -39,8 +39,8 @@ use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::catalog::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
-use crate::postings::footers::FOOTERS_FILE;
+use crate::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
+use crate::format::footers::FOOTERS_FILE;
 use crate::store::StoreError;
 use sha2::{Digest, Sha256};
 

@@ -29,8 +29,8 @@ use super::BuildError;
 use super::source::{
     SourceDefinition, VectorBatch, VectorSource, decode_vectors, integer_ids, is_id_type, kept_rows,
 };
-use crate::catalog::definition::IndexSource;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
+use crate::format::definition::IndexSource;
 use crate::store::parquet_reader::StoreReader;
 
 /// What to read from the table.
@@ -489,7 +489,7 @@ impl VectorSource for ParquetSource {
     fn definition(&self) -> SourceDefinition {
         let uri = self.options.table_uri.clone().unwrap_or_else(|| {
             let path = self.location.trim_start_matches('/');
-            format!("file:///{}", crate::catalog::uri::encode_path(path))
+            format!("file:///{}", crate::store::uri::encode_path(path))
         });
         SourceDefinition {
             source: IndexSource::Parquet {

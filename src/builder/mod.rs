@@ -2,7 +2,7 @@
 //! hierarchy is trained, every row is assigned and grouped by root bucket
 //! (spilling under a memory limit), postings and centroids are written to a
 //! fresh snapshot folder, and the snapshot is published through the
-//! [`crate::warehouse`] commit protocol. See `docs/build.md`.
+//! [`crate::format::warehouse`] commit protocol. See `docs/build.md`.
 
 pub mod ducklake_source;
 pub mod job;
@@ -139,7 +139,7 @@ pub enum BuildError {
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]
-    Warehouse(#[from] crate::warehouse::WarehouseError),
+    Warehouse(#[from] crate::format::warehouse::WarehouseError),
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),
 }

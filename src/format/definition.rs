@@ -23,8 +23,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use thiserror::Error;
 
-use super::uri::{LocationUri, RelativeLocation, UriError};
 use crate::distance::Metric;
+use crate::store::uri::{LocationUri, RelativeLocation, UriError};
 
 /// The only `definition-version` this reader knows.
 pub const DEFINITION_VERSION: &str = "1";

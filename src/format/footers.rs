@@ -8,10 +8,10 @@
 //! trailer) and its sha256; the reader fetches exactly that tail and checks
 //! the hash before decoding (one hash over ~1 KiB per row group, once per
 //! cached footer). The document itself is pinned by the commit document (see
-//! `crate::warehouse`), so it cannot be edited unnoticed either. Schema:
+//! `crate::format::warehouse`), so it cannot be edited unnoticed either. Schema:
 //! `manifests/footers.schema.json`.
 
-use crate::manifest::Manifest;
+use crate::format::manifest::Manifest;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};

@@ -10,8 +10,8 @@
 //! CIDs, so `cid-offsets` follows from the `parent` column.
 
 use crate::distance::Metric;
+use crate::format::postings_table::{KV_DIM, KV_FORMAT_VERSION};
 use crate::kmeans::Hierarchy;
-use crate::postings::schema::{KV_DIM, KV_FORMAT_VERSION};
 use arrow::array::{Array, AsArray, FixedSizeBinaryArray, Int32Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int32Type, Schema};
 use bytes::Bytes;

@@ -22,7 +22,7 @@
 //! built with the `gcp` / `azure` features. Every other scheme is rejected.
 //!
 //! ```
-//! use parqivf::catalog::uri::LocationUri;
+//! use parqivf::store::uri::LocationUri;
 //! let uri: LocationUri = "s3://bucket/docs/date=*/part-*.parquet".parse().unwrap();
 //! assert!(uri.is_pattern());
 //! assert_eq!(uri.static_prefix().as_ref(), "docs");

@@ -8,7 +8,7 @@ use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 
 use super::BuildError;
-use crate::catalog::definition::IndexSource;
+use crate::format::definition::IndexSource;
 
 /// The rows of one part: `rowids.len()` vectors of `dim` f32 each, row-major,
 /// and, when the build carries payload columns, a batch with one row per vector.
@@ -270,7 +270,7 @@ impl ArraySource {
     }
 
     /// Skip rows holding NaN or ±∞ instead of failing (the build counts
-    /// them in [`crate::build::BuildSummary::skipped_rows`]).
+    /// them in [`crate::builder::BuildSummary::skipped_rows`]).
     pub fn with_skip_invalid(mut self, skip: bool) -> Self {
         self.skip_invalid = skip;
         self
