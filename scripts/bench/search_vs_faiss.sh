@@ -8,6 +8,7 @@
 #   env: BENCH_DATA (default ./bench-data), BENCH_RESULTS (./bench-results),
 #        PY (python with numpy + faiss-cpu), SHARED (../shared),
 #        ROOTS (root centroids of the hierarchy; default: the build's, 1 = flat)
+#        BIN (the parqivf binary; default target/release/parqivf)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 NLIST="${1:-1000}"
@@ -16,7 +17,7 @@ DATA="${BENCH_DATA:-$PWD/bench-data}/synth-sift128-1000k-s1"
 RESULTS="${BENCH_RESULTS:-$PWD/bench-results}"
 PY="${PY:-python3}"
 SHARED="${SHARED:-$PWD/../shared}"
-BIN=target/release/parqivf
+BIN="${BIN:-target/release/parqivf}"
 mkdir -p "$RESULTS"
 OUT="$RESULTS/parqivf-nlist$NLIST${ROOTS:+-r$ROOTS}"
 rm -rf "$OUT"
