@@ -10,13 +10,11 @@
 //!
 //! Run: `cargo bench --bench page_crc`.
 
-#[path = "../tests/common/mod.rs"]
 mod common;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::ObjectStoreExt;
 use parqivf::index::{Index, SearchParams};
 use parqivf::postings::page_crc::check_column_chunk;
 use parquet::file::metadata::ParquetMetaDataReader;
@@ -28,23 +26,15 @@ const QUERIES: usize = 64;
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     let (n, dim, nroots, nlist) = (20_000, 64, 8, 64);
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn ObjectStore> =
-        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-    let data = common::dataset(n, dim, 42);
-    let h = common::hierarchy(&data, dim, nroots, nlist, 43);
-    let layout = common::Layout {
-        rows_per_file: 4096,
-        ..common::Layout::default()
-    };
-    let manifest = rt.block_on(common::write_index(
-        store.as_ref(),
-        &Path::from("idx"),
-        &h,
-        &data,
-        &common::rowids(n),
-        layout,
-    ));
+    let (_dir, store) = common::local_store();
+    // Files of about 4096 rows.
+    let (queries, manifest) = common::search_index(
+        &rt,
+        Arc::clone(&store),
+        (n, dim, nroots, nlist),
+        1 << 20,
+        QUERIES,
+    );
     // Every column chunk of the index, as the executor fetches them.
     let mut chunks = Vec::new();
     for f in &manifest.files {
@@ -91,7 +81,6 @@ fn bench(c: &mut Criterion) {
         .block_on(Index::open(Arc::clone(&store), &Path::from("idx")))
         .unwrap();
     rt.block_on(index.warm()).unwrap();
-    let queries: Vec<f32> = data[..QUERIES * dim].iter().map(|x| x + 0.05).collect();
     group.throughput(Throughput::Elements(QUERIES as u64));
     for nprobe in [16, nlist] {
         let params = SearchParams {

@@ -9,12 +9,10 @@
 //!
 //! Run: `cargo bench --bench search`.
 
-#[path = "../tests/common/mod.rs"]
 mod common;
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use object_store::ObjectStore;
-use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use parqivf::index::{Index, SearchParams};
 use parqivf::store::counting::CountingStore;
@@ -28,24 +26,15 @@ const QUERIES: usize = 64;
 fn bench(c: &mut Criterion) {
     let rt = tokio::runtime::Runtime::new().unwrap();
     for &(n, dim, nroots, nlist, nprobes) in GRID {
-        let dir = tempfile::tempdir().unwrap();
-        let store: Arc<dyn ObjectStore> =
-            Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-        let data = common::dataset(n, dim, 42);
-        let h = common::hierarchy(&data, dim, nroots, nlist, 43);
-        let layout = common::Layout {
-            rows_per_file: 4096,
-            ..common::Layout::default()
-        };
-        rt.block_on(common::write_index(
-            store.as_ref(),
-            &Path::from("idx"),
-            &h,
-            &data,
-            &common::rowids(n),
-            layout,
-        ));
-        let queries: Vec<f32> = data[..QUERIES * dim].iter().map(|x| x + 0.05).collect();
+        let (_dir, store) = common::local_store();
+        // Files of about 4096 rows.
+        let (queries, _) = common::search_index(
+            &rt,
+            Arc::clone(&store),
+            (n, dim, nroots, nlist),
+            1 << 20,
+            QUERIES,
+        );
         let disk = rt
             .block_on(Index::open(Arc::clone(&store), &Path::from("idx")))
             .unwrap();
@@ -79,22 +68,15 @@ fn latency(c: &mut Criterion) {
     let (n, dim, nroots, nlist, nprobe) = (20_000, 64, 8, 64, 16);
     let delay = Duration::from_millis(50);
     let mem: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let data = common::dataset(n, dim, 42);
-    let h = common::hierarchy(&data, dim, nroots, nlist, 43);
-    let layout = common::Layout {
-        rows_per_file: 400,
-        ..common::Layout::default()
-    };
-    rt.block_on(common::write_index(
-        mem.as_ref(),
-        &Path::from("idx"),
-        &h,
-        &data,
-        &common::rowids(n),
-        layout,
-    ));
+    // Files of about 400 rows.
+    let (queries, _) = common::search_index(
+        &rt,
+        Arc::clone(&mem),
+        (n, dim, nroots, nlist),
+        100 * 1024,
+        QUERIES,
+    );
     let store: Arc<dyn ObjectStore> = Arc::new(CountingStore::new(mem).with_latency(delay));
-    let queries: Vec<f32> = data[..QUERIES * dim].iter().map(|x| x + 0.05).collect();
     let params = SearchParams {
         k: 10,
         nprobe,

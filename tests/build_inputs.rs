@@ -22,6 +22,7 @@ use parqivf::builder::{
     ArraySource, BuildError, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, build,
 };
 use parqivf::index::{Index, SearchParams};
+use support::files::write_parquet;
 
 const DIM: usize = 4;
 
@@ -37,7 +38,7 @@ fn params(nlist: u32) -> BuildParams {
 /// the id column `id` given.
 fn batch_with_ids(ids: ArrayRef, seed: u64) -> RecordBatch {
     let n = ids.len();
-    let data = support::random_vectors(n, DIM, seed);
+    let data = support::fixtures::random_vectors(n, DIM, seed);
     let mut emb = ListBuilder::new(Float32Builder::new());
     for v in data.chunks(DIM) {
         emb.values().append_slice(v);
@@ -49,13 +50,6 @@ fn batch_with_ids(ids: ArrayRef, seed: u64) -> RecordBatch {
         Field::new("embedding", emb.data_type().clone(), true),
     ]));
     RecordBatch::try_new(schema, vec![ids, emb]).unwrap()
-}
-
-fn write_parquet(dir: &std::path::Path, name: &str, batch: &RecordBatch) {
-    let f = std::fs::File::create(dir.join(name)).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
-    w.write(batch).unwrap();
-    w.close().unwrap();
 }
 
 fn with_ids(column: &str) -> ParquetSourceOptions {
@@ -164,7 +158,7 @@ async fn uint64_ids_above_i64_max_are_out_of_range_not_null() {
         write_parquet(d.path(), "a.parquet", &batch);
         let (out, _) = try_build(d.path(), with_ids("id"), 1).await.unwrap();
         let index = Index::open_current(out, &Path::from("idx")).await.unwrap();
-        let q = support::random_vectors(1, DIM, 2);
+        let q = support::fixtures::random_vectors(1, DIM, 2);
         let r = index
             .search(
                 &q,
@@ -219,7 +213,7 @@ async fn duplicate_ids_are_refused_naming_both_rows() {
 
 #[tokio::test]
 async fn skip_invalid_skips_and_counts_for_arrays_and_parquet() {
-    let mut data = support::random_vectors(50, DIM, 3);
+    let mut data = support::fixtures::random_vectors(50, DIM, 3);
     data[3 * DIM + 1] = f32::NAN;
     data[17 * DIM] = f32::NEG_INFINITY;
     let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -383,25 +377,6 @@ async fn fewer_distinct_rows_than_lists_is_refused_not_silently_empty() {
     assert_eq!(r.hits.len(), 10);
 }
 
-/// Write `n × dim` random f32 vectors as a `.npy` file.
-#[cfg(unix)]
-fn write_npy(path: &std::path::Path, n: usize, dim: usize) {
-    let mut h = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': ({n}, {dim}), }}");
-    while (10 + h.len() + 1) % 64 != 0 {
-        h.push(' ');
-    }
-    h.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    out.extend_from_slice(h.as_bytes());
-    out.extend(
-        support::random_vectors(n, dim, 5)
-            .iter()
-            .flat_map(|v| v.to_le_bytes()),
-    );
-    std::fs::write(path, out).unwrap();
-}
-
 /// Every file below `dir`, relative, sorted.
 #[cfg(unix)]
 fn files_below(dir: &std::path::Path) -> Vec<String> {
@@ -471,7 +446,11 @@ fn build_and_signal(
 fn sigint_and_kill_9_leave_no_spill_or_partial_snapshot_behind() {
     let d = tempfile::tempdir().unwrap();
     let source = d.path().join("base.npy");
-    write_npy(&source, 200_000, 16);
+    support::files::write_npy(
+        &source,
+        &support::fixtures::random_vectors(200_000, 16, 5),
+        16,
+    );
     let tmp = d.path().join("tmp");
     std::fs::create_dir(&tmp).unwrap();
     let out = d.path().join("idx");

@@ -21,6 +21,7 @@ use parqivf::distance::Metric;
 use parqivf::format::warehouse;
 use parqivf::index::{Index, SearchParams};
 use parqivf::topk::TopK;
+use support::files::write_parquet;
 
 fn params(nlist: u32) -> BuildParams {
     BuildParams {
@@ -61,15 +62,8 @@ fn list_batch(first_id: i64, rows: &[Option<Vec<f32>>]) -> RecordBatch {
     .unwrap()
 }
 
-fn write_parquet(dir: &std::path::Path, name: &str, batch: &RecordBatch) {
-    let f = std::fs::File::create(dir.join(name)).unwrap();
-    let mut w = parquet::arrow::ArrowWriter::try_new(f, batch.schema(), None).unwrap();
-    w.write(batch).unwrap();
-    w.close().unwrap();
-}
-
 fn rows(n: usize, dim: usize, seed: u64) -> Vec<Option<Vec<f32>>> {
-    support::random_vectors(n, dim, seed)
+    support::fixtures::random_vectors(n, dim, seed)
         .chunks(dim)
         .map(|c| Some(c.to_vec()))
         .collect()
@@ -266,7 +260,7 @@ async fn no_matching_files_is_typed() {
 /// never gains a version, and the earlier version stays current.
 #[tokio::test]
 async fn a_build_failing_at_any_write_publishes_nothing() {
-    let data = support::random_vectors(600, 8, 7);
+    let data = support::fixtures::random_vectors(600, 8, 7);
     let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
     let src = Arc::new(ArraySource::new(data.clone(), 8, "generated").unwrap());
@@ -276,7 +270,8 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
     assert_eq!(first.version, 1);
     let mut k = 0;
     loop {
-        let faulty: Arc<dyn ObjectStore> = Arc::new(support::FailNthPut::new(inner.clone(), k));
+        let faulty: Arc<dyn ObjectStore> =
+            Arc::new(support::store::FailNthPut::new(inner.clone(), k));
         match build(src.clone(), faulty, &idx, &params(8)).await {
             Ok(s) => {
                 // Every write succeeded: this is the first k past the last write.
@@ -299,7 +294,7 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
 
 #[tokio::test]
 async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
-    let data = support::random_vectors(3000, 16, 11);
+    let data = support::fixtures::random_vectors(3000, 16, 11);
     let src = Arc::new(
         ArraySource::new(data, 16, "generated")
             .unwrap()
@@ -319,8 +314,8 @@ async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
         .unwrap();
     assert_eq!(sa.spill_events, 0);
     assert!(sb.spill_events > 0, "a 64 KiB limit must spill");
-    let fa = support::snapshot_files(&a, &Path::from(sa.snapshot.as_str())).await;
-    let fb = support::snapshot_files(&b, &Path::from(sb.snapshot.as_str())).await;
+    let fa = support::store::snapshot_files(&a, &Path::from(sa.snapshot.as_str())).await;
+    let fb = support::store::snapshot_files(&b, &Path::from(sb.snapshot.as_str())).await;
     assert_eq!(fa.len(), fb.len());
     for ((pa, ba), (pb, bb)) in fa.iter().zip(&fb) {
         assert_eq!(pa, pb);
@@ -332,7 +327,7 @@ async fn builds_are_byte_reproducible_and_spill_changes_nothing() {
 /// an extra column, vectors as list<float>: build, search, recall.
 #[tokio::test]
 async fn pyarrow_written_table_builds_and_searches() {
-    let Some(python) = support::python_with("pyarrow") else {
+    let Some(python) = support::python::python_with("pyarrow") else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
@@ -355,7 +350,7 @@ for f in range(3):
     pq.write_table(t, f"{out}/part-{f}.parquet")
     np.save(f"{out}/x{f}.npy", x)
 "#;
-    support::run_python(&python, script, &[d.path().to_str().unwrap()]);
+    support::python::run_python(&python, script, &[d.path().to_str().unwrap()]);
     let src = open_local(
         d.path(),
         ParquetSourceOptions {
@@ -414,8 +409,9 @@ fn validator(schema_file: &str) -> jsonschema::Validator {
 async fn documents_written_by_a_build_match_their_schemas() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
-    let src =
-        Arc::new(ArraySource::new(support::random_vectors(500, 4, 2), 4, "generated").unwrap());
+    let src = Arc::new(
+        ArraySource::new(support::fixtures::random_vectors(500, 4, 2), 4, "generated").unwrap(),
+    );
     let s = build(src, store.clone(), &idx, &params(4)).await.unwrap();
     let get = |p: Path| {
         let store = store.clone();

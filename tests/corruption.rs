@@ -7,24 +7,19 @@
 //! the uncorrupted answer. Plus one test per defect of issue #17 item 3, and
 //! the page CRCs checked by an independent reader (pyarrow) when available.
 
-mod common;
 mod support;
 
-use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch};
 use bytes::Bytes;
-use common::{assign, dataset, hierarchy, rowids};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::format::definition::{
-    BuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition, IndexSource,
-};
-use parqivf::format::postings_table::postings_schema;
+use parqivf::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
 use parqivf::format::warehouse::{PinError, version_path};
 use parqivf::index::{Index, SearchParams};
-use parqivf::postings::{PostingsWriter, WriterOptions, publish};
+use parqivf::postings::WriterOptions;
 use parqivf::probe::ProbeError;
 use std::sync::Arc;
+use support::fixtures::{Layout, dataset, hierarchy, rowids, write_index};
 
 const DIM: usize = 8;
 const N: usize = 1500;
@@ -49,88 +44,20 @@ async fn fixture() -> Fixture {
     let data = dataset(N, DIM, 3);
     let ids = rowids(N);
     let h = hierarchy(&data, DIM, ROOTS, NLIST, 5);
-    let cids = assign(&h, &data);
-    let options = WriterOptions {
-        max_rows_per_row_group: 48,
-        max_file_bytes: 6 * 1024,
-        upload_buffer_bytes: 1 << 20,
+    let layout = Layout {
+        writer: WriterOptions {
+            max_rows_per_row_group: 48,
+            max_file_bytes: 6 * 1024,
+            upload_buffer_bytes: 1 << 20,
+        },
+        payload: false,
     };
-    let postings_root = snapshot.clone().join("postings");
-    let mut writer =
-        PostingsWriter::new(store.clone(), postings_root.clone(), DIM, vec![], options).unwrap();
-    for r in 0..ROOTS {
-        let (lo, hi) = (h.cid_offsets[r], h.cid_offsets[r + 1]);
-        let mut rows: Vec<usize> = (0..N).filter(|&i| (lo..hi).contains(&cids[i])).collect();
-        rows.sort_by_key(|&i| (cids[i], ids[i]));
-        if rows.is_empty() {
-            continue;
-        }
-        let vectors: Vec<u8> = rows
-            .iter()
-            .flat_map(|&i| {
-                data[i * DIM..(i + 1) * DIM]
-                    .iter()
-                    .flat_map(|x| x.to_le_bytes())
-            })
-            .collect();
-        let batch = RecordBatch::try_new(
-            postings_schema(DIM, &[]),
-            vec![
-                Arc::new(Int32Array::from(
-                    rows.iter().map(|&i| cids[i] as i32).collect::<Vec<_>>(),
-                )),
-                Arc::new(Int64Array::from(
-                    rows.iter().map(|&i| ids[i]).collect::<Vec<_>>(),
-                )),
-                Arc::new(
-                    FixedSizeBinaryArray::try_new((DIM * 4) as i32, vectors.into(), None).unwrap(),
-                ),
-            ],
-        )
-        .unwrap();
-        writer.write_bucket(r as u32, vec![batch]).await.unwrap();
-    }
-    let manifest = writer.finish(NLIST as u32, h.cid_offsets.clone()).unwrap();
+    let manifest = write_index(store.clone(), &snapshot, &h, &data, &ids, layout).await;
     assert!(
         manifest.files.len() >= 2 * ROOTS,
         "{} files",
         manifest.files.len()
     );
-    publish(&store, &postings_root, &manifest).await.unwrap();
-    store
-        .put(
-            &snapshot.clone().join("centroids").join("centroids.parquet"),
-            PutPayload::from(parqivf::format::centroids::encode(&h).unwrap()),
-        )
-        .await
-        .unwrap();
-    assert_eq!(CENTROIDS_LOCATION, "centroids/centroids.parquet");
-    let def = IndexDefinition::new(
-        h.metric,
-        DIM as u32,
-        NLIST as u32,
-        ROOTS as u32,
-        IndexSource::VectorFile {
-            location: "tests/corruption".into(),
-        },
-        BuildParams {
-            vector_column: "vector".into(),
-            id_column: None,
-            payload_columns: Vec::new(),
-            seed: 0,
-            sample_rows: N as u64,
-            max_iterations: 6,
-            threads: 1,
-            skip_invalid: false,
-        },
-    );
-    store
-        .put(
-            &snapshot.clone().join(INDEX_DEFINITION_FILE),
-            PutPayload::from(def.to_json()),
-        )
-        .await
-        .unwrap();
     parqivf::format::warehouse::commit(&store, &index, SNAPSHOT, None, 1)
         .await
         .unwrap();
@@ -605,7 +532,7 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
 /// reads the written files and refuses a flipped data byte.
 #[tokio::test]
 async fn pyarrow_verifies_the_page_checksums() {
-    let Some(python) = support::python_with("pyarrow") else {
+    let Some(python) = support::python::python_with("pyarrow") else {
         return;
     };
     let f = fixture().await;
@@ -633,7 +560,8 @@ try:
 except Exception as e:
     print("bad refused:", type(e).__name__, e)
 "#;
-    let out = support::run_python(&python, script, &[g.to_str().unwrap(), b.to_str().unwrap()]);
+    let out =
+        support::python::run_python(&python, script, &[g.to_str().unwrap(), b.to_str().unwrap()]);
     println!("{out}");
     assert!(out.contains("good rows"), "{out}");
     assert!(

@@ -31,7 +31,7 @@ fn params() -> BuildParams {
 /// Random rows; row 7 scaled to 1e-30 and row 8 to 1e30 (both keep their
 /// direction), the rest as drawn.
 fn data() -> Vec<f32> {
-    let mut v = support::random_vectors(N, DIM, 5);
+    let mut v = support::fixtures::random_vectors(N, DIM, 5);
     v[7 * DIM..8 * DIM].iter_mut().for_each(|x| *x *= 1e-30);
     v[8 * DIM..9 * DIM].iter_mut().for_each(|x| *x *= 1e30);
     v
@@ -115,7 +115,7 @@ async fn tiny_and_huge_rows_keep_their_direction_and_full_probe_equals_brute_for
 
 #[tokio::test]
 async fn a_zero_query_is_a_typed_error() {
-    let index = built(support::random_vectors(500, DIM, 3)).await;
+    let index = built(support::fixtures::random_vectors(500, DIM, 3)).await;
     let err = index
         .search(&[0.0; DIM], &SearchParams::default())
         .await
@@ -128,7 +128,7 @@ async fn a_zero_query_is_a_typed_error() {
         "{err}"
     );
     // In a batch, the error names the zero query.
-    let mut batch = support::random_vectors(3, DIM, 4);
+    let mut batch = support::fixtures::random_vectors(3, DIM, 4);
     batch[2 * DIM..].iter_mut().for_each(|x| *x = 0.0);
     let err = index
         .search_batch(&batch, &SearchParams::default())
@@ -145,7 +145,7 @@ async fn a_zero_query_is_a_typed_error() {
 
 #[tokio::test]
 async fn a_zero_row_fails_the_build_and_publishes_nothing() {
-    let mut data = support::random_vectors(500, DIM, 6);
+    let mut data = support::fixtures::random_vectors(500, DIM, 6);
     data[41 * DIM..42 * DIM].iter_mut().for_each(|x| *x = 0.0);
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
@@ -169,7 +169,9 @@ async fn a_zero_row_fails_the_build_and_publishes_nothing() {
 async fn a_version_1_cosine_index_is_refused_not_scanned_with_the_wrong_formula() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");
-    let src = Arc::new(ArraySource::new(support::random_vectors(300, DIM, 8), DIM, "g").unwrap());
+    let src = Arc::new(
+        ArraySource::new(support::fixtures::random_vectors(300, DIM, 8), DIM, "g").unwrap(),
+    );
     build(src, store.clone(), &idx, &params()).await.unwrap();
     let (_, snapshot) = parqivf::format::warehouse::current_snapshot(&store, &idx)
         .await
@@ -191,7 +193,7 @@ async fn a_version_1_cosine_index_is_refused_not_scanned_with_the_wrong_formula(
 
 #[tokio::test]
 async fn with_skip_invalid_a_zero_row_is_skipped_and_counted() {
-    let mut data = support::random_vectors(500, DIM, 6);
+    let mut data = support::fixtures::random_vectors(500, DIM, 6);
     data[41 * DIM..42 * DIM].iter_mut().for_each(|x| *x = 0.0);
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let idx = Path::from("idx");

@@ -1,7 +1,7 @@
 //! The strict manifest: one hand-made broken manifest per rule, each caught
 //! with its own typed error; determinism; the JSON Schema and its examples.
 
-mod postings_support;
+mod support;
 
 use parqivf::format::manifest::{FORMAT_VERSION, Manifest, ManifestError};
 use serde_json::{Value, json};
@@ -365,7 +365,7 @@ fn schema_accepts_the_examples_and_they_parse() {
     }
     assert!(documents.len() >= 3);
     for doc in documents.iter().chain([&valid()]) {
-        assert_eq!(postings_support::schema_errors(doc), Vec::<String>::new());
+        assert_eq!(support::postings::schema_errors(doc), Vec::<String>::new());
         Manifest::parse(&serde_json::to_vec(doc).unwrap()).unwrap();
     }
 }
@@ -383,7 +383,7 @@ fn schema_rejects_what_the_parser_rejects_structurally() {
     for edit in broken {
         let mut doc = valid();
         edit(&mut doc);
-        assert!(!postings_support::schema_errors(&doc).is_empty(), "{doc}");
+        assert!(!support::postings::schema_errors(&doc).is_empty(), "{doc}");
         assert!(Manifest::parse(&serde_json::to_vec(&doc).unwrap()).is_err());
     }
 }

@@ -3,7 +3,7 @@
 //! bytes that parse back to the same value, re-serialise to the same bytes,
 //! and satisfy the JSON Schema.
 
-mod postings_support;
+mod support;
 
 use parqivf::format::manifest::{FORMAT_VERSION, FileEntry, Manifest};
 use parqivf::format::postings_table::part_path;
@@ -76,7 +76,7 @@ proptest! {
         prop_assert_eq!(&parsed, &m);
         prop_assert_eq!(parsed.to_json_bytes(), bytes.clone());
         let doc: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
-        prop_assert_eq!(postings_support::schema_errors(&doc), Vec::<String>::new());
+        prop_assert_eq!(support::postings::schema_errors(&doc), Vec::<String>::new());
     }
 
     #[test]

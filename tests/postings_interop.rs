@@ -3,11 +3,11 @@
 //! a temporary folder when the variable is unset, checks it with `verify`,
 //! and, when `$PARQIVF_PYTHON` names a Python with pyarrow (as
 //! `scripts/test.sh` sets it), runs the script on it and requires exit 0.
-//! With `PARQIVF_REQUIRE_INTEROP=1` a missing `$PARQIVF_PYTHON` is a failure.
+//! With `PARQIVF_REQUIRE_INTEROP=1` a missing pyarrow is a failure.
 //! The table covers multi-CID files, a CID spanning row groups and files, and
 //! a payload column.
 
-mod postings_support;
+mod support;
 
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
@@ -31,41 +31,23 @@ async fn write_table_for_the_independent_reader() {
         ..WriterOptions::default()
     };
     let manifest =
-        postings_support::write_table(Arc::clone(&store), &Path::default(), 8, options).await;
+        support::postings::write_table(Arc::clone(&store), &Path::default(), 8, options).await;
     assert!(manifest.files.len() > 2);
     let report = verify(store, &Path::default(), VerifyOptions { orphans: true })
         .await
         .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
 
-    match std::env::var_os("PARQIVF_PYTHON") {
-        Some(python) => {
-            let script = concat!(
-                env!("CARGO_MANIFEST_DIR"),
-                "/tests/interop/pyarrow_postings.py"
-            );
-            let out = std::process::Command::new(python)
-                .arg(script)
-                .arg(&dir)
-                .output()
-                .unwrap();
-            let text = String::from_utf8_lossy(&out.stdout);
-            assert!(
-                out.status.success(),
-                "pyarrow reader failed:\n{text}{}",
-                String::from_utf8_lossy(&out.stderr)
-            );
-            assert!(
-                text.contains(&format!(
-                    "{} files checked by pyarrow, 0 failures",
-                    manifest.files.len()
-                )),
-                "{text}"
-            );
-        }
-        None => assert!(
-            std::env::var("PARQIVF_REQUIRE_INTEROP").as_deref() != Ok("1"),
-            "PARQIVF_REQUIRE_INTEROP=1 but PARQIVF_PYTHON is not set"
-        ),
-    }
+    let Some(python) = support::python::python_with("pyarrow") else {
+        return;
+    };
+    let script = include_str!("interop/pyarrow_postings.py");
+    let text = support::python::run_python(&python, script, &[dir.to_str().unwrap()]);
+    assert!(
+        text.contains(&format!(
+            "{} files checked by pyarrow, 0 failures",
+            manifest.files.len()
+        )),
+        "{text}"
+    );
 }

@@ -3,7 +3,7 @@
 //! large CIDs spanning row groups and files, streaming size and sha256,
 //! typed errors for bad input, and its manifest against the JSON Schema.
 
-mod postings_support;
+mod support;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};
@@ -19,9 +19,9 @@ use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use parquet::file::statistics::Statistics;
-use postings_support::{batch, bucket_cids, payload, vector, write_table};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
+use support::postings::{batch, bucket_cids, payload, vector, write_table};
 
 const DIM: usize = 4;
 
@@ -237,7 +237,7 @@ async fn written_manifests_validate_against_the_json_schema() {
         let published = object(&store, &root, "manifest.json").await;
         assert_eq!(published.to_vec(), manifest.to_json_bytes());
         let doc: serde_json::Value = serde_json::from_slice(&published).unwrap();
-        assert_eq!(postings_support::schema_errors(&doc), Vec::<String>::new());
+        assert_eq!(support::postings::schema_errors(&doc), Vec::<String>::new());
     }
 }
 

@@ -3,9 +3,8 @@
 //! two dependent rounds cold and one warm; a row group whose cid differs from
 //! its statistics is `CorruptIndex`; a missing postings object is named.
 
-mod common;
+mod support;
 
-use common::{Layout, dataset, hierarchy, rowids, write_index};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -16,27 +15,24 @@ use parqivf::probe::ProbeError;
 use parqivf::store::counting::CountingStore;
 use std::sync::Arc;
 use std::time::Duration;
+use support::fixtures::{Layout, dataset, hierarchy, rowids, write_index};
 
 const DIM: usize = 8;
 const N: usize = 4000;
 const NLIST: usize = 48;
 
-/// Small files (≈ 60 rows) so a probe touches many of them.
+/// Small files (one cid each) so a probe touches many of them.
 async fn fixture() -> (Arc<InMemory>, Manifest, Vec<f32>) {
     let mem = Arc::new(InMemory::new());
     let data = dataset(N, DIM, 3);
     let h = hierarchy(&data, DIM, 4, NLIST, 5);
-    let layout = Layout {
-        rows_per_file: 60,
-        ..Layout::default()
-    };
     let manifest = write_index(
-        mem.as_ref(),
+        mem.clone(),
         &Path::from("idx"),
         &h,
         &data,
         &rowids(N),
-        layout,
+        Layout::files_of(2 * 1024),
     )
     .await;
     (mem, manifest, data)
@@ -186,8 +182,9 @@ async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<
     bytes
 }
 
-/// Rewrite the last cid value of row group 0 of the first file: its data now
-/// holds a cid its (unchanged) statistics deny.
+/// Rewrite the cid in the dictionary page of row group 0 of the first file
+/// (the writer dictionary-encodes cid: one value per row group): its data
+/// now holds a cid its (unchanged) statistics deny, from the first row on.
 #[tokio::test]
 async fn lying_statistics_are_corrupt_index() {
     let (mem, manifest, data) = fixture().await;
@@ -197,11 +194,16 @@ async fn lying_statistics_are_corrupt_index() {
     let meta = parquet::file::metadata::ParquetMetaDataReader::new()
         .parse_and_finish(&bytes)
         .unwrap();
-    let (start, len) = meta.row_group(0).column(0).byte_range();
-    let rows = meta.row_group(0).num_rows() as usize;
-    let end = (start + len) as usize;
+    let cid = meta.row_group(0).column(0);
+    assert!(
+        cid.dictionary_page_offset().is_some(),
+        "cid has a dictionary"
+    );
+    // The dictionary's one PLAIN, uncompressed value ends where the data page starts.
+    let end = cid.data_page_offset() as usize;
     let mut patched = bytes.to_vec();
     let old = i32::from_le_bytes(patched[end - 4..end].try_into().unwrap());
+    assert_eq!(old as u32, entry.min_cid);
     patched[end - 4..end].copy_from_slice(&(old + 1).to_le_bytes());
     put_postings(&mem, 0, &entry.path, &patched).await;
 
@@ -219,7 +221,7 @@ async fn lying_statistics_are_corrupt_index() {
             expected,
         })) => {
             assert_eq!(p, path.to_string());
-            assert_eq!(row, rows - 1);
+            assert_eq!(row, 0);
             assert_eq!((found, expected), (i64::from(old) + 1, i64::from(old)));
         }
         other => panic!("unexpected {other:?}"),
@@ -292,19 +294,14 @@ async fn row_group_with_two_cids_is_refused() {
     let rows: Vec<(u32, i64, usize)> = (0..4)
         .map(|i| (entry.min_cid + (i % 2), i as i64, i as usize))
         .collect();
-    // One row group for all four rows: no flush between the two cids.
-    let layout = Layout {
-        rows_per_row_group: usize::MAX,
-        ..Layout::default()
-    };
     let mut sorted = rows.clone();
     sorted.sort_by_key(|r| r.0);
-    let bytes = common::postings_file_single_row_group(DIM, &sorted, &data, layout);
+    let bytes = support::fixtures::multi_cid_row_group_file(DIM, &sorted, &data);
     manifest.files[0].max_cid = manifest.files[0].max_cid.max(entry.min_cid + 1);
     let path = Path::from(format!("idx/postings/{}", entry.path));
     let bytes = put_postings(&mem, 0, &entry.path, &bytes).await;
     manifest.files[0].size = bytes.len() as u64;
-    common::put_json(mem.as_ref(), "idx/postings/manifest.json", &manifest).await;
+    support::store::put_json(mem.as_ref(), "idx/postings/manifest.json", &manifest).await;
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
         nprobe: NLIST,

@@ -2,7 +2,7 @@
 //! publishers on LocalFileSystem and InMemory give exactly one success and 15
 //! typed conflicts, and the stored manifest is the winner's.
 
-mod postings_support;
+mod support;
 
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -26,7 +26,7 @@ fn variant(base: &Manifest, i: usize) -> Manifest {
 
 async fn race(store: Arc<dyn ObjectStore>) {
     let root = Path::from("race");
-    let written = postings_support::write_table(
+    let written = support::postings::write_table(
         Arc::clone(&store),
         &Path::from("source"),
         4,
@@ -97,7 +97,7 @@ async fn sixteen_publishers_on_local_disk() {
 async fn an_invalid_manifest_is_never_published() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let root = Path::from("t");
-    let mut manifest = postings_support::write_table(
+    let mut manifest = support::postings::write_table(
         Arc::clone(&store),
         &Path::from("src"),
         4,

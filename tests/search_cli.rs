@@ -1,17 +1,17 @@
 //! `parqivf search` end to end on a local folder: JSON lines with rowids and
 //! distances equal to the library's answer; exit code 2 for bad input.
 
-mod common;
+mod support;
 
 use arrow::array::{FixedSizeBinaryArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
-use common::{Layout, dataset, hierarchy, rowids, write_index};
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use parqivf::index::{Index, SearchParams};
 use std::process::Command;
 use std::sync::Arc;
+use support::fixtures::{Layout, dataset, hierarchy, rowids, write_index};
 
 const DIM: usize = 8;
 
@@ -39,7 +39,7 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
     let data = dataset(1000, DIM, 1);
     let h = hierarchy(&data, DIM, 2, 8, 2);
     write_index(
-        store.as_ref(),
+        store.clone(),
         &Path::from("idx"),
         &h,
         &data,
@@ -96,22 +96,6 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
     assert_eq!(run(&[]).status.code(), Some(2), "bad dimension");
 }
 
-fn write_npy_f32(path: &std::path::Path, values: &[f32], dim: usize) {
-    let mut h = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({}, {dim}), }}",
-        values.len() / dim
-    );
-    while (10 + h.len() + 1) % 64 != 0 {
-        h.push(' ');
-    }
-    h.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend_from_slice(&(h.len() as u16).to_le_bytes());
-    out.extend_from_slice(h.as_bytes());
-    out.extend(values.iter().flat_map(|v| v.to_le_bytes()));
-    std::fs::write(path, out).unwrap();
-}
-
 /// Queries are searched and printed a batch at a time: the output does not
 /// depend on the batch size, query numbers run on across batches, and the
 /// benchmark mode reads the ground truth alongside.
@@ -123,7 +107,7 @@ async fn batches_give_the_same_output_and_recall() {
     let data = dataset(1000, DIM, 3);
     let h = hierarchy(&data, DIM, 2, 8, 2);
     write_index(
-        store.as_ref(),
+        store.clone(),
         &Path::from("idx"),
         &h,
         &data,
@@ -134,7 +118,7 @@ async fn batches_give_the_same_output_and_recall() {
     let nq = 7;
     let queries = data[..nq * DIM].to_vec();
     let qfile = dir.path().join("q.npy");
-    write_npy_f32(&qfile, &queries, DIM);
+    support::files::write_npy(&qfile, &queries, DIM);
     let index_dir = dir.path().join("idx");
     let run = |extra: &[&str]| {
         let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))

@@ -2,15 +2,15 @@
 //! rowid), recall at a partial nprobe, payloads, and typed errors for bad
 //! input and unknown format versions.
 
-mod common;
+mod support;
 
-use common::{Layout, brute_force, dataset, hierarchy, rowids, write_index};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::Error;
 use parqivf::index::{Index, IndexError, SearchParams};
 use std::sync::Arc;
+use support::fixtures::{Layout, brute_force, dataset, hierarchy, rowids, write_index};
 
 const DIM: usize = 8;
 const N: usize = 3000;
@@ -20,7 +20,7 @@ async fn fixture(layout: Layout) -> (Arc<dyn ObjectStore>, Vec<f32>, Vec<i64>) {
     let data = dataset(N, DIM, 7);
     let ids = rowids(N);
     let h = hierarchy(&data, DIM, 4, 32, 11);
-    write_index(store.as_ref(), &Path::from("idx"), &h, &data, &ids, layout).await;
+    write_index(store.clone(), &Path::from("idx"), &h, &data, &ids, layout).await;
     (store, data, ids)
 }
 

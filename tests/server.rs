@@ -4,7 +4,7 @@
 //! bearer token (every request here carries it); `server_auth.rs` tests what
 //! happens without it.
 
-mod server_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,7 @@ use parqivf::server::{
 };
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use server_support::{
+use support::server::{
     BruteForce, FakeLoader, Gate, ROWID_STRIDE, Running, SOURCE_LOCATION, TOKEN, hits_of, pairs,
     start, token,
 };

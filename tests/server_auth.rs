@@ -6,7 +6,7 @@
 //! holders, and concurrent reloads of an unchanged index open nothing while
 //! reloads are coalesced and rate-limited.
 
-mod server_support;
+mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -15,7 +15,7 @@ use std::time::Duration;
 use parqivf::server::{ServeError, Server, ServerConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use server_support::{BruteForce, FakeLoader, Running, SOURCE_LOCATION, TOKEN, start, token};
+use support::server::{BruteForce, FakeLoader, Running, SOURCE_LOCATION, TOKEN, start, token};
 
 const DIM: usize = 4;
 const LOCATION: &str = "memory:///small";

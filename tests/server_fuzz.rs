@@ -6,7 +6,7 @@
 //! afterwards. `PARQIVF_FUZZ_CASES` sets the cases (default 300: each case
 //! is a round trip).
 
-mod server_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,7 +16,7 @@ use proptest::prelude::*;
 use proptest::strategy::ValueTree;
 use proptest::test_runner::{Config, TestRunner};
 use serde_json::{Value, json};
-use server_support::{BruteForce, FakeLoader, TOKEN, start, token};
+use support::server::{BruteForce, FakeLoader, TOKEN, start, token};
 
 const DIM: usize = 4;
 

@@ -7,14 +7,14 @@
 //! The slow-client test prints what it did:
 //! `cargo test --test server_hostile -- --nocapture`.
 
-mod server_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parqivf::server::{ConnectionLimits, Limits, ServerConfig};
 use serde_json::{Value, json};
-use server_support::{BruteForce, FakeLoader, Running, start};
+use support::server::{BruteForce, FakeLoader, Running, start};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 

@@ -3,7 +3,7 @@
 //! answer. Prints p50/p99 latency and QPS (recorded in docs/benchmarks.md):
 //! `cargo test --release --test server_load -- --nocapture`.
 
-mod server_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -13,7 +13,7 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use server_support::{BruteForce, FakeLoader, hits_of, pairs, start};
+use support::server::{BruteForce, FakeLoader, hits_of, pairs, start};
 
 const CLIENTS: usize = 32;
 const REQUESTS_PER_CLIENT: usize = 100;

@@ -3,7 +3,7 @@
 //! and equals that snapshot's direct answer. A request already running when a
 //! swap happens finishes on the old snapshot.
 
-mod server_support;
+mod support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -13,7 +13,7 @@ use std::time::Duration;
 use parqivf::server::{Limits, SearchRequestParams, ServerConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
-use server_support::{
+use support::server::{
     BruteForce, FakeLoader, Gate, ROWID_STRIDE, TOKEN, hits_of, pairs, start, token,
 };
 

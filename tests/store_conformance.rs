@@ -87,8 +87,8 @@ fn backends() -> Vec<Backend> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_bytes_and_answers_on_every_backend() {
     let dim = 16;
-    let data = support::random_vectors(4000, dim, 3);
-    let queries = support::random_vectors(20, dim, 4);
+    let data = support::fixtures::random_vectors(4000, dim, 3);
+    let queries = support::fixtures::random_vectors(20, dim, 4);
     let params = BuildParams {
         nlist: 32,
         progress: ProgressMode::Quiet,
@@ -123,7 +123,7 @@ async fn same_bytes_and_answers_on_every_backend() {
             .into_iter()
             .map(|r| r.hits.iter().map(|h| (h.rowid, h.distance)).collect())
             .collect();
-        let files = support::snapshot_files(&b.store, &snapshot).await;
+        let files = support::store::snapshot_files(&b.store, &snapshot).await;
         assert!(files.iter().any(|(p, _)| p.ends_with("manifest.json")));
         match &reference {
             None => reference = Some((files, answers)),
@@ -191,8 +191,8 @@ async fn sixteen_concurrent_publishers_one_winner_on_every_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cold_and_warm_query_io_on_every_backend() {
     let dim = 64;
-    let data = support::random_vectors(20_000, dim, 5);
-    let queries = support::random_vectors(2, dim, 6);
+    let data = support::fixtures::random_vectors(20_000, dim, 5);
+    let queries = support::fixtures::random_vectors(2, dim, 6);
     let params = BuildParams {
         nlist: 64,
         progress: ProgressMode::Quiet,
@@ -269,8 +269,8 @@ async fn cold_and_warm_query_io_on_every_backend() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn orphans_unread_and_missing_object_named_on_every_backend() {
     let dim = 16;
-    let data = support::random_vectors(4000, dim, 7);
-    let queries = support::random_vectors(5, dim, 8);
+    let data = support::fixtures::random_vectors(4000, dim, 7);
+    let queries = support::fixtures::random_vectors(5, dim, 8);
     let params = BuildParams {
         nlist: 32,
         progress: ProgressMode::Quiet,
@@ -287,7 +287,7 @@ async fn orphans_unread_and_missing_object_named_on_every_backend() {
         let summary = build(src, b.store.clone(), &idx, &params).await.unwrap();
         let snapshot = Path::from(summary.snapshot.as_str());
         let postings = snapshot.clone().join("postings");
-        let files: Vec<String> = support::snapshot_files(&b.store, &postings)
+        let files: Vec<String> = support::store::snapshot_files(&b.store, &postings)
             .await
             .into_iter()
             .map(|(rel, _)| rel)
@@ -381,7 +381,7 @@ async fn s3_without_conditional_put_refuses_unless_opted_in() {
     let root = Path::from(run_prefix());
     let idx = root.clone().join("idx");
     let dim = 8;
-    let data = support::random_vectors(1000, dim, 9);
+    let data = support::fixtures::random_vectors(1000, dim, 9);
     let params = BuildParams {
         nlist: 8,
         progress: ProgressMode::Quiet,

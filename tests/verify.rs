@@ -3,7 +3,7 @@
 //! only for `--orphans`; the CLI's exit codes (0 ok, 1 violations, 2 could
 //! not run) and `--json` output.
 
-mod postings_support;
+mod support;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};
@@ -28,11 +28,11 @@ use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use parquet::file::statistics::{Statistics, ValueStatistics};
 use parquet::schema::types::ColumnPath;
-use postings_support::batch;
 use sha2::{Digest, Sha256};
 use std::process::Command;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use support::postings::batch;
 
 const DIM: usize = 2;
 
@@ -453,7 +453,7 @@ async fn lists_only_for_orphans_and_reports_unnamed_objects() {
         lists: AtomicUsize::new(0),
     });
     let root = Path::from("t");
-    postings_support::write_table(store.clone(), &root, DIM, WriterOptions::default()).await;
+    support::postings::write_table(store.clone(), &root, DIM, WriterOptions::default()).await;
     store
         .put(
             &Path::from("t/cid_bucket=000001/part-00009.parquet"),
@@ -502,7 +502,7 @@ async fn cli_exit_codes_and_json() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
-    let manifest = postings_support::write_table(
+    let manifest = support::postings::write_table(
         Arc::clone(&store),
         &Path::default(),
         DIM,
@@ -543,8 +543,6 @@ async fn cli_exit_codes_and_json() {
 
 // ---- Issue #17 item 4: verify checks the whole snapshot the reader opens ----
 
-mod common;
-
 use parqivf::postings::verify_location;
 
 const IDX_DIM: usize = 4;
@@ -553,17 +551,17 @@ const IDX_DIM: usize = 4;
 /// test fixture, plus the hierarchy it was built with.
 async fn committed_index() -> (Arc<dyn ObjectStore>, parqivf::kmeans::Hierarchy) {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let data = common::dataset(600, IDX_DIM, 1);
-    let ids = common::rowids(600);
-    let h = common::hierarchy(&data, IDX_DIM, 2, 8, 2);
+    let data = support::fixtures::dataset(600, IDX_DIM, 1);
+    let ids = support::fixtures::rowids(600);
+    let h = support::fixtures::hierarchy(&data, IDX_DIM, 2, 8, 2);
     let snapshot = Path::from("idx/snapshots/s1");
-    common::write_index(
-        store.as_ref(),
+    support::fixtures::write_index(
+        store.clone(),
         &snapshot,
         &h,
         &data,
         &ids,
-        common::Layout::default(),
+        support::fixtures::Layout::default(),
     )
     .await;
     parqivf::format::warehouse::commit(&store, &Path::from("idx"), "snapshots/s1", None, 1)
@@ -650,8 +648,8 @@ async fn deleted_or_replaced_centroids_are_violations() {
         assert!(snapshot_invalid(&v), "deleted, {at}: {v:?}");
 
         // Replaced by the centroids of another hierarchy (6 leaves).
-        let data = common::dataset(300, IDX_DIM, 9);
-        let other = common::hierarchy(&data, IDX_DIM, 2, 6, 3);
+        let data = support::fixtures::dataset(300, IDX_DIM, 9);
+        let other = support::fixtures::hierarchy(&data, IDX_DIM, 2, 6, 3);
         store
             .put(
                 &Path::from(centroids),
@@ -693,15 +691,15 @@ async fn a_dropped_file_entry_with_ntotal_adjusted_is_a_violation() {
 #[tokio::test]
 async fn orphans_reports_snapshots_no_version_names() {
     let (store, h) = committed_index().await;
-    let data = common::dataset(600, IDX_DIM, 1);
-    let ids = common::rowids(600);
-    common::write_index(
-        store.as_ref(),
+    let data = support::fixtures::dataset(600, IDX_DIM, 1);
+    let ids = support::fixtures::rowids(600);
+    support::fixtures::write_index(
+        store.clone(),
         &Path::from("idx/snapshots/s2"),
         &h,
         &data,
         &ids,
-        common::Layout::default(),
+        support::fixtures::Layout::default(),
     )
     .await;
     assert!(index_violations(&store, "idx", false).await.is_empty());

@@ -1,6 +1,5 @@
 //! Shared fixtures for the postings integration tests: seeded postings
 //! batches and a helper that writes and publishes a small table.
-#![allow(dead_code)] // each test binary uses a different subset
 
 use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field};
@@ -45,7 +44,7 @@ pub fn batch(dim: usize, cids: &[i32], first_rowid: i64) -> RecordBatch {
 }
 
 /// `n` copies of `cid`.
-pub fn run(cid: i32, n: usize) -> Vec<i32> {
+fn run(cid: i32, n: usize) -> Vec<i32> {
     vec![cid; n]
 }
 

@@ -1,16 +1,24 @@
 //! DuckLake provider against the DuckDB-written fixture: every table, at the
 //! latest snapshot and at every snapshot since its creation, reads exactly
 //! DuckDB's answers (`expected.json`), for the moved fixture and for a
-//! data-path override; plus path, lineage and read-only rules.
+//! data-path override; plus path, lineage and read-only rules. The other
+//! DuckLake tests are modules of this one test binary: `build` (an index over
+//! a DuckLake table), `mapping` (RFC 0018 mapping validation), `orphans`
+//! (orphan files are never opened) and `store` (the lake on an object store).
 
-mod ducklake_common;
+mod build;
+mod mapping;
+mod orphans;
+mod store;
+#[path = "../support/mod.rs"]
+mod support;
 
 use std::path::Path;
 
-use ducklake_common::*;
 use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::lineage::{LineageError, MissingRowId};
 use parqivf::catalog::paths::PathError;
+use support::ducklake::*;
 
 fn open(
     catalog: &Path,

@@ -4,8 +4,6 @@
 //! snapshots and injectable failures (counting opens and snapshot probes), and
 //! a helper that starts the server on 127.0.0.1:0 in-process.
 
-#![allow(dead_code)] // each test binary uses a different part of this module
-
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -16,8 +14,6 @@ use parqivf::server::{
     AuthToken, BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
     SearchBackend, SearchRequestParams, Server, ServerConfig,
 };
-use rand::{Rng, SeedableRng};
-use rand_chacha::ChaCha8Rng;
 
 /// The bearer token of the test servers that have one.
 pub const TOKEN: &str = "test-token-0123456789abcdef";
@@ -84,10 +80,7 @@ pub struct BruteForce {
 impl BruteForce {
     /// `n` seeded random vectors of `dim` (same data for the same seed).
     pub fn random(n: usize, dim: usize, seed: u64, snapshot: u32) -> Self {
-        let mut rng = ChaCha8Rng::seed_from_u64(seed);
-        let vectors = (0..n * dim)
-            .map(|_| rng.random_range(-1.0f32..1.0))
-            .collect();
+        let vectors = super::fixtures::random_vectors(n, dim, seed);
         Self {
             dim,
             nlist: 8,

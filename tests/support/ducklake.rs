@@ -3,8 +3,6 @@
 //! answers from `expected.json`, and turning scanned batches into the same
 //! JSON shape.
 
-#![allow(dead_code)]
-
 use std::path::{Path, PathBuf};
 
 use arrow::array::{Array, ArrayRef, AsArray, RecordBatch};
@@ -21,7 +19,7 @@ pub const TABLES: [&str; 6] = [
     "s1.outside",
 ];
 
-pub fn fixture() -> PathBuf {
+fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures/ducklake")
 }
 
@@ -39,7 +37,7 @@ pub fn expected() -> Value {
     serde_json::from_str(&text).expect("expected.json parses")
 }
 
-pub fn copy_dir(from: &Path, to: &Path) {
+fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
         let entry = entry.unwrap();
@@ -118,7 +116,7 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<Value> {
 }
 
 /// Rows as JSON arrays in column order, sorted by `rowid` (first column).
-pub fn tuples(batches: &[RecordBatch]) -> Vec<Value> {
+fn tuples(batches: &[RecordBatch]) -> Vec<Value> {
     rows(batches)
         .into_iter()
         .map(|v| Value::Array(v.as_object().unwrap().values().cloned().collect()))
@@ -126,7 +124,7 @@ pub fn tuples(batches: &[RecordBatch]) -> Vec<Value> {
 }
 
 /// `table` at `snapshot` with the other options of `base`.
-pub fn open_at(
+fn open_at(
     catalog: &Path,
     table: &str,
     snapshot: Option<u64>,

@@ -4,12 +4,10 @@
 //! provides one (`PARQIVF_S3_BUCKET` + `AWS_*`), required when
 //! `PARQIVF_REQUIRE_INTEROP=1`.
 
-mod ducklake_common;
-
 use std::path::Path;
 use std::sync::Arc;
 
-use ducklake_common::*;
+use crate::support::ducklake::*;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::catalog::ducklake::DuckLakeOptions;

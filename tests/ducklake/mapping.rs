@@ -3,11 +3,9 @@
 //! deliberately not enforced, and column resolution details (element/item,
 //! hive partitions, missing columns, INT32 widening) on the fixture.
 
-mod ducklake_common;
-
 use std::path::{Path, PathBuf};
 
-use ducklake_common::*;
+use crate::support::ducklake::*;
 use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::mapping::MappingError;
 use serde_json::json;

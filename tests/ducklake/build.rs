@@ -3,8 +3,6 @@
 //! stored embedding returns that row's DuckDB rowid first, and results join
 //! back with `SELECT * FROM lake.s1.docs WHERE rowid IN (…)`.
 
-mod ducklake_common;
-
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -27,7 +25,7 @@ fn params(nlist: u32) -> BuildParams {
 #[tokio::test]
 async fn docs_index_returns_duckdb_rowids() {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = ducklake_common::copy_fixture(dir.path());
+    let catalog = crate::support::ducklake::copy_fixture(dir.path());
     let catalog = catalog.to_str().unwrap();
 
     // Row 150 has a NULL embedding: a typed error unless asked to skip it.
@@ -56,7 +54,7 @@ async fn docs_index_returns_duckdb_rowids() {
     assert_eq!(source.skipped_rows(), 1, "only row 150 has no embedding");
 
     // DuckDB's own answer: `SELECT rowid, * FROM lake.s1.docs ORDER BY rowid`.
-    let expected = ducklake_common::expected();
+    let expected = crate::support::ducklake::expected();
     let rows = expected["tables"]["s1.docs"]["rows"]
         .as_array()
         .unwrap()

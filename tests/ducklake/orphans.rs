@@ -4,11 +4,9 @@
 //! table at every snapshot touches only locations the catalog lists, never
 //! lists a prefix, and never touches an orphan.
 
-mod ducklake_common;
-
 use std::sync::Arc;
 
-use ducklake_common::*;
+use crate::support::ducklake::*;
 use parqivf::catalog::ducklake::{DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::paths;
 use parqivf::store::counting::CountingStore;
