@@ -135,8 +135,12 @@ pub async fn expand(
     };
     files.sort_by(|a, b| a.location.cmp(&b.location));
     if files.is_empty() {
+        // The location as the store names it, wildcards kept.
+        let path = location.path().trim_start_matches('/');
         return Err(BuildError::NoFiles {
-            location: location.object_path().to_string(),
+            location: percent_encoding::percent_decode_str(path)
+                .decode_utf8_lossy()
+                .into_owned(),
         });
     }
     Ok(files)

@@ -469,7 +469,7 @@ mod tests {
 
     #[test]
     fn float16_elements_widen_exactly_and_non_finite_is_an_error() {
-        use arrow::datatypes::f16;
+        use half::f16;
         let values = Float16Array::from(vec![f16::from_f32(0.5), f16::from_f32(-2.25)]);
         let field = Arc::new(Field::new("item", DataType::Float16, false));
         let array = FixedSizeListArray::new(field, 2, Arc::new(values), None);
