@@ -126,9 +126,7 @@ impl VectorSource for DuckLakeSource {
     }
 
     async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
-        // Exact only after deletes are applied, so read the part: DuckLake
-        // tables indexed here are small enough, and correctness comes first.
-        Ok(self.read(part).await?.num_rows() as u64)
+        self.table.live_rows(part).await.map_err(lake)
     }
 
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {

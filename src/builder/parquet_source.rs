@@ -11,6 +11,7 @@
 //! their contents stay the same: the profile notes that a Parquet source
 //! cannot detect content replaced at the same location.
 
+use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -21,9 +22,10 @@ use async_trait::async_trait;
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt};
+use parquet::DecodeResult;
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
 
 use super::BuildError;
 use super::source::{
@@ -32,6 +34,10 @@ use super::source::{
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
 use crate::format::definition::IndexSource;
 use crate::store::parquet_reader::StoreReader;
+use crate::store::uri::{LocationUri, hive_partitions};
+
+/// Rows per decoded batch.
+const BATCH_ROWS: usize = 16_384;
 
 /// What to read from the table.
 #[derive(Debug, Clone, Default)]
@@ -45,8 +51,9 @@ pub struct ParquetSourceOptions {
     /// Skip rows whose vector is NULL or holds NaN/∞ (counted) instead of failing.
     pub skip_invalid: bool,
     /// The table's canonical absolute URI (root or `*` pattern), recorded as
-    /// the source location in `index.json`. `None`: `file:///` + the
-    /// location, right for a `LocalFileSystem` rooted at `/`.
+    /// the source location in `index.json`. `None`: the location's
+    /// [`LocationUri::from_store_path`], right for a `LocalFileSystem` rooted
+    /// at `/`.
     pub table_uri: Option<String>,
 }
 
@@ -61,6 +68,8 @@ type KeptRows = (
 
 struct SourceFile {
     meta: ObjectMeta,
+    /// The file's footer, read once when the source is opened.
+    footer: ArrowReaderMetadata,
     rows: u64,
     first_rowid: i64,
     resolved: ResolvedColumns,
@@ -69,7 +78,7 @@ struct SourceFile {
 /// A Parquet table (root or pattern) read file by file.
 pub struct ParquetSource {
     store: Arc<dyn ObjectStore>,
-    location: String,
+    location: LocationUri,
     files: Vec<SourceFile>,
     dim: usize,
     options: ParquetSourceOptions,
@@ -84,87 +93,73 @@ fn unreadable(path: &Path, e: impl std::error::Error) -> BuildError {
     }
 }
 
-/// `*` matches any run of characters within one path segment.
-fn glob_match(pattern: &str, s: &str) -> bool {
-    match pattern.split_once('*') {
-        None => pattern == s,
-        Some((pre, post)) => {
-            let Some(rest) = s.strip_prefix(pre) else {
-                return false;
-            };
-            (0..=rest.len())
-                .filter(|&i| rest.is_char_boundary(i) && !rest[..i].contains('/'))
-                .any(|i| glob_match(post, &rest[i..]))
-        }
-    }
+async fn list(store: &dyn ObjectStore, prefix: &Path) -> Result<Vec<ObjectMeta>, BuildError> {
+    store
+        .list(Some(prefix))
+        .try_collect()
+        .await
+        .map_err(|e| unreadable(prefix, e))
 }
 
-/// `s` as a store path. Locations arrive in the store's own path syntax
-/// (`Path::to_string`), so they are parsed as they are; `Path::from` would
-/// percent-encode them again and turn `données` into `donn%C3%A9es`, a name
-/// no file has. A string that is not a valid path is encoded as before.
-fn store_path(s: &str) -> Path {
-    Path::parse(s).unwrap_or_else(|_| Path::from(s))
-}
-
-/// Expand a table root (every `.parquet` object below it) or a path pattern
-/// holding one `*` into its files, in path order.
+/// Expand `location` into its files, in path order: a pattern lists its
+/// [`LocationUri::static_prefix`] and keeps what its
+/// [`LocationUri::matcher`] matches; a root that is one object is that
+/// object, else every `.parquet` object below it.
 ///
 /// # Errors
 /// Listing fails, or nothing matches ([`BuildError::NoFiles`]).
 pub async fn expand(
     store: &dyn ObjectStore,
-    location: &str,
+    location: &LocationUri,
 ) -> Result<Vec<ObjectMeta>, BuildError> {
-    let location = location.trim_start_matches('/');
-    let mut files = if let Some(star) = location.find('*') {
-        let dir = location[..star].rfind('/').map_or("", |i| &location[..i]);
-        let prefix = store_path(dir);
-        let listed: Vec<ObjectMeta> = store
-            .list(Some(&prefix))
-            .try_collect()
-            .await
-            .map_err(|e| unreadable(&prefix, e))?;
-        listed
+    let mut files = if location.is_pattern() {
+        let matcher = location
+            .matcher()
+            .map_err(|e| BuildError::Catalog(e.into()))?;
+        list(store, &location.static_prefix())
+            .await?
             .into_iter()
-            .filter(|m| glob_match(location, m.location.as_ref()))
+            .filter(|m| matcher.matches(&m.location))
             .collect()
     } else {
-        let path = store_path(location);
+        let path = location.object_path();
         match store.head(&path).await {
             Ok(meta) => vec![meta],
-            Err(object_store::Error::NotFound { .. }) => {
-                let listed: Vec<ObjectMeta> = store
-                    .list(Some(&path))
-                    .try_collect()
-                    .await
-                    .map_err(|e| unreadable(&path, e))?;
-                listed
-                    .into_iter()
-                    .filter(|m| m.location.as_ref().ends_with(".parquet"))
-                    .collect()
-            }
+            Err(object_store::Error::NotFound { .. }) => list(store, &path)
+                .await?
+                .into_iter()
+                .filter(|m| m.location.as_ref().ends_with(".parquet"))
+                .collect(),
             Err(e) => return Err(unreadable(&path, e)),
         }
     };
     files.sort_by(|a, b| a.location.cmp(&b.location));
     if files.is_empty() {
+        // The location as the store names it, wildcards kept.
+        let path = location.path().trim_start_matches('/');
         return Err(BuildError::NoFiles {
-            location: location.to_string(),
+            location: percent_encoding::percent_decode_str(path)
+                .decode_utf8_lossy()
+                .into_owned(),
         });
     }
     Ok(files)
 }
 
-/// `name=value` segments of a path (hive partitions).
-fn partitions(path: &Path) -> Vec<(String, String)> {
-    path.parts()
-        .filter_map(|p| {
-            let s = p.as_ref().to_string();
-            s.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-        })
-        .collect()
+/// Every file's footer (one ranged read each, sizes known from the listing).
+async fn read_footers(
+    store: &Arc<dyn ObjectStore>,
+    metas: &[ObjectMeta],
+) -> Result<Vec<ArrowReaderMetadata>, BuildError> {
+    let mut footers = Vec::with_capacity(metas.len());
+    for meta in metas {
+        let mut reader = StoreReader::new(store.clone(), meta.location.clone(), Some(meta.size));
+        let footer = ArrowReaderMetadata::load_async(&mut reader, ArrowReaderOptions::default())
+            .await
+            .map_err(|e| unreadable(&meta.location, e))?;
+        footers.push(footer);
+    }
+    Ok(footers)
 }
 
 /// Give `field` and every nested field (list elements, struct children)
@@ -189,147 +184,258 @@ fn with_ids(field: Field, next: &mut i64) -> Field {
     with_field_id(field.with_data_type(data_type), id)
 }
 
+/// The vector column types the decoder reads
+/// ([`crate::catalog::vector_column`]).
 fn is_vector_type(t: &DataType) -> bool {
     match t {
         DataType::List(f) | DataType::LargeList(f) | DataType::FixedSizeList(f, _) => {
-            matches!(f.data_type(), DataType::Float32 | DataType::Float64)
+            matches!(
+                f.data_type(),
+                DataType::Float16 | DataType::Float32 | DataType::Float64
+            )
         }
         DataType::FixedSizeBinary(w) => *w > 0 && w % 4 == 0,
         _ => false,
     }
 }
 
+/// The dimension a vector type fixes, if it fixes one.
+fn fixed_dim(t: &DataType) -> Option<usize> {
+    match t {
+        DataType::FixedSizeList(_, n) => usize::try_from(*n).ok().filter(|&n| n > 0),
+        DataType::FixedSizeBinary(w) => usize::try_from(*w / 4).ok().filter(|&n| n > 0),
+        _ => None,
+    }
+}
+
+/// The column names the source reads, in logical order: vector, id?, payload….
+fn wanted_columns(options: &ParquetSourceOptions) -> Vec<&str> {
+    std::iter::once(options.column.as_str())
+        .chain(options.id_column.as_deref())
+        .chain(options.payload.iter().map(String::as_str))
+        .collect()
+}
+
+/// Whether every file carries Parquet field ids on every wanted column (then
+/// columns resolve by id, else by name).
+fn resolve_by_field_id(footers: &[ArrowReaderMetadata], wanted: &[&str]) -> bool {
+    footers.iter().all(|footer| {
+        wanted.iter().all(|w| {
+            footer
+                .schema()
+                .field_with_name(w)
+                .is_ok_and(|f| field_id(f).is_some())
+        })
+    })
+}
+
+/// The table's logical fields, taken from the first file's schema (nullable,
+/// with synthetic field ids when resolving by name), with the vector and id
+/// columns' types checked.
+///
+/// # Errors
+/// [`BuildError::MissingColumn`], [`BuildError::WrongType`],
+/// [`BuildError::IdColumnType`].
+fn logical_fields(
+    first: &Path,
+    schema: &Schema,
+    wanted: &[&str],
+    by_id: bool,
+    options: &ParquetSourceOptions,
+) -> Result<Vec<FieldRef>, BuildError> {
+    let mut logical: Vec<FieldRef> = Vec::with_capacity(wanted.len());
+    let mut next_id = 1;
+    for w in wanted {
+        let f = schema
+            .field_with_name(w)
+            .map_err(|_| BuildError::MissingColumn {
+                path: first.to_string(),
+                column: (*w).to_string(),
+            })?;
+        let f =
+            Field::new(f.name(), f.data_type().clone(), true).with_metadata(f.metadata().clone());
+        let f = if by_id { f } else { with_ids(f, &mut next_id) };
+        logical.push(Arc::new(f));
+    }
+    if !is_vector_type(logical[0].data_type()) {
+        return Err(BuildError::WrongType {
+            path: first.to_string(),
+            column: options.column.clone(),
+            found: logical[0].data_type().to_string(),
+        });
+    }
+    if let Some(id) = &options.id_column
+        && !is_id_type(logical[1].data_type())
+    {
+        return Err(BuildError::IdColumnType {
+            path: first.to_string(),
+            column: id.clone(),
+            found: logical[1].data_type().to_string(),
+        });
+    }
+    Ok(logical)
+}
+
+/// Resolve every file's columns against the logical fields and number its
+/// rows: rowids continue from the files before it, in path order.
+///
+/// # Errors
+/// A column that does not map ([`BuildError::Mapping`]), a file without the
+/// vector column or with a non-vector type there, a row count beyond i64.
+fn resolve_files(
+    metas: Vec<ObjectMeta>,
+    footers: Vec<ArrowReaderMetadata>,
+    logical: &[FieldRef],
+    by_id: bool,
+    options: &ParquetSourceOptions,
+) -> Result<Vec<SourceFile>, BuildError> {
+    let logical_schema = Schema::new(logical.to_vec());
+    let mut files = Vec::with_capacity(metas.len());
+    let mut next_rowid: i64 = 0;
+    for (meta, footer) in metas.into_iter().zip(footers) {
+        let path = meta.location.to_string();
+        let physical = footer.schema();
+        let mapping = if by_id {
+            ColumnMapping::from_field_ids(physical)
+        } else {
+            ColumnMapping::by_name(&logical_schema, physical)
+        };
+        let resolved = mapping
+            .resolve(logical, physical, &path, &hive_partitions(&meta.location))
+            .map_err(|source| BuildError::Mapping {
+                path: path.clone(),
+                source,
+            })?;
+        // Every file must hold the vector column itself, with a vector type.
+        let vector = physical.fields().iter().find(|f| {
+            if by_id {
+                field_id(f) == field_id(&logical[0])
+            } else {
+                f.name() == &options.column
+            }
+        });
+        match vector {
+            None => {
+                return Err(BuildError::MissingColumn {
+                    path,
+                    column: options.column.clone(),
+                });
+            }
+            Some(f) if !is_vector_type(f.data_type()) => {
+                return Err(BuildError::WrongType {
+                    path,
+                    column: options.column.clone(),
+                    found: f.data_type().to_string(),
+                });
+            }
+            Some(_) => {}
+        }
+        let rows = footer.metadata().file_metadata().num_rows().max(0) as u64;
+        files.push(SourceFile {
+            meta,
+            footer,
+            rows,
+            first_rowid: next_rowid,
+            resolved,
+        });
+        next_rowid = next_rowid
+            .checked_add(rows as i64)
+            .ok_or_else(|| BuildError::Internal("row count overflows i64".into()))?;
+    }
+    Ok(files)
+}
+
+/// `ranges` sorted, with touching or overlapping ranges merged: the decoder
+/// asks for whole column chunks and takes each request from one pushed
+/// buffer, while a plan may list a chunk page by page.
+fn coalesce(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
+    ranges.sort_by_key(|r| r.start);
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+    for r in ranges {
+        match merged.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => merged.push(r),
+        }
+    }
+    merged
+}
+
+/// Decode on a blocking thread until `decoder` needs bytes it does not have
+/// (returned with the decoder) or is finished (`None`); every batch decoded
+/// meanwhile is assembled into the logical columns and appended to `batches`.
+fn decode_available(
+    mut decoder: ParquetPushDecoder,
+    resolved: &ResolvedColumns,
+    schema: &SchemaRef,
+    path: &Path,
+    batches: &mut Vec<RecordBatch>,
+) -> Result<Option<(ParquetPushDecoder, Vec<Range<u64>>)>, BuildError> {
+    loop {
+        match decoder.try_decode().map_err(|e| unreadable(path, e))? {
+            DecodeResult::NeedsData(ranges) => return Ok(Some((decoder, ranges))),
+            DecodeResult::Data(b) => {
+                let cols = resolved
+                    .assemble(&b)
+                    .map_err(|source| BuildError::Mapping {
+                        path: path.to_string(),
+                        source,
+                    })?;
+                batches.push(
+                    RecordBatch::try_new(schema.clone(), cols)
+                        .map_err(|e| BuildError::Arrow(e.to_string()))?,
+                );
+            }
+            DecodeResult::Finished => return Ok(None),
+        }
+    }
+}
+
 impl ParquetSource {
-    /// Expand `location` (relative to `store`), read every footer, validate
-    /// every file's schema and resolve its columns. Nothing is trained or
-    /// written before this succeeds.
+    /// Expand `location` (a path in `store`'s own syntax, a raw `*` being a
+    /// wildcard), read every footer, validate every file's schema and
+    /// resolve its columns. Nothing is trained or written before this
+    /// succeeds.
     ///
     /// # Errors
-    /// No files, an unreadable file, a missing or mistyped column, or a vector
-    /// column whose dimension cannot be determined.
+    /// A location breaking the URI rules, no files, an unreadable file, a
+    /// missing or mistyped column, or a vector column whose dimension cannot
+    /// be determined.
     pub async fn open(
         store: Arc<dyn ObjectStore>,
         location: &str,
         options: ParquetSourceOptions,
     ) -> Result<Self, BuildError> {
-        let metas = expand(store.as_ref(), location).await?;
-        let mut footers = Vec::with_capacity(metas.len());
-        for meta in &metas {
-            let reader = StoreReader::new(store.clone(), meta.location.clone(), Some(meta.size));
-            let builder = ParquetRecordBatchStreamBuilder::new(reader)
-                .await
-                .map_err(|e| unreadable(&meta.location, e))?;
-            let rows = builder.metadata().file_metadata().num_rows().max(0) as u64;
-            footers.push((builder.schema().clone(), rows));
-        }
-        let wanted: Vec<&str> = std::iter::once(options.column.as_str())
-            .chain(options.id_column.as_deref())
-            .chain(options.payload.iter().map(String::as_str))
-            .collect();
-        // Field ids when every file carries them on the wanted columns, else names.
-        let by_id = footers.iter().all(|(schema, _)| {
-            wanted.iter().all(|w| {
-                schema
-                    .field_with_name(w)
-                    .map(|f| field_id(f).is_some())
-                    .unwrap_or(false)
-            })
-        });
-        let (first_schema, _) = &footers[0];
-        let mut logical: Vec<FieldRef> = Vec::with_capacity(wanted.len());
-        let mut next_id = 1;
-        for w in &wanted {
-            let f = first_schema
-                .field_with_name(w)
-                .map_err(|_| BuildError::MissingColumn {
-                    path: metas[0].location.to_string(),
-                    column: (*w).to_string(),
-                })?;
-            let f = Field::new(f.name(), f.data_type().clone(), true)
-                .with_metadata(f.metadata().clone());
-            let f = if by_id { f } else { with_ids(f, &mut next_id) };
-            logical.push(Arc::new(f));
-        }
-        if !is_vector_type(logical[0].data_type()) {
-            return Err(BuildError::WrongType {
-                path: metas[0].location.to_string(),
-                column: options.column.clone(),
-                found: logical[0].data_type().to_string(),
-            });
-        }
-        if let Some(id) = &options.id_column
-            && !is_id_type(logical[1].data_type())
-        {
-            return Err(BuildError::IdColumnType {
-                path: metas[0].location.to_string(),
-                column: id.clone(),
-                found: logical[1].data_type().to_string(),
-            });
-        }
-        let logical_schema = Schema::new(logical.clone());
-        let mut files = Vec::with_capacity(metas.len());
-        let mut next_rowid: i64 = 0;
-        for (meta, (physical, rows)) in metas.into_iter().zip(footers) {
-            let path = meta.location.to_string();
-            let mapping = if by_id {
-                ColumnMapping::from_field_ids(&physical)
-            } else {
-                ColumnMapping::by_name(&logical_schema, &physical)
-            };
-            let resolved = mapping
-                .resolve(&logical, &physical, &path, &partitions(&meta.location))
-                .map_err(|source| BuildError::Mapping {
-                    path: path.clone(),
-                    source,
-                })?;
-            // Every file must hold the vector column itself, with a vector type.
-            let phys_name = physical.fields().iter().find(|f| {
-                if by_id {
-                    field_id(f) == field_id(&logical[0])
-                } else {
-                    f.name() == &options.column
-                }
-            });
-            match phys_name {
-                None => {
-                    return Err(BuildError::MissingColumn {
-                        path,
-                        column: options.column.clone(),
-                    });
-                }
-                Some(f) if !is_vector_type(f.data_type()) => {
-                    return Err(BuildError::WrongType {
-                        path,
-                        column: options.column.clone(),
-                        found: f.data_type().to_string(),
-                    });
-                }
-                Some(_) => {}
-            }
-            files.push(SourceFile {
-                meta,
-                rows,
-                first_rowid: next_rowid,
-                resolved,
-            });
-            next_rowid = next_rowid
-                .checked_add(rows as i64)
-                .ok_or_else(|| BuildError::Internal("row count overflows i64".into()))?;
-        }
+        let location =
+            LocationUri::from_store_path(location).map_err(|e| BuildError::Catalog(e.into()))?;
+        let metas = expand(store.as_ref(), &location).await?;
+        let footers = read_footers(&store, &metas).await?;
+        let wanted = wanted_columns(&options);
+        let by_id = resolve_by_field_id(&footers, &wanted);
+        let logical = logical_fields(
+            &metas[0].location,
+            footers[0].schema(),
+            &wanted,
+            by_id,
+            &options,
+        )?;
+        let files = resolve_files(metas, footers, &logical, by_id, &options)?;
         let payload_fields = logical[1 + usize::from(options.id_column.is_some())..]
             .iter()
             .map(|f| Arc::new(Field::new(f.name(), f.data_type().clone(), true)) as FieldRef)
             .collect();
         let mut source = Self {
             store,
-            location: location.to_string(),
+            location,
             files,
             dim: 0,
             options,
             payload_fields,
             skipped: AtomicU64::new(0),
         };
-        source.dim = source.detect_dim().await?;
+        source.dim = match fixed_dim(logical[0].data_type()) {
+            Some(dim) => dim,
+            None => source.detect_dim().await?,
+        };
         Ok(source)
     }
 
@@ -376,51 +482,53 @@ impl ParquetSource {
     }
 
     /// Read one file's logical columns (vector, id?, payload…), concatenated.
+    /// Only the projected column chunks are fetched: the plan comes from the
+    /// footer read at open, the bytes from ranged reads, and decoding runs on
+    /// a blocking thread, never on the async runtime.
     async fn read_columns(&self, part: usize) -> Result<(usize, Vec<ArrayRef>), BuildError> {
         let f = &self.files[part];
         let path = f.meta.location.clone();
-        let bytes = self
-            .store
-            .get(&path)
-            .await
-            .map_err(|e| unreadable(&path, e))?
-            .bytes()
-            .await
+        let builder = ParquetPushDecoderBuilder::new_with_metadata(f.footer.clone());
+        let mask = ProjectionMask::roots(
+            builder.parquet_schema(),
+            f.resolved.physical_roots().iter().copied(),
+        );
+        let mut decoder = builder
+            .with_projection(mask)
+            .with_batch_size(BATCH_ROWS)
+            .build()
             .map_err(|e| unreadable(&path, e))?;
-        let resolved = f.resolved.clone();
-        tokio::task::spawn_blocking(move || {
-            let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)
+        // Every planned range in one request, so a file costs one round.
+        let mut ranges = coalesce(decoder.scan_plan().map(|planned| planned.range).collect());
+        let resolved = Arc::new(f.resolved.clone());
+        let schema: SchemaRef = Arc::new(Schema::new(f.resolved.fields()));
+        let mut batches = Vec::new();
+        loop {
+            let data = self
+                .store
+                .get_ranges(&path, &ranges)
+                .await
                 .map_err(|e| unreadable(&path, e))?;
-            let mask = ProjectionMask::roots(
-                builder.parquet_schema(),
-                resolved.physical_roots().iter().copied(),
-            );
-            let reader = builder
-                .with_projection(mask)
-                .with_batch_size(16_384)
-                .build()
+            decoder
+                .push_ranges(std::mem::take(&mut ranges), data)
                 .map_err(|e| unreadable(&path, e))?;
-            let schema: SchemaRef = Arc::new(Schema::new(resolved.fields()));
-            let mut batches = Vec::new();
-            for b in reader {
-                let b = b.map_err(|e| unreadable(&path, e))?;
-                let cols = resolved
-                    .assemble(&b)
-                    .map_err(|source| BuildError::Mapping {
-                        path: path.to_string(),
-                        source,
-                    })?;
-                batches.push(
-                    RecordBatch::try_new(schema.clone(), cols)
-                        .map_err(|e| BuildError::Arrow(e.to_string()))?,
-                );
+            let (resolved, schema, path) = (resolved.clone(), schema.clone(), path.clone());
+            let (next, decoded) = tokio::task::spawn_blocking(move || {
+                let mut decoded = Vec::new();
+                decode_available(decoder, &resolved, &schema, &path, &mut decoded)
+                    .map(|next| (next, decoded))
+            })
+            .await
+            .map_err(|e| BuildError::Internal(format!("reader task failed: {e}")))??;
+            batches.extend(decoded);
+            match next {
+                Some((d, needed)) => (decoder, ranges) = (d, needed),
+                None => break,
             }
-            let all =
-                concat_batches(&schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
-            Ok((all.num_rows(), all.columns().to_vec()))
-        })
-        .await
-        .map_err(|e| BuildError::Internal(format!("reader task failed: {e}")))?
+        }
+        let all =
+            concat_batches(&schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
+        Ok((all.num_rows(), all.columns().to_vec()))
     }
 }
 
@@ -487,10 +595,11 @@ impl VectorSource for ParquetSource {
     }
 
     fn definition(&self) -> SourceDefinition {
-        let uri = self.options.table_uri.clone().unwrap_or_else(|| {
-            let path = self.location.trim_start_matches('/');
-            format!("file:///{}", crate::store::uri::encode_path(path))
-        });
+        let uri = self
+            .options
+            .table_uri
+            .clone()
+            .unwrap_or_else(|| self.location.to_string());
         SourceDefinition {
             source: IndexSource::Parquet {
                 location: uri.clone(),
@@ -501,18 +610,5 @@ impl VectorSource for ParquetSource {
             payload_columns: self.options.payload.clone(),
             skip_invalid: self.options.skip_invalid,
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::glob_match;
-
-    #[test]
-    fn star_matches_within_one_segment() {
-        assert!(glob_match("data/*.parquet", "data/a.parquet"));
-        assert!(!glob_match("data/*.parquet", "data/sub/a.parquet"));
-        assert!(glob_match("data/*/f.parquet", "data/x=1/f.parquet"));
-        assert!(!glob_match("data/*.parquet", "data/a.csv"));
     }
 }

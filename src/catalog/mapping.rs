@@ -34,7 +34,8 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 
 use arrow::array::{
-    Array, ArrayRef, ListArray, RecordBatch, StringArray, StructArray, new_null_array,
+    Array, ArrayRef, FixedSizeListArray, GenericListArray, OffsetSizeTrait, RecordBatch,
+    StringArray, StructArray, new_null_array,
 };
 use arrow::compute::{CastOptions, cast_with_options};
 use arrow::datatypes::{DataType, Field, FieldRef, Fields, Schema};
@@ -373,9 +374,14 @@ impl ColumnMapping {
             actual: physical.data_type().to_string(),
         };
         match logical.data_type() {
-            DataType::List(lc) => {
-                let pc = match physical.data_type() {
-                    DataType::List(pc) | DataType::LargeList(pc) => pc,
+            DataType::List(lc) | DataType::LargeList(lc) | DataType::FixedSizeList(lc, _) => {
+                let kind = ListKind::of(logical.data_type()).ok_or_else(mismatch)?;
+                let pc = match (kind, physical.data_type()) {
+                    (
+                        ListKind::List | ListKind::LargeList,
+                        DataType::List(pc) | DataType::LargeList(pc),
+                    ) => pc,
+                    (ListKind::FixedSize(n), DataType::FixedSizeList(pc, m)) if n == *m => pc,
                     _ => return Err(mismatch()),
                 };
                 let element = field_id(lc)
@@ -387,6 +393,7 @@ impl ColumnMapping {
                     })?;
                 let element = self.plan(lc, pc, element, file)?;
                 Ok(FieldPlan::List {
+                    kind,
                     field: lc.clone(),
                     element: Box::new(element),
                 })
@@ -418,9 +425,7 @@ impl ColumnMapping {
                     children,
                 })
             }
-            DataType::Map(..) | DataType::LargeList(_) | DataType::FixedSizeList(..) => {
-                Err(mismatch())
-            }
+            DataType::Map(..) => Err(mismatch()),
             target => {
                 if reads_as(physical.data_type(), target) {
                     Ok(FieldPlan::Leaf {
@@ -468,7 +473,10 @@ fn push_by_name_nodes(
         is_partition: false,
     });
     match (logical.data_type(), physical.data_type()) {
-        (DataType::List(lc), DataType::List(pc) | DataType::LargeList(pc)) => {
+        (
+            DataType::List(lc) | DataType::LargeList(lc) | DataType::FixedSizeList(lc, _),
+            DataType::List(pc) | DataType::LargeList(pc) | DataType::FixedSizeList(pc, _),
+        ) => {
             push_by_name_nodes(lc, pc, Some(column_id), out);
         }
         (DataType::Struct(lfs), DataType::Struct(pfs)) => {
@@ -556,8 +564,9 @@ pub enum ColumnSource {
 pub enum FieldPlan {
     /// Equal type, or a widening cast.
     Leaf { target: DataType },
-    /// Rebuild the list around the planned element.
+    /// Rebuild the list (as `kind`) around the planned element.
     List {
+        kind: ListKind,
         field: FieldRef,
         element: Box<FieldPlan>,
     },
@@ -566,6 +575,27 @@ pub enum FieldPlan {
         fields: Fields,
         children: Vec<Option<(usize, FieldPlan)>>,
     },
+}
+
+/// The list type a logical list column has. `List` and `LargeList` read from
+/// either physical list; a fixed-size list reads only from a fixed-size list
+/// of the same length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ListKind {
+    List,
+    LargeList,
+    FixedSize(i32),
+}
+
+impl ListKind {
+    fn of(data_type: &DataType) -> Option<ListKind> {
+        match data_type {
+            DataType::List(_) => Some(ListKind::List),
+            DataType::LargeList(_) => Some(ListKind::LargeList),
+            DataType::FixedSizeList(_, n) => Some(ListKind::FixedSize(*n)),
+            _ => None,
+        }
+    }
 }
 
 /// The plan for reading one file's logical columns.
@@ -652,20 +682,34 @@ fn apply(plan: &FieldPlan, array: &ArrayRef) -> Result<ArrayRef, arrow::error::A
                 cast_with_options(array, target, &strict())
             }
         }
-        FieldPlan::List { field, element } => {
-            let list = match array.data_type() {
-                DataType::LargeList(c) => {
-                    cast_with_options(array, &DataType::List(c.clone()), &strict())?
-                }
-                _ => array.clone(),
-            };
-            let list = list.as_any().downcast_ref::<ListArray>().ok_or_else(|| {
-                ArrowError::SchemaError(format!("expected a list, found {}", array.data_type()))
-            })?;
+        FieldPlan::List {
+            kind: ListKind::List,
+            field,
+            element,
+        } => rebuild_list::<i32>(array, field, element),
+        FieldPlan::List {
+            kind: ListKind::LargeList,
+            field,
+            element,
+        } => rebuild_list::<i64>(array, field, element),
+        FieldPlan::List {
+            kind: ListKind::FixedSize(size),
+            field,
+            element,
+        } => {
+            let list = array
+                .as_any()
+                .downcast_ref::<FixedSizeListArray>()
+                .ok_or_else(|| {
+                    ArrowError::SchemaError(format!(
+                        "expected a fixed-size list, found {}",
+                        array.data_type()
+                    ))
+                })?;
             let values = apply(element, list.values())?;
-            Ok(Arc::new(ListArray::try_new(
+            Ok(Arc::new(FixedSizeListArray::try_new(
                 field.clone(),
-                list.offsets().clone(),
+                *size,
                 values,
                 list.nulls().cloned(),
             )?))
@@ -699,6 +743,41 @@ fn apply(plan: &FieldPlan, array: &ArrayRef) -> Result<ArrayRef, arrow::error::A
             )?))
         }
     }
+}
+
+/// Rebuilds a `List` (`O = i32`) or `LargeList` (`O = i64`) around the
+/// planned element, casting the offsets when the file has the other list type
+/// (the values are shared, not copied).
+fn rebuild_list<O: OffsetSizeTrait>(
+    array: &ArrayRef,
+    field: &FieldRef,
+    element: &FieldPlan,
+) -> Result<ArrayRef, arrow::error::ArrowError> {
+    let recast = match array.data_type() {
+        DataType::List(c) if O::IS_LARGE => Some(DataType::LargeList(c.clone())),
+        DataType::LargeList(c) if !O::IS_LARGE => Some(DataType::List(c.clone())),
+        _ => None,
+    };
+    let array = match recast {
+        Some(target) => cast_with_options(array, &target, &strict())?,
+        None => array.clone(),
+    };
+    let list = array
+        .as_any()
+        .downcast_ref::<GenericListArray<O>>()
+        .ok_or_else(|| {
+            arrow::error::ArrowError::SchemaError(format!(
+                "expected a list, found {}",
+                array.data_type()
+            ))
+        })?;
+    let values = apply(element, list.values())?;
+    Ok(Arc::new(GenericListArray::<O>::try_new(
+        field.clone(),
+        list.offsets().clone(),
+        values,
+        list.nulls().cloned(),
+    )?))
 }
 
 /// All mappings of a catalog, keyed `(table_id, mapping_id)`: the RFC 0018
@@ -817,6 +896,69 @@ mod tests {
             ],
         )
         .unwrap()
+    }
+
+    #[test]
+    fn fixed_size_and_large_lists_resolve_by_name_and_keep_their_shape() {
+        use arrow::array::{FixedSizeListArray, Float32Array, LargeListArray};
+        let element = Arc::new(Field::new("item", DataType::Float32, true));
+        let fsl = FixedSizeListArray::new(
+            element.clone(),
+            2,
+            Arc::new(Float32Array::from(vec![1.0, 2.0, 3.0, 4.0])),
+            None,
+        );
+        let large = LargeListArray::from_iter_primitive::<Float32Type, _, _>(vec![
+            Some(vec![Some(5.0)]),
+            Some(vec![Some(6.0), Some(7.0)]),
+        ]);
+        let physical = Schema::new(vec![
+            Field::new("fixed", fsl.data_type().clone(), true),
+            Field::new("large", large.data_type().clone(), true),
+        ]);
+        let batch = RecordBatch::try_new(
+            Arc::new(physical.clone()),
+            vec![Arc::new(fsl.clone()), Arc::new(large.clone())],
+        )
+        .unwrap();
+        let logical = Schema::new(vec![
+            id(
+                "fixed",
+                DataType::FixedSizeList(Arc::new(id("item", DataType::Float32, 2)), 2),
+                1,
+            ),
+            id(
+                "large",
+                DataType::LargeList(Arc::new(id("item", DataType::Float32, 4))),
+                3,
+            ),
+        ]);
+        let resolved = ColumnMapping::by_name(&logical, &physical)
+            .resolve(&fields(&logical), &physical, "f.parquet", &[])
+            .unwrap();
+        let columns = resolved.assemble(&batch).unwrap();
+        assert_eq!(columns[0].data_type(), logical.field(0).data_type());
+        assert_eq!(columns[0].as_fixed_size_list().values(), fsl.values());
+        assert_eq!(columns[1].data_type(), logical.field(1).data_type());
+        assert_eq!(
+            columns[1].as_list::<i64>().value_offsets(),
+            large.value_offsets()
+        );
+
+        // A fixed-size list of another length does not read as this one.
+        let three = Schema::new(vec![Field::new(
+            "fixed",
+            DataType::FixedSizeList(element, 3),
+            true,
+        )]);
+        let logical = Schema::new(vec![logical.field(0).clone()]);
+        let e = ColumnMapping::by_name(&logical, &three)
+            .resolve(&fields(&logical), &three, "g.parquet", &[])
+            .unwrap_err();
+        assert!(
+            matches!(&e, MappingError::TypeMismatch { file, column, .. } if file == "g.parquet" && column == "fixed"),
+            "{e}"
+        );
     }
 
     #[test]

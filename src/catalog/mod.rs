@@ -1,12 +1,13 @@
-//! The catalog mapping layer: location URIs, provider definitions, type
-//! mapping, the column-mapping model, DuckLake catalog reading, path
-//! resolution and row lineage.
+//! Source providers: the column-mapping model (which also validates each
+//! file's column types against the table's), vector-column decoding, the
+//! DuckLake catalog with its lake path resolution, and row lineage. Location
+//! URIs and hive partitions live in `store::uri`, the index's own documents in
+//! `format`.
 
 pub mod ducklake;
 pub mod lineage;
 pub mod mapping;
 pub mod paths;
-pub mod type_mapping;
 pub mod vector_column;
 
 use thiserror::Error;
@@ -18,8 +19,6 @@ pub enum CatalogError {
     Uri(#[from] crate::store::uri::UriError),
     #[error(transparent)]
     Definition(#[from] crate::format::definition::DefinitionError),
-    #[error(transparent)]
-    TypeMapping(#[from] type_mapping::TypeMappingError),
     #[error(transparent)]
     VectorColumn(#[from] vector_column::VectorColumnError),
     #[error(transparent)]

@@ -170,26 +170,6 @@ pub fn display(location: &Url) -> String {
     }
 }
 
-/// The hive `name=value` segments of a location's folders, outermost first
-/// (percent-decoded).
-pub fn hive_partitions(location: &Url) -> Vec<(String, String)> {
-    let Some(segments) = location.path_segments() else {
-        return Vec::new();
-    };
-    let segments: Vec<&str> = segments.collect();
-    let folders = segments.len().saturating_sub(1);
-    segments[..folders]
-        .iter()
-        .filter_map(|s| {
-            let decoded = percent_encoding::percent_decode_str(s)
-                .decode_utf8_lossy()
-                .into_owned();
-            let (k, v) = decoded.split_once('=')?;
-            (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
-        })
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -262,20 +242,8 @@ mod tests {
             "lake/part=a b/x:y.parquet"
         );
         assert_eq!(
-            hive_partitions(&url),
+            crate::store::uri::hive_partitions(&object_path(&url).unwrap()),
             vec![("part".to_string(), "a b".to_string())]
-        );
-    }
-
-    #[test]
-    fn hive_partitions_ignore_the_file_name() {
-        let url = Url::parse("file:///d/ext/part=1/k=v=w/file=3.parquet").unwrap();
-        assert_eq!(
-            hive_partitions(&url),
-            vec![
-                ("part".to_string(), "1".to_string()),
-                ("k".to_string(), "v=w".to_string())
-            ]
         );
     }
 }

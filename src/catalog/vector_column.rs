@@ -2,10 +2,12 @@
 //! a query file) into one row-major `Vec<f32>` plus its dimension.
 //!
 //! Accepted Arrow types: `List<Float32>`, `LargeList<Float32>`,
-//! `FixedSizeList<Float32>` (copied as is); the same with `Float64` elements,
-//! converted to f32 by rounding to nearest (relative error at most 2⁻²⁴, about
-//! 6e-8; a finite f64 beyond ±f32::MAX is [`VectorColumnError::OutOfRange`]);
-//! and `FixedSizeBinary(d·4)` holding d little-endian IEEE-754 f32 values.
+//! `FixedSizeList<Float32>` (copied as is); the same with `Float16` elements,
+//! widened to f32 exactly; the same with `Float64` elements, converted to f32
+//! by rounding to nearest (relative error at most 2⁻²⁴, about 6e-8; a finite
+//! f64 beyond ±f32::MAX is [`VectorColumnError::OutOfRange`]); and
+//! `FixedSizeBinary(d·4)` holding d little-endian IEEE-754 f32 values. Each
+//! element is converted once, straight into the output buffer.
 //!
 //! Every row must have the same dimension (the first valid row's, or the
 //! caller's `expected_dim`). Rows that are null, hold a null element, a NaN or
@@ -14,9 +16,9 @@
 //! [`DecodedVectors::skipped_rows`]. A dimension mismatch is always an error.
 
 use arrow::array::{
-    Array, AsArray, FixedSizeBinaryArray, Float32Array, Float64Array, OffsetSizeTrait,
+    Array, AsArray, FixedSizeBinaryArray, Float16Array, Float32Array, Float64Array, OffsetSizeTrait,
 };
-use arrow::datatypes::{DataType, Float32Type, Float64Type};
+use arrow::datatypes::{DataType, Float16Type, Float32Type, Float64Type};
 use thiserror::Error;
 
 /// A vector column that cannot be decoded. Rows and element indices are
@@ -24,7 +26,7 @@ use thiserror::Error;
 #[derive(Debug, Clone, PartialEq, Error)]
 pub enum VectorColumnError {
     #[error(
-        "vector column has type {found}; expected a list, large list or fixed-size list of float/double, or fixed_size_binary(4·dim)"
+        "vector column has type {found}; expected a list, large list or fixed-size list of half/float/double, or fixed_size_binary(4·dim)"
     )]
     WrongType { found: String },
     #[error(
@@ -176,6 +178,7 @@ fn decode_list<O: OffsetSizeTrait>(
 
 /// The element array of a list type.
 enum Elements<'a> {
+    F16(&'a Float16Array),
     F32(&'a Float32Array),
     F64(&'a Float64Array),
 }
@@ -183,6 +186,7 @@ enum Elements<'a> {
 impl<'a> Elements<'a> {
     fn new(values: &'a dyn Array) -> Result<Elements<'a>, VectorColumnError> {
         match values.data_type() {
+            DataType::Float16 => Ok(Elements::F16(values.as_primitive::<Float16Type>())),
             DataType::Float32 => Ok(Elements::F32(values.as_primitive::<Float32Type>())),
             DataType::Float64 => Ok(Elements::F64(values.as_primitive::<Float64Type>())),
             other => Err(VectorColumnError::WrongType {
@@ -193,6 +197,7 @@ impl<'a> Elements<'a> {
 
     fn array(&self) -> &dyn Array {
         match self {
+            Elements::F16(a) => *a,
             Elements::F32(a) => *a,
             Elements::F64(a) => *a,
         }
@@ -273,6 +278,18 @@ impl Decoder {
         }
         let first = self.values.len();
         let result = match elements {
+            Elements::F16(a) => {
+                let slice = &a.values()[start..start + len];
+                self.values.extend(slice.iter().map(|v| v.to_f32()));
+                match slice.iter().position(|v| !v.is_finite()) {
+                    Some(index) => Err(VectorColumnError::NonFinite {
+                        row,
+                        index,
+                        value: f64::from(slice[index]),
+                    }),
+                    None => Ok(()),
+                }
+            }
             Elements::F32(a) => {
                 let slice = &a.values()[start..start + len];
                 self.values.extend_from_slice(slice);
@@ -448,6 +465,28 @@ mod tests {
             None,
         );
         assert_eq!(to_f32_rows(&array, None).unwrap(), (vec![1.0, 2.0, 3.0], 3));
+    }
+
+    #[test]
+    fn float16_elements_widen_exactly_and_non_finite_is_an_error() {
+        use half::f16;
+        let values = Float16Array::from(vec![f16::from_f32(0.5), f16::from_f32(-2.25)]);
+        let field = Arc::new(Field::new("item", DataType::Float16, false));
+        let array = FixedSizeListArray::new(field, 2, Arc::new(values), None);
+        assert_eq!(to_f32_rows(&array, None).unwrap(), (vec![0.5, -2.25], 2));
+        let array =
+            arrow::array::ListArray::from_iter_primitive::<Float16Type, _, _>(vec![Some(vec![
+                Some(f16::ONE),
+                Some(f16::INFINITY),
+            ])]);
+        assert_eq!(
+            to_f32_rows(&array, None),
+            Err(VectorColumnError::NonFinite {
+                row: 0,
+                index: 1,
+                value: f64::INFINITY
+            })
+        );
     }
 
     #[test]

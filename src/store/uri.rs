@@ -119,6 +119,9 @@ pub enum UriError {
     /// Rule 6: where one root (not a pattern) is required.
     #[error("{uri:?}: a '*' pattern is not allowed here; name one location")]
     PatternNotAllowed { uri: String },
+    /// Rule 6: a pattern segment that does not compile as a glob.
+    #[error("{uri:?}: invalid '*' pattern: {reason}")]
+    InvalidPattern { uri: String, reason: String },
     #[error("relative location {location:?} must not be empty or start with '/'")]
     NotRelative { location: String },
 }
@@ -317,20 +320,66 @@ impl LocationUri {
             .collect()
     }
 
-    /// Whether the object `path` (inside this URI's host) matches the pattern.
-    /// A root matches itself and, if it is a directory, every object below it.
-    pub fn matches(&self, path: &Path) -> bool {
-        let pattern: Vec<&str> = self.encoded_segments().collect();
-        let parts: Vec<String> = path.parts().map(|p| decode(p.as_ref())).collect();
+    /// The matcher of this URI: which objects (paths inside its host) it
+    /// names. A pattern matches objects with as many segments, each segment
+    /// matched by a `globset` glob in which the raw `*` is the only wildcard
+    /// (never crossing `/`); a directory root matches every object below it;
+    /// any other root matches itself. Compile it once, then match every
+    /// listed object.
+    ///
+    /// # Errors
+    /// [`UriError::InvalidPattern`] when a segment does not compile as a glob.
+    pub fn matcher(&self) -> Result<LocationMatcher, UriError> {
         if !self.is_pattern() && self.is_directory() {
-            return parts.len() > pattern.len()
-                && pattern.iter().zip(&parts).all(|(p, s)| decode(p) == *s);
+            return Ok(LocationMatcher::Below(
+                self.encoded_segments().map(decode).collect(),
+            ));
         }
-        pattern.len() == parts.len()
-            && pattern
-                .iter()
-                .zip(&parts)
-                .all(|(p, s)| segment_matches(p, s))
+        let segments = self
+            .encoded_segments()
+            .map(|segment| {
+                let glob: Vec<String> = segment
+                    .split('*')
+                    .map(|piece| globset::escape(&decode(piece)))
+                    .collect();
+                globset::GlobBuilder::new(&glob.join("*"))
+                    .literal_separator(true)
+                    .backslash_escape(false)
+                    .build()
+                    .map(|g| g.compile_matcher())
+                    .map_err(|e| UriError::InvalidPattern {
+                        uri: self.raw.clone(),
+                        reason: e.to_string(),
+                    })
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(LocationMatcher::Segments(segments))
+    }
+
+    /// The `file:///` URI of `path`, a location written in an object store's
+    /// own path syntax (`object_store` path segments, whose reserved bytes are
+    /// percent-encoded) in which a raw `*` is a wildcard. This is how a
+    /// location inside a store without a URI of its own (a `LocalFileSystem`
+    /// rooted at `/`, a test store) enters the location model: its
+    /// [`LocationUri::static_prefix`], [`LocationUri::object_path`] and
+    /// [`LocationUri::matcher`] then read that store.
+    ///
+    /// # Errors
+    /// The [`UriError`] of the rule the path breaks (a `.` or `..` segment,
+    /// `**`, a repeated `/`, …).
+    pub fn from_store_path(path: &str) -> Result<LocationUri, UriError> {
+        let encoded: Vec<String> = path
+            .trim_start_matches('/')
+            .split('/')
+            .map(|segment| {
+                segment
+                    .split('*')
+                    .map(|piece| encode_path(&decode(piece)).replace('*', "%2A"))
+                    .collect::<Vec<_>>()
+                    .join("*")
+            })
+            .collect();
+        LocationUri::parse(&format!("file:///{}", encoded.join("/")))
     }
 
     /// Resolves `relative` against this URI the way RFC 3986 does: relative to
@@ -365,6 +414,56 @@ impl FromStr for LocationUri {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         LocationUri::parse(s)
     }
+}
+
+/// Which objects a [`LocationUri`] names, compiled once
+/// ([`LocationUri::matcher`]).
+#[derive(Debug, Clone)]
+pub enum LocationMatcher {
+    /// A directory root: every object strictly below these decoded segments.
+    Below(Vec<String>),
+    /// A pattern or one object: one glob per segment, as many segments.
+    Segments(Vec<globset::GlobMatcher>),
+}
+
+impl LocationMatcher {
+    /// Whether the object `path` (inside the URI's host) is named.
+    pub fn matches(&self, path: &Path) -> bool {
+        let parts = path.parts().map(|p| decode(p.as_ref()));
+        match self {
+            LocationMatcher::Below(prefix) => {
+                let parts: Vec<String> = parts.collect();
+                parts.len() > prefix.len() && prefix.iter().zip(&parts).all(|(p, s)| p == s)
+            }
+            LocationMatcher::Segments(globs) => {
+                let mut count = 0;
+                for (i, part) in parts.enumerate() {
+                    count += 1;
+                    if globs.get(i).is_none_or(|g| !g.is_match(part.as_str())) {
+                        return false;
+                    }
+                }
+                count == globs.len()
+            }
+        }
+    }
+}
+
+/// The hive `name=value` partitions of an object's folders, outermost first:
+/// each folder segment of `path` percent-decoded (object_store's encoding)
+/// and split at its first `=`; the last segment, the object's own name, never
+/// counts, nor does a segment with an empty name. The one partition parser
+/// of the crate (Parquet and DuckLake sources alike).
+pub fn hive_partitions(path: &Path) -> Vec<(String, String)> {
+    let parts: Vec<String> = path.parts().map(|p| decode(p.as_ref())).collect();
+    let folders = parts.len().saturating_sub(1);
+    parts[..folders]
+        .iter()
+        .filter_map(|s| {
+            let (k, v) = s.split_once('=')?;
+            (!k.is_empty()).then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
 }
 
 /// A relative location (`postings/manifest.json`, `centroids/`): segments
@@ -619,54 +718,64 @@ fn decode(segment: &str) -> String {
         .into_owned()
 }
 
-/// Matches one decoded path segment against one encoded pattern segment in
-/// which a raw `*` matches any run of characters (never `/`).
-fn segment_matches(pattern: &str, segment: &str) -> bool {
-    let pieces: Vec<String> = pattern.split('*').map(decode).collect();
-    let [first, middle @ .., last] = pieces.as_slice() else {
-        return decode(pattern) == segment;
-    };
-    let Some(mut rest) = segment.strip_prefix(first.as_str()) else {
-        return false;
-    };
-    for piece in middle {
-        match rest.find(piece.as_str()) {
-            Some(at) => rest = &rest[at + piece.len()..],
-            None => return false,
-        }
-    }
-    rest.len() >= last.len() && rest.ends_with(last.as_str())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn matches(uri: &str, path: &str) -> bool {
+        let uri = LocationUri::parse(uri).unwrap();
+        uri.matcher().unwrap().matches(&Path::from(path))
+    }
+
     #[test]
     fn segment_wildcards_match_within_one_segment() {
-        assert!(segment_matches("part-*.parquet", "part-00001.parquet"));
-        assert!(segment_matches("*", "anything"));
-        assert!(segment_matches("a*b*c", "abc"));
-        assert!(!segment_matches("a*b*c", "acb"));
-        assert!(!segment_matches("part-*.parquet", "part-1.txt"));
-        assert!(segment_matches("%2A*", "*x"));
-        assert!(!segment_matches("%2A", "x"));
-        assert!(!segment_matches("ab*ba", "aba"));
+        let m = |pattern: &str, name: &str| matches(&format!("memory://m/{pattern}"), name);
+        assert!(m("part-*.parquet", "part-00001.parquet"));
+        assert!(m("*", "anything"));
+        assert!(m("a*b*c", "abc"));
+        assert!(!m("a*b*c", "acb"));
+        assert!(!m("part-*.parquet", "part-1.txt"));
+        assert!(m("%2A*", "*x"));
+        assert!(!m("%2A", "x"));
+        assert!(!m("ab*ba", "aba"));
+        // Glob syntax other than the raw `*` is literal text.
+        assert!(m("%5Ba%5D*", "[a]1"));
+        assert!(!m("%5Ba%5D*", "a1"));
+        assert!(m("%7Bx,y%7D-*", "{x,y}-1"));
+        assert!(m("%3F*", "?z"));
+        assert!(!m("%3F*", "az"));
+        assert!(m("%5C*", "\\q"));
     }
 
     #[test]
     fn pattern_matching_and_prefix() {
         let uri = LocationUri::parse("memory://m/t/date=*/part-*.parquet").unwrap();
         assert_eq!(uri.static_prefix(), Path::from("t"));
-        assert!(uri.matches(&Path::from("t/date=2024/part-1.parquet")));
-        assert!(!uri.matches(&Path::from("t/date=2024/x/part-1.parquet")));
-        assert!(!uri.matches(&Path::from("u/date=2024/part-1.parquet")));
-        let root = LocationUri::parse("memory://m/t/").unwrap();
-        assert!(root.matches(&Path::from("t/a/b.parquet")));
-        assert!(!root.matches(&Path::from("t")));
-        assert!(!root.matches(&Path::from("tx/a.parquet")));
-        let object = LocationUri::parse("memory://m/t/a.parquet").unwrap();
-        assert!(object.matches(&Path::from("t/a.parquet")));
-        assert!(!object.matches(&Path::from("t/a.parquet/b")));
+        assert!(matches(uri.as_str(), "t/date=2024/part-1.parquet"));
+        assert!(!matches(uri.as_str(), "t/date=2024/x/part-1.parquet"));
+        assert!(!matches(uri.as_str(), "t/date=2024"));
+        assert!(!matches(uri.as_str(), "u/date=2024/part-1.parquet"));
+        assert!(matches("memory://m/t/", "t/a/b.parquet"));
+        assert!(!matches("memory://m/t/", "t"));
+        assert!(!matches("memory://m/t/", "tx/a.parquet"));
+        assert!(matches("memory://m/t/a.parquet", "t/a.parquet"));
+        assert!(!matches("memory://m/t/a.parquet", "t/a.parquet/b"));
+    }
+
+    #[test]
+    fn store_paths_become_file_uris_with_their_wildcards() {
+        let uri = LocationUri::from_store_path("/données é/x%2Ay/*.parquet").unwrap();
+        assert_eq!(
+            uri.as_str(),
+            "file:///donn%C3%A9es%20%C3%A9/x%2Ay/*.parquet"
+        );
+        assert_eq!(uri.static_prefix(), Path::from_iter(["données é", "x*y"]));
+        let matcher = uri.matcher().unwrap();
+        assert!(matcher.matches(&Path::from_iter(["données é", "x*y", "a.parquet"])));
+        assert!(!matcher.matches(&Path::from_iter(["données é", "xzy", "a.parquet"])));
+        assert!(matches!(
+            LocationUri::from_store_path("t/**/a.parquet"),
+            Err(UriError::RecursiveWildcard { .. })
+        ));
     }
 }

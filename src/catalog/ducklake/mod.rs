@@ -331,6 +331,23 @@ impl DuckLakeTable {
         Ok(out)
     }
 
+    /// How many rows file `file_index` yields at the snapshot (deletes and
+    /// `partial_file_info` applied), from catalog metadata and the delete
+    /// file; the data file's pages are not read.
+    ///
+    /// # Errors
+    /// [`DuckLakeError::NoSuchFile`], an unreadable footer or delete file.
+    pub async fn live_rows(&self, file_index: usize) -> Result<u64, DuckLakeError> {
+        let file = self
+            .files
+            .get(file_index)
+            .ok_or(DuckLakeError::NoSuchFile {
+                file: file_index,
+                files: self.files.len(),
+            })?;
+        scan::live_rows(self, file).await
+    }
+
     /// [`Self::scan_with`] restricted to the file at `file_index` (for builds
     /// that work per source file).
     ///

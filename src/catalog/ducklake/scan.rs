@@ -19,6 +19,7 @@ use crate::catalog::lineage::{self, LineageColumn, MissingRowId};
 use crate::catalog::mapping::ColumnMapping;
 use crate::catalog::paths;
 use crate::store::parquet_reader::StoreReader;
+use crate::store::uri::hive_partitions;
 
 /// One requested output column.
 #[derive(Debug, Clone)]
@@ -142,6 +143,29 @@ async fn deleted_positions(
     Ok(positions)
 }
 
+/// How many rows of `file` are live at the snapshot, without reading its
+/// data pages: the visible rows (`partial_file_info`, else all of the
+/// catalog's `record_count`, else the footer's row count) minus the deleted
+/// positions among them (from the small delete file).
+pub(super) async fn live_rows(
+    table: &DuckLakeTable,
+    file: &LiveFile,
+) -> Result<u64, DuckLakeError> {
+    if file.visible_rows == Some(0) {
+        return Ok(0);
+    }
+    let rows = match file.record_count {
+        Some(rows) => rows,
+        None => {
+            let builder = open_builder(table, &file.location, file.size).await?;
+            u64::try_from(builder.metadata().file_metadata().num_rows()).unwrap_or(0)
+        }
+    };
+    let visible = file.visible_rows.unwrap_or(rows).min(rows);
+    let deleted = deleted_positions(table, file, rows).await?;
+    Ok(visible - deleted.iter().filter(|&&p| p < visible).count() as u64)
+}
+
 /// Reads the live rows of `file`.
 pub(super) async fn read_file(
     table: &DuckLakeTable,
@@ -178,7 +202,7 @@ pub(super) async fn read_file(
         &request.logical,
         &physical,
         name,
-        &paths::hive_partitions(&file.location),
+        &hive_partitions(&paths::object_path(&file.location)?),
     )?;
     let embedded: Vec<(LineageColumn, usize)> = request
         .wanted
