@@ -1,12 +1,27 @@
-//! Reading dense vector files used by benchmarks and query input: `.npy`
-//! (float32/float64, little-endian, C order, 2-D) and TEXMEX `.fvecs`/`.ivecs`
-//! (per row an int32 dimension followed by that many f32/i32 values).
+//! Reading dense vector files used by benchmarks, build input and query
+//! input: `.npy` (float32/float64, and int32 ids, little-endian, C order,
+//! 2-D) and TEXMEX `.fvecs`/`.ivecs` (per row an int32 dimension followed by
+//! that many f32/i32 values).
 //!
-//! The parsers work on bytes (testable without files); [`read_vectors`] and
-//! [`read_ivecs`] are the IO edge. Every malformed input is a typed
-//! [`VectorFileError`] naming the file and the numbers involved.
+//! `.npy` headers and values are read with the `npyz` crate; this module
+//! only decides which arrays it accepts and checks the data length against
+//! the header. `.fvecs`/`.ivecs` stay hand-written: `npyz` (like every
+//! `.npy` crate) does not read TEXMEX files, and the format is a loop over
+//! `[dim, values…]` records. `npyz` 0.9.1 multiplies the header's shape
+//! without overflow checks, so a hostile shape would panic in a build with
+//! overflow checks; `Cargo.toml` turns them off for `npyz`, and this module
+//! rejects such a shape with [`VectorFileError::BadShape`] by its own checked
+//! arithmetic before any value is read.
+//!
+//! The parsers work on bytes (testable without files); [`read_vectors`],
+//! [`read_ivecs`] and [`VectorReader`] (batches of rows, bounded memory) are
+//! the IO edge. Every malformed input is a typed [`VectorFileError`] naming
+//! the file and the numbers involved.
 
+use std::io::Read;
 use std::path::Path;
+
+use npyz::{DType, NpyHeader, Order};
 use thiserror::Error;
 
 /// A row-major matrix read from a file.
@@ -27,8 +42,8 @@ pub enum VectorFileError {
     },
     #[error("{path}: unknown vector file extension (expected .npy, .fvecs or .ivecs)")]
     UnknownFormat { path: String },
-    #[error("{path}: not a .npy file (bad magic or header)")]
-    BadNpyHeader { path: String },
+    #[error("{path}: not a .npy file: {reason}")]
+    BadNpyHeader { path: String, reason: String },
     #[error("{path}: unsupported .npy dtype {descr} (expected <f4 or <f8 vectors, or <i4 ids)")]
     UnsupportedDtype { path: String, descr: String },
     #[error("{path}: holds {found} values; expected {expected}")]
@@ -40,7 +55,7 @@ pub enum VectorFileError {
     #[error("{path}: Fortran-ordered .npy arrays are not supported")]
     FortranOrder { path: String },
     #[error("{path}: expected a 2-D array with dim ≥ 1, got shape {shape:?}")]
-    BadShape { path: String, shape: Vec<usize> },
+    BadShape { path: String, shape: Vec<u64> },
     #[error("{path}: expected {expected} bytes of data, got {actual}")]
     Truncated {
         path: String,
@@ -97,127 +112,156 @@ pub fn read_ivecs(path: &Path) -> Result<Vectors<i32>, VectorFileError> {
 /// [`VectorFileError::FortranOrder`], [`VectorFileError::BadShape`],
 /// [`VectorFileError::Truncated`] (also for trailing bytes).
 pub fn parse_npy(bytes: &[u8], path: &str) -> Result<Vectors<f32>, VectorFileError> {
-    let NpyHeader {
-        data_start,
-        descr,
-        n,
-        dim,
-    } = npy_header(bytes, path)?;
-    let width = match descr.as_str() {
-        "<f4" => 4,
-        "<f8" => 8,
-        _ => {
-            return Err(VectorFileError::UnsupportedDtype {
-                path: path.to_string(),
-                descr,
-            });
-        }
+    let mut body = bytes;
+    let array = NpyArray::read(&mut body, path)?;
+    let element = array.element(&[Element::F4, Element::F8], path)?;
+    array.check_len(element, body.len(), path)?;
+    let count = array.n * array.dim;
+    let file = npyz::NpyFile::with_header(array.header, body);
+    let data = match element {
+        Element::F8 => values(npy_values::<f64, _>(file, path)?, count, path, |v| v as f32)?,
+        _ => values(npy_values::<f32, _>(file, path)?, count, path, |v| v)?,
     };
-    let shape = vec![n, dim];
-    let body = &bytes[data_start..];
-    let expected = n
-        .checked_mul(dim)
-        .and_then(|v| v.checked_mul(width))
-        .ok_or_else(|| VectorFileError::BadShape {
-            path: path.to_string(),
-            shape: shape.clone(),
-        })?;
-    if body.len() != expected {
-        return Err(VectorFileError::Truncated {
-            path: path.to_string(),
-            expected,
-            actual: body.len(),
-        });
-    }
-    let data = if width == 4 {
-        body.chunks_exact(4)
-            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect()
-    } else {
-        body.chunks_exact(8)
-            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32)
-            .collect()
-    };
-    Ok(Vectors { data, n, dim })
+    Ok(Vectors {
+        data,
+        n: array.n,
+        dim: array.dim,
+    })
 }
 
-/// A parsed `.npy` header: where the data starts, the dtype and the shape.
-struct NpyHeader {
-    data_start: usize,
+/// The `.npy` element types this module reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Element {
+    F4,
+    F8,
+    I4,
+}
+
+impl Element {
+    fn descr(self) -> &'static str {
+        match self {
+            Element::F4 => "<f4",
+            Element::F8 => "<f8",
+            Element::I4 => "<i4",
+        }
+    }
+
+    fn width(self) -> usize {
+        match self {
+            Element::F8 => 8,
+            Element::F4 | Element::I4 => 4,
+        }
+    }
+}
+
+/// A checked `.npy` header: a C-ordered 2-D array with `dim ≥ 1` whose
+/// byte size fits a `usize`.
+struct NpyArray {
+    header: NpyHeader,
+    /// The dtype as numpy writes it (`<f4`).
     descr: String,
     n: usize,
     dim: usize,
 }
 
-/// Parse the header at the start of `bytes` (which need only hold the
-/// header) of a C-ordered 2-D `.npy` array with `dim ≥ 1`.
-fn npy_header(bytes: &[u8], path: &str) -> Result<NpyHeader, VectorFileError> {
-    let bad = || VectorFileError::BadNpyHeader {
-        path: path.to_string(),
-    };
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return Err(bad());
-    }
-    let (hlen, hstart) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
-            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
-            12,
-        ),
-        _ => return Err(bad()),
-    };
-    let header = bytes
-        .get(hstart..hstart + hlen)
-        .and_then(|h| std::str::from_utf8(h).ok())
-        .ok_or_else(bad)?;
-    let descr = dict_value(header, "descr")
-        .ok_or_else(bad)?
-        .trim_matches(|c| c == '\'' || c == '"')
-        .to_string();
-    if dict_value(header, "fortran_order").ok_or_else(bad)? != "False" {
-        return Err(VectorFileError::FortranOrder {
+impl NpyArray {
+    /// Reads the header from `reader`, leaving it at the first data byte.
+    fn read(reader: impl Read, path: &str) -> Result<NpyArray, VectorFileError> {
+        let header = NpyHeader::from_reader(reader).map_err(|e| VectorFileError::BadNpyHeader {
             path: path.to_string(),
-        });
-    }
-    let shape_text = dict_value(header, "shape").ok_or_else(bad)?;
-    let shape: Vec<usize> = shape_text
-        .trim_matches(|c| c == '(' || c == ')')
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-        .map(|s| s.parse().map_err(|_| bad()))
-        .collect::<Result<_, _>>()?;
-    let [n, dim] = shape[..] else {
-        return Err(VectorFileError::BadShape {
+            reason: e.to_string(),
+        })?;
+        if header.order() == Order::Fortran {
+            return Err(VectorFileError::FortranOrder {
+                path: path.to_string(),
+            });
+        }
+        let shape = header.shape().to_vec();
+        let bad_shape = || VectorFileError::BadShape {
             path: path.to_string(),
-            shape,
-        });
-    };
-    if dim == 0 {
-        return Err(VectorFileError::BadShape {
-            path: path.to_string(),
-            shape,
-        });
+            shape: shape.clone(),
+        };
+        let [n, dim] = shape[..] else {
+            return Err(bad_shape());
+        };
+        let (Ok(n), Ok(dim)) = (usize::try_from(n), usize::try_from(dim)) else {
+            return Err(bad_shape());
+        };
+        // The widest element is 8 bytes: the body size of any accepted dtype
+        // fits a usize.
+        if dim == 0 || n.checked_mul(dim).and_then(|c| c.checked_mul(8)).is_none() {
+            return Err(bad_shape());
+        }
+        let descr = match header.dtype() {
+            DType::Plain(t) => t.to_string(),
+            other => other.descr(),
+        };
+        Ok(NpyArray {
+            header,
+            descr,
+            n,
+            dim,
+        })
     }
-    Ok(NpyHeader {
-        data_start: hstart + hlen,
-        descr,
-        n,
-        dim,
-    })
+
+    /// The element type, when it is one of `accepted`.
+    fn element(&self, accepted: &[Element], path: &str) -> Result<Element, VectorFileError> {
+        accepted
+            .iter()
+            .copied()
+            .find(|e| e.descr() == self.descr)
+            .ok_or_else(|| VectorFileError::UnsupportedDtype {
+                path: path.to_string(),
+                descr: self.descr.clone(),
+            })
+    }
+
+    /// Checks that the data holds exactly `n × dim` elements.
+    fn check_len(
+        &self,
+        element: Element,
+        actual: usize,
+        path: &str,
+    ) -> Result<(), VectorFileError> {
+        let expected = self.n * self.dim * element.width();
+        if actual != expected {
+            return Err(VectorFileError::Truncated {
+                path: path.to_string(),
+                expected,
+                actual,
+            });
+        }
+        Ok(())
+    }
 }
 
-/// The raw text of `'key': value` in a .npy header dict (value up to the
-/// next top-level comma or brace; tuples kept whole).
-fn dict_value<'a>(header: &'a str, key: &str) -> Option<&'a str> {
-    let at = header.find(&format!("'{key}'"))? + key.len() + 2;
-    let rest = header[at..].trim_start().strip_prefix(':')?.trim_start();
-    let end = if rest.starts_with('(') {
-        rest.find(')')? + 1
-    } else {
-        rest.find([',', '}'])?
-    };
-    Some(rest[..end].trim())
+/// `file`'s values as `T` (whose dtype the caller has checked).
+fn npy_values<T: npyz::Deserialize, R: Read>(
+    file: npyz::NpyFile<R>,
+    path: &str,
+) -> Result<npyz::NpyReader<T, R>, VectorFileError> {
+    file.data::<T>()
+        .map_err(|e| VectorFileError::UnsupportedDtype {
+            path: path.to_string(),
+            descr: e.to_string(),
+        })
+}
+
+/// The next `count` values of `reader`, converted by `f`.
+fn values<T, U>(
+    reader: impl Iterator<Item = std::io::Result<T>>,
+    count: usize,
+    path: &str,
+    f: impl Fn(T) -> U,
+) -> Result<Vec<U>, VectorFileError> {
+    let mut out = Vec::with_capacity(count);
+    for v in reader.take(count) {
+        out.push(f(v.map_err(|source| VectorFileError::Io {
+            path: path.to_string(),
+            source,
+        })?));
+    }
+    Ok(out)
 }
 
 /// Parses TEXMEX `.fvecs`.
@@ -265,7 +309,7 @@ fn parse_vecs<T>(
             .filter(|&d| d > 0)
             .ok_or_else(|| VectorFileError::BadShape {
                 path: path.to_string(),
-                shape: vec![d.max(0) as usize],
+                shape: vec![d.max(0) as u64],
             })?;
     let rec = 4 * (dim + 1);
     if !bytes.len().is_multiple_of(rec) {
@@ -296,13 +340,16 @@ fn parse_vecs<T>(
     Ok(Vectors { data, n, dim })
 }
 
-/// The element layout of a file read by [`VectorReader`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Layout {
-    /// `.npy` body: `width`-byte little-endian values, float or int.
-    Npy { width: usize, float: bool },
+/// What a [`VectorReader`] reads from.
+enum Body {
+    NpyF32(npyz::NpyReader<f32, std::io::BufReader<std::fs::File>>),
+    NpyF64(npyz::NpyReader<f64, std::io::BufReader<std::fs::File>>),
+    NpyI32(npyz::NpyReader<i32, std::io::BufReader<std::fs::File>>),
     /// TEXMEX rows: an int32 dimension, then `dim` 4-byte values.
-    Vecs { float: bool },
+    Vecs {
+        file: std::io::BufReader<std::fs::File>,
+        float: bool,
+    },
 }
 
 /// Reads a vector file a batch of rows at a time, so memory stays bounded
@@ -311,8 +358,7 @@ enum Layout {
 /// when the file is opened; rows are checked as they are read.
 pub struct VectorReader {
     path: String,
-    file: std::io::BufReader<std::fs::File>,
-    layout: Layout,
+    body: Body,
     dim: usize,
     rows: usize,
     read: usize,
@@ -327,7 +373,7 @@ impl VectorReader {
     /// dtypes other than `<f4`, `<f8`, `<i4`), and
     /// [`VectorFileError::Truncated`] when the length does not match.
     pub fn open(path: &Path) -> Result<Self, VectorFileError> {
-        use std::io::Read;
+        use std::io::Seek;
         let name = path.display().to_string();
         let io = |source| VectorFileError::Io {
             path: name.clone(),
@@ -342,63 +388,25 @@ impl VectorReader {
             actual: len,
         };
         let ext = path.extension().and_then(|e| e.to_str());
-        let (layout, dim, rows) = match ext {
+        let (body, dim, rows) = match ext {
             Some("npy") => {
-                // Magic, version and header length, then the header itself.
-                let mut head = vec![0u8; 12.min(len)];
-                file.read_exact(&mut head).map_err(io)?;
-                let hlen = match head.get(6) {
-                    Some(1) if head.len() >= 10 => {
-                        10 + u16::from_le_bytes([head[8], head[9]]) as usize
-                    }
-                    Some(2 | 3) if head.len() >= 12 => {
-                        12 + u32::from_le_bytes([head[8], head[9], head[10], head[11]]) as usize
-                    }
-                    _ => return Err(VectorFileError::BadNpyHeader { path: name }),
+                let array = NpyArray::read(&mut file, &name)?;
+                let element = array.element(&[Element::F4, Element::F8, Element::I4], &name)?;
+                let start = file.stream_position().map_err(io)? as usize;
+                array.check_len(element, len.saturating_sub(start), &name)?;
+                let (dim, rows) = (array.dim, array.n);
+                let npy = npyz::NpyFile::with_header(array.header, file);
+                let body = match element {
+                    Element::F4 => Body::NpyF32(npy_values(npy, &name)?),
+                    Element::F8 => Body::NpyF64(npy_values(npy, &name)?),
+                    Element::I4 => Body::NpyI32(npy_values(npy, &name)?),
                 };
-                if hlen > len {
-                    return Err(VectorFileError::BadNpyHeader { path: name });
-                }
-                let mut rest = vec![0u8; hlen - head.len()];
-                file.read_exact(&mut rest).map_err(io)?;
-                head.extend_from_slice(&rest);
-                let h = npy_header(&head, &name)?;
-                let (width, float) = match h.descr.as_str() {
-                    "<f4" => (4, true),
-                    "<f8" => (8, true),
-                    "<i4" => (4, false),
-                    _ => {
-                        return Err(VectorFileError::UnsupportedDtype {
-                            path: name,
-                            descr: h.descr,
-                        });
-                    }
-                };
-                let body =
-                    h.n.checked_mul(h.dim)
-                        .and_then(|v| v.checked_mul(width))
-                        .ok_or_else(|| VectorFileError::BadShape {
-                            path: name.clone(),
-                            shape: vec![h.n, h.dim],
-                        })?;
-                if len - h.data_start != body {
-                    return Err(VectorFileError::Truncated {
-                        path: name,
-                        expected: body,
-                        actual: len - h.data_start,
-                    });
-                }
-                (Layout::Npy { width, float }, h.dim, h.n)
+                (body, dim, rows)
             }
             Some(e @ ("fvecs" | "ivecs")) => {
+                let float = e == "fvecs";
                 if len == 0 {
-                    (
-                        Layout::Vecs {
-                            float: e == "fvecs",
-                        },
-                        0,
-                        0,
-                    )
+                    (Body::Vecs { file, float }, 0, 0)
                 } else {
                     let mut word = [0u8; 4];
                     file.read_exact(&mut word).map_err(|_| truncated(4))?;
@@ -406,7 +414,7 @@ impl VectorReader {
                     let dim = usize::try_from(d).ok().filter(|&d| d > 0).ok_or_else(|| {
                         VectorFileError::BadShape {
                             path: name.clone(),
-                            shape: vec![d.max(0) as usize],
+                            shape: vec![d.max(0) as u64],
                         }
                     })?;
                     let rec = 4 * (dim + 1);
@@ -416,21 +424,14 @@ impl VectorReader {
                     // Back to the start: every row, the first included, is
                     // read with its dimension word.
                     file.seek_relative(-4).map_err(io)?;
-                    (
-                        Layout::Vecs {
-                            float: e == "fvecs",
-                        },
-                        dim,
-                        len / rec,
-                    )
+                    (Body::Vecs { file, float }, dim, len / rec)
                 }
             }
             _ => return Err(VectorFileError::UnknownFormat { path: name }),
         };
         Ok(Self {
             path: name,
-            file,
-            layout,
+            body,
             dim,
             rows,
             read: 0,
@@ -447,102 +448,97 @@ impl VectorReader {
         self.rows
     }
 
-    /// The next up to `max_rows` rows as raw little-endian 4- or 8-byte
-    /// values (the `.fvecs`/`.ivecs` dimension words checked and removed);
-    /// empty at the end.
-    fn next_raw(&mut self, max_rows: usize) -> Result<(Vec<u8>, usize), VectorFileError> {
-        use std::io::Read;
-        let n = max_rows.max(1).min(self.rows - self.read);
-        let io = |source| VectorFileError::Io {
-            path: self.path.clone(),
-            source,
-        };
-        let (row_bytes, words) = match self.layout {
-            Layout::Npy { width, .. } => (self.dim * width, 0),
-            Layout::Vecs { .. } => (4 * (self.dim + 1), 1),
-        };
+    /// How many rows the next batch of at most `max_rows` holds.
+    fn batch_rows(&self, max_rows: usize) -> usize {
+        max_rows.max(1).min(self.rows - self.read)
+    }
+
+    /// The next `n` `.fvecs`/`.ivecs` rows as raw little-endian 4-byte
+    /// values, the dimension words checked and removed.
+    fn next_vecs(
+        file: &mut std::io::BufReader<std::fs::File>,
+        path: &str,
+        dim: usize,
+        first_row: usize,
+        n: usize,
+    ) -> Result<Vec<u8>, VectorFileError> {
+        let row_bytes = 4 * (dim + 1);
         let mut buf = vec![0u8; n * row_bytes];
-        self.file.read_exact(&mut buf).map_err(io)?;
-        if words == 0 {
-            self.read += n;
-            return Ok((buf, n));
-        }
-        let mut out = Vec::with_capacity(n * self.dim * 4);
+        file.read_exact(&mut buf)
+            .map_err(|source| VectorFileError::Io {
+                path: path.to_string(),
+                source,
+            })?;
+        let mut out = Vec::with_capacity(n * dim * 4);
         for (i, r) in buf.chunks_exact(row_bytes).enumerate() {
             let d = i32::from_le_bytes([r[0], r[1], r[2], r[3]]);
-            if usize::try_from(d).ok() != Some(self.dim) {
+            if usize::try_from(d).ok() != Some(dim) {
                 return Err(VectorFileError::InconsistentDim {
-                    path: self.path.clone(),
-                    row: self.read + i,
-                    expected: self.dim,
+                    path: path.to_string(),
+                    row: first_row + i,
+                    expected: dim,
                     actual: d.max(0) as usize,
                 });
             }
             out.extend_from_slice(&r[4..]);
         }
-        self.read += n;
-        Ok((out, n))
+        Ok(out)
     }
 
     /// The next up to `max_rows` rows of a float file (`<f4`/`<f8` `.npy`,
     /// `.fvecs`), row-major; empty at the end.
     ///
     /// # Errors
-    /// [`VectorFileError::UnsupportedDtype`] for an integer file, IO errors and
+    /// [`VectorFileError::WrongElement`] for an integer file, IO errors and
     /// [`VectorFileError::InconsistentDim`].
     pub fn next_f32(&mut self, max_rows: usize) -> Result<Vec<f32>, VectorFileError> {
-        let wide = match self.layout {
-            Layout::Npy { width, float: true } => width == 8,
-            Layout::Vecs { float: true } => false,
+        let n = self.batch_rows(max_rows);
+        let count = n * self.dim;
+        let out = match &mut self.body {
+            Body::NpyF32(r) => values(r.by_ref(), count, &self.path, |v| v)?,
+            Body::NpyF64(r) => values(r.by_ref(), count, &self.path, |v| v as f32)?,
+            Body::Vecs { file, float: true } => {
+                Self::next_vecs(file, &self.path, self.dim, self.read, n)?
+                    .chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect()
+            }
             _ => return Err(self.wrong_kind("float vectors (<f4 or <f8 .npy, .fvecs)")),
         };
-        let (raw, _) = self.next_raw(max_rows)?;
-        Ok(if wide {
-            raw.chunks_exact(8)
-                .map(|b| {
-                    f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]) as f32
-                })
-                .collect()
-        } else {
-            raw.chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-                .collect()
-        })
+        self.read += n;
+        Ok(out)
     }
 
     /// The next up to `max_rows` rows of an int32 file (`<i4` `.npy`,
     /// `.ivecs`), row-major; empty at the end.
     ///
     /// # Errors
-    /// [`VectorFileError::UnsupportedDtype`] for a float file, IO errors and
+    /// [`VectorFileError::WrongElement`] for a float file, IO errors and
     /// [`VectorFileError::InconsistentDim`].
     pub fn next_i32(&mut self, max_rows: usize) -> Result<Vec<i32>, VectorFileError> {
-        if !matches!(
-            self.layout,
-            Layout::Npy {
-                width: 4,
-                float: false
-            } | Layout::Vecs { float: false }
-        ) {
-            return Err(self.wrong_kind("int32 rows (<i4 .npy or .ivecs)"));
-        }
-        let (raw, _) = self.next_raw(max_rows)?;
-        Ok(raw
-            .chunks_exact(4)
-            .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-            .collect())
+        let n = self.batch_rows(max_rows);
+        let count = n * self.dim;
+        let out = match &mut self.body {
+            Body::NpyI32(r) => values(r.by_ref(), count, &self.path, |v| v)?,
+            Body::Vecs { file, float: false } => {
+                Self::next_vecs(file, &self.path, self.dim, self.read, n)?
+                    .chunks_exact(4)
+                    .map(|b| i32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+                    .collect()
+            }
+            _ => return Err(self.wrong_kind("int32 rows (<i4 .npy or .ivecs)")),
+        };
+        self.read += n;
+        Ok(out)
     }
 
     fn wrong_kind(&self, expected: &'static str) -> VectorFileError {
-        let found = match self.layout {
-            Layout::Npy {
-                width: 4,
-                float: true,
-            } => "<f4",
-            Layout::Npy { width: 8, .. } => "<f8",
-            Layout::Npy { .. } => "<i4",
-            Layout::Vecs { float: true } => ".fvecs float",
-            Layout::Vecs { float: false } => ".ivecs int32",
+        let found = match self.body {
+            Body::NpyF32(_) => "<f4",
+            Body::NpyF64(_) => "<f8",
+            Body::NpyI32(_) => "<i4",
+            Body::Vecs { float: true, .. } => ".fvecs float",
+            Body::Vecs { float: false, .. } => ".ivecs int32",
         };
         VectorFileError::WrongElement {
             path: self.path.clone(),
@@ -624,6 +620,22 @@ mod tests {
             ),
             Err(VectorFileError::BadShape { .. })
         ));
+    }
+
+    #[test]
+    fn npy_headers_in_any_key_order_and_spacing_parse_and_errors_give_the_reason() {
+        let body: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|v| v.to_le_bytes()).collect();
+        let h = "{\"shape\":(1,2),\"fortran_order\":False,\"descr\":\"<f4\"}";
+        let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+        bytes.extend_from_slice(&(h.len() as u16).to_le_bytes());
+        bytes.extend_from_slice(h.as_bytes());
+        bytes.extend_from_slice(&body);
+        let v = parse_npy(&bytes, "a.npy").unwrap();
+        assert_eq!((v.n, v.dim, v.data), (1, 2, vec![1.0, 2.0]));
+        let e = parse_npy(b"\x93NUMPY\x01\x00\x04\x00{'x}", "b.npy").unwrap_err();
+        let text = e.to_string();
+        assert!(text.starts_with("b.npy: not a .npy file: "), "{text}");
+        assert!(text.len() > "b.npy: not a .npy file: ".len(), "{text}");
     }
 
     fn vecs(rows: &[(i32, &[f32])]) -> Vec<u8> {

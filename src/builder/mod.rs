@@ -2,7 +2,9 @@
 //! hierarchy is trained, every row is assigned and grouped by root bucket
 //! (spilling under a memory limit), postings and centroids are written to a
 //! fresh snapshot folder, and the snapshot is published through the
-//! [`crate::format::warehouse`] commit protocol. See `docs/build.md`.
+//! [`crate::format::warehouse`] commit protocol. Each of these steps is a
+//! function of [`stages`] with plain inputs and outputs; [`job::build`]
+//! composes them on one machine. See `docs/build.md`.
 
 pub mod ducklake_source;
 pub mod job;
@@ -10,6 +12,7 @@ pub mod parquet_source;
 pub mod progress;
 pub mod source;
 pub mod spill;
+pub mod stages;
 
 pub use job::{BuildParams, BuildSummary, DEFAULT_POLISH, DEFAULT_SEED, PhaseTimes, build};
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
@@ -142,4 +145,8 @@ pub enum BuildError {
     Warehouse(#[from] crate::format::warehouse::WarehouseError),
     #[error(transparent)]
     Catalog(#[from] crate::catalog::CatalogError),
+    #[error(transparent)]
+    Location(#[from] crate::store::uri::UriError),
+    #[error(transparent)]
+    Definition(#[from] crate::format::definition::DefinitionError),
 }

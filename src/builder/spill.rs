@@ -185,14 +185,26 @@ impl BucketSpill {
         self.in_memory -= b.memory_bytes;
         b.memory_bytes = 0;
         batches.append(&mut b.memory);
-        if batches.is_empty() {
-            return Ok(None);
-        }
-        let all =
-            concat_batches(&self.schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
-        drop(batches);
-        sort_by_cid_rowid(&all).map(Some)
+        sort_run(&self.schema, batches)
     }
+}
+
+/// One bucket's rows, from batches of `schema` in any split and order, as a
+/// single batch sorted by (cid, rowid); `None` when there are none.
+///
+/// # Errors
+/// [`BuildError::Arrow`] when a batch does not match `schema` or lacks the
+/// `cid`/`rowid` columns.
+pub fn sort_run(
+    schema: &SchemaRef,
+    batches: Vec<RecordBatch>,
+) -> Result<Option<RecordBatch>, BuildError> {
+    if batches.is_empty() {
+        return Ok(None);
+    }
+    let all = concat_batches(schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
+    drop(batches);
+    sort_by_cid_rowid(&all).map(Some)
 }
 
 /// Work folders are `$TMPDIR/parqivf-build-<random>`.

@@ -334,18 +334,30 @@ impl PostingsWriter {
     /// [`PostingsError::Manifest`] when the result breaks a manifest rule,
     /// e.g. a bucket's CIDs outside `[cid_offsets[b], cid_offsets[b+1])`.
     pub fn finish(self, nlist: u32, cid_offsets: Vec<u32>) -> Result<Manifest, PostingsError> {
-        let mut files = self.files;
-        files.sort_by_key(|f| (f.cid_bucket, f.min_cid, f.path.clone()));
-        let manifest = Manifest {
-            format_version: FORMAT_VERSION,
-            nlist,
-            ntotal: files.iter().map(|f| f.rows).sum(),
-            cid_offsets,
-            files,
-        };
-        manifest.validate()?;
-        Ok(manifest)
+        manifest_of(self.files, nlist, cid_offsets)
     }
+}
+
+/// The manifest of `files` (written by one or several writers, in any
+/// order), as [`PostingsWriter::finish`] builds it.
+///
+/// # Errors
+/// As [`PostingsWriter::finish`].
+pub fn manifest_of(
+    mut files: Vec<FileEntry>,
+    nlist: u32,
+    cid_offsets: Vec<u32>,
+) -> Result<Manifest, PostingsError> {
+    files.sort_by_key(|f| (f.cid_bucket, f.min_cid, f.path.clone()));
+    let manifest = Manifest {
+        format_version: FORMAT_VERSION,
+        nlist,
+        ntotal: files.iter().map(|f| f.rows).sum(),
+        cid_offsets,
+        files,
+    };
+    manifest.validate()?;
+    Ok(manifest)
 }
 
 /// Publishes `manifest` as `<table_root>/manifest.json` with create-if-absent

@@ -1,0 +1,626 @@
+//! The build as stages: functions with plain inputs and outputs that
+//! [`super::job::build`] composes, and that a distributed driver can call one
+//! by one on different machines.
+//!
+//! | stage | in | out | kind |
+//! |---|---|---|---|
+//! | [`count`] | a source | rows per part | IO (metadata) |
+//! | [`sample`] | a source, its counts, the seed | a seeded sample, rows read | IO |
+//! | [`train`] | the sample, the seed | the [`Hierarchy`] | CPU |
+//! | [`read_part`] + [`assign`] | a batch of (rowid, vector[, payload]) + the hierarchy | `(cid, rowid, vector[, payload])` rows | IO, then CPU |
+//! | [`group_by_root`] + [`sort_run`] | assigned rows | per-root-bucket runs sorted by (cid, rowid) | CPU |
+//! | [`write_bucket`] | one bucket's sorted run | its postings files ([`FileEntry`]s) | IO |
+//! | [`publish`] | every bucket's files | centroids, `footers.json`, `manifest.json`, `index.json`, then the commit | IO |
+//!
+//! The CPU stages are synchronous and do no IO: callers on a tokio runtime
+//! run them on the blocking pool. Every stage is deterministic: the same
+//! inputs and seed give the same outputs, whatever the batch split, the
+//! order in which buckets are written, or how often a bucket is retried
+//! (`write_bucket` writes the same bytes to the same paths). The single-node
+//! grouping under a memory limit is [`super::spill::BucketSpill`]; a
+//! distributed driver groups with [`group_by_root`] and sorts each bucket's
+//! rows with [`sort_run`] instead. Nothing is visible to readers until
+//! [`publish`]'s final commit.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use arrow::array::{ArrayRef, AsArray, FixedSizeBinaryArray, Int32Array, Int64Array, UInt32Array};
+use arrow::compute::take_record_batch;
+use arrow::datatypes::{Field, Int32Type, SchemaRef};
+use arrow::record_batch::RecordBatch;
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::path::Path;
+use rand::SeedableRng;
+use rand_chacha::ChaCha8Rng;
+
+use super::BuildError;
+use super::job::BuildParams;
+use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use crate::distance::Metric;
+use crate::format::definition::{
+    BuildParams as BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition,
+};
+use crate::format::manifest::FileEntry;
+use crate::format::postings_table::CID_COLUMN;
+use crate::format::warehouse::Commit;
+use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams};
+use crate::postings::writer::{PostingsWriter, WriterOptions};
+use crate::store::commit::put_if_absent;
+use crate::store::uri::RelativeLocation;
+
+pub use super::spill::sort_run;
+
+/// Rows per part, in part order (metadata only where the source allows it).
+///
+/// # Errors
+/// The source's errors.
+pub async fn count(source: &dyn VectorSource) -> Result<Vec<u64>, BuildError> {
+    let mut rows = Vec::with_capacity(source.parts());
+    for p in 0..source.parts() {
+        rows.push(source.part_rows(p).await?);
+    }
+    Ok(rows)
+}
+
+/// Checks that `rows` rows can fill `nlist` lists.
+///
+/// # Errors
+/// [`BuildError::EmptySource`] for no rows, [`BuildError::NlistExceedsRows`]
+/// for fewer rows than lists.
+pub fn check_rows(nlist: u32, rows: u64) -> Result<(), BuildError> {
+    if rows == 0 {
+        return Err(BuildError::EmptySource);
+    }
+    if u64::from(nlist) > rows {
+        return Err(BuildError::NlistExceedsRows { nlist, rows });
+    }
+    Ok(())
+}
+
+/// The training sample: `max_points_per_centroid × nlist` rows (at most all
+/// of them), and what reading the source found.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Sample {
+    /// Row-major, `dim` values a row.
+    pub vectors: Vec<f32>,
+    pub dim: usize,
+    /// Rows the source yielded (valid rows).
+    pub rows: u64,
+    /// Rows the source declared but left out as invalid (`skip_invalid`).
+    pub skipped_rows: u64,
+}
+
+impl Sample {
+    /// Rows in the sample.
+    pub fn len(&self) -> usize {
+        self.vectors.len() / self.dim.max(1)
+    }
+
+    /// True when the sample holds no rows.
+    pub fn is_empty(&self) -> bool {
+        self.vectors.is_empty()
+    }
+}
+
+/// The sampled global row numbers (declared rows, counted across parts in
+/// part order), ascending: a seeded uniform choice of
+/// `max_points_per_centroid × nlist` of `total`, or all of them.
+pub fn sample_positions(total: u64, params: &BuildParams) -> Vec<u64> {
+    let target = (params.max_points_per_centroid as u64)
+        .saturating_mul(u64::from(params.nlist))
+        .min(total) as usize;
+    if target as u64 == total {
+        return (0..total).collect();
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    let mut chosen: Vec<u64> = rand::seq::index::sample(&mut rng, total as usize, target)
+        .into_iter()
+        .map(|i| i as u64)
+        .collect();
+    chosen.sort_unstable();
+    chosen
+}
+
+/// Reads every part (prepared for `params.metric`, see [`read_part`]) and
+/// gathers the rows at [`sample_positions`], in row order, so the sample does
+/// not depend on timing or thread count. Each part is handed to `keep` with
+/// its declared row count once sampled (the single-node build keeps the parts
+/// that fit its memory budget for the assignment pass).
+///
+/// Positions refer to declared rows; a source that skipped invalid rows
+/// yields fewer, and positions past a part's end select nothing.
+///
+/// # Errors
+/// The errors of [`read_part`].
+pub async fn sample(
+    source: &dyn VectorSource,
+    part_rows: &[u64],
+    params: &BuildParams,
+    mut keep: impl FnMut(usize, u64, VectorBatch) + Send,
+) -> Result<Sample, BuildError> {
+    let dim = source.dim();
+    let chosen = sample_positions(part_rows.iter().sum(), params);
+    let skip_invalid = source.definition().skip_invalid;
+    let mut vectors: Vec<f32> = Vec::with_capacity(chosen.len() * dim);
+    let mut next = 0usize;
+    let mut base = 0u64;
+    let mut rows = 0u64;
+    let mut skipped_rows = 0u64;
+    for (p, &declared) in part_rows.iter().enumerate() {
+        let batch = read_part(source, p, params.metric, skip_invalid).await?;
+        let end = base + declared;
+        while next < chosen.len() && chosen[next] < end {
+            let i = (chosen[next] - base) as usize;
+            if i < batch.len() {
+                vectors.extend_from_slice(&batch.vectors[i * dim..(i + 1) * dim]);
+            }
+            next += 1;
+        }
+        base = end;
+        rows += batch.len() as u64;
+        // Sources declare rows before invalid ones are skipped.
+        skipped_rows += declared.saturating_sub(batch.len() as u64);
+        keep(p, declared, batch);
+    }
+    Ok(Sample {
+        vectors,
+        dim,
+        rows,
+        skipped_rows,
+    })
+}
+
+/// Trains the two-level hierarchy on `sample`: deterministic for
+/// `params.seed` (training draws from its own stream of the seed, independent
+/// of how many numbers sampling consumed). CPU only.
+///
+/// # Errors
+/// [`BuildError::TooFewDistinct`] when the sample holds fewer distinct
+/// vectors than `nlist` (lists would be left empty, and a query nearest to
+/// one would find nothing); the k-means errors.
+pub fn train(
+    sample: &Sample,
+    params: &BuildParams,
+) -> Result<(Hierarchy, HierarchyReport), BuildError> {
+    let nlist = params.nlist as usize;
+    let distinct = distinct_rows(&sample.vectors, sample.dim, nlist);
+    if distinct < nlist {
+        return Err(BuildError::TooFewDistinct {
+            nlist: params.nlist,
+            distinct,
+            sample: sample.len(),
+        });
+    }
+    let hp = HierarchyParams {
+        nlist,
+        roots: params.effective_roots() as usize,
+        metric: params.metric,
+        kmeans: KMeansParams {
+            niter: params.niter,
+            max_points_per_centroid: params.max_points_per_centroid,
+            ..KMeansParams::default()
+        },
+        polish: params.polish,
+    };
+    let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
+    rng.set_stream(1);
+    Ok(Hierarchy::train(
+        &sample.vectors,
+        sample.dim,
+        &hp,
+        &mut rng,
+    )?)
+}
+
+/// The number of distinct rows of the row-major `data` (by bit pattern, so
+/// 0.0 and -0.0 differ), counting no further than `enough`.
+fn distinct_rows(data: &[f32], dim: usize, enough: usize) -> usize {
+    let mut seen = std::collections::HashSet::new();
+    for row in data.chunks_exact(dim.max(1)) {
+        seen.insert(row.iter().map(|v| v.to_bits()).collect::<Vec<u32>>());
+        if seen.len() >= enough {
+            break;
+        }
+    }
+    seen.len()
+}
+
+/// One part of `source`, prepared for `metric` ([`prepare`], on the
+/// blocking pool under cosine).
+///
+/// # Errors
+/// The source's errors; [`BuildError::BadShape`] when the part's vectors are
+/// not `rows × dim` values; the errors of [`prepare`].
+pub async fn read_part(
+    source: &dyn VectorSource,
+    part: usize,
+    metric: Metric,
+    skip_invalid: bool,
+) -> Result<VectorBatch, BuildError> {
+    let batch = source.read_part(part).await?;
+    let dim = source.dim();
+    if batch.vectors.len() != batch.len() * dim {
+        return Err(BuildError::BadShape {
+            len: batch.vectors.len(),
+            dim,
+        });
+    }
+    if metric != Metric::Cosine {
+        return Ok(batch);
+    }
+    tokio::task::spawn_blocking(move || prepare(metric, dim, batch, skip_invalid))
+        .await
+        .map_err(|e| BuildError::Internal(format!("worker task failed: {e}")))?
+}
+
+/// `batch` prepared for the scan under `metric`: under cosine every row is
+/// scaled to unit length ([`Metric::prepare`]), and a zero row, which has no
+/// direction, is dropped with `skip_invalid` (the source then yields fewer
+/// rows than it declared) or fails. CPU only.
+///
+/// # Errors
+/// [`BuildError::NoDirection`] for a zero row under cosine without
+/// `skip_invalid`.
+pub fn prepare(
+    metric: Metric,
+    dim: usize,
+    mut batch: VectorBatch,
+    skip_invalid: bool,
+) -> Result<VectorBatch, BuildError> {
+    let mut zero = Vec::new();
+    for (i, row) in batch.vectors.chunks_exact_mut(dim).enumerate() {
+        if metric.prepare(row).is_err() {
+            if !skip_invalid {
+                return Err(BuildError::NoDirection {
+                    rowid: batch.rowids[i],
+                });
+            }
+            zero.push(i);
+        }
+    }
+    if zero.is_empty() {
+        return Ok(batch);
+    }
+    let keep = super::source::kept_rows(batch.len(), &zero);
+    let vectors = keep
+        .iter()
+        .flat_map(|&i| &batch.vectors[i as usize * dim..(i as usize + 1) * dim])
+        .copied()
+        .collect();
+    let rowids = keep.iter().map(|&i| batch.rowids[i as usize]).collect();
+    let payload = batch
+        .payload
+        .map(|p| take_record_batch(&p, &UInt32Array::from(keep)))
+        .transpose()
+        .map_err(|e| BuildError::Arrow(e.to_string()))?;
+    Ok(VectorBatch {
+        rowids,
+        vectors,
+        payload,
+    })
+}
+
+/// Assigns each row of `batch` to its leaf: a postings-schema batch
+/// (`schema`, from [`crate::format::postings_table::postings_schema`]) of
+/// `(cid, rowid, vector[, payload…])` in input order. CPU only.
+///
+/// # Errors
+/// The k-means assignment errors; [`BuildError::Arrow`] when the payload
+/// does not fit `schema`.
+pub fn assign(
+    hierarchy: &Hierarchy,
+    mode: AssignMode,
+    schema: &SchemaRef,
+    batch: VectorBatch,
+) -> Result<RecordBatch, BuildError> {
+    let dim = hierarchy.dim;
+    let cids = hierarchy.assign(&batch.vectors, mode)?;
+    let mut bytes = Vec::with_capacity(batch.vectors.len() * 4);
+    for v in &batch.vectors {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    let vectors = FixedSizeBinaryArray::try_new((dim * 4) as i32, bytes.into(), None)
+        .map_err(|e| BuildError::Arrow(e.to_string()))?;
+    let mut columns: Vec<ArrayRef> = vec![
+        Arc::new(Int32Array::from_iter_values(cids.iter().map(|&c| c as i32))),
+        Arc::new(Int64Array::from(batch.rowids)),
+        Arc::new(vectors),
+    ];
+    if let Some(p) = &batch.payload {
+        columns.extend(p.columns().iter().cloned());
+    }
+    RecordBatch::try_new(schema.clone(), columns).map_err(|e| BuildError::Arrow(e.to_string()))
+}
+
+/// Splits assigned rows by root bucket (root `r` owns the CIDs
+/// `cid_offsets[r]..cid_offsets[r + 1]`): one batch per non-empty bucket,
+/// ascending by bucket, rows in input order. CPU only.
+///
+/// # Errors
+/// [`BuildError::Arrow`] when `rows` has no Int32 `cid` column or a CID lies
+/// outside `cid_offsets`.
+pub fn group_by_root(
+    cid_offsets: &[u32],
+    rows: &RecordBatch,
+) -> Result<Vec<(u32, RecordBatch)>, BuildError> {
+    let cids = rows
+        .column_by_name(CID_COLUMN)
+        .and_then(|c| c.as_primitive_opt::<Int32Type>())
+        .ok_or_else(|| BuildError::Arrow(format!("assigned rows have no Int32 {CID_COLUMN}")))?;
+    let nroots = cid_offsets.len().saturating_sub(1);
+    let nlist = cid_offsets.last().copied().unwrap_or(0);
+    let mut by_root: Vec<Vec<u32>> = vec![Vec::new(); nroots];
+    for (i, &c) in cids.values().iter().enumerate() {
+        if c < 0 || c as u32 >= nlist {
+            return Err(BuildError::Arrow(format!(
+                "row {i} has cid {c}, outside 0..{nlist}"
+            )));
+        }
+        // cid_offsets is sorted, root r owns [off[r], off[r+1]).
+        let r = cid_offsets.partition_point(|&o| o <= c as u32) - 1;
+        by_root[r].push(i as u32);
+    }
+    by_root
+        .into_iter()
+        .enumerate()
+        .filter(|(_, idx)| !idx.is_empty())
+        .map(|(r, idx)| {
+            take_record_batch(rows, &UInt32Array::from(idx))
+                .map(|b| (r as u32, b))
+                .map_err(|e| BuildError::Arrow(e.to_string()))
+        })
+        .collect()
+}
+
+/// A snapshot folder being written: `<index>/snapshots/<id>`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotFolder {
+    /// The index location.
+    pub index: Path,
+    /// The folder relative to `index`, as the commit records it
+    /// (`snapshots/<id>`).
+    pub name: String,
+    /// The folder itself.
+    pub path: Path,
+}
+
+impl SnapshotFolder {
+    /// A fresh folder below `index`, named by the time and a random number.
+    ///
+    /// # Errors
+    /// Never for the names it makes; as [`SnapshotFolder::at`].
+    pub fn new(index: &Path) -> Result<Self, BuildError> {
+        let name = format!("snapshots/{:013}-{:016x}", now_ms(), rand::random::<u64>());
+        Self::at(index, &name)
+    }
+
+    /// The folder `name` (relative, e.g. `snapshots/<id>`) below `index`, as
+    /// every worker of one distributed build names it.
+    ///
+    /// # Errors
+    /// [`BuildError::Location`] when `name` is not a valid relative location.
+    pub fn at(index: &Path, name: &str) -> Result<Self, BuildError> {
+        let path = RelativeLocation::parse(name)?.resolve_path(index);
+        Ok(Self {
+            index: index.clone(),
+            name: name.to_string(),
+            path,
+        })
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// The `index.json` a build of `source` with `params` records: `roots` roots,
+/// trained on `sample_rows` rows with this process's rayon thread count.
+pub fn definition(
+    source: SourceDefinition,
+    params: &BuildParams,
+    dim: usize,
+    roots: u32,
+    sample_rows: usize,
+) -> IndexDefinition {
+    IndexDefinition::new(
+        params.metric,
+        dim as u32,
+        params.nlist,
+        roots,
+        source.source,
+        BuildRecord {
+            vector_column: source.vector_column,
+            id_column: source.id_column,
+            payload_columns: source.payload_columns,
+            seed: params.seed,
+            sample_rows: sample_rows as u64,
+            max_iterations: params.niter as u32,
+            threads: rayon::current_num_threads() as u32,
+            skip_invalid: source.skip_invalid,
+        },
+    )
+}
+
+/// Where and how postings files are written: the same for every bucket of
+/// one build.
+#[derive(Debug, Clone)]
+pub struct PostingsTarget {
+    /// The postings table folder (holding `manifest.json`).
+    pub root: Path,
+    pub dim: usize,
+    pub payload_fields: Vec<Field>,
+    pub options: WriterOptions,
+}
+
+impl PostingsTarget {
+    /// The postings table of `definition` in `snapshot`: the folder of its
+    /// `manifest.json` ([`IndexDefinition::postings_manifest_path`]).
+    ///
+    /// # Errors
+    /// [`BuildError::Definition`] for a location that does not resolve.
+    pub fn new(
+        definition: &IndexDefinition,
+        snapshot: &SnapshotFolder,
+        payload_fields: Vec<Field>,
+        options: WriterOptions,
+    ) -> Result<Self, BuildError> {
+        let manifest = definition.postings_manifest_path(&snapshot.path)?;
+        Ok(Self {
+            root: manifest.parent().unwrap_or_default(),
+            dim: definition.dim as usize,
+            payload_fields,
+            options,
+        })
+    }
+}
+
+/// Writes root bucket `bucket`'s rows, sorted by (cid, rowid)
+/// ([`sort_run`]), as its postings files below `target.root`, and returns
+/// their manifest entries. The bytes and paths depend only on the input: a
+/// retried bucket overwrites its files with the same bytes.
+///
+/// # Errors
+/// The postings writer's errors (unsorted input, CIDs outside the bucket…)
+/// and storage failures.
+pub async fn write_bucket(
+    store: &Arc<dyn ObjectStore>,
+    target: &PostingsTarget,
+    bucket: u32,
+    sorted: RecordBatch,
+) -> Result<Vec<FileEntry>, BuildError> {
+    let mut writer = PostingsWriter::new(
+        store.clone(),
+        target.root.clone(),
+        target.dim,
+        target.payload_fields.clone(),
+        target.options.clone(),
+    )?;
+    writer.write_bucket(bucket, vec![sorted]).await?;
+    Ok(writer.files().to_vec())
+}
+
+/// Publishes the snapshot in `folder` as the version after `parent`: the
+/// centroids of `hierarchy`, `footers.json` and `manifest.json` for `files`
+/// (every bucket's, in any order), `definition` as `index.json`, each
+/// create-if-absent; then `before_commit` runs (from this point the snapshot
+/// may become current and must not be deleted) and the commit is made.
+///
+/// # Errors
+/// A [`BuildError::Warehouse`] error comes from the commit step (the
+/// snapshot may have been committed, e.g. a lost response); any other error
+/// means nothing was committed. [`crate::format::warehouse::WarehouseError::Conflict`]
+/// when another build committed first.
+pub async fn publish(
+    store: &Arc<dyn ObjectStore>,
+    folder: &SnapshotFolder,
+    files: Vec<FileEntry>,
+    hierarchy: &Hierarchy,
+    definition: &IndexDefinition,
+    parent: Option<u64>,
+    before_commit: impl FnOnce() + Send,
+) -> Result<Commit, BuildError> {
+    let centroids = crate::format::centroids::encode(hierarchy)
+        .map_err(|e| BuildError::Internal(e.to_string()))?;
+    put_if_absent(
+        store.as_ref(),
+        &definition.centroids_path(&folder.path)?,
+        centroids,
+    )
+    .await?;
+    let manifest = crate::postings::writer::manifest_of(
+        files,
+        definition.nlist,
+        hierarchy.cid_offsets.clone(),
+    )?;
+    let postings_root = definition
+        .postings_manifest_path(&folder.path)?
+        .parent()
+        .unwrap_or_default();
+    crate::postings::writer::publish(store, &postings_root, &manifest).await?;
+    put_if_absent(
+        store.as_ref(),
+        &folder.path.clone().join(INDEX_DEFINITION_FILE),
+        Bytes::from(definition.to_json()),
+    )
+    .await?;
+    before_commit();
+    Ok(
+        crate::format::warehouse::commit(store, &folder.index, &folder.name, parent, now_ms())
+            .await?,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::postings_table::postings_schema;
+
+    fn rows(cids: &[i32]) -> RecordBatch {
+        let schema = postings_schema(1, &[]);
+        let n = cids.len();
+        let bytes: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        RecordBatch::try_new(
+            schema,
+            vec![
+                Arc::new(Int32Array::from(cids.to_vec())),
+                Arc::new(Int64Array::from_iter_values(0..n as i64)),
+                Arc::new(FixedSizeBinaryArray::try_new(4, bytes.into(), None).unwrap()),
+            ],
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn group_by_root_splits_by_cid_offsets_keeping_input_order() {
+        let grouped = group_by_root(&[0, 2, 2, 5], &rows(&[4, 0, 3, 1, 2])).unwrap();
+        let summary: Vec<(u32, Vec<i32>)> = grouped
+            .iter()
+            .map(|(r, b)| {
+                let c = b.column(0).as_primitive::<Int32Type>();
+                (*r, c.values().to_vec())
+            })
+            .collect();
+        assert_eq!(summary, vec![(0, vec![0, 1]), (2, vec![4, 3, 2])]);
+    }
+
+    #[test]
+    fn group_by_root_rejects_a_cid_outside_the_lists() {
+        for bad in [-1, 5] {
+            let e = group_by_root(&[0, 2, 5], &rows(&[0, bad])).unwrap_err();
+            assert!(
+                e.to_string()
+                    .contains(&format!("row 1 has cid {bad}, outside 0..5")),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
+    fn sample_positions_are_seeded_sorted_and_bounded() {
+        let p = BuildParams {
+            nlist: 4,
+            max_points_per_centroid: 10,
+            ..BuildParams::default()
+        };
+        let a = sample_positions(1000, &p);
+        assert_eq!(a.len(), 40);
+        assert!(a.windows(2).all(|w| w[0] < w[1]) && a[39] < 1000);
+        assert_eq!(a, sample_positions(1000, &p));
+        assert_ne!(
+            a,
+            sample_positions(
+                1000,
+                &BuildParams {
+                    seed: 9,
+                    ..p.clone()
+                }
+            )
+        );
+        assert_eq!(sample_positions(30, &p), (0..30).collect::<Vec<u64>>());
+    }
+}

@@ -1,0 +1,259 @@
+//! The build stages called one by one, as a distributed driver would: the
+//! snapshot they publish is byte-identical to `build`'s on the same input and
+//! seed, whatever the batch split and the order buckets are written in, and a
+//! retried bucket writes the same bytes.
+
+mod support;
+
+use std::sync::Arc;
+
+use arrow::record_batch::RecordBatch;
+use object_store::ObjectStore;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use parqivf::builder::stages::{self, PostingsTarget, SnapshotFolder};
+use parqivf::builder::{
+    ArraySource, BuildError, BuildParams, ProgressMode, VectorBatch, VectorSource, build,
+};
+use parqivf::format::manifest::FileEntry;
+use parqivf::format::postings_table::postings_schema;
+use parqivf::format::warehouse;
+use parqivf::index::{Index, SearchParams};
+use parqivf::kmeans::Hierarchy;
+
+const DIM: usize = 16;
+
+fn params() -> BuildParams {
+    BuildParams {
+        nlist: 16,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    }
+}
+
+fn source() -> ArraySource {
+    ArraySource::new(support::random_vectors(3000, DIM, 11), DIM, "generated")
+        .unwrap()
+        .with_part_size(500)
+}
+
+/// `batch` cut into batches of at most `rows` rows.
+fn split(batch: VectorBatch, rows: usize) -> Vec<VectorBatch> {
+    batch
+        .rowids
+        .chunks(rows)
+        .zip(batch.vectors.chunks(rows * DIM))
+        .map(|(ids, v)| VectorBatch {
+            rowids: ids.to_vec(),
+            vectors: v.to_vec(),
+            payload: None,
+        })
+        .collect()
+}
+
+/// Sample, train, assign every part (last part first) in batches of 170
+/// rows, group, write the buckets last first, publish.
+async fn by_hand(
+    source: &ArraySource,
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> (Path, Hierarchy) {
+    let params = params();
+    let part_rows = stages::count(source).await.unwrap();
+    stages::check_rows(params.nlist, part_rows.iter().sum()).unwrap();
+    let sample = stages::sample(source, &part_rows, &params, |_, _, _| {})
+        .await
+        .unwrap();
+    let (hierarchy, _) = stages::train(&sample, &params).unwrap();
+    let schema = postings_schema(DIM, &[]);
+    let mut buckets: Vec<Vec<RecordBatch>> = vec![Vec::new(); hierarchy.nroots()];
+    for p in (0..source.parts()).rev() {
+        let part = stages::read_part(source, p, params.metric, false)
+            .await
+            .unwrap();
+        for batch in split(part, 170) {
+            let rows = stages::assign(&hierarchy, params.assign, &schema, batch).unwrap();
+            for (bucket, run) in stages::group_by_root(&hierarchy.cid_offsets, &rows).unwrap() {
+                buckets[bucket as usize].push(run);
+            }
+        }
+    }
+    let folder = SnapshotFolder::new(index).unwrap();
+    let definition = stages::definition(
+        source.definition(),
+        &params,
+        DIM,
+        hierarchy.nroots() as u32,
+        sample.len(),
+    );
+    let target =
+        PostingsTarget::new(&definition, &folder, Vec::new(), params.writer.clone()).unwrap();
+    let mut files = Vec::new();
+    for bucket in (0..hierarchy.nroots()).rev() {
+        let run = std::mem::take(&mut buckets[bucket]);
+        if let Some(sorted) = stages::sort_run(&schema, run).unwrap() {
+            files.extend(
+                stages::write_bucket(store, &target, bucket as u32, sorted)
+                    .await
+                    .unwrap(),
+            );
+        }
+    }
+    let mut committing = false;
+    let commit = stages::publish(store, &folder, files, &hierarchy, &definition, None, || {
+        committing = true
+    })
+    .await
+    .unwrap();
+    assert!(committing);
+    assert_eq!(commit.version, 1);
+    assert_eq!(commit.snapshot, folder.name);
+    (folder.path, hierarchy)
+}
+
+#[tokio::test]
+async fn stages_called_by_hand_publish_what_build_publishes() {
+    let src = source();
+    let index = Path::from("i");
+    let a: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let built = build(Arc::new(src.clone()), a.clone(), &index, &params())
+        .await
+        .unwrap();
+    let b: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (snapshot, _) = by_hand(&src, &b, &index).await;
+
+    let fa = support::snapshot_files(&a, &Path::from(built.snapshot.as_str())).await;
+    let fb = support::snapshot_files(&b, &snapshot).await;
+    let names = |f: &[(String, bytes::Bytes)]| f.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
+    assert_eq!(names(&fa), names(&fb));
+    assert!(fa.iter().any(|f| f.0.ends_with("manifest.json")));
+    assert!(
+        fa.iter()
+            .any(|f| f.0.ends_with(".parquet") && f.0.contains("cid_bucket="))
+    );
+    for ((path, x), (_, y)) in fa.iter().zip(&fb) {
+        assert!(
+            x == y,
+            "{path} differs between build and the stages by hand"
+        );
+    }
+
+    let ia = Index::open_current(a, &index).await.unwrap();
+    let ib = Index::open_current(b, &index).await.unwrap();
+    let queries = support::random_vectors(20, DIM, 99);
+    let sp = SearchParams {
+        k: 10,
+        nprobe: 4,
+        ..SearchParams::default()
+    };
+    let ra = ia.search_batch(&queries, &sp).await.unwrap();
+    let rb = ib.search_batch(&queries, &sp).await.unwrap();
+    for (x, y) in ra.iter().zip(&rb) {
+        let hits = |r: &parqivf::index::SearchResult| {
+            r.hits
+                .iter()
+                .map(|h| (h.rowid, h.distance.to_bits()))
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(hits(x).len(), 10);
+        assert_eq!(hits(x), hits(y));
+    }
+}
+
+#[tokio::test]
+async fn sample_and_train_are_deterministic_for_a_seed() {
+    let src = source();
+    let p = params();
+    let rows = stages::count(&src).await.unwrap();
+    let s1 = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
+    let s2 = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
+    assert_eq!(s1, s2);
+    assert_eq!((s1.rows, s1.skipped_rows), (3000, 0));
+    assert_eq!(
+        stages::train(&s1, &p).unwrap().0,
+        stages::train(&s2, &p).unwrap().0
+    );
+    let other = BuildParams {
+        seed: 7,
+        ..params()
+    };
+    assert_ne!(
+        stages::train(&s1, &p).unwrap().0,
+        stages::train(&s1, &other).unwrap().0,
+        "another seed trains other centroids"
+    );
+}
+
+#[tokio::test]
+async fn writing_a_bucket_twice_gives_identical_bytes() {
+    let src = source();
+    let p = params();
+    let rows = stages::count(&src).await.unwrap();
+    let sample = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
+    let (h, _) = stages::train(&sample, &p).unwrap();
+    let schema = postings_schema(DIM, &[]);
+    let part = stages::read_part(&src, 0, p.metric, false).await.unwrap();
+    let assigned = stages::assign(&h, p.assign, &schema, part).unwrap();
+    let (bucket, run) = stages::group_by_root(&h.cid_offsets, &assigned)
+        .unwrap()
+        .remove(0);
+    let sorted = stages::sort_run(&schema, vec![run]).unwrap().unwrap();
+
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let folder = SnapshotFolder::at(&Path::from("i"), "snapshots/s").unwrap();
+    let definition = stages::definition(src.definition(), &p, DIM, h.nroots() as u32, 0);
+    let target = PostingsTarget::new(&definition, &folder, Vec::new(), p.writer.clone()).unwrap();
+    let first = stages::write_bucket(&store, &target, bucket, sorted.clone())
+        .await
+        .unwrap();
+    let bytes_first = support::snapshot_files(&store, &folder.path).await;
+    let retried = stages::write_bucket(&store, &target, bucket, sorted)
+        .await
+        .unwrap();
+    let bytes_retried = support::snapshot_files(&store, &folder.path).await;
+    assert!(!first.is_empty());
+    assert_eq!(first, retried);
+    assert_eq!(bytes_first, bytes_retried);
+    assert_eq!(bytes_first.len(), first.len());
+}
+
+#[tokio::test]
+async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed() {
+    let e = SnapshotFolder::at(&Path::from("i"), "../elsewhere").unwrap_err();
+    assert!(matches!(e, BuildError::Location(_)), "{e}");
+    // A publish that fails before its commit leaves no version behind.
+    let src = source();
+    let p = params();
+    let rows = stages::count(&src).await.unwrap();
+    let sample = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
+    let (h, _) = stages::train(&sample, &p).unwrap();
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let index = Path::from("i");
+    let folder = SnapshotFolder::new(&index).unwrap();
+    let definition = stages::definition(src.definition(), &p, DIM, h.nroots() as u32, 0);
+    // The manifest names a postings file that was never written: its footer
+    // cannot be read, so publish fails before the commit.
+    let missing = FileEntry {
+        path: "cid_bucket=000000/part-00000.parquet".into(),
+        cid_bucket: 0,
+        min_cid: 0,
+        max_cid: 0,
+        rows: 1,
+        size: 1000,
+        sha256: "0".repeat(64),
+    };
+    let mut committing = false;
+    let e = stages::publish(
+        &store,
+        &folder,
+        vec![missing],
+        &h,
+        &definition,
+        None,
+        || committing = true,
+    )
+    .await;
+    assert!(e.is_err());
+    assert!(!committing);
+    assert!(warehouse::current(&store, &index).await.unwrap().is_none());
+}
