@@ -32,7 +32,7 @@ fn params() -> BuildParams {
 }
 
 fn source() -> ArraySource {
-    ArraySource::new(support::random_vectors(3000, DIM, 11), DIM, "generated")
+    ArraySource::new(support::fixtures::random_vectors(3000, DIM, 11), DIM, "generated")
         .unwrap()
         .with_part_size(500)
 }
@@ -122,8 +122,8 @@ async fn stages_called_by_hand_publish_what_build_publishes() {
     let b: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let (snapshot, _) = by_hand(&src, &b, &index).await;
 
-    let fa = support::snapshot_files(&a, &Path::from(built.snapshot.as_str())).await;
-    let fb = support::snapshot_files(&b, &snapshot).await;
+    let fa = support::store::snapshot_files(&a, &Path::from(built.snapshot.as_str())).await;
+    let fb = support::store::snapshot_files(&b, &snapshot).await;
     let names = |f: &[(String, bytes::Bytes)]| f.iter().map(|x| x.0.clone()).collect::<Vec<_>>();
     assert_eq!(names(&fa), names(&fb));
     assert!(fa.iter().any(|f| f.0.ends_with("manifest.json")));
@@ -140,7 +140,7 @@ async fn stages_called_by_hand_publish_what_build_publishes() {
 
     let ia = Index::open_current(a, &index).await.unwrap();
     let ib = Index::open_current(b, &index).await.unwrap();
-    let queries = support::random_vectors(20, DIM, 99);
+    let queries = support::fixtures::random_vectors(20, DIM, 99);
     let sp = SearchParams {
         k: 10,
         nprobe: 4,
@@ -206,11 +206,11 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
     let first = stages::write_bucket(&store, &target, bucket, sorted.clone())
         .await
         .unwrap();
-    let bytes_first = support::snapshot_files(&store, &folder.path).await;
+    let bytes_first = support::store::snapshot_files(&store, &folder.path).await;
     let retried = stages::write_bucket(&store, &target, bucket, sorted)
         .await
         .unwrap();
-    let bytes_retried = support::snapshot_files(&store, &folder.path).await;
+    let bytes_retried = support::store::snapshot_files(&store, &folder.path).await;
     assert!(!first.is_empty());
     assert_eq!(first, retried);
     assert_eq!(bytes_first, bytes_retried);

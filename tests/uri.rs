@@ -36,6 +36,7 @@ fn variant(error: &UriError) -> &'static str {
         UriError::PatternTrailingSlash { .. } => "PatternTrailingSlash",
         UriError::PatternNotAllowed { .. } => "PatternNotAllowed",
         UriError::NotRelative { .. } => "NotRelative",
+        UriError::InvalidPattern { .. } => "InvalidPattern",
     }
 }
 
