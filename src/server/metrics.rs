@@ -318,6 +318,8 @@ mod tests {
     #[test]
     fn help_and_type_lines_and_escaped_scrape_gauges() {
         let m = Metrics::default();
+        // A family prints its HELP/TYPE lines once it has a series.
+        m.record_request("/healthz", 200, Duration::ZERO);
         m.record_reload("x", "swapped");
         let info = IndexInfo {
             dim: 2,
