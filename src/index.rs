@@ -22,9 +22,13 @@ use crate::format::manifest::{self, Manifest};
 use crate::format::warehouse::{Pin, check_pin};
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
-use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload_of, scan_batch};
+use crate::probe::executor::{
+    Postings, RowGroupCache, on_rayon, payload_of, resolve_paths, scan_batch,
+};
 use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
+pub use crate::probe::stats::SearchStats;
+use crate::probe::stats::micros;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use rayon::prelude::*;
@@ -32,7 +36,7 @@ use serde::Serialize;
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::sync::atomic::AtomicU64;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use thiserror::Error;
 
 /// Errors of opening and querying an index.
@@ -165,56 +169,10 @@ pub struct Hit {
     pub rowid: i64,
     /// Smaller is closer (see [`crate::distance::Metric`]).
     pub distance: f32,
+    /// The payload columns, when asked for ([`SearchParams::include_payload`]);
+    /// left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-/// What a search cost. In a batch, the IO fields and `plan/fetch/decode`
-/// times are those of the whole batch (row groups are shared); `probe` and
-/// `scan` are the query's own.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct SearchStats {
-    pub candidate_files: u64,
-    pub footers_read: u64,
-    pub footers_cached: u64,
-    pub planned_row_groups: u64,
-    pub row_groups_read: u64,
-    pub row_groups_cached: u64,
-    pub requests: u64,
-    pub bytes: u64,
-    /// Exact lengths of the footers read.
-    pub footer_bytes: u64,
-    /// Column-chunk bytes of the row groups read.
-    pub row_group_bytes: u64,
-    pub rounds: u64,
-    pub probe_us: u64,
-    pub plan_us: u64,
-    pub fetch_us: u64,
-    pub decode_us: u64,
-    pub scan_us: u64,
-}
-
-impl SearchStats {
-    fn new(io: LoadIo, times: LoadTimes, probe: Duration, scan: Duration) -> Self {
-        let us = |d: Duration| d.as_micros() as u64;
-        Self {
-            candidate_files: io.candidate_files,
-            footers_read: io.footers_read,
-            footers_cached: io.footers_cached,
-            planned_row_groups: io.planned_row_groups,
-            row_groups_read: io.row_groups_read,
-            row_groups_cached: io.row_groups_cached,
-            requests: io.requests,
-            bytes: io.bytes,
-            footer_bytes: io.footer_bytes,
-            row_group_bytes: io.row_group_bytes,
-            rounds: io.rounds,
-            probe_us: us(probe),
-            plan_us: us(times.plan),
-            fetch_us: us(times.fetch),
-            decode_us: us(times.decode),
-            scan_us: us(scan),
-        }
-    }
 }
 
 /// The answer to one query.
@@ -233,8 +191,10 @@ pub struct Index {
     manifest: Manifest,
     /// The footer pin of each manifest file (`footers.json`).
     footer_pins: Vec<FooterPin>,
-    postings_dir: Path,
-    hierarchy: Hierarchy,
+    /// The object path of each manifest file, resolved once at open.
+    postings_paths: Arc<[Path]>,
+    /// Shared with the search's compute steps on rayon.
+    hierarchy: Arc<Hierarchy>,
     footers: FooterCache,
     row_groups: RowGroupCache,
     /// Most footer bytes per cid seen so far (sizes the next footer reads).
@@ -472,13 +432,20 @@ impl Index {
                 });
             }
         }
+        let postings_paths =
+            resolve_paths(&parent(&manifest_path), &manifest.files).map_err(|e| {
+                IndexError::InvalidLocation {
+                    path: manifest_path.to_string(),
+                    location: e.to_string(),
+                }
+            })?;
         Ok(Index {
             store,
-            postings_dir: parent(&manifest_path),
+            postings_paths,
             definition,
             manifest,
             footer_pins,
-            hierarchy,
+            hierarchy: Arc::new(hierarchy),
             footers: FooterCache::new(options.footer_cache_bytes),
             row_groups: RowGroupCache::new(options.postings_cache_bytes),
             footer_per_cid: AtomicU64::new(0),
@@ -510,7 +477,7 @@ impl Index {
     fn postings(&self) -> Postings<'_> {
         Postings {
             store: self.store.as_ref(),
-            dir: &self.postings_dir,
+            paths: &self.postings_paths,
             files: &self.manifest.files,
             footer_pins: &self.footer_pins,
             dim: self.hierarchy.dim,
@@ -529,17 +496,14 @@ impl Index {
     /// [`ProbeError`] for a missing or invalid postings file.
     pub async fn warm(&self) -> crate::Result<SearchStats> {
         let all: Vec<usize> = (0..self.manifest.files.len()).collect();
-        let mut io = LoadIo {
+        let mut stats = SearchStats {
             candidate_files: all.len() as u64,
-            ..LoadIo::default()
+            ..SearchStats::default()
         };
         let t = Instant::now();
-        self.postings().footers(&all, &mut io).await?;
-        let times = LoadTimes {
-            plan: t.elapsed(),
-            ..LoadTimes::default()
-        };
-        Ok(SearchStats::new(io, times, Duration::ZERO, Duration::ZERO))
+        self.postings().footers(&all, &mut stats).await?;
+        stats.plan_us = micros(t.elapsed());
+        Ok(stats)
     }
 
     /// Decode every posting into memory (the decoded-postings cache becomes
@@ -550,8 +514,9 @@ impl Index {
     pub async fn preload(&self) -> crate::Result<SearchStats> {
         self.row_groups.set_capacity(usize::MAX);
         let all: Vec<u32> = (0..self.manifest.nlist).collect();
-        let (_, io, times) = self.postings().load(&all, false).await?;
-        Ok(SearchStats::new(io, times, Duration::ZERO, Duration::ZERO))
+        let mut stats = SearchStats::default();
+        self.postings().load(&all, false, &mut stats).await?;
+        Ok(stats)
     }
 
     /// Search one query (`dim` values).
@@ -579,7 +544,10 @@ impl Index {
     }
 
     /// Search `queries.len() / dim` queries (row-major). Queries run in
-    /// parallel; a row group needed by several of them is read once.
+    /// parallel; a row group needed by several of them is read once. Only IO
+    /// runs on the calling task: centroid selection, decoding and the scan
+    /// run on the rayon pool, awaited through a oneshot, so a tokio worker
+    /// (even a `current_thread` runtime) stays free for other tasks.
     ///
     /// # Errors
     /// As [`Index::search`]; a length not a multiple of `dim` is a
@@ -618,60 +586,72 @@ impl Index {
             }
             .into());
         }
-        let queries = prepare_queries(self.hierarchy.metric, queries, dim)?;
-        let queries = queries.as_ref();
-        let selected: Vec<(Vec<u32>, Duration)> = queries
-            .par_chunks_exact(dim)
-            .map(|q| {
-                let t = Instant::now();
-                let cids = select_cids(&self.hierarchy, q, params.nprobe, params.root_factor);
-                (cids, t.elapsed())
-            })
-            .collect();
+        // Owned, so that the compute steps can run on rayon (one copy of the
+        // batch, not of any posting).
+        let queries: Arc<[f32]> = prepare_queries(self.hierarchy.metric, queries, dim)?.into();
+        let (hierarchy, batch) = (Arc::clone(&self.hierarchy), Arc::clone(&queries));
+        let (nprobe, root_factor) = (params.nprobe, params.root_factor);
+        let selected: Vec<(Vec<u32>, u64)> = on_rayon(move || {
+            batch
+                .par_chunks_exact(dim)
+                .map(|q| {
+                    let t = Instant::now();
+                    let cids = select_cids(&hierarchy, q, nprobe, root_factor);
+                    (cids, micros(t.elapsed()))
+                })
+                .collect()
+        })
+        .await;
         let mut union: Vec<u32> = selected
             .iter()
             .flat_map(|(c, _)| c.iter().copied())
             .collect();
         union.sort_unstable();
         union.dedup();
-        let postings = self.postings();
-        let (loaded, io, times) = postings.load(&union, params.include_payload).await?;
-        let t = Instant::now();
-        let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
-        let tops = scan_batch(
-            self.hierarchy.metric,
-            dim,
-            queries,
-            &probed,
-            &loaded,
-            params.k,
-        );
-        let scanned = t.elapsed();
-        tops.into_iter()
-            .zip(&selected)
-            .map(|(top, (cids, probe))| -> crate::Result<SearchResult> {
-                let hits = top
-                    .into_sorted()
-                    .into_iter()
-                    .map(|n| {
-                        let payload = if params.include_payload {
-                            payload_of(&postings, &loaded, cids, n.rowid)?
-                        } else {
-                            None
-                        };
-                        Ok(Hit {
-                            rowid: n.rowid,
-                            distance: n.distance,
-                            payload,
+        let mut stats = SearchStats::default();
+        let loaded = self
+            .postings()
+            .load(&union, params.include_payload, &mut stats)
+            .await?;
+        let (metric, k, include_payload) =
+            (self.hierarchy.metric, params.k, params.include_payload);
+        let paths = Arc::clone(&self.postings_paths);
+        on_rayon(move || {
+            let t = Instant::now();
+            let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
+            let tops = scan_batch(metric, dim, &queries, &probed, &loaded, k);
+            let scan_us = micros(t.elapsed());
+            tops.into_iter()
+                .zip(&selected)
+                .map(|(top, (cids, probe_us))| -> crate::Result<SearchResult> {
+                    let hits = top
+                        .into_sorted()
+                        .into_iter()
+                        .map(|n| {
+                            let payload = if include_payload {
+                                payload_of(&paths, &loaded, cids, n.rowid)?
+                            } else {
+                                None
+                            };
+                            Ok(Hit {
+                                rowid: n.rowid,
+                                distance: n.distance,
+                                payload,
+                            })
                         })
+                        .collect::<Result<Vec<_>, ProbeError>>()?;
+                    Ok(SearchResult {
+                        hits,
+                        stats: SearchStats {
+                            probe_us: *probe_us,
+                            scan_us,
+                            ..stats
+                        },
                     })
-                    .collect::<Result<Vec<_>, ProbeError>>()?;
-                Ok(SearchResult {
-                    hits,
-                    stats: SearchStats::new(io, times, *probe, scanned),
                 })
-            })
-            .collect()
+                .collect()
+        })
+        .await
     }
 }
 

@@ -9,9 +9,7 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use parqivf::server::{
-    BackendError, Limits, SearchRequestParams, ServeError, Server, ServerConfig,
-};
+use parqivf::server::{BackendError, Limits, SearchParams, ServeError, Server, ServerConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::server::{
@@ -134,10 +132,11 @@ async fn search_single_and_batch_equal_direct_results() {
         (body["index"].as_str(), body["snapshot"].as_str()),
         (Some("small"), Some("snap-1"))
     );
-    let params = SearchRequestParams {
+    let params = SearchParams {
         k: 7,
         nprobe: 8,
         include_payload: false,
+        ..SearchParams::default()
     };
     let results = body["results"].as_array().unwrap();
     assert_eq!(results.len(), 1);
@@ -158,10 +157,11 @@ async fn search_single_and_batch_equal_direct_results() {
     assert_eq!(status, StatusCode::OK, "{body}");
     let results = body["results"].as_array().unwrap();
     assert_eq!(results.len(), 3);
-    let defaults = SearchRequestParams {
+    let defaults = SearchParams {
         k: 5,
         nprobe: 8,
         include_payload: true,
+        ..SearchParams::default()
     };
     for (query, result) in batch.iter().zip(results) {
         let direct = backend.answer(query, &defaults);
@@ -624,10 +624,11 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
         .unwrap()
         .expect("in-flight request completes");
     assert_eq!(status, StatusCode::OK);
-    let params = SearchRequestParams {
+    let params = SearchParams {
         k: 5,
         nprobe: 8,
         include_payload: false,
+        ..SearchParams::default()
     };
     assert_eq!(
         hits_of(&body["results"][0]),

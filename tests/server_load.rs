@@ -8,7 +8,7 @@ mod support;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use parqivf::server::{Limits, SearchBackend, SearchRequestParams, ServerConfig};
+use parqivf::server::{Limits, SearchBackend, SearchParams, ServerConfig};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use reqwest::StatusCode;
@@ -49,10 +49,11 @@ async fn load(n: usize) {
             .map(|_| (0..DIM).map(|_| rng.random_range(-1.0f32..1.0)).collect())
             .collect(),
     );
-    let params = SearchRequestParams {
+    let params = SearchParams {
         k: K,
         nprobe: 8,
         include_payload: false,
+        ..SearchParams::default()
     };
     let direct_started = Instant::now();
     let expected: Arc<Vec<Vec<(i64, f32)>>> = Arc::new(

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use parqivf::server::{Limits, SearchRequestParams, ServerConfig};
+use parqivf::server::{Limits, SearchParams, ServerConfig};
 use reqwest::StatusCode;
 use serde_json::{Value, json};
 use support::server::{
@@ -64,10 +64,11 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
     let server = start(config(), Arc::clone(&loader)).await;
     let url = server.url("/v1/indexes/live/search");
     let stop = Arc::new(AtomicBool::new(false));
-    let params = SearchRequestParams {
+    let params = SearchParams {
         k: 10,
         nprobe: 8,
         include_payload: false,
+        ..SearchParams::default()
     };
 
     let clients: Vec<_> = (0..16)
@@ -172,10 +173,11 @@ async fn in_flight_request_finishes_on_the_old_snapshot() {
         .unwrap();
     assert_eq!(reload.json::<Value>().await.unwrap()["changed"], true);
 
-    let params = SearchRequestParams {
+    let params = SearchParams {
         k: 10,
         nprobe: 8,
         include_payload: false,
+        ..SearchParams::default()
     };
     let (status, fresh) = search(&reqwest::Client::new(), &url, &query).await;
     assert_eq!(

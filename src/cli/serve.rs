@@ -49,7 +49,7 @@ pub struct Args {
     /// Queries admitted at once (running or waiting); beyond this, 429.
     #[arg(long, default_value_t = ServerConfig::default().queue)]
     pub queue: usize,
-    /// Queries computing at once on the blocking pool (default: CPU count).
+    /// Searches running at once, their compute on the rayon pool (default: CPU count).
     #[arg(long)]
     pub workers: Option<usize>,
     /// Re-open each index location every SECS seconds and swap in a newly published snapshot.

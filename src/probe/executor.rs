@@ -1,29 +1,40 @@
 //! The executor: turns selected CIDs into decoded row groups, then scans them.
+//! Loading is split in the manner of arrow-rs's push decoder, so that IO and
+//! compute never mix:
 //!
-//! 1. Candidate files from the manifest ([`candidate_files`]); their footers
-//!    from the cache or, for the uncached ones, ALL AT ONCE (round 1).
-//! 2. One [`AccessPlan`] per file from the footer's cid statistics, checked
-//!    against the footer's row-group count.
-//! 3. Planned row groups not in the decoded-postings cache: a push decoder per
-//!    row group says which column-chunk byte ranges it needs (`cid`, `rowid`,
-//!    `vector`, payload only when asked); the ranges of a file are coalesced
-//!    where adjacent and handed to one `get_ranges`, all files at once (round 2).
-//! 4. Decoding in parallel (rayon) with the residual cid check: a row whose
-//!    cid differs from its row group's statistics is [`ProbeError::CorruptIndex`].
+//! 1. **Footers** (IO, round 1): candidate files from the manifest
+//!    ([`candidate_files`]); their footers from the cache or, for the uncached
+//!    ones, ALL AT ONCE ([`Postings::footers`]).
+//! 2. **Plan** (pure, [`Postings::plan`]): one [`AccessPlan`] per file from the
+//!    footer's cid statistics, checked against the footer's row-group count;
+//!    planned row groups found in the decoded-postings cache are taken from it;
+//!    for the others a push decoder per row group says which column-chunk byte
+//!    ranges it needs (`cid`, `rowid`, `vector`, payload only when asked), and
+//!    the ranges of a file are coalesced where adjacent. The result, a
+//!    [`LoadPlan`], is plain data.
+//! 3. **Fetch** (IO, round 2, [`Postings::fetch`]): one `get_ranges` per file
+//!    of the plan, all files at once; requests, bytes and rounds are counted.
+//! 4. **Decode** (pure, CPU, [`LoadPlan::decode`]): page CRCs, then the
+//!    decoders in parallel (rayon) with the residual cid check: a row whose cid
+//!    differs from its row group's statistics is [`ProbeError::CorruptIndex`].
 //!
+//! [`Postings::load`] composes them for async callers, running the decode on
+//! rayon through [`on_rayon`] so that no CPU step runs on a tokio worker.
 //! Queries of a batch share this: a row group needed by several queries is
-//! read and decoded once. [`scan`] then computes one query's distances.
+//! read and decoded once. [`scan_batch`] then computes the distances.
 
 use super::ProbeError;
 use super::access_plan::AccessPlan;
 use super::cache::ByteLru;
 use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
 use super::planner::{candidate_files, plan_row_groups};
+use super::stats::{SearchStats, micros};
 use crate::distance::Metric;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::postings::page_crc::check_column_chunk;
+use crate::store::uri::{RelativeLocation, UriError};
 use crate::topk::TopK;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
@@ -37,7 +48,7 @@ use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// The rows of one decoded row group (one cid).
 #[derive(Debug)]
@@ -69,43 +80,47 @@ impl DecodedRowGroup {
 /// The decoded-postings cache: (manifest file index, row group) → rows.
 pub type RowGroupCache = ByteLru<(usize, usize), DecodedRowGroup>;
 
-/// What loading cost.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct LoadIo {
-    pub candidate_files: u64,
-    pub footers_read: u64,
-    pub footers_cached: u64,
-    pub planned_row_groups: u64,
-    pub row_groups_read: u64,
-    pub row_groups_cached: u64,
-    pub requests: u64,
-    pub bytes: u64,
-    /// Exact lengths of the footers read (what a perfect tail guess fetches).
-    pub footer_bytes: u64,
-    /// Column-chunk bytes of the row groups read (before coalescing).
-    pub row_group_bytes: u64,
-    /// Dependent rounds of requests (0, 1 or 2; more only for footers larger
-    /// than the tail read for them).
-    pub rounds: u64,
+/// Run the CPU-bound `f` on the rayon pool and await its result, so that the
+/// calling tokio worker stays free for IO and other tasks meanwhile. A panic
+/// in `f` resumes in the caller (as if `f` had run there).
+pub async fn on_rayon<T, F>(f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    rayon::spawn(move || {
+        let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        // The receiver is gone only when the caller dropped the search.
+        let _ = tx.send(out);
+    });
+    match rx.await {
+        Ok(Ok(value)) => value,
+        Ok(Err(panic)) => std::panic::resume_unwind(panic),
+        // `rayon::spawn` runs every job and the job always sends: a closed
+        // channel cannot happen short of the pool being torn down.
+        Err(_) => std::panic::panic_any("rayon dropped a spawned job"),
+    }
 }
 
-/// Time spent loading.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LoadTimes {
-    /// Candidate files, footers (including their IO) and access plans.
-    pub plan: Duration,
-    /// Row-group IO.
-    pub fetch: Duration,
-    /// Decoding and the residual check.
-    pub decode: Duration,
+/// The object path of each manifest file, resolved once against the folder
+/// of `manifest.json` (the hot path only looks them up).
+///
+/// # Errors
+/// [`UriError`] for a file path that is not a relative location.
+pub fn resolve_paths(dir: &Path, files: &[FileEntry]) -> Result<Arc<[Path]>, UriError> {
+    files
+        .iter()
+        .map(|f| Ok(RelativeLocation::parse(&f.path)?.resolve_path(dir)))
+        .collect()
 }
 
 /// Everything the executor reads from: the postings table of one index.
 #[derive(Debug, Clone, Copy)]
 pub struct Postings<'a> {
     pub store: &'a dyn ObjectStore,
-    /// Folder of `manifest.json`; file paths are relative to it.
-    pub dir: &'a Path,
+    /// The object path of each manifest file (see [`resolve_paths`]).
+    pub paths: &'a [Path],
     pub files: &'a [FileEntry],
     pub dim: usize,
     pub footers: &'a FooterCache,
@@ -130,11 +145,87 @@ struct Job {
     columns: Vec<String>,
 }
 
+/// The ranged read of one file: one `get_ranges`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRequest {
+    /// Manifest index of the file.
+    pub file: usize,
+    /// The byte ranges of its planned row groups, sorted and coalesced.
+    pub ranges: Vec<Range<u64>>,
+}
+
+/// What a load needs, given the caches: plain data from [`Postings::plan`].
+pub struct LoadPlan {
+    /// Planned row groups already decoded (from the decoded-postings cache).
+    pub cached: Vec<Arc<DecodedRowGroup>>,
+    requests: Vec<FileRequest>,
+    /// The object path of each request's file (for errors), same order.
+    names: Vec<String>,
+    /// The row groups of each request, same order.
+    jobs: Vec<Vec<Job>>,
+}
+
+impl std::fmt::Debug for LoadPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadPlan")
+            .field("cached", &self.cached.len())
+            .field("requests", &self.requests)
+            .finish()
+    }
+}
+
+/// The bytes a [`LoadPlan`]'s requests returned, one `Vec` per file in plan
+/// order, one `Bytes` per coalesced range.
+#[derive(Debug)]
+pub struct Fetched(Vec<Vec<Bytes>>);
+
+impl LoadPlan {
+    /// The ranged reads the plan needs, one per file.
+    pub fn requests(&self) -> &[FileRequest] {
+        &self.requests
+    }
+
+    /// Decode every fetched row group (in parallel on the current rayon
+    /// pool), page CRCs and the residual cid check included. Returns the
+    /// freshly decoded row groups (not [`LoadPlan::cached`]). Pure compute.
+    ///
+    /// # Errors
+    /// [`ProbeError::PageChecksum`], [`ProbeError::Decode`],
+    /// [`ProbeError::CorruptIndex`]; nothing partial is returned.
+    pub fn decode(
+        self,
+        fetched: Fetched,
+        dim: usize,
+    ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+        let files: Vec<(String, FileRequest, Vec<Bytes>)> = self
+            .names
+            .into_iter()
+            .zip(self.requests)
+            .zip(fetched.0)
+            .map(|((name, r), data)| (name, r, data))
+            .collect();
+        let jobs: Vec<(usize, Job)> = self
+            .jobs
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, js)| js.into_iter().map(move |j| (i, j)))
+            .collect();
+        jobs.into_par_iter()
+            .map(|(i, job)| {
+                let (name, request, data) = &files[i];
+                decode(name, job, dim, &request.ranges, data).map(Arc::new)
+            })
+            .collect()
+    }
+}
+
 impl<'a> Postings<'a> {
-    /// The object path of manifest file `i`.
-    pub fn path(&self, i: usize) -> Path {
-        let rel = self.files.get(i).map_or("", |f| f.path.as_str());
-        self.dir.parts().chain(Path::from(rel).parts()).collect()
+    /// The object path of manifest file `i` (empty for an unknown index).
+    pub fn path(&self, i: usize) -> &'a Path {
+        static NONE: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+        self.paths
+            .get(i)
+            .unwrap_or_else(|| NONE.get_or_init(Path::default))
     }
 
     /// Footers of the given files: cached ones from the cache, the others read
@@ -145,7 +236,7 @@ impl<'a> Postings<'a> {
     pub async fn footers(
         &self,
         files: &[usize],
-        io: &mut LoadIo,
+        stats: &mut SearchStats,
     ) -> Result<Vec<Arc<Footer>>, ProbeError> {
         let mut out: Vec<Option<Arc<Footer>>> = files.iter().map(|f| self.footers.get(f)).collect();
         let missing: Vec<usize> = files
@@ -154,26 +245,24 @@ impl<'a> Postings<'a> {
             .filter(|(_, c)| c.is_none())
             .map(|(f, _)| *f)
             .collect();
-        io.footers_cached += (files.len() - missing.len()) as u64;
+        stats.footers_cached += (files.len() - missing.len()) as u64;
         let reads = missing.iter().map(|&f| async move {
-            let entry = self.files.get(f).ok_or_else(|| ProbeError::Store {
-                path: format!("manifest file #{f}"),
+            let absent = |what: &str| ProbeError::Store {
+                path: format!("{what} #{f}"),
                 source: object_store::Error::NotFound {
-                    path: format!("manifest file #{f}"),
-                    source: "no such manifest entry".into(),
+                    path: format!("{what} #{f}"),
+                    source: format!("no such {what}").into(),
                 },
-            })?;
+            };
+            let entry = self.files.get(f).ok_or_else(|| absent("manifest file"))?;
+            let pin = self
+                .footer_pins
+                .get(f)
+                .ok_or_else(|| absent("footers.json entry"))?;
             let learned = self.footer_per_cid.load(Ordering::Relaxed);
             let tail = tail_estimate(entry, self.prefetch, learned);
-            let pin = self.footer_pins.get(f).ok_or_else(|| ProbeError::Store {
-                path: format!("footers.json entry #{f}"),
-                source: object_store::Error::NotFound {
-                    path: format!("footers.json entry #{f}"),
-                    source: "no such footer pin".into(),
-                },
-            })?;
             let (footer, fio) =
-                read_footer(self.store, &self.path(f), entry, pin, self.dim, tail).await?;
+                read_footer(self.store, self.path(f), entry, pin, self.dim, tail).await?;
             self.footer_per_cid
                 .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
             Ok::<_, ProbeError>((footer, fio))
@@ -181,10 +270,10 @@ impl<'a> Postings<'a> {
         let read = futures::future::try_join_all(reads).await?;
         let mut max_requests = 0;
         let mut fresh = missing.iter().zip(read).map(|(&f, (footer, fio))| {
-            io.footers_read += 1;
-            io.requests += fio.requests;
-            io.bytes += fio.bytes;
-            io.footer_bytes += fio.footer_len;
+            stats.footers_read += 1;
+            stats.requests += fio.requests;
+            stats.bytes += fio.bytes;
+            stats.footer_bytes += fio.footer_len;
             max_requests = max_requests.max(fio.requests);
             let footer = Arc::new(footer);
             self.footers.insert(f, Arc::clone(&footer), footer.bytes);
@@ -194,11 +283,105 @@ impl<'a> Postings<'a> {
             *slot = fresh.next();
         }
         drop(fresh);
-        io.rounds += max_requests;
+        stats.rounds += max_requests;
         Ok(out.into_iter().flatten().collect())
     }
 
-    /// Load every row group whose cid is in `cids` (sorted ascending).
+    /// The plan of loading the row groups of `cids` (sorted ascending) from
+    /// `files` with their `footers` (as from [`Postings::footers`]): cached row
+    /// groups are taken, the others become coalesced byte ranges per file.
+    /// Pure: reads the decoded-postings cache, does no IO.
+    ///
+    /// # Errors
+    /// [`ProbeError::RowGroupCountMismatch`] and [`ProbeError::Decode`] for a
+    /// footer the decoder rejects.
+    pub fn plan(
+        &self,
+        cids: &[u32],
+        files: &[usize],
+        footers: &[Arc<Footer>],
+        with_payload: bool,
+        stats: &mut SearchStats,
+    ) -> Result<LoadPlan, ProbeError> {
+        let mut plan = LoadPlan {
+            cached: Vec::new(),
+            requests: Vec::new(),
+            names: Vec::new(),
+            jobs: Vec::new(),
+        };
+        for (&file, footer) in files.iter().zip(footers) {
+            let name = self.path(file).as_ref();
+            let access: AccessPlan = plan_row_groups(&footer.row_group_cids, cids);
+            access.check(name, footer.arrow.metadata().num_row_groups())?;
+            let mut jobs = Vec::new();
+            for rg in access.scanned() {
+                stats.planned_row_groups += 1;
+                match self.row_groups.get(&(file, rg)) {
+                    Some(d) if !with_payload || d.payload.is_some() => {
+                        stats.row_groups_cached += 1;
+                        plan.cached.push(d);
+                    }
+                    _ => jobs.push(job(name, footer, file, rg, with_payload)?),
+                }
+            }
+            if !jobs.is_empty() {
+                stats.row_groups_read += jobs.len() as u64;
+                stats.row_group_bytes += jobs
+                    .iter()
+                    .flat_map(|j| &j.ranges)
+                    .map(|r| r.end - r.start)
+                    .sum::<u64>();
+                let ranges = coalesce(jobs.iter().flat_map(|j| j.ranges.iter().cloned()));
+                plan.requests.push(FileRequest { file, ranges });
+                plan.names.push(name.to_string());
+                plan.jobs.push(jobs);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Issue the ranged reads of a plan ([`LoadPlan::requests`]), one
+    /// `get_ranges` per file, all files at once (one round).
+    ///
+    /// # Errors
+    /// [`ProbeError::Store`] naming the file.
+    pub async fn fetch(
+        &self,
+        requests: &[FileRequest],
+        stats: &mut SearchStats,
+    ) -> Result<Fetched, ProbeError> {
+        let fetches = requests.iter().map(|r| async move {
+            let path = self.path(r.file);
+            self.store
+                .get_ranges(path, &r.ranges)
+                .await
+                .map_err(|source| ProbeError::Store {
+                    path: path.to_string(),
+                    source,
+                })
+        });
+        let fetched = futures::future::try_join_all(fetches).await?;
+        if !fetched.is_empty() {
+            stats.rounds += 1;
+        }
+        for (data, r) in fetched.iter().zip(requests) {
+            stats.requests += r.ranges.len() as u64;
+            stats.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        Ok(Fetched(fetched))
+    }
+
+    /// Keep freshly decoded row groups in the decoded-postings cache.
+    pub fn remember(&self, decoded: &[Arc<DecodedRowGroup>]) {
+        for d in decoded {
+            self.row_groups
+                .insert((d.file, d.row_group), Arc::clone(d), d.bytes());
+        }
+    }
+
+    /// Load every row group whose cid is in `cids` (sorted ascending):
+    /// footers, plan and fetch here, the decode on rayon ([`on_rayon`]).
+    /// Adds the IO counters and the plan, fetch and decode times to `stats`.
     ///
     /// # Errors
     /// Footer, plan, store, decode and [`ProbeError::CorruptIndex`] errors;
@@ -207,92 +390,31 @@ impl<'a> Postings<'a> {
         &self,
         cids: &[u32],
         with_payload: bool,
-    ) -> Result<(Vec<Arc<DecodedRowGroup>>, LoadIo, LoadTimes), ProbeError> {
-        let mut io = LoadIo::default();
-        let mut times = LoadTimes::default();
+        stats: &mut SearchStats,
+    ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
         let t = Instant::now();
         let files = candidate_files(self.files, cids);
-        io.candidate_files = files.len() as u64;
-        let footers = self.footers(&files, &mut io).await?;
-        let mut loaded = Vec::new();
-        let mut jobs: Vec<(usize, Vec<Job>)> = Vec::new();
-        for (&file, footer) in files.iter().zip(&footers) {
-            let name = self.path(file).to_string();
-            let plan: AccessPlan = plan_row_groups(&footer.row_group_cids, cids);
-            plan.check(&name, footer.arrow.metadata().num_row_groups())?;
-            let mut file_jobs = Vec::new();
-            for rg in plan.scanned() {
-                io.planned_row_groups += 1;
-                match self.row_groups.get(&(file, rg)) {
-                    Some(d) if !with_payload || d.payload.is_some() => {
-                        io.row_groups_cached += 1;
-                        loaded.push(d);
-                    }
-                    _ => file_jobs.push(job(&name, footer, file, rg, with_payload)?),
-                }
-            }
-            if !file_jobs.is_empty() {
-                jobs.push((file, file_jobs));
-            }
-        }
-        times.plan = t.elapsed();
-
+        stats.candidate_files += files.len() as u64;
+        let footers = self.footers(&files, stats).await?;
+        let mut plan = self.plan(cids, &files, &footers, with_payload, stats)?;
+        stats.plan_us += micros(t.elapsed());
         let t = Instant::now();
-        let fetches = jobs.iter().map(|(file, file_jobs)| {
-            let ranges = coalesce(file_jobs.iter().flat_map(|j| j.ranges.iter().cloned()));
-            async move {
-                let path = self.path(*file);
-                let data = self
-                    .store
-                    .get_ranges(&path, &ranges)
-                    .await
-                    .map_err(|source| ProbeError::Store {
-                        path: path.to_string(),
-                        source,
-                    })?;
-                Ok::<_, ProbeError>((ranges, data))
-            }
-        });
-        let fetched = futures::future::try_join_all(fetches).await?;
-        if !fetched.is_empty() {
-            io.rounds += 1;
+        let fetched = self.fetch(plan.requests(), stats).await?;
+        stats.fetch_us += micros(t.elapsed());
+        let mut loaded = std::mem::take(&mut plan.cached);
+        if plan.requests.is_empty() {
+            return Ok(loaded);
         }
-        io.row_group_bytes = jobs
-            .iter()
-            .flat_map(|(_, js)| js.iter().flat_map(|j| &j.ranges))
-            .map(|r| r.end - r.start)
-            .sum();
-        for (ranges, data) in &fetched {
-            io.requests += ranges.len() as u64;
-            io.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();
-        }
-        times.fetch = t.elapsed();
-
-        let t = Instant::now();
-        let work: Vec<_> = jobs
-            .into_iter()
-            .zip(&fetched)
-            .flat_map(|((_, file_jobs), (ranges, data))| {
-                file_jobs
-                    .into_iter()
-                    .map(move |j| (j, ranges.as_slice(), data.as_slice()))
-            })
-            .collect();
-        io.row_groups_read = work.len() as u64;
-        let decoded: Vec<Arc<DecodedRowGroup>> = work
-            .into_par_iter()
-            .map(|(j, ranges, data)| {
-                let name = self.path(j.file).to_string();
-                decode(&name, j, self.dim, ranges, data).map(Arc::new)
-            })
-            .collect::<Result<_, _>>()?;
-        for d in decoded {
-            self.row_groups
-                .insert((d.file, d.row_group), Arc::clone(&d), d.bytes());
-            loaded.push(d);
-        }
-        times.decode = t.elapsed();
-        Ok((loaded, io, times))
+        let dim = self.dim;
+        let (decoded, took) = on_rayon(move || {
+            let t = Instant::now();
+            plan.decode(fetched, dim).map(|d| (d, t.elapsed()))
+        })
+        .await?;
+        stats.decode_us += micros(took);
+        self.remember(&decoded);
+        loaded.extend(decoded);
+        Ok(loaded)
     }
 }
 
@@ -557,12 +679,13 @@ pub fn scan_batch(
 }
 
 /// The payload of the row holding `rowid` among `loaded` row groups of `cids`,
-/// as a JSON object (column name → value).
+/// as a JSON object (column name → value); `paths` name the manifest files in
+/// errors.
 ///
 /// # Errors
 /// [`ProbeError::UnsupportedPayload`] for a column type without a JSON mapping.
 pub fn payload_of(
-    postings: &Postings<'_>,
+    paths: &[Path],
     loaded: &[Arc<DecodedRowGroup>],
     cids: &[u32],
     rowid: i64,
@@ -579,7 +702,7 @@ pub fn payload_of(
         for (field, col) in batch.schema_ref().fields().iter().zip(batch.columns()) {
             let value =
                 json_value(col.as_ref(), row).ok_or_else(|| ProbeError::UnsupportedPayload {
-                    path: postings.path(rg.file).to_string(),
+                    path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
                     column: field.name().clone(),
                     data_type: field.data_type().to_string(),
                 })?;

@@ -1,7 +1,9 @@
 //! Probe reader: choose centroids ([`select`]), intersect CIDs with manifest
 //! ranges and build an explicit row-group plan from footer statistics
 //! ([`planner`], [`access_plan`], [`footer`]), then execute it with one ranged
-//! fetch per file for all planned row groups ([`executor`]).
+//! fetch per file for all planned row groups ([`executor`]: plan, fetch and
+//! decode are separate steps, and the CPU steps run on rayon). What a search
+//! cost is one [`stats::SearchStats`], from the executor to the HTTP answer.
 //!
 //! A cold query costs at most two dependent rounds of requests: every
 //! candidate footer at once, then every planned row group at once. With all
@@ -13,6 +15,7 @@ pub mod executor;
 pub mod footer;
 pub mod planner;
 pub mod select;
+pub mod stats;
 
 use thiserror::Error;
 

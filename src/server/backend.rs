@@ -2,14 +2,19 @@
 //! to an index only through [`SearchBackend`] (one opened snapshot) and
 //! [`BackendLoader`] (opens the current snapshot of a named location). The
 //! adapter from `index::Index` implements both; tests use an in-memory
-//! brute-force backend. Search is synchronous on purpose: the server always
-//! calls it from its bounded blocking pool (see `limits`), never from an async
-//! task, so a backend may compute (rayon) or block on IO freely.
+//! brute-force backend. The request and answer types are the library's own
+//! ([`SearchParams`], [`SearchResult`] with its [`crate::index::Hit`]s and
+//! [`crate::index::SearchStats`]), so HTTP names follow them. Search is async:
+//! a backend awaits its IO and runs its compute off the tokio workers (the
+//! index on rayon); the server bounds how many searches run at once (see
+//! `limits`).
 
 use std::sync::Arc;
 
 use serde::Serialize;
 use thiserror::Error;
+
+use crate::index::{SearchParams, SearchResult};
 
 /// What `GET /v1/indexes/{name}` reports about one opened snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -42,61 +47,6 @@ pub struct CacheState {
     pub postings_cache_bytes: u64,
 }
 
-/// Validated per-request search parameters, as handed to the backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SearchRequestParams {
-    /// Number of neighbours per query, `1..=max_k`.
-    pub k: usize,
-    /// Number of leaf lists probed, `1..=nlist`.
-    pub nprobe: usize,
-    /// Whether hits must carry their payload columns.
-    pub include_payload: bool,
-}
-
-/// One neighbour.
-#[derive(Debug, Clone, PartialEq, Serialize)]
-pub struct Hit {
-    /// Source row identity.
-    pub rowid: i64,
-    /// Distance under the index metric (smaller is nearer).
-    pub distance: f32,
-    /// Payload columns, present only when asked for.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub payload: Option<serde_json::Map<String, serde_json::Value>>,
-}
-
-/// Object-store and timing figures of one query.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
-pub struct QueryStats {
-    /// Object-store requests issued (GET, HEAD, LIST).
-    pub requests: u64,
-    /// Bytes fetched from the object store.
-    pub bytes: u64,
-    /// Footers fetched from storage.
-    pub footers_read: u64,
-    /// Footers served by the footer cache.
-    pub footers_from_cache: u64,
-    /// Row groups fetched and scanned.
-    pub row_groups_read: u64,
-    /// Microseconds spent choosing the lists to probe.
-    pub probe_us: u64,
-    /// Microseconds spent planning row groups.
-    pub plan_us: u64,
-    /// Microseconds spent fetching.
-    pub fetch_us: u64,
-    /// Microseconds spent computing distances.
-    pub scan_us: u64,
-}
-
-/// The answer to one query vector.
-#[derive(Debug, Clone, PartialEq)]
-pub struct QueryAnswer {
-    /// Hits, nearest first, ties by rowid.
-    pub hits: Vec<Hit>,
-    /// Per-query IO statistics (always collected; returned over HTTP on request).
-    pub stats: QueryStats,
-}
-
 /// Why a backend could not answer or open. The class decides the HTTP status:
 /// bad input is a 400, a storage fault a 503, a corrupt index a 500.
 #[derive(Debug, Clone, Error, PartialEq, Eq)]
@@ -114,21 +64,24 @@ pub enum BackendError {
 }
 
 /// One opened, immutable index snapshot.
+#[async_trait::async_trait]
 pub trait SearchBackend: Send + Sync + 'static {
     /// Shape, snapshot identity and cache state. Called on async threads for
     /// every request, so it must be cheap (no IO, no blocking).
     fn info(&self) -> IndexInfo;
 
     /// Answers `queries.len() / dim` queries laid out row-major, one
-    /// [`QueryAnswer`] per query in order. Called on a blocking thread.
+    /// [`SearchResult`] per query in order. Called from an async task: it
+    /// must not block the thread (await IO, run compute on rayon or the
+    /// blocking pool).
     ///
     /// # Errors
     /// [`BackendError`] by class: bad request, storage fault, corrupt index.
-    fn search_batch(
+    async fn search_batch(
         &self,
         queries: &[f32],
-        params: &SearchRequestParams,
-    ) -> Result<Vec<QueryAnswer>, BackendError>;
+        params: &SearchParams,
+    ) -> Result<Vec<SearchResult>, BackendError>;
 }
 
 /// Opens the snapshot currently published at a location.

@@ -10,13 +10,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::backend::{
-    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
-    SearchBackend, SearchRequestParams,
-};
+use super::backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchBackend};
 use crate::Error;
 use crate::format::warehouse::{self, WarehouseError};
-use crate::index::{Index, IndexError, SearchParams};
+use crate::index::{Index, IndexError, SearchParams, SearchResult};
 
 /// One opened snapshot.
 pub struct IndexBackend {
@@ -24,7 +21,6 @@ pub struct IndexBackend {
     location: String,
     snapshot: String,
     preloaded: bool,
-    handle: tokio::runtime::Handle,
 }
 
 fn classify(location: &str, e: Error) -> BackendError {
@@ -50,6 +46,7 @@ fn classify(location: &str, e: Error) -> BackendError {
     }
 }
 
+#[async_trait]
 impl SearchBackend for IndexBackend {
     fn info(&self) -> IndexInfo {
         let def = self.index.definition();
@@ -74,47 +71,15 @@ impl SearchBackend for IndexBackend {
         }
     }
 
-    fn search_batch(
+    async fn search_batch(
         &self,
         queries: &[f32],
-        params: &SearchRequestParams,
-    ) -> Result<Vec<QueryAnswer>, BackendError> {
-        let sp = SearchParams {
-            k: params.k,
-            nprobe: params.nprobe,
-            include_payload: params.include_payload,
-            ..SearchParams::default()
-        };
-        // Called on the server's blocking pool, where blocking on IO is allowed.
-        let results = self
-            .handle
-            .block_on(self.index.search_batch(queries, &sp))
-            .map_err(|e| classify(&self.location, e))?;
-        Ok(results
-            .into_iter()
-            .map(|r| QueryAnswer {
-                hits: r
-                    .hits
-                    .into_iter()
-                    .map(|h| Hit {
-                        rowid: h.rowid,
-                        distance: h.distance,
-                        payload: h.payload,
-                    })
-                    .collect(),
-                stats: QueryStats {
-                    requests: r.stats.requests,
-                    bytes: r.stats.bytes,
-                    footers_read: r.stats.footers_read,
-                    footers_from_cache: r.stats.footers_cached,
-                    row_groups_read: r.stats.row_groups_read,
-                    probe_us: r.stats.probe_us,
-                    plan_us: r.stats.plan_us,
-                    fetch_us: r.stats.fetch_us,
-                    scan_us: r.stats.scan_us,
-                },
-            })
-            .collect())
+        params: &SearchParams,
+    ) -> Result<Vec<SearchResult>, BackendError> {
+        self.index
+            .search_batch(queries, params)
+            .await
+            .map_err(|e| classify(&self.location, e))
     }
 }
 
@@ -192,7 +157,6 @@ impl BackendLoader for IndexLoader {
             location: location.to_string(),
             snapshot,
             preloaded: self.preload,
-            handle: tokio::runtime::Handle::current(),
         }))
     }
 }

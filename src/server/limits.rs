@@ -3,10 +3,11 @@
 //! Backpressure: a query first takes one of `queue` admission slots without
 //! waiting — if none is free the request is answered 429 at once (no unbounded
 //! queue builds up in memory). Holding a slot it waits (asynchronously) for one
-//! of `workers` compute permits, then runs on tokio's blocking pool via
-//! `spawn_blocking`, so the async runtime never runs search compute or blocking
-//! IO. At most `workers` searches compute at once and at most `queue - workers`
-//! wait behind them.
+//! of `workers` permits, then runs as its own tokio task holding both until it
+//! ends (even if the client has gone): the search awaits its IO there and
+//! hands its compute to rayon (see `Index::search_batch`), so the runtime's
+//! workers never compute or block. At most `workers` searches run at once and
+//! at most `queue - workers` wait behind them.
 //!
 //! [`ConnectionLimits`] bound what a client can hold without sending a
 //! request: at most `max_connections` connections are open (further ones wait
@@ -17,6 +18,7 @@
 //! head (else 408). With these, a slow client costs one slot for at most the
 //! timeout, and legitimate clients keep being served.
 
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -72,7 +74,7 @@ impl Default for ConnectionLimits {
     }
 }
 
-/// Admission slots plus compute permits in front of `spawn_blocking`.
+/// Admission slots plus run permits in front of each search task.
 #[derive(Debug, Clone)]
 pub struct QueryPool {
     queue: usize,
@@ -93,7 +95,7 @@ impl QueryPool {
         }
     }
 
-    /// Runs `job` on the blocking pool once admitted.
+    /// Runs `job` as its own task once admitted and given a run permit.
     ///
     /// # Errors
     /// [`ApiError`] 429 `overloaded` when every admission slot is taken, 500
@@ -101,7 +103,7 @@ impl QueryPool {
     pub async fn run<T, F>(&self, job: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
-        F: FnOnce() -> T + Send + 'static,
+        F: Future<Output = T> + Send + 'static,
     {
         let admitted = Arc::clone(&self.admission)
             .try_acquire_owned()
@@ -110,9 +112,9 @@ impl QueryPool {
             .acquire_owned()
             .await
             .map_err(|_| ApiError::internal("query pool closed"))?;
-        let result = tokio::task::spawn_blocking(move || {
+        let result = tokio::spawn(async move {
             let _slots = (admitted, worker);
-            job()
+            job.await
         })
         .await;
         result.map_err(|err| ApiError::internal(format!("search task failed: {err}")))
@@ -123,40 +125,41 @@ impl QueryPool {
 mod tests {
     use super::*;
     use axum::http::StatusCode;
-    use std::sync::mpsc;
+    use tokio::sync::oneshot;
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn full_queue_rejects_at_once_and_frees_slots_after() {
         let pool = QueryPool::new(1, 1);
-        let (entered_tx, entered_rx) = mpsc::channel();
-        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (entered_tx, entered_rx) = oneshot::channel();
+        let (release_tx, release_rx) = oneshot::channel::<()>();
         let busy = {
             let pool = pool.clone();
             tokio::spawn(async move {
-                pool.run(move || {
+                pool.run(async move {
                     entered_tx.send(()).ok();
-                    release_rx.recv().ok();
+                    release_rx.await.ok();
                     7
                 })
                 .await
             })
         };
-        tokio::task::spawn_blocking(move || entered_rx.recv())
-            .await
-            .ok();
-        let rejected = pool.run(|| 1).await.unwrap_err();
+        entered_rx.await.ok();
+        let rejected = pool.run(async { 1 }).await.unwrap_err();
         assert_eq!(rejected.status, StatusCode::TOO_MANY_REQUESTS);
         assert_eq!(rejected.code, "overloaded");
         release_tx.send(()).ok();
         assert_eq!(busy.await.ok().and_then(Result::ok), Some(7));
-        assert_eq!(pool.run(|| 2).await.ok(), Some(2));
+        assert_eq!(pool.run(async { 2 }).await.ok(), Some(2));
     }
 
     #[tokio::test]
     async fn panicking_job_is_a_500_not_a_crash() {
         let pool = QueryPool::new(2, 1);
-        let err = pool.run(|| -> u8 { panic!("boom") }).await.unwrap_err();
+        let err = pool
+            .run::<u8, _>(async { panic!("boom") })
+            .await
+            .unwrap_err();
         assert_eq!(err.status, StatusCode::INTERNAL_SERVER_ERROR);
-        assert_eq!(pool.run(|| 3).await.ok(), Some(3));
+        assert_eq!(pool.run(async { 3 }).await.ok(), Some(3));
     }
 }

@@ -1,215 +1,250 @@
 //! Prometheus metrics: request counts by route and status, a latency
 //! histogram per route, queries answered and object-store requests and bytes
-//! per index (summed from each query's IO stats, so they stay monotonic
-//! across snapshot reloads), overload rejections, open connections and
-//! connections closed by the header read timeout, and per-index gauges taken
-//! from the backend's info at scrape time (cache bytes included). Rendered as Prometheus text
-//! exposition format 0.0.4 by [`Metrics::render`].
+//! per index (summed from each query's [`SearchStats`], so they stay monotonic
+//! across snapshot reloads), reload attempts by outcome, overload rejections,
+//! open connections and connections closed by the header read timeout, and
+//! per-index gauges taken from the backend's info at scrape time (cache bytes
+//! included). Kept and rendered by the `prometheus-client` crate, as
+//! Prometheus text exposition format 0.0.4 ([`Metrics::render`]).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::Mutex;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use super::backend::{IndexInfo, QueryStats};
+use prometheus_client::encoding::{EncodeLabelSet, prometheus_text};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+use std::sync::atomic::AtomicU64;
+
+use super::backend::IndexInfo;
+use crate::index::SearchStats;
+
+/// The `Content-Type` of [`Metrics::render`]'s text.
+pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
 
 /// Upper bounds (seconds) of the latency histogram buckets.
 const LATENCY_BUCKETS: [f64; 14] = [
     0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0,
 ];
 
-/// One per-index metric: name, help text, and how to read its value.
-type Series<T> = (&'static str, &'static str, fn(&T) -> u64);
-
-#[derive(Debug, Default, Clone)]
-struct Histogram {
-    /// Cumulative counts per bucket of [`LATENCY_BUCKETS`].
-    buckets: [u64; LATENCY_BUCKETS.len()],
-    count: u64,
-    sum_seconds: f64,
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RequestLabels {
+    route: String,
+    status: u16,
 }
 
-#[derive(Debug, Default, Clone, Copy)]
-struct IndexCounters {
-    queries: u64,
-    store_requests: u64,
-    store_bytes: u64,
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct RouteLabels {
+    route: String,
 }
 
-#[derive(Debug, Default)]
-struct Inner {
-    requests: BTreeMap<(String, u16), u64>,
-    latency: BTreeMap<String, Histogram>,
-    per_index: BTreeMap<String, IndexCounters>,
-    reloads: BTreeMap<(String, &'static str), u64>,
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct IndexLabels {
+    index: String,
 }
 
-/// Process-wide counters.
-#[derive(Debug, Default)]
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReloadLabels {
+    index: String,
+    outcome: &'static str,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SnapshotLabels {
+    index: String,
+    snapshot: String,
+}
+
+type Latency = Family<RouteLabels, Histogram, fn() -> Histogram>;
+type IndexGauge = Family<SnapshotLabels, Gauge<u64, AtomicU64>>;
+
+fn latency_histogram() -> Histogram {
+    Histogram::new(LATENCY_BUCKETS)
+}
+
+/// Process-wide counters, registered once (the help texts get their final
+/// period from the crate).
+#[derive(Debug)]
 pub struct Metrics {
-    inner: Mutex<Inner>,
-    connections_open: AtomicU64,
-    connections_total: AtomicU64,
-    header_timeouts: AtomicU64,
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Latency,
+    connections_open: Gauge,
+    connections_total: Counter,
+    header_timeouts: Counter,
+    queries: Family<IndexLabels, Counter>,
+    store_requests: Family<IndexLabels, Counter>,
+    store_bytes: Family<IndexLabels, Counter>,
+    reloads: Family<ReloadLabels, Counter>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        let m = Metrics {
+            registry: Registry::default(),
+            requests: Family::default(),
+            latency: Latency::new_with_constructor(latency_histogram),
+            connections_open: Gauge::default(),
+            connections_total: Counter::default(),
+            header_timeouts: Counter::default(),
+            queries: Family::default(),
+            store_requests: Family::default(),
+            store_bytes: Family::default(),
+            reloads: Family::default(),
+        };
+        let mut registry = Registry::default();
+        // Counters are registered without their `_total`, which the encoder adds.
+        registry.register(
+            "parqivf_http_requests",
+            "HTTP requests by route and status",
+            m.requests.clone(),
+        );
+        registry.register(
+            "parqivf_http_connections_open",
+            "Connections open now",
+            m.connections_open.clone(),
+        );
+        registry.register(
+            "parqivf_http_connections",
+            "Connections accepted",
+            m.connections_total.clone(),
+        );
+        registry.register(
+            "parqivf_http_header_timeouts",
+            "Connections closed because no complete request head arrived within the header read timeout",
+            m.header_timeouts.clone(),
+        );
+        registry.register(
+            "parqivf_http_request_duration_seconds",
+            "HTTP request latency by route",
+            m.latency.clone(),
+        );
+        registry.register(
+            "parqivf_queries",
+            "Query vectors answered",
+            m.queries.clone(),
+        );
+        registry.register(
+            "parqivf_object_store_requests",
+            "Object-store requests issued by queries",
+            m.store_requests.clone(),
+        );
+        registry.register(
+            "parqivf_object_store_bytes",
+            "Bytes fetched from the object store by queries",
+            m.store_bytes.clone(),
+        );
+        registry.register(
+            "parqivf_index_reloads",
+            "Reload attempts by outcome",
+            m.reloads.clone(),
+        );
+        Metrics { registry, ..m }
+    }
 }
 
 impl Metrics {
-    fn with<R>(&self, f: impl FnOnce(&mut Inner) -> R) -> R {
-        // A poisoned lock only means another thread panicked mid-update of
-        // plain counters; the counters are still usable.
-        let mut guard = self
-            .inner
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        f(&mut guard)
-    }
-
     /// Records an accepted connection.
     pub fn connection_opened(&self) {
-        self.connections_open.fetch_add(1, Ordering::Relaxed);
-        self.connections_total.fetch_add(1, Ordering::Relaxed);
+        self.connections_open.inc();
+        self.connections_total.inc();
     }
 
     /// Records a closed connection (`header_timeout`: closed by the header read timeout).
     pub fn connection_closed(&self, header_timeout: bool) {
-        self.connections_open.fetch_sub(1, Ordering::Relaxed);
+        self.connections_open.dec();
         if header_timeout {
-            self.header_timeouts.fetch_add(1, Ordering::Relaxed);
+            self.header_timeouts.inc();
         }
     }
 
     /// Records one finished HTTP request.
     pub fn record_request(&self, route: &str, status: u16, elapsed: Duration) {
-        let seconds = elapsed.as_secs_f64();
-        self.with(|inner| {
-            *inner
-                .requests
-                .entry((route.to_owned(), status))
-                .or_default() += 1;
-            let hist = inner.latency.entry(route.to_owned()).or_default();
-            for (bucket, bound) in hist.buckets.iter_mut().zip(LATENCY_BUCKETS) {
-                if seconds <= bound {
-                    *bucket += 1;
-                }
-            }
-            hist.count += 1;
-            hist.sum_seconds += seconds;
-        });
+        self.requests
+            .get_or_create(&RequestLabels {
+                route: route.to_owned(),
+                status,
+            })
+            .inc();
+        self.latency
+            .get_or_create(&RouteLabels {
+                route: route.to_owned(),
+            })
+            .observe(elapsed.as_secs_f64());
     }
 
     /// Records the answered queries of one search request on `index`.
-    pub fn record_queries<'a>(&self, index: &str, stats: impl IntoIterator<Item = &'a QueryStats>) {
-        self.with(|inner| {
-            let counters = inner.per_index.entry(index.to_owned()).or_default();
-            for s in stats {
-                counters.queries += 1;
-                counters.store_requests += s.requests;
-                counters.store_bytes += s.bytes;
-            }
-        });
+    pub fn record_queries<'a>(
+        &self,
+        index: &str,
+        stats: impl IntoIterator<Item = &'a SearchStats>,
+    ) {
+        let labels = IndexLabels {
+            index: index.to_owned(),
+        };
+        let (mut queries, mut requests, mut bytes) = (0, 0, 0);
+        for s in stats {
+            queries += 1;
+            requests += s.requests;
+            bytes += s.bytes;
+        }
+        self.queries.get_or_create(&labels).inc_by(queries);
+        self.store_requests.get_or_create(&labels).inc_by(requests);
+        self.store_bytes.get_or_create(&labels).inc_by(bytes);
     }
 
     /// Records one reload attempt of `index` (`outcome`: swapped, unchanged,
     /// failed, coalesced — answered by a concurrent reload —, rate_limited).
     pub fn record_reload(&self, index: &str, outcome: &'static str) {
-        self.with(|inner| {
-            *inner
-                .reloads
-                .entry((index.to_owned(), outcome))
-                .or_default() += 1
-        });
+        self.reloads
+            .get_or_create(&ReloadLabels {
+                index: index.to_owned(),
+                outcome,
+            })
+            .inc();
     }
 
-    /// Prometheus text for the counters plus gauges from the current `indexes`.
+    /// Prometheus text for the counters plus gauges from the current
+    /// `indexes` (registered afresh for each scrape, so a dropped index or
+    /// replaced snapshot leaves no stale series).
     pub fn render(&self, indexes: &[(String, IndexInfo)]) -> String {
-        let mut out = String::new();
-        self.with(|inner| {
-            out.push_str("# HELP parqivf_http_requests_total HTTP requests by route and status.\n");
-            out.push_str("# TYPE parqivf_http_requests_total counter\n");
-            for ((route, status), n) in &inner.requests {
-                let _ = writeln!(out, "parqivf_http_requests_total{{route=\"{route}\",status=\"{status}\"}} {n}");
-            }
-            let connections: [(&str, &str, &str, &AtomicU64); 3] = [
-                ("parqivf_http_connections_open", "gauge", "Connections open now.", &self.connections_open),
-                ("parqivf_http_connections_total", "counter", "Connections accepted.", &self.connections_total),
-                ("parqivf_http_header_timeouts_total", "counter", "Connections closed because no complete request head arrived within the header read timeout.", &self.header_timeouts),
-            ];
-            for (name, kind, help, value) in connections {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {}", value.load(Ordering::Relaxed));
-            }
-            out.push_str("# HELP parqivf_http_request_duration_seconds HTTP request latency by route.\n");
-            out.push_str("# TYPE parqivf_http_request_duration_seconds histogram\n");
-            for (route, hist) in &inner.latency {
-                for (bound, n) in LATENCY_BUCKETS.iter().zip(hist.buckets) {
-                    let _ = writeln!(
-                        out,
-                        "parqivf_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"{bound}\"}} {n}"
-                    );
-                }
-                let _ = writeln!(
-                    out,
-                    "parqivf_http_request_duration_seconds_bucket{{route=\"{route}\",le=\"+Inf\"}} {}",
-                    hist.count
-                );
-                let _ = writeln!(out, "parqivf_http_request_duration_seconds_sum{{route=\"{route}\"}} {}", hist.sum_seconds);
-                let _ = writeln!(out, "parqivf_http_request_duration_seconds_count{{route=\"{route}\"}} {}", hist.count);
-            }
-            let counters: [Series<IndexCounters>; 3] = [
-                ("parqivf_queries_total", "Query vectors answered.", |c| c.queries),
-                ("parqivf_object_store_requests_total", "Object-store requests issued by queries.", |c| c.store_requests),
-                ("parqivf_object_store_bytes_total", "Bytes fetched from the object store by queries.", |c| c.store_bytes),
-            ];
-            for (name, help, get) in counters {
-                let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
-                for (index, c) in &inner.per_index {
-                    let _ = writeln!(out, "{name}{{index=\"{index}\"}} {}", get(c));
-                }
-            }
-            out.push_str("# HELP parqivf_index_reloads_total Reload attempts by outcome.\n");
-            out.push_str("# TYPE parqivf_index_reloads_total counter\n");
-            for ((index, outcome), n) in &inner.reloads {
-                let _ = writeln!(out, "parqivf_index_reloads_total{{index=\"{index}\",outcome=\"{outcome}\"}} {n}");
-            }
-        });
-        let gauges: [Series<IndexInfo>; 3] = [
+        let gauges: [(&str, &str, fn(&IndexInfo) -> u64); 3] = [
             (
                 "parqivf_index_vectors",
-                "Vectors in the served snapshot.",
+                "Vectors in the served snapshot",
                 |i| i.ntotal,
             ),
             (
                 "parqivf_index_footer_cache_bytes",
-                "Bytes held by the footer cache.",
+                "Bytes held by the footer cache",
                 |i| i.cache.footer_cache_bytes,
             ),
             (
                 "parqivf_index_postings_cache_bytes",
-                "Bytes held by the decoded-postings cache (every posting when preloaded).",
+                "Bytes held by the decoded-postings cache (every posting when preloaded)",
                 |i| i.cache.postings_cache_bytes,
             ),
         ];
+        let mut scrape = Registry::default();
         for (name, help, get) in gauges {
-            let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+            let family = IndexGauge::default();
             for (index, info) in indexes {
-                let _ = writeln!(
-                    out,
-                    "{name}{{index=\"{index}\",snapshot=\"{}\"}} {}",
-                    escape(&info.snapshot),
-                    get(info)
-                );
+                family
+                    .get_or_create(&SnapshotLabels {
+                        index: index.clone(),
+                        snapshot: info.snapshot.clone(),
+                    })
+                    .set(get(info));
             }
+            scrape.register(name, help, family);
         }
+        let mut out = String::new();
+        // Writing into a String cannot fail.
+        let _ = prometheus_text::encode(&mut out, &self.registry);
+        let _ = prometheus_text::encode(&mut out, &scrape);
         out
     }
-}
-
-/// Escapes a Prometheus label value.
-fn escape(value: &str) -> String {
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
 }
 
 #[cfg(test)]
@@ -231,7 +266,7 @@ mod tests {
         );
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"0.0005\"} 1\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"0.05\"} 2\n"));
-        assert!(text.contains("_bucket{route=\"/healthz\",le=\"10\"} 2\n"));
+        assert!(text.contains("_bucket{route=\"/healthz\",le=\"10.0\"} 2\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"+Inf\"} 3\n"));
         assert!(
             text.contains("parqivf_http_request_duration_seconds_count{route=\"/healthz\"} 3\n")
@@ -241,15 +276,15 @@ mod tests {
     #[test]
     fn store_counters_sum_query_stats() {
         let m = Metrics::default();
-        let a = QueryStats {
+        let a = SearchStats {
             requests: 3,
             bytes: 100,
-            ..QueryStats::default()
+            ..SearchStats::default()
         };
-        let b = QueryStats {
+        let b = SearchStats {
             requests: 2,
             bytes: 50,
-            ..QueryStats::default()
+            ..SearchStats::default()
         };
         m.record_queries("x", [&a, &b]);
         m.record_queries("x", [&a]);
@@ -281,7 +316,33 @@ mod tests {
     }
 
     #[test]
-    fn label_values_are_escaped() {
-        assert_eq!(escape("a\"b\\c\nd"), "a\\\"b\\\\c\\nd");
+    fn help_and_type_lines_and_escaped_scrape_gauges() {
+        let m = Metrics::default();
+        // A family prints its HELP/TYPE lines once it has a series.
+        m.record_request("/healthz", 200, Duration::ZERO);
+        m.record_reload("x", "swapped");
+        let info = IndexInfo {
+            dim: 2,
+            metric: "l2".into(),
+            nlist: 4,
+            ntotal: 10,
+            snapshot: "v1:a\"b\\c".into(),
+            definition: serde_json::Value::Null,
+            cache: super::super::backend::CacheState::default(),
+        };
+        let text = m.render(&[("x".into(), info)]);
+        for line in [
+            "# HELP parqivf_http_requests_total HTTP requests by route and status.",
+            "# TYPE parqivf_http_requests_total counter",
+            "# TYPE parqivf_http_connections_open gauge",
+            "# TYPE parqivf_http_request_duration_seconds histogram",
+            "# TYPE parqivf_index_reloads_total counter",
+            "parqivf_index_reloads_total{index=\"x\",outcome=\"swapped\"} 1",
+            "# HELP parqivf_index_vectors Vectors in the served snapshot.",
+            "# TYPE parqivf_index_vectors gauge",
+            "parqivf_index_vectors{index=\"x\",snapshot=\"v1:a\\\"b\\\\c\"} 10",
+        ] {
+            assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
+        }
     }
 }

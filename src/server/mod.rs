@@ -4,8 +4,8 @@
 //!  client ──HTTP──▶ axum router ──▶ routes (parse + validate, JSON errors)
 //!                                     │  Arc<dyn SearchBackend>  ◀── reload::Registry (RwLock<Arc<_>> per name,
 //!                                     ▼                                 swapped by POST …/reload or a poll interval)
-//!                     limits::QueryPool (429 when the queue is full)
-//!                                     │  spawn_blocking
+//!                     limits::QueryPool (429 when the queue is full, `workers` at once)
+//!                                     │  an async task (IO awaited; compute on rayon)
 //!                                     ▼
 //!                     SearchBackend::search_batch  (index::Index adapter, or a test fake)
 //! ```
@@ -54,12 +54,10 @@ use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
 
+pub use crate::index::{Hit, SearchParams, SearchResult, SearchStats};
 pub use api_error::ApiError;
 pub use auth::{AuthToken, AuthTokenError};
-pub use backend::{
-    BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
-    SearchBackend, SearchRequestParams,
-};
+pub use backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchBackend};
 pub use limits::{ConnectionLimits, Limits, QueryPool};
 pub use reload::{OpenError, Registry, ReloadError, ReloadOutcome};
 
@@ -74,7 +72,7 @@ pub struct ServerConfig {
     pub limits: Limits,
     /// Admission slots: queries running or waiting; beyond this, 429.
     pub queue: usize,
-    /// Queries computing at once on the blocking pool.
+    /// Searches running at once (their compute on the rayon pool).
     pub workers: usize,
     /// Re-open every index's location this often and swap in a new snapshot.
     pub reload_interval: Option<Duration>,

@@ -23,9 +23,10 @@ use serde_json::{Value, json};
 use super::AppState;
 use super::api_error::ApiError;
 use super::auth::Authenticated;
-use super::backend::{IndexInfo, SearchRequestParams};
+use super::backend::IndexInfo;
 use super::limits::Limits;
 use super::reload::ReloadError;
+use crate::index::SearchParams;
 
 /// Route templates (also the `route` label of the request metrics).
 pub const HEALTHZ: &str = "/healthz";
@@ -35,7 +36,9 @@ pub const INDEX: &str = "/v1/indexes/{name}";
 pub const SEARCH: &str = "/v1/indexes/{name}/search";
 pub const RELOAD: &str = "/v1/indexes/{name}/reload";
 
-/// `POST /v1/indexes/{name}/search` body.
+/// `POST /v1/indexes/{name}/search` body. Every field of [`SearchParams`] is
+/// settable under its own name; `"include": ["payload"]` is the same as
+/// `"include_payload": true`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
@@ -45,6 +48,8 @@ pub struct SearchBody {
     pub vectors: Option<Vec<Vec<f64>>>,
     pub k: Option<u64>,
     pub nprobe: Option<u64>,
+    pub root_factor: Option<u64>,
+    pub include_payload: Option<bool>,
     #[serde(default)]
     pub include: Vec<Include>,
 }
@@ -63,7 +68,7 @@ pub struct ValidSearch {
     /// Query vectors, row-major, `dim` floats each.
     pub queries: Vec<f32>,
     pub count: usize,
-    pub params: SearchRequestParams,
+    pub params: SearchParams,
     pub include_stats: bool,
 }
 
@@ -73,7 +78,8 @@ pub struct ValidSearch {
 /// A 400 [`ApiError`] naming the problem: `invalid_request` (neither or both
 /// of `vector`/`vectors`), `empty_batch`, `too_many_vectors`,
 /// `wrong_dimension`, `non_finite_value` (NaN, infinity, or a number beyond
-/// the f32 range), `k_zero`, `k_too_large`, `nprobe_out_of_range`.
+/// the f32 range), `k_zero`, `k_too_large`, `nprobe_out_of_range`,
+/// `root_factor_out_of_range`.
 pub fn validate(
     body: SearchBody,
     info: &IndexInfo,
@@ -133,6 +139,18 @@ pub fn validate(
             ),
         ));
     }
+    // 0 visits every root; any factor ≥ nlist does too (nprobe ≥ 1), so
+    // larger values only hide mistakes.
+    let root_factor = body.root_factor.unwrap_or(0);
+    if root_factor > info.nlist as u64 {
+        return Err(ApiError::bad_request(
+            "root_factor_out_of_range",
+            format!(
+                "root_factor = {root_factor} is outside 0..={} (the index's nlist)",
+                info.nlist
+            ),
+        ));
+    }
     let mut queries = Vec::with_capacity(vectors.len() * info.dim);
     for (i, vector) in vectors.iter().enumerate() {
         if vector.len() != info.dim {
@@ -159,11 +177,13 @@ pub fn validate(
     Ok(ValidSearch {
         queries,
         count: vectors.len(),
-        params: SearchRequestParams {
-            // Both bounded by the limits checked above, which are usizes.
+        params: SearchParams {
+            // All bounded by the limits checked above, which are usizes.
             k: k as usize,
             nprobe: nprobe as usize,
-            include_payload: body.include.contains(&Include::Payload),
+            root_factor: root_factor as usize,
+            include_payload: body.include_payload.unwrap_or(false)
+                || body.include.contains(&Include::Payload),
         },
         include_stats: body.include.contains(&Include::Stats),
     })
@@ -274,9 +294,10 @@ pub async fn search(
     let request = validate(parse_body(&body)?, &info, &app.limits)?;
     let count = request.count;
     let params = request.params;
+    let queries = request.queries;
     let answers = app
         .pool
-        .run(move || backend.search_batch(&request.queries, &params))
+        .run(async move { backend.search_batch(&queries, &params).await })
         .await??;
     if answers.len() != count {
         return Err(ApiError::internal(format!(
@@ -365,7 +386,7 @@ pub async fn metrics(State(app): State<Arc<AppState>>) -> Response {
         .map(|(name, backend)| (name, backend.info()))
         .collect();
     (
-        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        [(header::CONTENT_TYPE, super::metrics::CONTENT_TYPE)],
         app.metrics.render(&infos),
     )
         .into_response()
@@ -446,9 +467,10 @@ mod tests {
         assert_eq!(one.queries, vec![1.0, 2.0]);
         assert_eq!(
             one.params,
-            SearchRequestParams {
+            SearchParams {
                 k: 3,
                 nprobe: 4,
+                root_factor: 0,
                 include_payload: false
             }
         );
@@ -457,6 +479,11 @@ mod tests {
                 .unwrap();
         assert_eq!((two.count, two.params.k, two.params.nprobe), (2, 5, 1));
         assert!(two.params.include_payload && two.include_stats);
+        let named = check(r#"{"vector":[1,2],"root_factor":4,"include_payload":true}"#).unwrap();
+        assert_eq!(
+            (named.params.root_factor, named.params.include_payload),
+            (4, true)
+        );
     }
 
     #[test]
@@ -481,6 +508,18 @@ mod tests {
         assert_eq!(
             check(r#"{"vector":[1,2],"nprobe":0}"#).unwrap_err(),
             "nprobe_out_of_range"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"root_factor":5}"#).unwrap_err(),
+            "root_factor_out_of_range"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"root_factor":-1}"#).unwrap_err(),
+            "invalid_request"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"include_payload":"yes"}"#).unwrap_err(),
+            "invalid_request"
         );
         assert_eq!(
             check(r#"{"vectors":[[1,2],[1,2],[1,2]]}"#).unwrap_err(),

@@ -6,13 +6,13 @@
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use parqivf::server::{
-    AuthToken, BackendError, BackendLoader, CacheState, Hit, IndexInfo, QueryAnswer, QueryStats,
-    SearchBackend, SearchRequestParams, Server, ServerConfig,
+    AuthToken, BackendError, BackendLoader, CacheState, Hit, IndexInfo, SearchBackend,
+    SearchParams, SearchResult, SearchStats, Server, ServerConfig,
 };
 
 /// The bearer token of the test servers that have one.
@@ -30,25 +30,29 @@ pub const SOURCE_LOCATION: &str = "s3://private-bucket/tables/docs";
 /// Rowids of snapshot `s` lie in `[s * ROWID_STRIDE, (s + 1) * ROWID_STRIDE)`.
 pub const ROWID_STRIDE: i64 = 1_000_000;
 
-/// Blocks searches until opened; counts searches that reached it.
+/// Holds searches (asynchronously) until opened; counts searches that reached it.
 #[derive(Default)]
 pub struct Gate {
-    open: Mutex<bool>,
-    wake: Condvar,
+    open: AtomicBool,
+    wake: tokio::sync::Notify,
     pub entered: AtomicUsize,
 }
 
 impl Gate {
     pub fn open(&self) {
-        *self.open.lock().unwrap() = true;
-        self.wake.notify_all();
+        self.open.store(true, Ordering::SeqCst);
+        self.wake.notify_waiters();
     }
 
-    fn pass(&self) {
+    async fn pass(&self) {
         self.entered.fetch_add(1, Ordering::SeqCst);
-        let mut open = self.open.lock().unwrap();
-        while !*open {
-            open = self.wake.wait(open).unwrap();
+        loop {
+            // Registered before the check, so an `open` in between still wakes it.
+            let woken = self.wake.notified();
+            if self.open.load(Ordering::SeqCst) {
+                return;
+            }
+            woken.await;
         }
     }
 
@@ -96,7 +100,7 @@ impl BruteForce {
     }
 
     /// The exact answer to one query (what the HTTP answer must equal).
-    pub fn answer(&self, query: &[f32], params: &SearchRequestParams) -> QueryAnswer {
+    pub fn answer(&self, query: &[f32], params: &SearchParams) -> SearchResult {
         let mut scored: Vec<(f32, i64)> = self
             .vectors
             .chunks_exact(self.dim)
@@ -126,18 +130,19 @@ impl BruteForce {
             })
             .collect();
         let bytes = (self.vectors.len() * 4) as u64;
-        QueryAnswer {
+        SearchResult {
             hits,
-            stats: QueryStats {
+            stats: SearchStats {
                 requests: 2,
                 bytes,
                 row_groups_read: 1,
-                ..QueryStats::default()
+                ..SearchStats::default()
             },
         }
     }
 }
 
+#[async_trait::async_trait]
 impl SearchBackend for BruteForce {
     fn info(&self) -> IndexInfo {
         IndexInfo {
@@ -159,13 +164,13 @@ impl SearchBackend for BruteForce {
         }
     }
 
-    fn search_batch(
+    async fn search_batch(
         &self,
         queries: &[f32],
-        params: &SearchRequestParams,
-    ) -> Result<Vec<QueryAnswer>, BackendError> {
+        params: &SearchParams,
+    ) -> Result<Vec<SearchResult>, BackendError> {
         if let Some(gate) = &self.gate {
-            gate.pass();
+            gate.pass().await;
         }
         if let Some(err) = &self.fail {
             return Err(err.clone());
@@ -292,6 +297,6 @@ pub fn hits_of(result: &serde_json::Value) -> Vec<(i64, f32)> {
 }
 
 /// `(rowid, distance)` pairs of a direct backend answer.
-pub fn pairs(answer: &QueryAnswer) -> Vec<(i64, f32)> {
+pub fn pairs(answer: &SearchResult) -> Vec<(i64, f32)> {
     answer.hits.iter().map(|h| (h.rowid, h.distance)).collect()
 }

@@ -1,0 +1,54 @@
+//! [`SearchStats`], the one record of what a search cost, end to end: the
+//! executor fills the IO counters and the plan/fetch/decode times, the index
+//! adds the query's own probe and scan times, and the same value is printed
+//! by `parqivf search --stats` and returned by the HTTP service (`"include":
+//! ["stats"]`), field names unchanged.
+
+use serde::Serialize;
+use std::time::Duration;
+
+/// What a search cost. In a batch, the IO fields and `plan/fetch/decode`
+/// times are those of the whole batch (row groups are shared); `probe` and
+/// `scan` are the query's own.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct SearchStats {
+    /// Manifest files whose cid range holds a probed cid.
+    pub candidate_files: u64,
+    /// Footers fetched from storage.
+    pub footers_read: u64,
+    /// Footers served by the footer cache.
+    pub footers_cached: u64,
+    /// Row groups of the probed cids.
+    pub planned_row_groups: u64,
+    /// Row groups fetched and decoded.
+    pub row_groups_read: u64,
+    /// Row groups served by the decoded-postings cache.
+    pub row_groups_cached: u64,
+    /// Object-store requests issued.
+    pub requests: u64,
+    /// Bytes fetched from the object store.
+    pub bytes: u64,
+    /// Exact lengths of the footers read (what a perfect tail guess fetches).
+    pub footer_bytes: u64,
+    /// Column-chunk bytes of the row groups read (before coalescing).
+    pub row_group_bytes: u64,
+    /// Dependent rounds of requests (0, 1 or 2; more only for footers larger
+    /// than the tail read for them).
+    pub rounds: u64,
+    /// Microseconds choosing the lists to probe (the query's own).
+    pub probe_us: u64,
+    /// Microseconds on candidate files, footers (including their IO) and
+    /// access plans.
+    pub plan_us: u64,
+    /// Microseconds of row-group IO.
+    pub fetch_us: u64,
+    /// Microseconds decoding row groups and checking their cids.
+    pub decode_us: u64,
+    /// Microseconds computing distances.
+    pub scan_us: u64,
+}
+
+/// Whole microseconds of `d` (saturating).
+pub fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
