@@ -104,7 +104,7 @@ async fn build_and_search(dir: &std::path::Path, shape: &str) -> Vec<Vec<(i64, u
     let index = Index::open_current(out, &Path::from("idx")).await.unwrap();
     let mut all = Vec::new();
     for seed in 0..5 {
-        let query = support::random_vectors(1, DIM, seed);
+        let query = support::fixtures::random_vectors(1, DIM, seed);
         let result = index
             .search(
                 &query,
@@ -129,14 +129,14 @@ async fn build_and_search(dir: &std::path::Path, shape: &str) -> Vec<Vec<(i64, u
 
 #[tokio::test]
 async fn every_vector_shape_builds_the_same_index_as_list_float32() {
-    let Some(python) = support::python_with("pyarrow") else {
+    let Some(python) = support::python::python_with("pyarrow") else {
         return;
     };
     let d = tempfile::tempdir().unwrap();
     let dir = d.path().to_str().unwrap();
     let rows = ROWS.to_string();
     let dim = DIM.to_string();
-    support::run_python(&python, WRITE_SHAPES, &[dir, &rows, &dim]);
+    support::python::run_python(&python, WRITE_SHAPES, &[dir, &rows, &dim]);
     let reference = build_and_search(d.path(), "list_float32").await;
     assert!(reference.iter().all(|hits| hits.len() == 10));
     for shape in SHAPES {
@@ -152,7 +152,7 @@ async fn every_vector_shape_builds_the_same_index_as_list_float32() {
 /// reads (about 1.2 MB of the file's bytes).
 fn file_with_large_unprojected_column() -> bytes::Bytes {
     let mut embedding = ListBuilder::new(Float32Builder::new());
-    for v in support::random_vectors(ROWS, DIM, 7).chunks(DIM) {
+    for v in support::fixtures::random_vectors(ROWS, DIM, 7).chunks(DIM) {
         embedding.values().append_slice(v);
         embedding.append(true);
     }
@@ -199,7 +199,7 @@ async fn a_parquet_source_fetches_only_the_projected_column_chunks() {
     assert_eq!(batch.len(), ROWS);
     assert_eq!(
         batch.vectors,
-        support::random_vectors(ROWS, DIM, 7),
+        support::fixtures::random_vectors(ROWS, DIM, 7),
         "the vectors decode as written"
     );
     // The embedding chunk is ROWS·DIM·4 bytes plus levels; the blob is 1.2 MB.
