@@ -17,7 +17,7 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::format::definition::{
-    BuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition, IndexSource,
+    BuildRecord, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition, IndexSource,
 };
 use parqivf::format::postings_table::postings_schema;
 use parqivf::format::warehouse::{PinError, version_path};
@@ -113,7 +113,7 @@ async fn fixture() -> Fixture {
         IndexSource::VectorFile {
             location: "tests/corruption".into(),
         },
-        BuildParams {
+        BuildRecord {
             vector_column: "vector".into(),
             id_column: None,
             payload_columns: Vec::new(),
@@ -554,7 +554,7 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
     .await;
     let err = answer(&f.store, &f.index, &f.queries).await.unwrap_err();
     assert!(
-        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Pin(PinError::Mismatch { object, .. })) if object.ends_with("postings/manifest.json")),
+        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Snapshot(parqivf::format::snapshot::SnapshotError::Pin(PinError::Mismatch { object, .. }))) if object.ends_with("postings/manifest.json")),
         "{err}"
     );
     put(&f.store, &manifest_path, original.to_vec()).await;
@@ -571,7 +571,7 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
     put(&f.store, &def_path, edited).await;
     let err = answer(&f.store, &f.index, &f.queries).await.unwrap_err();
     assert!(
-        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Pin(PinError::Mismatch { object, .. })) if object.ends_with("index.json")),
+        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Snapshot(parqivf::format::snapshot::SnapshotError::Pin(PinError::Mismatch { object, .. }))) if object.ends_with("index.json")),
         "{err}"
     );
     // The commit document pins all four small documents.

@@ -27,8 +27,7 @@ use super::source::{VectorBatch, VectorSource};
 use super::spill::BucketSpill;
 use crate::distance::Metric;
 use crate::format::definition::{
-    BuildParams as DefinitionBuildParams, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE,
-    IndexDefinition,
+    BuildRecord, CENTROIDS_LOCATION, INDEX_DEFINITION_FILE, IndexDefinition,
 };
 use crate::format::postings_table::postings_schema;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, KMeansParams};
@@ -461,7 +460,7 @@ async fn write_snapshot(
         params.nlist,
         nroots as u32,
         src.source,
-        DefinitionBuildParams {
+        BuildRecord {
             vector_column: src.vector_column,
             id_column: src.id_column,
             payload_columns: src.payload_columns,

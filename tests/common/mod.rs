@@ -9,7 +9,7 @@ use arrow::datatypes::{DataType, Field, Schema};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::distance::Metric;
-use parqivf::format::definition::{BuildParams, IndexDefinition, IndexSource};
+use parqivf::format::definition::{BuildRecord, IndexDefinition, IndexSource};
 use parqivf::format::manifest::{FileEntry, Manifest};
 use parqivf::kmeans::Hierarchy;
 use parquet::arrow::ArrowWriter;
@@ -340,7 +340,7 @@ pub async fn write_index(
         IndexSource::VectorFile {
             location: "tests/common".into(),
         },
-        BuildParams {
+        BuildRecord {
             vector_column: "vector".into(),
             id_column: None,
             payload_columns: if layout.payload {
