@@ -143,10 +143,7 @@ fn plain_annotation(
     };
     let logical_ok = match logical {
         None => true,
-        Some(LogicalType::Integer {
-            bit_width,
-            is_signed,
-        }) => *is_signed && i32::from(*bit_width) == bits,
+        Some(LogicalType::Integer(int)) => int.is_signed && i32::from(int.bit_width) == bits,
         Some(_) => false,
     };
     let converted_ok = matches!(
@@ -231,7 +228,10 @@ pub fn check_footer(
         if !field.is_primitive() {
             return Err(invalid("a group".into()));
         }
-        let length = field.get_type_length();
+        let length = match field.as_ref() {
+            parquet::schema::types::Type::PrimitiveType { type_length, .. } => *type_length,
+            parquet::schema::types::Type::GroupType { .. } => 0,
+        };
         let width_ok = match (physical, width) {
             (PhysicalType::FIXED_LEN_BYTE_ARRAY, Some(w)) => length == w,
             (PhysicalType::FIXED_LEN_BYTE_ARRAY, None) => {

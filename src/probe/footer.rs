@@ -18,10 +18,9 @@ use super::ProbeError;
 use super::cache::ByteLru;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
-use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
+use crate::format::postings_table::check_footer;
 #[cfg(doc)]
 use crate::store::parquet_reader::FOOTER_PREFETCH;
-use arrow::datatypes::DataType;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::DecodeResult;
