@@ -25,8 +25,8 @@ use crate::probe::executor::{LoadIo, LoadTimes, Postings, RowGroupCache, payload
 use crate::probe::footer::FooterCache;
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
 use crate::store::parquet_reader::FOOTER_PREFETCH;
-use object_store::path::Path;
 use object_store::ObjectStore;
+use object_store::path::Path;
 use rayon::prelude::*;
 use serde::Serialize;
 use std::borrow::Cow;

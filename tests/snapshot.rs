@@ -14,7 +14,7 @@ use parqivf::format::footers::FootersError;
 use parqivf::format::manifest::ManifestError;
 use parqivf::format::snapshot::{Snapshot, SnapshotError};
 use parqivf::format::warehouse::{self, PinError, WarehouseError};
-use parqivf::server::backend::{BackendError, BackendLoader, SearchBackend};
+use parqivf::server::backend::{BackendError, BackendLoader};
 use parqivf::server::index_backend::IndexLoader;
 
 const DIM: usize = 4;
