@@ -15,22 +15,20 @@
 //! holds the whole table: `ntotal × (dim × 4 + 8)` bytes (1M × 128-d ≈ 520 MB).
 
 use crate::distance::Metric;
-use crate::format::centroids::{self, CentroidsError};
-use crate::format::definition::{INDEX_FORMAT_VERSION, IndexDefinition, is_readable_index_version};
-use crate::format::footers::{FooterPin, Footers};
-use crate::format::manifest::{self, Manifest};
-use crate::format::warehouse::{Pin, check_pin};
+use crate::format::definition::IndexDefinition;
+use crate::format::footers::FooterPin;
+use crate::format::manifest::Manifest;
+use crate::format::snapshot::{Snapshot, SnapshotError};
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
-use crate::probe::executor::{
-    Postings, RowGroupCache, on_rayon, payload_of, resolve_paths, scan_batch,
-};
-use crate::probe::footer::{DEFAULT_PREFETCH_HINT, FooterCache};
+use crate::probe::executor::{Postings, RowGroupCache, on_rayon, payload_of, scan_batch};
+use crate::probe::footer::FooterCache;
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
 pub use crate::probe::stats::SearchStats;
 use crate::probe::stats::micros;
+use crate::store::parquet_reader::FOOTER_PREFETCH;
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use rayon::prelude::*;
 use serde::Serialize;
 use std::borrow::Cow;
@@ -42,43 +40,9 @@ use thiserror::Error;
 /// Errors of opening and querying an index.
 #[derive(Debug, Error)]
 pub enum IndexError {
-    #[error("object store error on {path}: {source}")]
-    Store {
-        path: String,
-        #[source]
-        source: object_store::Error,
-    },
-    #[error("{path} is not valid: {source}")]
-    Json {
-        path: String,
-        #[source]
-        source: serde_json::Error,
-    },
-    /// A document's format version is unknown to this reader.
-    #[error("{path} has format version {found}; this reader supports {supported}")]
-    Incompatible {
-        path: String,
-        found: u64,
-        supported: u32,
-    },
-    #[error("{path}: {what} is {found:?}, this reader supports {supported:?}")]
-    Unsupported {
-        path: String,
-        what: &'static str,
-        found: String,
-        supported: &'static str,
-    },
-    #[error("{path}: {what} is {found}, expected {expected}")]
-    Mismatch {
-        path: String,
-        what: &'static str,
-        expected: u64,
-        found: u64,
-    },
-    #[error("{path}: table location {location:?} is not a relative object path")]
-    InvalidLocation { path: String, location: String },
-    #[error("{path}: files[{index}] is out of cid order")]
-    UnorderedManifest { path: String, index: usize },
+    /// The snapshot's documents are missing, invalid, unpinned or disagree.
+    #[error(transparent)]
+    Snapshot(#[from] SnapshotError),
     #[error("query {query} has dimension {actual}, the index has {expected}")]
     DimensionMismatch {
         query: usize,
@@ -99,20 +63,6 @@ pub enum IndexError {
     InvalidK,
     #[error("nprobe {nprobe} must be within 1..={nlist} (nlist)")]
     InvalidNprobe { nprobe: usize, nlist: usize },
-    #[error(transparent)]
-    Centroids(#[from] CentroidsError),
-    /// `index.json` breaks a rule of the strict definition parser.
-    #[error(transparent)]
-    Definition(#[from] crate::format::definition::DefinitionError),
-    /// `manifest.json` breaks a rule of the strict manifest parser.
-    #[error(transparent)]
-    Manifest(#[from] crate::format::manifest::ManifestError),
-    /// A snapshot document differs from its pin in the commit document.
-    #[error(transparent)]
-    Pin(#[from] crate::format::warehouse::PinError),
-    /// `footers.json` is invalid or does not follow the manifest.
-    #[error(transparent)]
-    Footers(#[from] crate::format::footers::FootersError),
 }
 
 /// Tuning of an opened index.
@@ -131,7 +81,7 @@ impl Default for IndexOptions {
         Self {
             footer_cache_bytes: 64 << 20,
             postings_cache_bytes: 0,
-            prefetch_hint: DEFAULT_PREFETCH_HINT,
+            prefetch_hint: FOOTER_PREFETCH,
         }
     }
 }
@@ -202,67 +152,6 @@ pub struct Index {
     options: IndexOptions,
 }
 
-fn join(base: &Path, rel: &str, doc: &Path) -> Result<Path, IndexError> {
-    let invalid = || IndexError::InvalidLocation {
-        path: doc.to_string(),
-        location: rel.to_string(),
-    };
-    if rel.contains("://") || rel.starts_with('/') {
-        return Err(invalid());
-    }
-    let rel = Path::parse(rel).map_err(|_| invalid())?;
-    Ok(base.parts().chain(rel.parts()).collect())
-}
-
-fn parent(p: &Path) -> Path {
-    let parts: Vec<_> = p.parts().collect();
-    parts[..parts.len().saturating_sub(1)]
-        .iter()
-        .cloned()
-        .collect()
-}
-
-async fn get(store: &dyn ObjectStore, path: &Path) -> Result<bytes::Bytes, IndexError> {
-    let err = |source| IndexError::Store {
-        path: path.to_string(),
-        source,
-    };
-    store
-        .get(path)
-        .await
-        .map_err(err)?
-        .bytes()
-        .await
-        .map_err(err)
-}
-
-/// Check `format-version` before the strict parse, so a newer document is
-/// `Incompatible` rather than a confusing unknown-field error.
-fn check_version(
-    path: &Path,
-    bytes: &[u8],
-    readable: impl Fn(u64) -> bool,
-    supported: u32,
-) -> Result<(), IndexError> {
-    let json = |source| IndexError::Json {
-        path: path.to_string(),
-        source,
-    };
-    let value: serde_json::Value = serde_json::from_slice(bytes).map_err(json)?;
-    let found = value
-        .get("format-version")
-        .and_then(serde_json::Value::as_u64);
-    match found {
-        Some(v) if readable(v) => Ok(()),
-        Some(v) => Err(IndexError::Incompatible {
-            path: path.to_string(),
-            found: v,
-            supported,
-        }),
-        None => Err(json(serde::de::Error::missing_field("format-version"))),
-    }
-}
-
 impl Index {
     /// Open the snapshot whose `index.json` is at `location/index.json`,
     /// with default [`IndexOptions`].
@@ -273,184 +162,43 @@ impl Index {
         Self::open_with_options(store, location, IndexOptions::default()).await
     }
 
-    /// Open an index: `index.json`, then `manifest.json` and the centroids
-    /// concurrently, one GET each. Never lists.
+    /// Open the snapshot in `location` (see [`Snapshot::open`]): `index.json`,
+    /// then `manifest.json`, `footers.json` and the centroids concurrently,
+    /// one GET each. Never lists.
     ///
     /// # Errors
-    /// [`IndexError::Incompatible`] for an unknown format version of
-    /// `index.json` or `manifest.json`; `Store`, `Json`, `Unsupported`,
-    /// `Mismatch`, `InvalidLocation`, `UnorderedManifest` and
-    /// [`CentroidsError`] for an unreadable or inconsistent snapshot.
+    /// [`IndexError::Snapshot`] for a missing, unreadable, invalid or
+    /// inconsistent snapshot (an unknown format version is its parser's
+    /// `Incompatible`).
     pub async fn open_with_options(
         store: Arc<dyn ObjectStore>,
         location: &Path,
         options: IndexOptions,
     ) -> crate::Result<Index> {
-        Ok(Self::open_inner(store, location, options, None).await?)
+        let snapshot = Snapshot::open(store.as_ref(), location)
+            .await
+            .map_err(IndexError::from)?;
+        Ok(Self::from_snapshot(store, snapshot, options))
     }
 
-    /// Open the snapshot at `location` checking every document it reads
-    /// (`index.json`, `manifest.json`, `footers.json`, centroids) against
-    /// `pins` (a commit document's, see [`crate::format::warehouse`]).
-    ///
-    /// # Errors
-    /// [`crate::format::warehouse::PinError`] for a document that differs from or
-    /// lacks its pin, and the errors of [`Index::open_with_options`].
-    pub async fn open_pinned(
+    /// An index over `snapshot` (opened from `store`), with empty caches.
+    pub fn from_snapshot(
         store: Arc<dyn ObjectStore>,
-        location: &Path,
+        snapshot: Snapshot,
         options: IndexOptions,
-        pins: &[Pin],
-    ) -> crate::Result<Index> {
-        Ok(Self::open_inner(store, location, options, Some(pins)).await?)
-    }
-
-    async fn open_inner(
-        store: Arc<dyn ObjectStore>,
-        location: &Path,
-        options: IndexOptions,
-        pins: Option<&[Pin]>,
-    ) -> Result<Index, IndexError> {
-        let pinned = |rel: &str, path: &Path, bytes: &[u8]| match pins {
-            Some(pins) => check_pin(pins, rel, path.as_ref(), bytes),
-            None => Ok(()),
-        };
-        let def_path = join(location, "index.json", location)?;
-        let bytes = get(store.as_ref(), &def_path).await?;
-        pinned(
-            crate::format::definition::INDEX_DEFINITION_FILE,
-            &def_path,
-            &bytes,
-        )?;
-        check_version(
-            &def_path,
-            &bytes,
-            is_readable_index_version,
-            INDEX_FORMAT_VERSION,
-        )?;
-        let definition = IndexDefinition::from_json(&bytes)?;
-        let unsupported = |what, found: &str, supported| IndexError::Unsupported {
-            path: def_path.to_string(),
-            what,
-            found: found.to_string(),
-            supported,
-        };
-        if definition.provider != "parquet" {
-            return Err(unsupported("provider", &definition.provider, "parquet"));
-        }
-        if definition.element_type != "f32" {
-            return Err(unsupported("element-type", &definition.element_type, "f32"));
-        }
-        let postings = &definition.tables.ivf_postings;
-        if postings.layout.as_deref() != Some("artifact-manifest") {
-            return Err(unsupported(
-                "ivf_postings layout",
-                postings.layout.as_deref().unwrap_or(""),
-                "artifact-manifest",
-            ));
-        }
-        let manifest_path = join(location, &postings.location, &def_path)?;
-        let centroids_path = join(
-            location,
-            &definition.tables.ivf_centroids.location,
-            &def_path,
-        )?;
-        let [_, manifest_rel, footers_rel, centroids_rel] =
-            crate::format::warehouse::snapshot_documents(&definition);
-        let footers_path = join(location, &footers_rel, &def_path)?;
-        let (m, c, f) = futures::join!(
-            get(store.as_ref(), &manifest_path),
-            get(store.as_ref(), &centroids_path),
-            get(store.as_ref(), &footers_path),
-        );
-        let (m, c, f) = (m?, c?, f?);
-        pinned(&manifest_rel, &manifest_path, &m)?;
-        pinned(&centroids_rel, &centroids_path, &c)?;
-        pinned(&footers_rel, &footers_path, &f)?;
-        check_version(
-            &manifest_path,
-            &m,
-            |v| v == u64::from(manifest::FORMAT_VERSION),
-            manifest::FORMAT_VERSION,
-        )?;
-        let manifest = Manifest::parse(&m)?;
-        let footer_pins = Footers::parse(footers_path.as_ref(), &f, &manifest)?.files;
-        let dim = definition.dim as usize;
-        let hierarchy = centroids::decode(centroids_path.as_ref(), c, dim, definition.metric)?;
-        let mismatch = |path: &Path, what, expected: usize, found: usize| IndexError::Mismatch {
-            path: path.to_string(),
-            what,
-            expected: expected as u64,
-            found: found as u64,
-        };
-        let nlist = definition.nlist as usize;
-        let checks = [
-            (&manifest_path, "nlist", nlist, manifest.nlist as usize),
-            (
-                &manifest_path,
-                "roots",
-                definition.roots as usize,
-                manifest.cid_offsets.len().saturating_sub(1),
-            ),
-            (
-                &manifest_path,
-                "cid-offsets end",
-                nlist,
-                manifest.cid_offsets.last().copied().unwrap_or(0) as usize,
-            ),
-            (
-                &centroids_path,
-                "leaf count",
-                nlist,
-                hierarchy.leaves.len() / dim.max(1),
-            ),
-        ];
-        for (path, what, expected, found) in checks {
-            if expected != found {
-                return Err(mismatch(path, what, expected, found));
-            }
-        }
-        if let Some(r) = (0..manifest.cid_offsets.len())
-            .find(|&r| hierarchy.cid_offsets.get(r) != manifest.cid_offsets.get(r))
-        {
-            let at = |o: &[u32]| o.get(r).copied().unwrap_or(0) as usize;
-            return Err(mismatch(
-                &centroids_path,
-                "cid-offsets entry",
-                at(&manifest.cid_offsets),
-                at(&hierarchy.cid_offsets),
-            ));
-        }
-        let files = &manifest.files;
-        for (i, f) in files.iter().enumerate() {
-            let prev_ok =
-                i == 0 || (files[i - 1].min_cid, files[i - 1].max_cid) <= (f.min_cid, f.max_cid);
-            if f.min_cid > f.max_cid || !prev_ok {
-                return Err(IndexError::UnorderedManifest {
-                    path: manifest_path.to_string(),
-                    index: i,
-                });
-            }
-        }
-        let postings_paths =
-            resolve_paths(&parent(&manifest_path), &manifest.files).map_err(|e| {
-                IndexError::InvalidLocation {
-                    path: manifest_path.to_string(),
-                    location: e.to_string(),
-                }
-            })?;
-        Ok(Index {
+    ) -> Index {
+        Index {
             store,
-            postings_paths,
-            definition,
-            manifest,
-            footer_pins,
-            hierarchy: Arc::new(hierarchy),
+            postings_paths: snapshot.postings_paths.into(),
+            definition: snapshot.definition,
+            manifest: snapshot.manifest,
+            footer_pins: snapshot.footer_pins,
+            hierarchy: Arc::new(snapshot.hierarchy),
             footers: FooterCache::new(options.footer_cache_bytes),
             row_groups: RowGroupCache::new(options.postings_cache_bytes),
             footer_per_cid: AtomicU64::new(0),
             options,
-        })
+        }
     }
 
     /// The index definition (`index.json`).
@@ -656,37 +404,28 @@ impl Index {
 }
 
 impl Index {
-    /// Open the current snapshot of the index named by `location`: the
-    /// snapshot its commit log makes current (see [`crate::format::warehouse`]),
-    /// with every document checked against the commit's pins
-    /// ([`Index::open_pinned`]), or, when `location` is itself a snapshot
-    /// folder (holding `index.json`), that snapshot, unpinned. Never lists.
+    /// Open the current snapshot of the index named by `location` (see
+    /// [`Snapshot::open_current`]): the snapshot its commit log makes current,
+    /// with every document checked against the commit's pins, or, when
+    /// `location` is itself a snapshot folder (holding `index.json`), that
+    /// snapshot, unpinned. Never lists.
     ///
     /// # Errors
-    /// [`crate::format::warehouse::WarehouseError::NoSnapshot`] when neither exists,
-    /// and the errors of [`Index::open`].
+    /// [`crate::format::warehouse::WarehouseError::NoSnapshot`] (inside
+    /// [`IndexError::Snapshot`]) when neither exists, and the errors of
+    /// [`Index::open`].
     pub async fn open_current(
         store: Arc<dyn ObjectStore>,
         location: &Path,
     ) -> crate::Result<Index> {
-        match crate::format::warehouse::current_snapshot(&store, location).await {
-            Ok((commit, snapshot)) => {
-                Self::open_pinned(store, &snapshot, IndexOptions::default(), &commit.pins).await
-            }
-            Err(crate::format::warehouse::WarehouseError::NoSnapshot { .. })
-                if store
-                    .head(
-                        &location
-                            .clone()
-                            .join(crate::format::definition::INDEX_DEFINITION_FILE),
-                    )
-                    .await
-                    .is_ok() =>
-            {
-                Self::open(store, location).await
-            }
-            Err(e) => Err(e.into()),
-        }
+        let snapshot = Snapshot::open_current(&store, location)
+            .await
+            .map_err(IndexError::from)?;
+        Ok(Self::from_snapshot(
+            store,
+            snapshot,
+            IndexOptions::default(),
+        ))
     }
 }
 

@@ -481,7 +481,7 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
     .await;
     let err = answer(&f.store, &f.index, &f.queries).await.unwrap_err();
     assert!(
-        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Pin(PinError::Mismatch { object, .. })) if object.ends_with("postings/manifest.json")),
+        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Snapshot(parqivf::format::snapshot::SnapshotError::Pin(PinError::Mismatch { object, .. }))) if object.ends_with("postings/manifest.json")),
         "{err}"
     );
     put(&f.store, &manifest_path, original.to_vec()).await;
@@ -498,7 +498,7 @@ async fn parseable_edits_of_manifest_and_definition_are_pin_errors() {
     put(&f.store, &def_path, edited).await;
     let err = answer(&f.store, &f.index, &f.queries).await.unwrap_err();
     assert!(
-        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Pin(PinError::Mismatch { object, .. })) if object.ends_with("index.json")),
+        matches!(&err, parqivf::Error::Index(parqivf::index::IndexError::Snapshot(parqivf::format::snapshot::SnapshotError::Pin(PinError::Mismatch { object, .. }))) if object.ends_with("index.json")),
         "{err}"
     );
     // The commit document pins all four small documents.

@@ -6,7 +6,7 @@
 use object_store::path::Path;
 use parqivf::distance::Metric;
 use parqivf::format::definition::{
-    ARTIFACT_MANIFEST, BuildParams, DefinitionError, IndexDefinition, IndexSource, TableDefinition,
+    ARTIFACT_MANIFEST, BuildRecord, DefinitionError, IndexDefinition, IndexSource, TableDefinition,
     TableIdentifier,
 };
 use parqivf::store::uri::{LocationUri, UriError};
@@ -41,8 +41,8 @@ fn schema_accepts(schema: &str, document: &Value) -> bool {
     validator(schema).is_valid(document)
 }
 
-fn build_params() -> BuildParams {
-    BuildParams {
+fn build_params() -> BuildRecord {
+    BuildRecord {
         vector_column: "embedding".into(),
         id_column: None,
         payload_columns: vec!["title".into(), "lang".into()],

@@ -13,8 +13,8 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::format::manifest::{Manifest, ManifestError};
 use parqivf::format::postings_table::{KV_DIM, KV_FORMAT_VERSION, part_path, postings_schema};
-use parqivf::postings::writer::child_path;
 use parqivf::postings::{PostingsError, PostingsWriter, VerifyOptions, WriterOptions, verify};
+use parqivf::store::uri::RelativeLocation;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use parquet::basic::{Compression, Encoding};
 use parquet::file::reader::{FileReader, SerializedFileReader};
@@ -33,7 +33,9 @@ fn small_options() -> WriterOptions {
 }
 
 async fn object(store: &Arc<dyn ObjectStore>, root: &Path, relative: &str) -> Bytes {
-    let location = child_path(root, relative);
+    let location = RelativeLocation::parse(relative)
+        .unwrap()
+        .resolve_path(root);
     store.get(&location).await.unwrap().bytes().await.unwrap()
 }
 

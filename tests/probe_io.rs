@@ -10,6 +10,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::Error;
 use parqivf::format::manifest::Manifest;
+use parqivf::format::postings_table::FooterViolation;
 use parqivf::index::{Index, IndexOptions, SearchParams};
 use parqivf::probe::ProbeError;
 use parqivf::store::counting::CountingStore;
@@ -308,16 +309,24 @@ async fn row_group_with_two_cids_is_refused() {
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
-        Err(Error::Probe(ProbeError::MultiCidRowGroup {
-            path: p,
-            row_group: 0,
-            min,
-            max,
-        })) => {
-            assert_eq!(p, path.to_string());
+        Err(Error::Probe(ProbeError::FooterContract(violations))) => {
+            let multi = violations.iter().find_map(|v| match v {
+                FooterViolation::MultipleCids {
+                    path: p,
+                    row_group: 0,
+                    min,
+                    max,
+                } => Some((p.clone(), i64::from(*min), i64::from(*max))),
+                _ => None,
+            });
             assert_eq!(
-                (min, max),
-                (i64::from(entry.min_cid), i64::from(entry.min_cid) + 1)
+                multi,
+                Some((
+                    path.to_string(),
+                    i64::from(entry.min_cid),
+                    i64::from(entry.min_cid) + 1
+                )),
+                "{violations:?}"
             );
         }
         other => panic!("unexpected {other:?}"),

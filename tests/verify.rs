@@ -19,9 +19,10 @@ use object_store::{
 };
 use parqivf::format::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers};
 use parqivf::format::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
-use parqivf::format::postings_table::{CID_COLUMN, KV_FORMAT_VERSION, part_path};
+use parqivf::format::postings_table::{
+    CID_COLUMN, FooterViolation, KV_FORMAT_VERSION, ROWID_COLUMN, check_footer, part_path,
+};
 use parqivf::postings::page_crc::add_page_crcs_to_file;
-use parqivf::postings::verify::check_footer;
 use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
@@ -147,12 +148,12 @@ async fn two_cids_in_one_row_group() {
     assert!(
         matches!(
             v[..],
-            [Violation::MultipleCids {
+            [Violation::Footer(FooterViolation::MultipleCids {
                 row_group: 0,
                 min: 1,
                 max: 2,
                 ..
-            }]
+            })]
         ),
         "{v:?}"
     );
@@ -164,12 +165,12 @@ async fn row_groups_out_of_cid_order() {
     assert!(
         v.iter().any(|v| matches!(
             v,
-            Violation::RowGroupsUnordered {
+            Violation::Footer(FooterViolation::RowGroupsUnordered {
                 row_group: 2,
                 previous: 3,
                 cid: 2,
                 ..
-            }
+            })
         )),
         "{v:?}"
     );
@@ -181,13 +182,13 @@ async fn row_group_cid_outside_the_file_range() {
     assert!(
         v.iter().any(|v| matches!(
             v,
-            Violation::CidOutsideFile {
+            Violation::Footer(FooterViolation::CidOutsideFile {
                 row_group: 1,
                 cid: 5,
                 min_cid: 1,
                 max_cid: 4,
                 ..
-            }
+            })
         )),
         "{v:?}"
     );
@@ -199,11 +200,11 @@ async fn first_and_last_cid_must_equal_the_manifest_range() {
     assert!(
         matches!(
             v[..],
-            [Violation::FirstCidMismatch {
+            [Violation::Footer(FooterViolation::FirstCidMismatch {
                 expected: 2,
                 actual: 3,
                 ..
-            }]
+            })]
         ),
         "{v:?}"
     );
@@ -211,11 +212,11 @@ async fn first_and_last_cid_must_equal_the_manifest_range() {
     assert!(
         matches!(
             v[..],
-            [Violation::LastCidMismatch {
+            [Violation::Footer(FooterViolation::LastCidMismatch {
                 expected: 5,
                 actual: 4,
                 ..
-            }]
+            })]
         ),
         "{v:?}"
     );
@@ -229,7 +230,13 @@ async fn missing_cid_statistics() {
         .build();
     let v = violations(table(parquet_file(&cids(&[&[1]]), props), 1, 1, |_| {}).await).await;
     assert!(
-        matches!(v[..], [Violation::StatisticsMissing { row_group: 0, .. }]),
+        matches!(
+            v[..],
+            [Violation::Footer(FooterViolation::StatisticsMissing {
+                row_group: 0,
+                ..
+            })]
+        ),
         "{v:?}"
     );
 }
@@ -260,6 +267,13 @@ fn tampered_footer(stats: ValueStatistics<i32>, num_rows: i64) -> ParquetMetaDat
     ParquetMetaData::new(metadata.file_metadata().clone(), vec![rg])
 }
 
+/// Every violation of the footer contract (for a bare table: any dim).
+fn footer_violations(entry: &FileEntry, metadata: &ParquetMetaData) -> Vec<FooterViolation> {
+    check_footer("f", entry, metadata, None)
+        .err()
+        .unwrap_or_default()
+}
+
 #[test]
 fn inexact_statistics_null_cids_and_empty_row_groups() {
     let entry = FileEntry {
@@ -272,22 +286,24 @@ fn inexact_statistics_null_cids_and_empty_row_groups() {
         sha256: String::new(),
     };
     let exact = || ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false);
-    assert!(check_footer("f", &entry, &tampered_footer(exact(), 1)).is_empty());
-    let v = check_footer(
-        "f",
+    assert!(check_footer("f", &entry, &tampered_footer(exact(), 1), None).is_ok());
+    let v = footer_violations(
         &entry,
         &tampered_footer(exact().with_max_is_exact(false), 1),
     );
     assert!(
-        matches!(v[..], [Violation::StatisticsInexact { row_group: 0, .. }]),
+        matches!(
+            v[..],
+            [FooterViolation::StatisticsInexact { row_group: 0, .. }]
+        ),
         "{v:?}"
     );
     let nulls = ValueStatistics::new(Some(1i32), Some(1i32), None, Some(2), false);
-    let v = check_footer("f", &entry, &tampered_footer(nulls, 1));
+    let v = footer_violations(&entry, &tampered_footer(nulls, 1));
     assert!(
         matches!(
             v[..],
-            [Violation::CidNulls {
+            [FooterViolation::CidNulls {
                 row_group: 0,
                 nulls: 2,
                 ..
@@ -295,10 +311,10 @@ fn inexact_statistics_null_cids_and_empty_row_groups() {
         ),
         "{v:?}"
     );
-    let v = check_footer("f", &entry, &tampered_footer(exact(), 0));
+    let v = footer_violations(&entry, &tampered_footer(exact(), 0));
     assert!(
         v.iter()
-            .any(|v| matches!(v, Violation::EmptyRowGroup { row_group: 0, .. })),
+            .any(|v| matches!(v, FooterViolation::EmptyRowGroup { row_group: 0, .. })),
         "{v:?}"
     );
 }
@@ -317,7 +333,11 @@ async fn cid_column_must_be_int32_required() {
     .unwrap();
     let v = violations(table(parquet_file(&[rg], props()), 1, 1, |_| {}).await).await;
     assert!(
-        matches!(v[..], [Violation::CidColumnInvalid { .. }]),
+        v.iter().any(|v| matches!(
+            v,
+            Violation::Footer(FooterViolation::ColumnInvalid { column: "cid", found, .. })
+                if found == "INT64 REQUIRED"
+        )),
         "{v:?}"
     );
 }
@@ -329,7 +349,10 @@ async fn format_version_key_value_is_required() {
     assert!(
         matches!(
             v[..],
-            [Violation::FormatVersionMismatch { found: None, .. }]
+            [Violation::Footer(FooterViolation::FormatVersionMismatch {
+                found: None,
+                ..
+            })]
         ),
         "{v:?}"
     );
@@ -342,11 +365,11 @@ async fn rows_size_and_sha256_must_match_the_manifest() {
     assert!(
         matches!(
             v[..],
-            [Violation::RowCountMismatch {
+            [Violation::Footer(FooterViolation::RowCountMismatch {
                 expected: 3,
                 actual: 2,
                 ..
-            }]
+            })]
         ),
         "{v:?}"
     );
@@ -747,6 +770,35 @@ async fn a_flipped_page_byte_and_an_edited_footer_pin_are_violations() {
     assert!(
         v.iter()
             .any(|v| matches!(v, Violation::FooterPinMismatch { .. })),
+        "{v:?}"
+    );
+}
+
+/// `verify` used to check only the `cid` column while the reader refused a
+/// nullable `rowid`: a table `verify` passed could not be searched. One
+/// footer contract now: `verify` reports what the reader refuses.
+#[tokio::test]
+async fn verify_reports_the_columns_the_reader_requires() {
+    let good = batch(DIM, &[1], 0);
+    let fields: Vec<Field> = good
+        .schema()
+        .fields()
+        .iter()
+        .map(|f| {
+            let nullable = f.name() == ROWID_COLUMN;
+            f.as_ref()
+                .clone()
+                .with_nullable(nullable || f.is_nullable())
+        })
+        .collect();
+    let rg = RecordBatch::try_new(Arc::new(Schema::new(fields)), good.columns().to_vec()).unwrap();
+    let v = violations(table(parquet_file(&[rg], props()), 1, 1, |_| {}).await).await;
+    assert!(
+        matches!(
+            &v[..],
+            [Violation::Footer(FooterViolation::ColumnInvalid { column: "rowid", found, .. })]
+                if found == "INT64 OPTIONAL"
+        ),
         "{v:?}"
     );
 }

@@ -40,7 +40,7 @@ use super::job::BuildParams;
 use super::source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::distance::Metric;
 use crate::format::definition::{
-    BuildParams as BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition,
+    BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition,
 };
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::CID_COLUMN;

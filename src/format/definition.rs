@@ -261,7 +261,7 @@ pub struct IndexDefinition {
     /// What the index was built from.
     pub source: IndexSource,
     /// How it was built (enough to rebuild it byte-identically).
-    pub build: BuildParams,
+    pub build: BuildRecord,
 }
 
 /// The two tables of an index snapshot, with locations relative to `index.json`.
@@ -312,7 +312,7 @@ pub enum IndexSource {
 /// The build parameters recorded in `index.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct BuildParams {
+pub struct BuildRecord {
     pub vector_column: String,
     /// `None`: rowid from file order and row number.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -424,7 +424,7 @@ impl IndexDefinition {
         nlist: u32,
         roots: u32,
         source: IndexSource,
-        build: BuildParams,
+        build: BuildRecord,
     ) -> IndexDefinition {
         IndexDefinition {
             format_version: INDEX_FORMAT_VERSION,
@@ -490,6 +490,22 @@ impl IndexDefinition {
         self.tables
             .ivf_postings
             .resolve_path("ivf_postings", snapshot)
+    }
+
+    /// The `ivf_postings` table root: the folder holding `manifest.json` (and
+    /// `footers.json` beside it), resolved against the snapshot directory.
+    ///
+    /// # Errors
+    /// As [`IndexTableDefinition::resolve_path`].
+    pub fn postings_root(&self, snapshot: &Path) -> Result<Path, DefinitionError> {
+        let postings = &self.tables.ivf_postings;
+        let manifest = postings.relative("ivf_postings")?;
+        match manifest.as_str().rsplit_once('/') {
+            Some((dir, _)) => {
+                IndexTableDefinition::new(dir, None).resolve_path("ivf_postings", snapshot)
+            }
+            None => Ok(snapshot.clone()),
+        }
     }
 
     /// The `ivf_centroids` Parquet object, resolved against the snapshot

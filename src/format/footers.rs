@@ -12,6 +12,7 @@
 //! `manifests/footers.schema.json`.
 
 use crate::format::manifest::Manifest;
+use crate::store::parquet_reader::FOOTER_PREFETCH;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -209,7 +210,7 @@ impl FooterPin {
 }
 
 /// The footer bytes (metadata and 8-byte trailer) of the `size`-byte object
-/// at `path`: one tail GET of up to 64 KiB, a second when the footer is larger.
+/// at `path`: one tail GET of up to [`FOOTER_PREFETCH`] bytes, a second when the footer is larger.
 ///
 /// # Errors
 /// [`FootersError::Store`], and [`FootersError::Truncated`] when the length
@@ -228,7 +229,7 @@ pub async fn read_footer_bytes(
         footer,
         size,
     };
-    let tail_len = size.min(64 * 1024);
+    let tail_len = size.min(FOOTER_PREFETCH);
     if tail_len < 8 {
         return Err(truncated(8));
     }

@@ -18,6 +18,8 @@
 //!         cid_bucket=000001/part-00001  [5..=7]   (cid 5 spans two files)
 //! ```
 
+use crate::store::uri::RelativeLocation;
+use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 use thiserror::Error;
@@ -180,6 +182,23 @@ pub fn parse_part_path(path: &str) -> Option<(u32, u32)> {
     Some((fixed_digits(bucket, 6)?, fixed_digits(part, 5)?))
 }
 
+impl FileEntry {
+    /// The object of entry `index` below `table_root` (the folder holding
+    /// `manifest.json`).
+    ///
+    /// # Errors
+    /// [`ManifestError::NonCanonicalPath`] when `path` is not a relative
+    /// location (never for an entry of a parsed [`Manifest`]).
+    pub fn object_path(&self, index: usize, table_root: &Path) -> Result<Path, ManifestError> {
+        RelativeLocation::parse(&self.path)
+            .map(|rel| rel.resolve_path(table_root))
+            .map_err(|_| ManifestError::NonCanonicalPath {
+                index,
+                path: self.path.clone(),
+            })
+    }
+}
+
 fn fixed_digits(text: &str, width: usize) -> Option<u32> {
     if text.len() != width || !text.bytes().all(|b| b.is_ascii_digit()) {
         return None;
@@ -195,9 +214,11 @@ impl Manifest {
     /// Parses and validates `manifest.json` bytes strictly.
     ///
     /// # Errors
-    /// [`ManifestError::Json`] for bytes that are not JSON, then the first
-    /// structural problem (unknown/missing key, wrong type, negative or out of
-    /// range number, unsupported version), then the first rule of
+    /// [`ManifestError::Json`] for bytes that are not JSON, then
+    /// [`ManifestError::Incompatible`] for a `format-version` other than
+    /// [`FORMAT_VERSION`] (before any other rule), then the first structural
+    /// problem (unknown/missing key, wrong type, negative or out of range
+    /// number), then the first rule of
     /// [`Manifest::validate`] that fails.
     pub fn parse(bytes: &[u8]) -> Result<Manifest, ManifestError> {
         let value: Value =
@@ -472,14 +493,17 @@ fn json_type(value: &Value) -> &'static str {
 }
 
 fn manifest_from_value(value: &Value) -> Result<Manifest, ManifestError> {
-    let top = Entry::new("manifest".into(), value, &MANIFEST_KEYS)?;
-    let format_version = top.uint("format-version", u64::MAX)?;
-    if format_version != u64::from(FORMAT_VERSION) {
+    // The version first: a future manifest may add keys this reader rejects.
+    if let Some(found) = value.get("format-version").and_then(Value::as_u64)
+        && found != u64::from(FORMAT_VERSION)
+    {
         return Err(ManifestError::Incompatible {
-            found: format_version,
+            found,
             supported: FORMAT_VERSION,
         });
     }
+    let top = Entry::new("manifest".into(), value, &MANIFEST_KEYS)?;
+    top.uint("format-version", u64::from(FORMAT_VERSION))?;
     let nlist = top.u32("nlist", MAX_CID + 1)?;
     let ntotal = top.uint("ntotal", u64::MAX)?;
     let offsets = array(&top, "cid-offsets")?;

@@ -9,6 +9,7 @@
 //! | `postings/footers.json` (footer pins) | [`footers`] |
 //! | `centroids/centroids.parquet` | [`centroids`] |
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
+//! | all of one snapshot's documents, read and checked together | [`snapshot`] |
 //!
 //! Parsers read the version keys first and refuse a version they do not know
 //! before anything else. `docs/format.md` describes the bytes.
@@ -18,4 +19,5 @@ pub mod definition;
 pub mod footers;
 pub mod manifest;
 pub mod postings_table;
+pub mod snapshot;
 pub mod warehouse;

@@ -3,10 +3,18 @@
 //! FIXED_LEN_BYTE_ARRAY(dim·4) required (little-endian IEEE-754 f32, element
 //! `i` at bytes `4i..4i+4`), then payload columns. Files live at
 //! [`part_path`] below the table root; the key-value metadata carries
-//! [`KV_FORMAT_VERSION`] and [`KV_DIM`].
+//! [`KV_FORMAT_VERSION`] and [`KV_DIM`]. [`check_footer`] is the one footer
+//! contract: `verify` reports every [`FooterViolation`] of a file, the query
+//! path refuses the file on the first.
 
+use crate::format::manifest::{FORMAT_VERSION, FileEntry};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parquet::basic::{ConvertedType, LogicalType, Repetition, Type as PhysicalType};
+use parquet::file::metadata::ParquetMetaData;
+use parquet::file::statistics::Statistics;
+use serde::Serialize;
 use std::sync::Arc;
+use thiserror::Error;
 
 pub const CID_COLUMN: &str = "cid";
 pub const ROWID_COLUMN: &str = "rowid";
@@ -42,6 +50,337 @@ pub fn postings_schema(dim: usize, payload: &[Field]) -> SchemaRef {
 /// root: `cid_bucket=NNNNNN/part-NNNNN.parquet`.
 pub fn part_path(bucket: u32, seq: u32) -> String {
     format!("cid_bucket={bucket:06}/part-{seq:05}.parquet")
+}
+
+/// One broken rule of the footer contract of a postings file, naming the
+/// object and the numbers involved.
+#[derive(Debug, Clone, PartialEq, Eq, Error, Serialize)]
+#[serde(
+    tag = "kind",
+    rename_all = "kebab-case",
+    rename_all_fields = "kebab-case"
+)]
+pub enum FooterViolation {
+    #[error("{path}: footer holds {actual} rows, manifest says {expected}")]
+    RowCountMismatch {
+        path: String,
+        expected: u64,
+        actual: i64,
+    },
+    #[error("{path}: key-value {KV_FORMAT_VERSION} is {found:?}, expected \"{expected}\"")]
+    FormatVersionMismatch {
+        path: String,
+        found: Option<String>,
+        expected: u32,
+    },
+    /// A fixed column is missing or has the wrong physical type.
+    #[error("{path}: column `{column}` must be {expected}, found {found}")]
+    ColumnInvalid {
+        path: String,
+        column: &'static str,
+        expected: String,
+        found: String,
+    },
+    #[error("{path}: row group {row_group} has no rows, hence no CID")]
+    EmptyRowGroup { path: String, row_group: usize },
+    #[error("{path}: row group {row_group} has no cid min/max statistics")]
+    StatisticsMissing { path: String, row_group: usize },
+    #[error("{path}: row group {row_group} cid statistics are not exact")]
+    StatisticsInexact { path: String, row_group: usize },
+    #[error("{path}: row group {row_group} has {nulls} null cids")]
+    CidNulls {
+        path: String,
+        row_group: usize,
+        nulls: u64,
+    },
+    #[error("{path}: row group {row_group} holds cids {min}..={max}, not exactly one")]
+    MultipleCids {
+        path: String,
+        row_group: usize,
+        min: i32,
+        max: i32,
+    },
+    #[error("{path}: row group {row_group} cid {cid} is outside the file's [{min_cid}, {max_cid}]")]
+    CidOutsideFile {
+        path: String,
+        row_group: usize,
+        cid: i32,
+        min_cid: u32,
+        max_cid: u32,
+    },
+    #[error("{path}: row group {row_group} cid {cid} comes after cid {previous}")]
+    RowGroupsUnordered {
+        path: String,
+        row_group: usize,
+        previous: i32,
+        cid: i32,
+    },
+    #[error("{path}: first row group's cid is {actual}, manifest min-cid is {expected}")]
+    FirstCidMismatch {
+        path: String,
+        expected: u32,
+        actual: i32,
+    },
+    #[error("{path}: last row group's cid is {actual}, manifest max-cid is {expected}")]
+    LastCidMismatch {
+        path: String,
+        expected: u32,
+        actual: i32,
+    },
+}
+
+/// No annotation, or (as pyarrow writes) the signed integer one of the
+/// physical width: what reads back as a plain Int32/Int64/FixedSizeBinary.
+fn plain_annotation(
+    logical: Option<&LogicalType>,
+    converted: ConvertedType,
+    physical: PhysicalType,
+) -> bool {
+    let bits = match physical {
+        PhysicalType::INT32 => 32,
+        PhysicalType::INT64 => 64,
+        _ => return logical.is_none() && converted == ConvertedType::NONE,
+    };
+    let logical_ok = match logical {
+        None => true,
+        Some(LogicalType::Integer(int)) => int.is_signed && i32::from(int.bit_width) == bits,
+        Some(_) => false,
+    };
+    let converted_ok = matches!(
+        (converted, bits),
+        (ConvertedType::NONE, _) | (ConvertedType::INT_32, 32) | (ConvertedType::INT_64, 64)
+    );
+    logical_ok && converted_ok
+}
+
+/// What a valid footer tells the reader.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FooterFacts {
+    /// Root column indices of cid, rowid and vector.
+    pub cid_root: usize,
+    pub rowid_root: usize,
+    pub vector_root: usize,
+    /// Root column indices of the payload columns (all others).
+    pub payload_roots: Vec<usize>,
+    /// The cid of each row group.
+    pub row_group_cids: Vec<u32>,
+}
+
+/// The footer contract of the postings file at `path`, manifest entry
+/// `entry`: the row count; the format version; `cid` INT32, `rowid` INT64 and
+/// `vector` FIXED_LEN_BYTE_ARRAY(dim·4) (any positive multiple of 4 when `dim`
+/// is `None`), all REQUIRED and unannotated; every row group non-empty with
+/// exact, null-free cid statistics naming one cid inside
+/// `[min-cid, max-cid]`, in non-decreasing order, from `min-cid` to `max-cid`.
+/// Pure: no IO. `verify` reports every violation, the query path refuses the
+/// file on the first.
+///
+/// # Errors
+/// Every [`FooterViolation`] found, in that order (never empty).
+pub fn check_footer(
+    path: &str,
+    entry: &FileEntry,
+    metadata: &ParquetMetaData,
+    dim: Option<usize>,
+) -> Result<FooterFacts, Vec<FooterViolation>> {
+    let path = || path.to_owned();
+    let mut found = Vec::new();
+    let meta = metadata.file_metadata();
+    if u64::try_from(meta.num_rows()) != Ok(entry.rows) {
+        found.push(FooterViolation::RowCountMismatch {
+            path: path(),
+            expected: entry.rows,
+            actual: meta.num_rows(),
+        });
+    }
+    let version = meta
+        .key_value_metadata()
+        .and_then(|kv| kv.iter().find(|kv| kv.key == KV_FORMAT_VERSION))
+        .and_then(|kv| kv.value.clone());
+    if version.as_deref() != Some(FORMAT_VERSION.to_string().as_str()) {
+        found.push(FooterViolation::FormatVersionMismatch {
+            path: path(),
+            found: version,
+            expected: FORMAT_VERSION,
+        });
+    }
+    let schema = meta.schema_descr();
+    let roots = schema.root_schema().get_fields();
+    let column = |name: &'static str, physical: PhysicalType, width: Option<i32>| {
+        let expected = match width {
+            Some(w) => format!("{physical}({w}) REQUIRED"),
+            None if physical == PhysicalType::FIXED_LEN_BYTE_ARRAY => {
+                format!("{physical}(4·dim) REQUIRED")
+            }
+            None => format!("{physical} REQUIRED"),
+        };
+        let invalid = |found: String| FooterViolation::ColumnInvalid {
+            path: path(),
+            column: name,
+            expected: expected.clone(),
+            found,
+        };
+        let Some(root) = roots.iter().position(|f| f.name() == name) else {
+            return Err(invalid("no such column".into()));
+        };
+        let field = &roots[root];
+        let info = field.get_basic_info();
+        if !field.is_primitive() {
+            return Err(invalid("a group".into()));
+        }
+        let length = match field.as_ref() {
+            parquet::schema::types::Type::PrimitiveType { type_length, .. } => *type_length,
+            parquet::schema::types::Type::GroupType { .. } => 0,
+        };
+        let width_ok = match (physical, width) {
+            (PhysicalType::FIXED_LEN_BYTE_ARRAY, Some(w)) => length == w,
+            (PhysicalType::FIXED_LEN_BYTE_ARRAY, None) => {
+                length > 0 && length % ELEMENT_BYTES as i32 == 0
+            }
+            _ => true,
+        };
+        if field.get_physical_type() != physical
+            || info.repetition() != Repetition::REQUIRED
+            || !plain_annotation(info.logical_type_ref(), info.converted_type(), physical)
+            || !width_ok
+        {
+            let mut type_name = field.get_physical_type().to_string();
+            if field.get_physical_type() == PhysicalType::FIXED_LEN_BYTE_ARRAY {
+                type_name = format!("{type_name}({length})");
+            }
+            if let Some(logical) = info.logical_type_ref() {
+                type_name = format!("{type_name} {logical:?}");
+            }
+            return Err(invalid(format!("{type_name} {}", info.repetition())));
+        }
+        Ok(root)
+    };
+    let width = dim.map(|d| i32::try_from(d.saturating_mul(ELEMENT_BYTES)).unwrap_or(i32::MAX));
+    let columns = [
+        column(CID_COLUMN, PhysicalType::INT32, None),
+        column(ROWID_COLUMN, PhysicalType::INT64, None),
+        column(VECTOR_COLUMN, PhysicalType::FIXED_LEN_BYTE_ARRAY, width),
+    ];
+    let [cid_root, rowid_root, vector_root] = match columns {
+        [Ok(c), Ok(r), Ok(v)] => [c, r, v],
+        columns => {
+            found.extend(columns.into_iter().filter_map(Result::err));
+            return Err(found);
+        }
+    };
+    // A required primitive root column is its own (only) leaf.
+    let cid_leaf = schema
+        .columns()
+        .iter()
+        .position(|c| c.path().parts() == [CID_COLUMN])
+        .unwrap_or(usize::MAX);
+    let mut row_group_cids = Vec::with_capacity(metadata.num_row_groups());
+    let mut previous: Option<i32> = None;
+    let mut first_last: Option<(i32, i32)> = None;
+    for (row_group, rg) in metadata.row_groups().iter().enumerate() {
+        if rg.num_rows() == 0 {
+            found.push(FooterViolation::EmptyRowGroup {
+                path: path(),
+                row_group,
+            });
+            continue;
+        }
+        let stats = match rg.columns().get(cid_leaf).and_then(|c| c.statistics()) {
+            Some(Statistics::Int32(s)) => s,
+            _ => {
+                found.push(FooterViolation::StatisticsMissing {
+                    path: path(),
+                    row_group,
+                });
+                continue;
+            }
+        };
+        let (Some(&min), Some(&max)) = (stats.min_opt(), stats.max_opt()) else {
+            found.push(FooterViolation::StatisticsMissing {
+                path: path(),
+                row_group,
+            });
+            continue;
+        };
+        if !stats.min_is_exact() || !stats.max_is_exact() {
+            found.push(FooterViolation::StatisticsInexact {
+                path: path(),
+                row_group,
+            });
+        }
+        if let Some(nulls) = stats.null_count_opt().filter(|&n| n > 0) {
+            found.push(FooterViolation::CidNulls {
+                path: path(),
+                row_group,
+                nulls,
+            });
+        }
+        if min != max {
+            found.push(FooterViolation::MultipleCids {
+                path: path(),
+                row_group,
+                min,
+                max,
+            });
+        }
+        for cid in [min, max].into_iter().take(if min == max { 1 } else { 2 }) {
+            if i64::from(cid) < i64::from(entry.min_cid)
+                || i64::from(cid) > i64::from(entry.max_cid)
+            {
+                found.push(FooterViolation::CidOutsideFile {
+                    path: path(),
+                    row_group,
+                    cid,
+                    min_cid: entry.min_cid,
+                    max_cid: entry.max_cid,
+                });
+            }
+        }
+        if let Some(previous) = previous
+            && min < previous
+        {
+            found.push(FooterViolation::RowGroupsUnordered {
+                path: path(),
+                row_group,
+                previous,
+                cid: min,
+            });
+        }
+        previous = Some(max);
+        let first = first_last.map_or(min, |(first, _)| first);
+        first_last = Some((first, max));
+        // Inside [min-cid, max-cid] (else a violation above), so it fits.
+        row_group_cids.push(min as u32);
+    }
+    if let Some((first, last)) = first_last {
+        if i64::from(first) != i64::from(entry.min_cid) {
+            found.push(FooterViolation::FirstCidMismatch {
+                path: path(),
+                expected: entry.min_cid,
+                actual: first,
+            });
+        }
+        if i64::from(last) != i64::from(entry.max_cid) {
+            found.push(FooterViolation::LastCidMismatch {
+                path: path(),
+                expected: entry.max_cid,
+                actual: last,
+            });
+        }
+    }
+    if !found.is_empty() {
+        return Err(found);
+    }
+    let payload_roots = (0..roots.len())
+        .filter(|i| ![cid_root, rowid_root, vector_root].contains(i))
+        .collect();
+    Ok(FooterFacts {
+        cid_root,
+        rowid_root,
+        vector_root,
+        payload_roots,
+        row_group_cids,
+    })
 }
 
 #[cfg(test)]

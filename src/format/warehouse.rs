@@ -21,7 +21,7 @@
 //! `index.json`, the postings `manifest.json` and `footers.json`, and the
 //! centroids object it records the path (relative to the snapshot), size and
 //! sha256 ([`Pin`]). [`commit`] reads them back to compute the pins; a reader
-//! ([`crate::index::Index::open_current`]) checks every document it reads against
+//! ([`crate::format::snapshot::Snapshot::open_current`]) checks every document it reads against
 //! its pin (one hash over kilobytes), so an edited or bit-flipped document is
 //! a [`PinError`], never a different answer. Postings footers are pinned by
 //! `footers.json` and pages carry CRC32s (see `docs/format.md`).
@@ -42,6 +42,7 @@ use thiserror::Error;
 use crate::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::footers::FOOTERS_FILE;
 use crate::store::StoreError;
+use crate::store::uri::RelativeLocation;
 use sha2::{Digest, Sha256};
 
 /// The version-document format this reader understands.
@@ -153,9 +154,19 @@ pub fn snapshot_documents(definition: &IndexDefinition) -> [String; 4] {
     ]
 }
 
-fn snapshot_child(snapshot: &Path, rel: &str) -> Path {
-    rel.split('/')
-        .fold(snapshot.clone(), |p, part| p.join(part))
+/// The folder of `snapshot` (relative to the index, as a commit names it)
+/// below `index`.
+///
+/// # Errors
+/// [`WarehouseError::BadSnapshotPath`] (naming `index`) when `snapshot` is
+/// not a relative location (empty, rooted, `.`/`..` segments, wildcards).
+pub fn snapshot_folder(index: &Path, snapshot: &str) -> Result<Path, WarehouseError> {
+    RelativeLocation::parse(snapshot)
+        .map(|rel| rel.resolve_path(index))
+        .map_err(|_| WarehouseError::BadSnapshotPath {
+            path: index.to_string(),
+            snapshot: snapshot.to_string(),
+        })
 }
 
 /// Read the snapshot's documents back and pin them.
@@ -171,7 +182,7 @@ pub async fn snapshot_pins(
         snapshot: snapshot.to_string(),
         reason,
     };
-    let def_path = snapshot_child(snapshot, INDEX_DEFINITION_FILE);
+    let def_path = snapshot.clone().join(INDEX_DEFINITION_FILE);
     let def = get_opt(store.as_ref(), &def_path)
         .await?
         .ok_or_else(|| incomplete(format!("{def_path} is missing")))?;
@@ -179,7 +190,9 @@ pub async fn snapshot_pins(
         IndexDefinition::from_json(&def).map_err(|e| incomplete(format!("{def_path}: {e}")))?;
     let mut pins = Vec::new();
     for rel in snapshot_documents(&definition) {
-        let path = snapshot_child(snapshot, &rel);
+        let path = RelativeLocation::parse(&rel)
+            .map_err(|e| incomplete(format!("{def_path}: {rel:?}: {e}")))?
+            .resolve_path(snapshot);
         let bytes = if rel == INDEX_DEFINITION_FILE {
             def.clone()
         } else {
@@ -279,12 +292,7 @@ fn parse_commit(path: &Path, bytes: &[u8], expect: u64) -> Result<Commit, Wareho
             c.version
         )));
     }
-    if c.snapshot.is_empty()
-        || c.snapshot.starts_with('/')
-        || c.snapshot
-            .split('/')
-            .any(|s| s.is_empty() || s == "." || s == "..")
-    {
+    if RelativeLocation::parse(&c.snapshot).is_err() {
         return Err(WarehouseError::BadSnapshotPath {
             path: path.to_string(),
             snapshot: c.snapshot,
@@ -343,11 +351,8 @@ pub async fn current_snapshot(
 ) -> Result<(Commit, Path), WarehouseError> {
     match current(store, index).await? {
         Some(c) => {
-            let mut p = index.clone();
-            for part in c.snapshot.split('/') {
-                p = p.join(part);
-            }
-            Ok((c, p))
+            let folder = snapshot_folder(index, &c.snapshot)?;
+            Ok((c, folder))
         }
         None => Err(WarehouseError::NoSnapshot {
             index: index.to_string(),
@@ -371,9 +376,7 @@ pub async fn commit(
     parent: Option<u64>,
     committed_at_ms: u64,
 ) -> Result<Commit, WarehouseError> {
-    let folder = snapshot
-        .split('/')
-        .fold(index.clone(), |p, part| p.join(part));
+    let folder = snapshot_folder(index, snapshot)?;
     let pins = snapshot_pins(store, &folder).await?;
     commit_pinned(store, index, snapshot, parent, committed_at_ms, pins).await
 }
@@ -547,10 +550,7 @@ pub async fn gc(
         .collect();
     if !dry_run {
         for f in &old {
-            let folder = f
-                .snapshot
-                .split('/')
-                .fold(index.clone(), |p, part| p.join(part));
+            let folder = snapshot_folder(index, &f.snapshot)?;
             let definition = folder.clone().join(INDEX_DEFINITION_FILE);
             match store.delete(&definition).await {
                 Ok(()) | Err(object_store::Error::NotFound { .. }) => {}

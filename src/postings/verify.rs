@@ -12,21 +12,19 @@
 
 use super::PostingsError;
 use super::page_crc::check_column_chunk;
-use super::writer::child_path;
-use crate::format::definition::INDEX_DEFINITION_FILE;
+use crate::format::definition::{INDEX_DEFINITION_FILE, POSTINGS_LOCATION};
 use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
-use crate::format::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
-use crate::format::postings_table::{CID_COLUMN, KV_FORMAT_VERSION, MANIFEST_FILE};
-use bytes::Bytes;
-use futures::future::BoxFuture;
+use crate::format::manifest::{FileEntry, Manifest, ManifestError};
+use crate::format::postings_table::{FooterViolation, MANIFEST_FILE, check_footer};
+use crate::format::snapshot::Snapshot;
+use crate::format::warehouse;
+use crate::index::{Index, IndexError, IndexOptions};
+use crate::store::parquet_reader::StoreReader;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::arrow::async_reader::MetadataFetch;
-use parquet::basic::{Repetition, Type as PhysicalType};
+use parquet::arrow::async_reader::AsyncFileReader;
 use parquet::file::metadata::ParquetMetaData;
-use parquet::file::metadata::ParquetMetaDataReader;
-use parquet::file::statistics::Statistics;
 use serde::{Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
@@ -36,8 +34,6 @@ use thiserror::Error;
 
 /// Objects checked at the same time.
 const CONCURRENT_OBJECTS: usize = 8;
-/// Tail bytes fetched with the first footer read (one GET for most footers).
-const FOOTER_PREFETCH: usize = 64 * 1024;
 
 /// What to check beyond the manifest's own inventory.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -96,66 +92,6 @@ pub enum Violation {
     },
     #[error("{path}: footer cannot be read: {error}")]
     FooterUnreadable { path: String, error: String },
-    #[error("{path}: footer holds {actual} rows, manifest says {expected}")]
-    RowCountMismatch {
-        path: String,
-        expected: u64,
-        actual: i64,
-    },
-    #[error("{path}: column `cid` must be INT32 REQUIRED, found {found}")]
-    CidColumnInvalid { path: String, found: String },
-    #[error("{path}: key-value {KV_FORMAT_VERSION} is {found:?}, expected \"{expected}\"")]
-    FormatVersionMismatch {
-        path: String,
-        found: Option<String>,
-        expected: u32,
-    },
-    #[error("{path}: row group {row_group} has no rows, hence no CID")]
-    EmptyRowGroup { path: String, row_group: usize },
-    #[error("{path}: row group {row_group} has no cid min/max statistics")]
-    StatisticsMissing { path: String, row_group: usize },
-    #[error("{path}: row group {row_group} cid statistics are not exact")]
-    StatisticsInexact { path: String, row_group: usize },
-    #[error("{path}: row group {row_group} has {nulls} null cids")]
-    CidNulls {
-        path: String,
-        row_group: usize,
-        nulls: u64,
-    },
-    #[error("{path}: row group {row_group} holds cids {min}..={max}, not exactly one")]
-    MultipleCids {
-        path: String,
-        row_group: usize,
-        min: i32,
-        max: i32,
-    },
-    #[error("{path}: row group {row_group} cid {cid} is outside the file's [{min_cid}, {max_cid}]")]
-    CidOutsideFile {
-        path: String,
-        row_group: usize,
-        cid: i32,
-        min_cid: u32,
-        max_cid: u32,
-    },
-    #[error("{path}: row group {row_group} cid {cid} comes after cid {previous}")]
-    RowGroupsUnordered {
-        path: String,
-        row_group: usize,
-        previous: i32,
-        cid: i32,
-    },
-    #[error("{path}: first row group's cid is {actual}, manifest min-cid is {expected}")]
-    FirstCidMismatch {
-        path: String,
-        expected: u32,
-        actual: i32,
-    },
-    #[error("{path}: last row group's cid is {actual}, manifest max-cid is {expected}")]
-    LastCidMismatch {
-        path: String,
-        expected: u32,
-        actual: i32,
-    },
     #[error("{path}: object is not named by the manifest")]
     Orphan { path: String },
     #[error("{path}: footers.json does not exist")]
@@ -180,6 +116,11 @@ pub enum Violation {
     CommitInvalid { path: String, error: String },
     #[error("{path}: snapshot is not named by any version (gc deletes it after the grace period)")]
     UnreferencedSnapshot { path: String },
+    /// A rule of the postings footer contract
+    /// ([`crate::format::postings_table::check_footer`]).
+    #[error(transparent)]
+    #[serde(untagged)]
+    Footer(FooterViolation),
 }
 
 fn display<S: Serializer>(error: &ManifestError, s: S) -> Result<S::Ok, S::Error> {
@@ -202,7 +143,7 @@ pub async fn verify(
         files_checked: 0,
         violations: Vec::new(),
     };
-    let manifest_path = child_path(table_root, MANIFEST_FILE);
+    let manifest_path = table_root.clone().join(MANIFEST_FILE);
     let bytes = match store.get(&manifest_path).await {
         Ok(got) => got.bytes().await,
         Err(e) => Err(e),
@@ -227,7 +168,7 @@ pub async fn verify(
             return Ok(report);
         }
     };
-    let footers_path = child_path(table_root, FOOTERS_FILE);
+    let footers_path = table_root.clone().join(FOOTERS_FILE);
     let pins: Option<Vec<FooterPin>> = match store.get(&footers_path).await {
         Ok(got) => {
             let bytes = got
@@ -255,7 +196,7 @@ pub async fn verify(
     };
     let pins = pins.as_deref();
     let per_file: Vec<Vec<Violation>> = futures::stream::iter(manifest.files.iter().enumerate())
-        .map(|(i, file)| check_object(&store, table_root, file, pins.and_then(|p| p.get(i))))
+        .map(|(i, file)| check_object(&store, table_root, i, file, pins.and_then(|p| p.get(i))))
         .buffered(CONCURRENT_OBJECTS)
         .try_collect()
         .await?;
@@ -280,10 +221,19 @@ fn store_error(path: &Path, source: object_store::Error) -> PostingsError {
 async fn check_object(
     store: &Arc<dyn ObjectStore>,
     table_root: &Path,
+    index: usize,
     file: &FileEntry,
     pin: Option<&FooterPin>,
 ) -> Result<Vec<Violation>, PostingsError> {
-    let location = child_path(table_root, &file.path);
+    let location = match file.object_path(index, table_root) {
+        Ok(location) => location,
+        Err(error) => {
+            return Ok(vec![Violation::ManifestInvalid {
+                path: table_root.clone().join(MANIFEST_FILE).to_string(),
+                error,
+            }]);
+        }
+    };
     let path = location.to_string();
     let mut found = Vec::new();
     let mut stream = match store.get(&location).await {
@@ -315,13 +265,8 @@ async fn check_object(
             actual: sha256,
         });
     }
-    let fetch = RangeFetch {
-        store: store.as_ref(),
-        location: &location,
-    };
-    let footer = ParquetMetaDataReader::new()
-        .with_prefetch_hint(Some(FOOTER_PREFETCH))
-        .load_and_finish(fetch, size)
+    let footer = StoreReader::new(Arc::clone(store), location.clone(), Some(size))
+        .get_metadata(None)
         .await;
     if let Some(pin) = pin {
         match read_footer_bytes(store.as_ref(), &location, size).await {
@@ -341,7 +286,9 @@ async fn check_object(
     }
     match footer {
         Ok(metadata) => {
-            found.extend(check_footer(&path, file, &metadata));
+            if let Err(violations) = check_footer(&path, file, &metadata, None) {
+                found.extend(violations.into_iter().map(Violation::Footer));
+            }
             found.extend(check_pages(store.as_ref(), &location, &metadata).await?);
         }
         Err(error) => found.push(Violation::FooterUnreadable {
@@ -412,53 +359,55 @@ pub async fn verify_location(
     location: &Path,
     options: VerifyOptions,
 ) -> Result<VerifyReport, PostingsError> {
-    use crate::format::warehouse::{WarehouseError, current_snapshot, unreferenced_snapshots};
     let mut early = Vec::new();
-    let (snapshot, pins, is_index) = match current_snapshot(&store, location).await {
-        Ok((commit, snapshot)) => (snapshot, Some(commit.pins), true),
-        Err(WarehouseError::NoSnapshot { .. }) => (location.clone(), None, false),
+    let commit_invalid = |error: String| Violation::CommitInvalid {
+        path: location.to_string(),
+        error,
+    };
+    // One read of the commit log: the snapshot it names is the one checked.
+    let (folder, commit, is_index) = match warehouse::current(&store, location).await {
+        Ok(Some(commit)) => match warehouse::snapshot_folder(location, &commit.snapshot) {
+            Ok(folder) => (folder, Some(commit), true),
+            Err(e) => {
+                early.push(commit_invalid(e.to_string()));
+                (location.clone(), None, true)
+            }
+        },
+        Ok(None) => (location.clone(), None, false),
         Err(e) => {
-            early.push(Violation::CommitInvalid {
-                path: location.to_string(),
-                error: e.to_string(),
-            });
+            early.push(commit_invalid(e.to_string()));
             (location.clone(), None, true)
         }
     };
-    let definition = snapshot.clone().join(INDEX_DEFINITION_FILE);
+    let definition = folder.clone().join(INDEX_DEFINITION_FILE);
     let has_definition = match store.head(&definition).await {
         Ok(_) => true,
         Err(object_store::Error::NotFound { .. }) => is_index,
         Err(source) => return Err(store_error(&definition, source)),
     };
-    let mut table = snapshot.clone();
+    let mut table = folder.clone();
     if has_definition {
-        table = snapshot.clone().join("postings");
-        let options = crate::index::IndexOptions::default();
-        let opened = match &pins {
-            Some(pins) => {
-                crate::index::Index::open_pinned(store.clone(), &snapshot, options, pins).await
-            }
-            None => crate::index::Index::open_with_options(store.clone(), &snapshot, options).await,
+        let opened = match commit {
+            Some(commit) => Snapshot::open_commit(store.as_ref(), location, commit).await,
+            None => Snapshot::open(store.as_ref(), &folder).await,
         };
         let checked = match opened {
-            Ok(index) => {
-                if let Some((dir, _)) = index
-                    .definition()
-                    .tables
-                    .ivf_postings
-                    .location
-                    .rsplit_once('/')
-                {
-                    table = child_path(&snapshot, dir);
-                }
+            Ok(snapshot) => {
+                table = snapshot.postings_root.clone();
+                let index = Index::from_snapshot(store.clone(), snapshot, IndexOptions::default());
                 index.warm().await.map(|_| ())
             }
-            Err(e) => Err(e),
+            Err(e) => {
+                // Still check the postings table where a snapshot keeps it.
+                table = POSTINGS_LOCATION
+                    .rsplit_once('/')
+                    .map_or(folder.clone(), |(dir, _)| folder.clone().join(dir));
+                Err(IndexError::from(e).into())
+            }
         };
         if let Err(e) = checked {
             early.push(Violation::SnapshotInvalid {
-                path: snapshot.to_string(),
+                path: folder.to_string(),
                 error: e.to_string(),
             });
         }
@@ -467,177 +416,21 @@ pub async fn verify_location(
     early.append(&mut report.violations);
     report.violations = early;
     if options.orphans && is_index {
-        match unreferenced_snapshots(&store, location).await {
-            Ok(folders) => report.violations.extend(folders.into_iter().map(|f| {
-                Violation::UnreferencedSnapshot {
-                    path: child_path(location, &f.snapshot).to_string(),
+        match warehouse::unreferenced_snapshots(&store, location).await {
+            Ok(folders) => {
+                for f in folders {
+                    match warehouse::snapshot_folder(location, &f.snapshot) {
+                        Ok(path) => report.violations.push(Violation::UnreferencedSnapshot {
+                            path: path.to_string(),
+                        }),
+                        Err(e) => report.violations.push(commit_invalid(e.to_string())),
+                    }
                 }
-            })),
-            Err(e) => report.violations.push(Violation::CommitInvalid {
-                path: location.to_string(),
-                error: e.to_string(),
-            }),
+            }
+            Err(e) => report.violations.push(commit_invalid(e.to_string())),
         }
     }
     Ok(report)
-}
-
-/// Ranged GETs of one object for the footer reader.
-struct RangeFetch<'a> {
-    store: &'a dyn ObjectStore,
-    location: &'a Path,
-}
-
-impl MetadataFetch for RangeFetch<'_> {
-    fn fetch(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        Box::pin(async move {
-            self.store
-                .get_range(self.location, range)
-                .await
-                .map_err(|e| parquet::errors::ParquetError::External(Box::new(e)))
-        })
-    }
-}
-
-/// Every footer rule for one object. Pure: no IO.
-pub fn check_footer(path: &str, file: &FileEntry, metadata: &ParquetMetaData) -> Vec<Violation> {
-    let path = || path.to_owned();
-    let mut found = Vec::new();
-    let meta = metadata.file_metadata();
-    if u64::try_from(meta.num_rows()) != Ok(file.rows) {
-        found.push(Violation::RowCountMismatch {
-            path: path(),
-            expected: file.rows,
-            actual: meta.num_rows(),
-        });
-    }
-    let version = meta
-        .key_value_metadata()
-        .and_then(|kv| kv.iter().find(|kv| kv.key == KV_FORMAT_VERSION))
-        .and_then(|kv| kv.value.clone());
-    if version.as_deref() != Some(FORMAT_VERSION.to_string().as_str()) {
-        found.push(Violation::FormatVersionMismatch {
-            path: path(),
-            found: version,
-            expected: FORMAT_VERSION,
-        });
-    }
-    let schema = meta.schema_descr();
-    let cid_index = schema
-        .columns()
-        .iter()
-        .position(|c| c.path().parts() == [CID_COLUMN]);
-    let Some(cid_index) = cid_index else {
-        found.push(Violation::CidColumnInvalid {
-            path: path(),
-            found: "no cid column".into(),
-        });
-        return found;
-    };
-    let column = schema.column(cid_index);
-    let repetition = column.self_type().get_basic_info().repetition();
-    if column.physical_type() != PhysicalType::INT32 || repetition != Repetition::REQUIRED {
-        found.push(Violation::CidColumnInvalid {
-            path: path(),
-            found: format!("{} {repetition}", column.physical_type()),
-        });
-        return found;
-    }
-    let mut previous: Option<i32> = None;
-    let mut first_last: Option<(i32, i32)> = None;
-    for (row_group, rg) in metadata.row_groups().iter().enumerate() {
-        if rg.num_rows() == 0 {
-            found.push(Violation::EmptyRowGroup {
-                path: path(),
-                row_group,
-            });
-            continue;
-        }
-        let stats = match rg.column(cid_index).statistics() {
-            Some(Statistics::Int32(s)) => s,
-            _ => {
-                found.push(Violation::StatisticsMissing {
-                    path: path(),
-                    row_group,
-                });
-                continue;
-            }
-        };
-        let (Some(&min), Some(&max)) = (stats.min_opt(), stats.max_opt()) else {
-            found.push(Violation::StatisticsMissing {
-                path: path(),
-                row_group,
-            });
-            continue;
-        };
-        if !stats.min_is_exact() || !stats.max_is_exact() {
-            found.push(Violation::StatisticsInexact {
-                path: path(),
-                row_group,
-            });
-        }
-        if let Some(nulls) = stats.null_count_opt().filter(|&n| n > 0) {
-            found.push(Violation::CidNulls {
-                path: path(),
-                row_group,
-                nulls,
-            });
-        }
-        if min != max {
-            found.push(Violation::MultipleCids {
-                path: path(),
-                row_group,
-                min,
-                max,
-            });
-        }
-        for cid in if min == max {
-            vec![min]
-        } else {
-            vec![min, max]
-        } {
-            if i64::from(cid) < i64::from(file.min_cid) || i64::from(cid) > i64::from(file.max_cid)
-            {
-                found.push(Violation::CidOutsideFile {
-                    path: path(),
-                    row_group,
-                    cid,
-                    min_cid: file.min_cid,
-                    max_cid: file.max_cid,
-                });
-            }
-        }
-        if let Some(previous) = previous
-            && min < previous
-        {
-            found.push(Violation::RowGroupsUnordered {
-                path: path(),
-                row_group,
-                previous,
-                cid: min,
-            });
-        }
-        previous = Some(max);
-        let first = first_last.map_or(min, |(first, _)| first);
-        first_last = Some((first, max));
-    }
-    if let Some((first, last)) = first_last {
-        if i64::from(first) != i64::from(file.min_cid) {
-            found.push(Violation::FirstCidMismatch {
-                path: path(),
-                expected: file.min_cid,
-                actual: first,
-            });
-        }
-        if i64::from(last) != i64::from(file.max_cid) {
-            found.push(Violation::LastCidMismatch {
-                path: path(),
-                expected: file.max_cid,
-                actual: last,
-            });
-        }
-    }
-    found
 }
 
 /// LISTs the table prefix (only on request) for objects no entry names.

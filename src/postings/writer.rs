@@ -17,13 +17,16 @@ use super::page_crc::{
 use crate::format::footers::{
     FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes,
 };
-use crate::format::manifest::{FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest};
+use crate::format::manifest::{
+    FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest, ManifestError,
+};
 use crate::format::postings_table::{
     CID_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, ROWID_COLUMN, VECTOR_COLUMN, part_path,
     postings_schema,
 };
 use crate::store::StoreError;
 use crate::store::commit::put_if_absent;
+use crate::store::uri::RelativeLocation;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{Field, Int32Type, SchemaRef};
 use bytes::Bytes;
@@ -270,7 +273,12 @@ impl PostingsWriter {
         }
         state.next_part += 1;
         let relative = part_path(state.bucket, seq);
-        let location = child_path(&self.table_root, &relative);
+        let location = RelativeLocation::parse(&relative)
+            .map_err(|_| ManifestError::NonCanonicalPath {
+                index: self.files.len(),
+                path: relative.clone(),
+            })?
+            .resolve_path(&self.table_root);
         let upload = HashingUpload::new(
             BufWriter::with_capacity(
                 Arc::clone(&self.store),
@@ -381,8 +389,9 @@ pub async fn publish(
     let targets: Vec<(String, Path, u64)> = manifest
         .files
         .iter()
-        .map(|f| (f.path.clone(), child_path(table_root, &f.path), f.size))
-        .collect();
+        .enumerate()
+        .map(|(i, f)| Ok((f.path.clone(), f.object_path(i, table_root)?, f.size)))
+        .collect::<Result<_, ManifestError>>()?;
     let files = futures::stream::iter(targets)
         .map(|(rel, path, size)| {
             let store = Arc::clone(store);
@@ -398,7 +407,7 @@ pub async fn publish(
         format_version: FOOTERS_FORMAT_VERSION,
         files,
     };
-    let footers_path = child_path(table_root, FOOTERS_FILE);
+    let footers_path = table_root.clone().join(FOOTERS_FILE);
     let bytes = Bytes::from(footers.to_json_bytes());
     match put_if_absent(store.as_ref(), &footers_path, bytes.clone()).await {
         Ok(_) => {}
@@ -423,20 +432,13 @@ pub async fn publish(
         }
         Err(e) => return Err(e.into()),
     }
-    let location = child_path(table_root, MANIFEST_FILE);
+    let location = table_root.clone().join(MANIFEST_FILE);
     Ok(put_if_absent(
         store.as_ref(),
         &location,
         Bytes::from(manifest.to_json_bytes()),
     )
     .await?)
-}
-
-/// `root/relative`, where `relative` is a `/`-separated canonical path.
-pub fn child_path(root: &Path, relative: &str) -> Path {
-    relative
-        .split('/')
-        .fold(root.clone(), |path, part| path.join(part))
 }
 
 fn writer_properties(dim: usize, options: &WriterOptions) -> WriterProperties {

@@ -103,23 +103,11 @@ where
     }
 }
 
-/// The object path of each manifest file, resolved once against the folder
-/// of `manifest.json` (the hot path only looks them up).
-///
-/// # Errors
-/// [`UriError`] for a file path that is not a relative location.
-pub fn resolve_paths(dir: &Path, files: &[FileEntry]) -> Result<Arc<[Path]>, UriError> {
-    files
-        .iter()
-        .map(|f| Ok(RelativeLocation::parse(&f.path)?.resolve_path(dir)))
-        .collect()
-}
-
 /// Everything the executor reads from: the postings table of one index.
 #[derive(Debug, Clone, Copy)]
 pub struct Postings<'a> {
     pub store: &'a dyn ObjectStore,
-    /// The object path of each manifest file (see [`resolve_paths`]).
+    /// The object path of each manifest file (`format::snapshot::Snapshot::postings_paths`).
     pub paths: &'a [Path],
     pub files: &'a [FileEntry],
     pub dim: usize,

@@ -1,13 +1,13 @@
 //! Footers of postings files: read with ONE ranged GET of the file's tail
 //! (its length from the manifest's `size`, so no HEAD), decoded by parquet's
-//! metadata push decoder, validated once (column types, one exact cid per row
-//! group, cids within the manifest range) and cached in a byte-bounded LRU.
+//! metadata push decoder, validated once by the footer contract
+//! ([`check_footer`], the rules `verify` checks) and cached in a byte-bounded LRU.
 //!
 //! How much tail to read: a footer grows with the file's row groups, and one
 //! row group holds one cid, so the manifest's cid range bounds it. The tail is
 //! [`tail_estimate`]: 4 KiB plus, per cid of the range, the larger of 512 B
 //! and the most footer bytes per cid seen so far in this index, capped by the
-//! prefetch hint (default 64 KiB) and the file size. Our writer's footers are
+//! prefetch hint (default [`FOOTER_PREFETCH`], 64 KiB) and the file size. Our writer's footers are
 //! ≈ 300 B per row group with no payload (measured: 26,752 B for 91 row
 //! groups), so the first guess has ≥ 1.7× headroom and a small file does not
 //! pull 64 KiB of row groups it will not use. A footer larger than the tail
@@ -16,20 +16,17 @@
 
 use super::ProbeError;
 use super::cache::ByteLru;
-use super::planner::row_group_cids;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
-use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
-use arrow::datatypes::DataType;
+use crate::format::postings_table::check_footer;
+#[cfg(doc)]
+use crate::store::parquet_reader::FOOTER_PREFETCH;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::DecodeResult;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataPushDecoder};
 use std::sync::Arc;
-
-/// Default footer prefetch hint.
-pub const DEFAULT_PREFETCH_HINT: u64 = 64 * 1024;
 
 /// A decoded, validated footer of one postings file.
 #[derive(Debug)]
@@ -91,8 +88,8 @@ pub fn footer_per_cid(entry: &FileEntry, footer_len: u64) -> u64 {
 ///
 /// # Errors
 /// [`ProbeError::Store`] (e.g. a missing object), [`ProbeError::FooterPin`],
-/// [`ProbeError::Footer`], [`ProbeError::Schema`] and the statistics errors
-/// of [`row_group_cids`].
+/// [`ProbeError::Footer`], and [`ProbeError::FooterContract`] for a footer
+/// that breaks [`check_footer`].
 pub async fn read_footer(
     store: &dyn ObjectStore,
     path: &Path,
@@ -163,54 +160,15 @@ fn validate(
     dim: usize,
     bytes: usize,
 ) -> Result<Footer, ProbeError> {
-    let schema = Arc::clone(arrow.schema());
-    let find = |name: &str, expected: DataType| -> Result<usize, ProbeError> {
-        let err = |found: String| ProbeError::Schema {
-            path: path.to_string(),
-            column: name.to_string(),
-            expected: format!("{expected} (required)"),
-            found,
-        };
-        let (i, field) = schema
-            .column_with_name(name)
-            .ok_or_else(|| err("nothing".into()))?;
-        if *field.data_type() != expected || field.is_nullable() {
-            return Err(err(format!(
-                "{} (nullable: {})",
-                field.data_type(),
-                field.is_nullable()
-            )));
-        }
-        Ok(i)
-    };
-    let cid_root = find(CID_COLUMN, DataType::Int32)?;
-    let rowid_root = find(ROWID_COLUMN, DataType::Int64)?;
-    let width = i32::try_from(dim * 4).unwrap_or(i32::MAX);
-    let vector_root = find(VECTOR_COLUMN, DataType::FixedSizeBinary(width))?;
-    let payload_roots = (0..schema.fields().len())
-        .filter(|i| ![cid_root, rowid_root, vector_root].contains(i))
-        .collect();
-    let metadata = arrow.metadata();
-    let cid_leaf = metadata
-        .file_metadata()
-        .schema_descr()
-        .columns()
-        .iter()
-        .position(|c| c.path().string() == CID_COLUMN)
-        .ok_or_else(|| ProbeError::Schema {
-            path: path.to_string(),
-            column: CID_COLUMN.to_string(),
-            expected: "a leaf column".into(),
-            found: "nothing".into(),
-        })?;
-    let row_group_cids = row_group_cids(path, entry, metadata, cid_leaf)?;
+    let facts = check_footer(path, entry, arrow.metadata(), Some(dim))
+        .map_err(ProbeError::FooterContract)?;
     Ok(Footer {
-        bytes: bytes + row_group_cids.len() * 4,
+        bytes: bytes + facts.row_group_cids.len() * 4,
         arrow,
-        cid_root,
-        rowid_root,
-        vector_root,
-        payload_roots,
-        row_group_cids,
+        cid_root: facts.cid_root,
+        rowid_root: facts.rowid_root,
+        vector_root: facts.vector_root,
+        payload_roots: facts.payload_roots,
+        row_group_cids: facts.row_group_cids,
     })
 }

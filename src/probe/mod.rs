@@ -34,44 +34,12 @@ pub enum ProbeError {
         found: i64,
         expected: i64,
     },
-    /// A row group's cid statistics are missing or inexact.
-    #[error("{path} row group {row_group}: exact cid min/max statistics are required")]
-    MissingCidStatistics { path: String, row_group: usize },
-    /// A row group holds more than one cid.
-    #[error(
-        "{path} row group {row_group} holds cids {min}..={max}; one cid per row group is required"
-    )]
-    MultiCidRowGroup {
-        path: String,
-        row_group: usize,
-        min: i64,
-        max: i64,
-    },
-    /// A row group's cid lies outside its file's manifest range.
-    #[error(
-        "{path} row group {row_group} has cid {cid}, outside the manifest range {min_cid}..={max_cid}"
-    )]
-    CidOutsideManifestRange {
-        path: String,
-        row_group: usize,
-        cid: i64,
-        min_cid: u32,
-        max_cid: u32,
-    },
     /// A plan's length differs from the footer's row-group count.
     #[error("{path}: access plan has {expected} row groups, footer has {actual}")]
     RowGroupCountMismatch {
         path: String,
         expected: usize,
         actual: usize,
-    },
-    /// A required postings column is missing or has the wrong type.
-    #[error("{path}: column {column} must be {expected}, found {found}")]
-    Schema {
-        path: String,
-        column: String,
-        expected: String,
-        found: String,
     },
     /// A payload column's type has no JSON mapping.
     #[error("{path}: payload column {column} of type {data_type} cannot be returned")]
@@ -95,6 +63,10 @@ pub enum ProbeError {
         #[source]
         source: parquet::errors::ParquetError,
     },
+    /// A postings footer breaks the footer contract (every violation found;
+    /// see [`crate::format::postings_table::check_footer`]).
+    #[error("{}", display_all(.0))]
+    FooterContract(Vec<crate::format::postings_table::FooterViolation>),
     /// A postings footer differs from its pin in `footers.json`.
     #[error(transparent)]
     FooterPin(#[from] crate::format::footers::FootersError),
@@ -114,4 +86,9 @@ pub enum ProbeError {
         #[source]
         source: object_store::Error,
     },
+}
+
+fn display_all(violations: &[crate::format::postings_table::FooterViolation]) -> String {
+    let all: Vec<String> = violations.iter().map(ToString::to_string).collect();
+    all.join("; ")
 }

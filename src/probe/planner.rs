@@ -1,13 +1,10 @@
 //! The pure planner: selected CIDs ∩ manifest file ranges (binary search, no
 //! scan of all files), then one [`AccessPlan`] per candidate file from the
-//! footer's exact cid statistics. No predicate expression, no `IN` list: the
+//! row-group cids the footer contract validated. No predicate expression, no `IN` list: the
 //! plan is plain data computed here.
 
-use super::ProbeError;
 use super::access_plan::AccessPlan;
 use crate::format::manifest::FileEntry;
-use parquet::file::metadata::ParquetMetaData;
-use parquet::file::statistics::Statistics;
 
 /// Manifest indices of the files whose `[min-cid, max-cid]` holds at least one
 /// of `cids` (sorted ascending), in manifest order. `files` must be ordered by
@@ -29,60 +26,6 @@ pub fn candidate_files(files: &[FileEntry], cids: &[u32]) -> Vec<usize> {
         }
     }
     out
-}
-
-/// The single cid of each row group, from exact statistics, checked against
-/// the file's manifest range.
-///
-/// # Errors
-/// [`ProbeError::MissingCidStatistics`], [`ProbeError::MultiCidRowGroup`],
-/// [`ProbeError::CidOutsideManifestRange`].
-pub fn row_group_cids(
-    path: &str,
-    entry: &FileEntry,
-    metadata: &ParquetMetaData,
-    cid_leaf: usize,
-) -> Result<Vec<u32>, ProbeError> {
-    (0..metadata.num_row_groups())
-        .map(|rg| {
-            let missing = || ProbeError::MissingCidStatistics {
-                path: path.to_string(),
-                row_group: rg,
-            };
-            let stats = metadata
-                .row_group(rg)
-                .columns()
-                .get(cid_leaf)
-                .and_then(|c| c.statistics());
-            let Some(Statistics::Int32(s)) = stats else {
-                return Err(missing());
-            };
-            let (Some(&min), Some(&max)) = (s.min_opt(), s.max_opt()) else {
-                return Err(missing());
-            };
-            if !(s.min_is_exact() && s.max_is_exact()) {
-                return Err(missing());
-            }
-            if min != max {
-                return Err(ProbeError::MultiCidRowGroup {
-                    path: path.to_string(),
-                    row_group: rg,
-                    min: min.into(),
-                    max: max.into(),
-                });
-            }
-            match u32::try_from(min) {
-                Ok(cid) if (entry.min_cid..=entry.max_cid).contains(&cid) => Ok(cid),
-                _ => Err(ProbeError::CidOutsideManifestRange {
-                    path: path.to_string(),
-                    row_group: rg,
-                    cid: min.into(),
-                    min_cid: entry.min_cid,
-                    max_cid: entry.max_cid,
-                }),
-            }
-        })
-        .collect()
 }
 
 /// Scan exactly the row groups whose cid is in `selected` (sorted ascending).

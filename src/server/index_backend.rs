@@ -1,8 +1,10 @@
 //! The real backend: a published index opened with [`Index`], behind the
-//! server's [`SearchBackend`] trait. The loader resolves a location to its
-//! current snapshot through the commit log (never listing), so a reload picks
-//! up a newly published snapshot and `IndexInfo::snapshot` names it. The
-//! snapshot identity is `v<version>:<snapshot folder>` from the commit log, or
+//! server's [`SearchBackend`] trait. The loader opens a location's current
+//! snapshot with [`Snapshot::open_current`] (one read of the commit log,
+//! never listing, every document checked against the commit's pins), so a
+//! reload picks up a newly published snapshot and `IndexInfo::snapshot`
+//! names exactly the version opened. `IndexInfo` is computed once at load.
+//! The snapshot identity is `v<version>:<snapshot folder>` from the commit log, or
 //! `unversioned:<hash>` for a bare snapshot folder (a hash, so that the
 //! identity never shows a local path or bucket to HTTP clients).
 
@@ -12,15 +14,17 @@ use async_trait::async_trait;
 
 use super::backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchBackend};
 use crate::Error;
-use crate::format::warehouse::{self, WarehouseError};
-use crate::index::{Index, IndexError, SearchParams, SearchResult};
+use crate::format::snapshot::{Snapshot, SnapshotError};
+use crate::format::warehouse::{self, Commit, WarehouseError};
+use crate::index::{Index, IndexError, IndexOptions, SearchParams, SearchResult};
 
 /// One opened snapshot.
 pub struct IndexBackend {
     index: Index,
     location: String,
-    snapshot: String,
-    preloaded: bool,
+    /// What `info` reports, computed once at load (only the cache state
+    /// changes afterwards).
+    info: IndexInfo,
 }
 
 fn classify(location: &str, e: Error) -> BackendError {
@@ -33,7 +37,9 @@ fn classify(location: &str, e: Error) -> BackendError {
             | IndexError::InvalidNprobe { .. },
         ) => BackendError::BadRequest { message },
         Error::Probe(crate::probe::ProbeError::Store { .. })
-        | Error::Index(IndexError::Store { .. })
+        | Error::Index(IndexError::Snapshot(
+            SnapshotError::Store { .. } | SnapshotError::Warehouse(WarehouseError::Store(_)),
+        ))
         | Error::Store(_)
         | Error::Warehouse(WarehouseError::Store(_)) => BackendError::Storage {
             location: location.to_string(),
@@ -49,25 +55,14 @@ fn classify(location: &str, e: Error) -> BackendError {
 #[async_trait]
 impl SearchBackend for IndexBackend {
     fn info(&self) -> IndexInfo {
-        let def = self.index.definition();
+        let (footer, postings) = self.index.cache_bytes();
         IndexInfo {
-            dim: def.dim as usize,
-            metric: serde_json::to_value(def.metric)
-                .ok()
-                .and_then(|v| v.as_str().map(str::to_string))
-                .unwrap_or_default(),
-            nlist: def.nlist as usize,
-            ntotal: self.index.manifest().ntotal,
-            snapshot: self.snapshot.clone(),
-            definition: serde_json::from_str(&def.to_json()).unwrap_or_default(),
-            cache: {
-                let (footer, postings) = self.index.cache_bytes();
-                CacheState {
-                    preloaded: self.preloaded,
-                    footer_cache_bytes: footer as u64,
-                    postings_cache_bytes: postings as u64,
-                }
+            cache: CacheState {
+                footer_cache_bytes: footer as u64,
+                postings_cache_bytes: postings as u64,
+                ..self.info.cache
             },
+            ..self.info.clone()
         }
     }
 
@@ -94,25 +89,36 @@ pub struct IndexLoader {
     pub store: crate::store::options::StoreOptions,
 }
 
-/// The current snapshot folder of `path` (`None` when nothing is committed:
-/// `path` may be a bare snapshot folder) and the snapshot identity the server
-/// reports for it.
-async fn resolve(
-    location: &str,
-    store: &Arc<dyn object_store::ObjectStore>,
-    path: &object_store::path::Path,
-) -> Result<(Option<object_store::path::Path>, String), BackendError> {
-    match warehouse::current_snapshot(store, path).await {
-        Ok((commit, folder)) => Ok((
-            Some(folder),
-            format!("v{}:{}", commit.version, commit.snapshot),
-        )),
-        Err(WarehouseError::NoSnapshot { .. }) => {
+/// The snapshot identity the server reports for the snapshot at `path`
+/// that `commit` made current (`None`: `path` is a bare snapshot folder).
+fn snapshot_label(path: &object_store::path::Path, commit: Option<&Commit>) -> String {
+    match commit {
+        Some(commit) => format!("v{}:{}", commit.version, commit.snapshot),
+        None => {
             use sha2::Digest as _;
             let digest = sha2::Sha256::digest(path.as_ref().as_bytes());
-            Ok((None, format!("unversioned:{}", hex::encode(&digest[..6]))))
+            format!("unversioned:{}", hex::encode(&digest[..6]))
         }
-        Err(e) => Err(classify(location, e.into())),
+    }
+}
+
+/// [`IndexInfo`] of a freshly opened snapshot (empty caches).
+fn index_info(snapshot: &Snapshot, label: String, preloaded: bool) -> IndexInfo {
+    let def = &snapshot.definition;
+    IndexInfo {
+        dim: def.dim as usize,
+        metric: serde_json::to_value(def.metric)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default(),
+        nlist: def.nlist as usize,
+        ntotal: snapshot.manifest.ntotal,
+        snapshot: label,
+        definition: serde_json::to_value(def).unwrap_or_default(),
+        cache: CacheState {
+            preloaded,
+            ..CacheState::default()
+        },
     }
 }
 
@@ -134,19 +140,22 @@ impl IndexLoader {
 impl BackendLoader for IndexLoader {
     async fn current_snapshot(&self, location: &str) -> Result<String, BackendError> {
         let (store, path) = self.open_store(location)?;
-        Ok(resolve(location, &store, &path).await?.1)
+        let commit = warehouse::current(&store, &path)
+            .await
+            .map_err(|e| classify(location, e.into()))?;
+        Ok(snapshot_label(&path, commit.as_ref()))
     }
 
     async fn load(&self, location: &str) -> Result<Arc<dyn SearchBackend>, BackendError> {
         let (store, path) = self.open_store(location)?;
-        let (folder, snapshot) = resolve(location, &store, &path).await?;
-        // Open exactly the snapshot resolved above, so `snapshot` names what is
-        // served even if another version is published meanwhile.
-        let index = match folder {
-            Some(folder) => Index::open(store, &folder).await,
-            None => Index::open_current(store, &path).await,
-        }
-        .map_err(|e| classify(location, e))?;
+        // One read of the commit log chooses the snapshot, and the label
+        // names that same snapshot.
+        let snapshot = Snapshot::open_current(&store, &path)
+            .await
+            .map_err(|e| classify(location, IndexError::from(e).into()))?;
+        let label = snapshot_label(&path, snapshot.commit.as_ref());
+        let info = index_info(&snapshot, label, self.preload);
+        let index = Index::from_snapshot(store, snapshot, IndexOptions::default());
         if self.preload {
             index.preload().await.map_err(|e| classify(location, e))?;
         } else if self.warm {
@@ -155,8 +164,7 @@ impl BackendLoader for IndexLoader {
         Ok(Arc::new(IndexBackend {
             index,
             location: location.to_string(),
-            snapshot,
-            preloaded: self.preload,
+            info,
         }))
     }
 }

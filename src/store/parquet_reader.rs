@@ -1,6 +1,9 @@
 //! A Parquet `AsyncFileReader` over `Arc<dyn ObjectStore>`, shared by every
-//! Parquet reader of the crate (parquet 60
-//! deprecates its own `ParquetObjectReader`). With the object's size known
+//! Parquet reader of the crate (parquet 60 deprecates its own
+//! `ParquetObjectReader`): sources, DuckLake and `verify`. The one exception
+//! is the query path's footer read (`probe::footer`), which sizes its tail
+//! from the manifest and what it learned, and checks the footer pin on the
+//! same bytes. With the object's size known
 //! from the catalog, the footer is one ranged GET with a 64 KiB prefetch
 //! hint and no HEAD; without it, one suffix GET.
 
@@ -17,7 +20,9 @@ use parquet::arrow::async_reader::{AsyncFileReader, MetadataSuffixFetch};
 use parquet::errors::{ParquetError, Result};
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-const FOOTER_PREFETCH: usize = 64 * 1024;
+/// Tail bytes fetched with the first footer read of a Parquet object (one
+/// GET for most footers): the one prefetch constant of the crate.
+pub const FOOTER_PREFETCH: u64 = 64 * 1024;
 
 /// Reads one object of a store as a Parquet file.
 #[derive(Debug, Clone)]
@@ -73,7 +78,7 @@ impl AsyncFileReader for StoreReader {
         async move {
             let reader = ParquetMetaDataReader::new()
                 .with_arrow_reader_options(options)
-                .with_prefetch_hint(Some(FOOTER_PREFETCH));
+                .with_prefetch_hint(Some(FOOTER_PREFETCH as usize));
             let metadata = match self.size {
                 Some(size) => reader.load_and_finish(self, size).await?,
                 None => reader.load_via_suffix_and_finish(self).await?,

@@ -14,7 +14,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::distance::Metric;
 use parqivf::format::definition::{
-    BuildParams, INDEX_DEFINITION_FILE, IndexDefinition, IndexSource,
+    BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition, IndexSource,
 };
 use parqivf::format::manifest::Manifest;
 use parqivf::format::postings_table::postings_schema;
@@ -196,7 +196,7 @@ pub async fn write_index(
         IndexSource::VectorFile {
             location: "tests/support".into(),
         },
-        BuildParams {
+        BuildRecord {
             vector_column: "vector".into(),
             id_column: None,
             payload_columns: payload.iter().map(|f| f.name().clone()).collect(),
