@@ -13,8 +13,8 @@
 mod common;
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use object_store::path::Path;
 use object_store::ObjectStoreExt;
+use object_store::path::Path;
 use parqivf::index::{Index, SearchParams};
 use parqivf::postings::page_crc::check_column_chunk;
 use parquet::file::metadata::ParquetMetaDataReader;

@@ -32,9 +32,13 @@ fn params() -> BuildParams {
 }
 
 fn source() -> ArraySource {
-    ArraySource::new(support::fixtures::random_vectors(3000, DIM, 11), DIM, "generated")
-        .unwrap()
-        .with_part_size(500)
+    ArraySource::new(
+        support::fixtures::random_vectors(3000, DIM, 11),
+        DIM,
+        "generated",
+    )
+    .unwrap()
+    .with_part_size(500)
 }
 
 /// `batch` cut into batches of at most `rows` rows.

@@ -4,9 +4,9 @@
 
 mod support;
 
+use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::Error;
 use parqivf::index::{Index, IndexError, SearchParams};
 use std::sync::Arc;

@@ -360,6 +360,9 @@ fn coalesce(mut ranges: Vec<Range<u64>>) -> Vec<Range<u64>> {
     merged
 }
 
+/// A decoder that needs more bytes, and the ranges it asks for.
+type NeedsData = (ParquetPushDecoder, Vec<Range<u64>>);
+
 /// Decode on a blocking thread until `decoder` needs bytes it does not have
 /// (returned with the decoder) or is finished (`None`); every batch decoded
 /// meanwhile is assembled into the logical columns and appended to `batches`.
@@ -369,7 +372,7 @@ fn decode_available(
     schema: &SchemaRef,
     path: &Path,
     batches: &mut Vec<RecordBatch>,
-) -> Result<Option<(ParquetPushDecoder, Vec<Range<u64>>)>, BuildError> {
+) -> Result<Option<NeedsData>, BuildError> {
     loop {
         match decoder.try_decode().map_err(|e| unreadable(path, e))? {
             DecodeResult::NeedsData(ranges) => return Ok(Some((decoder, ranges))),

@@ -39,9 +39,7 @@ use super::BuildError;
 use super::job::BuildParams;
 use super::source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::distance::Metric;
-use crate::format::definition::{
-    BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition,
-};
+use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::CID_COLUMN;
 use crate::format::warehouse::Commit;

@@ -34,7 +34,6 @@ use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::postings::page_crc::check_column_chunk;
-use crate::store::uri::{RelativeLocation, UriError};
 use crate::topk::TopK;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};

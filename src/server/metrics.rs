@@ -79,6 +79,9 @@ pub struct Metrics {
     reloads: Family<ReloadLabels, Counter>,
 }
 
+/// A per-index gauge: name, help text, and how to read it from the index info.
+type GaugeReader = (&'static str, &'static str, fn(&IndexInfo) -> u64);
+
 impl Default for Metrics {
     fn default() -> Self {
         let m = Metrics {
@@ -209,7 +212,7 @@ impl Metrics {
     /// `indexes` (registered afresh for each scrape, so a dropped index or
     /// replaced snapshot leaves no stale series).
     pub fn render(&self, indexes: &[(String, IndexInfo)]) -> String {
-        let gauges: [(&str, &str, fn(&IndexInfo) -> u64); 3] = [
+        let gauges: [GaugeReader; 3] = [
             (
                 "parqivf_index_vectors",
                 "Vectors in the served snapshot",
@@ -266,7 +269,7 @@ mod tests {
         );
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"0.0005\"} 1\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"0.05\"} 2\n"));
-        assert!(text.contains("_bucket{route=\"/healthz\",le=\"10.0\"} 2\n"));
+        assert!(text.contains("_bucket{route=\"/healthz\",le=\"10\"} 2\n"));
         assert!(text.contains("_bucket{route=\"/healthz\",le=\"+Inf\"} 3\n"));
         assert!(
             text.contains("parqivf_http_request_duration_seconds_count{route=\"/healthz\"} 3\n")

@@ -308,16 +308,17 @@ impl LocationUri {
     /// for a pattern, use [`LocationUri::static_prefix`] and
     /// [`LocationUri::matches`]).
     pub fn object_path(&self) -> Path {
-        self.encoded_segments().map(decode).collect()
+        store_path(self.encoded_segments().map(decode))
     }
 
     /// The longest leading run of segments without a wildcard: the prefix to
     /// list when expanding a pattern. For a root it is the whole path.
     pub fn static_prefix(&self) -> Path {
-        self.encoded_segments()
-            .take_while(|s| !s.contains('*'))
-            .map(decode)
-            .collect()
+        store_path(
+            self.encoded_segments()
+                .take_while(|s| !s.contains('*'))
+                .map(decode),
+        )
     }
 
     /// The matcher of this URI: which objects (paths inside its host) it
@@ -712,6 +713,15 @@ fn hex_value(h: u8) -> u8 {
 }
 
 /// Percent-decodes a validated segment (validation guarantees UTF-8).
+/// The object-store path of decoded segments, spelled the way stores spell
+/// the keys they list (`Path::parse`: a non-ASCII or space character stays
+/// as it is, where `Path::from` would percent-encode it); segments `parse`
+/// refuses are encoded instead.
+fn store_path(segments: impl Iterator<Item = String>) -> Path {
+    let segments: Vec<String> = segments.collect();
+    Path::parse(segments.join("/")).unwrap_or_else(|_| segments.into_iter().collect())
+}
+
 fn decode(segment: &str) -> String {
     percent_encoding::percent_decode_str(segment)
         .decode_utf8_lossy()
