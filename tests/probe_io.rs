@@ -176,6 +176,22 @@ async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<
     mem.put(&footers_path, PutPayload::from(footers.to_json_bytes()))
         .await
         .unwrap();
+    // The manifest records the rewritten file's size and sha256, as a writer would.
+    let manifest_path = Path::from("idx/postings/manifest.json");
+    let mut manifest = Manifest::parse(
+        &mem.get(&manifest_path)
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    manifest.files[i].size = bytes.len() as u64;
+    manifest.files[i].sha256 = hex::encode(<sha2::Sha256 as sha2::Digest>::digest(&bytes));
+    mem.put(&manifest_path, PutPayload::from(manifest.to_json_bytes()))
+        .await
+        .unwrap();
     let path = Path::from(format!("idx/postings/{rel}"));
     mem.put(&path, PutPayload::from(bytes.clone()))
         .await
