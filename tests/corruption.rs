@@ -333,7 +333,7 @@ async fn a_flipped_rowid_byte_is_a_page_checksum_error_naming_the_page() {
     let (start, len) = rowid.byte_range();
     // Pages of the chunk (a dictionary page, then data pages): the flipped
     // byte is in the last one.
-    let pages = parqivf::postings::page_crc::check_column_chunk(
+    let pages = parqivf::format::page_crc::check_column_chunk(
         &original[start as usize..(start + len) as usize],
     )
     .unwrap();
@@ -355,7 +355,7 @@ async fn a_flipped_rowid_byte_is_a_page_checksum_error_naming_the_page() {
     assert!(p.ends_with("part-00000.parquet"), "{p}");
     assert_eq!((*row_group, column.as_str()), (0, "rowid"));
     assert!(
-        matches!(source, parqivf::postings::page_crc::PageCrcError::Mismatch { page, .. } if *page == last),
+        matches!(source, parqivf::format::page_crc::PageCrcError::Mismatch { page, .. } if *page == last),
         "{source}"
     );
     let msg = err.to_string();

@@ -167,7 +167,7 @@ async fn postings_cache_and_preload_remove_row_group_io() {
 /// would, not storage corruption: page CRCs and the footers.json pin describe
 /// the new bytes, so only the reader's layout checks can catch what is wrong.
 async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<u8> {
-    let bytes = parqivf::postings::page_crc::add_page_crcs_to_file(bytes).unwrap();
+    let bytes = parqivf::format::page_crc::add_page_crcs_to_file(bytes).unwrap();
     let footers_path = Path::from("idx/postings/footers.json");
     let mut footers: parqivf::format::footers::Footers =
         serde_json::from_slice(&mem.get(&footers_path).await.unwrap().bytes().await.unwrap())

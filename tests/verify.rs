@@ -19,10 +19,10 @@ use object_store::{
 };
 use parqivf::format::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers};
 use parqivf::format::manifest::{FORMAT_VERSION, FileEntry, Manifest, ManifestError};
+use parqivf::format::page_crc::add_page_crcs_to_file;
 use parqivf::format::postings_table::{
     CID_COLUMN, FooterViolation, KV_FORMAT_VERSION, ROWID_COLUMN, check_footer, part_path,
 };
-use parqivf::postings::page_crc::add_page_crcs_to_file;
 use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};

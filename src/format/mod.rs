@@ -9,6 +9,7 @@
 //! | `postings/footers.json` (footer pins) | [`footers`] |
 //! | `centroids/centroids.parquet` | [`centroids`] |
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
+//! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
 //! | all of one snapshot's documents, read and checked together | [`snapshot`] |
 //!
 //! Parsers read the version keys first and refuse a version they do not know
@@ -18,6 +19,7 @@ pub mod centroids;
 pub mod definition;
 pub mod footers;
 pub mod manifest;
+pub mod page_crc;
 pub mod postings_table;
 pub mod snapshot;
 pub mod warehouse;

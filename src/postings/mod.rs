@@ -3,7 +3,6 @@
 //! sha256 and size ([`writer`]), and the checker of every MUST of the layout
 //! ([`verify`]). The format as implemented is in `docs/format.md`.
 
-pub mod page_crc;
 pub mod verify;
 pub mod writer;
 

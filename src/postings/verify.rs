@@ -11,10 +11,10 @@
 //! run at all (an IO error other than "not found") is an `Err`.
 
 use super::PostingsError;
-use super::page_crc::check_column_chunk;
 use crate::format::definition::{INDEX_DEFINITION_FILE, POSTINGS_LOCATION};
 use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
 use crate::format::manifest::{FileEntry, Manifest, ManifestError};
+use crate::format::page_crc::check_column_chunk;
 use crate::format::postings_table::{FooterViolation, MANIFEST_FILE, check_footer};
 use crate::format::snapshot::Snapshot;
 use crate::format::warehouse;

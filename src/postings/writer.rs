@@ -11,14 +11,14 @@
 //! spans consecutive row groups and files.
 
 use super::PostingsError;
-use super::page_crc::{
-    Rewritten, add_page_crcs, add_page_crcs_prefix, remap_metadata, write_footer,
-};
 use crate::format::footers::{
     FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes,
 };
 use crate::format::manifest::{
     FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest, ManifestError,
+};
+use crate::format::page_crc::{
+    Rewritten, add_page_crcs, add_page_crcs_prefix, remap_metadata, write_footer,
 };
 use crate::format::postings_table::{
     CID_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, ROWID_COLUMN, VECTOR_COLUMN, part_path,

@@ -77,7 +77,7 @@ pub enum ProbeError {
         row_group: usize,
         column: String,
         #[source]
-        source: crate::postings::page_crc::PageCrcError,
+        source: crate::format::page_crc::PageCrcError,
     },
     /// The store failed (a missing object named by the manifest lands here).
     #[error("object store error on {path}: {source}")]
