@@ -331,6 +331,14 @@ impl DuckLakeTable {
         Ok(out)
     }
 
+    /// The data file at `file_index`, or [`DuckLakeError::NoSuchFile`].
+    fn file(&self, file_index: usize) -> Result<&LiveFile, DuckLakeError> {
+        self.files.get(file_index).ok_or(DuckLakeError::NoSuchFile {
+            file: file_index,
+            files: self.files.len(),
+        })
+    }
+
     /// How many rows file `file_index` yields at the snapshot (deletes and
     /// `partial_file_info` applied), from catalog metadata and the delete
     /// file; the data file's pages are not read.
@@ -338,13 +346,7 @@ impl DuckLakeTable {
     /// # Errors
     /// [`DuckLakeError::NoSuchFile`], an unreadable footer or delete file.
     pub async fn live_rows(&self, file_index: usize) -> Result<u64, DuckLakeError> {
-        let file = self
-            .files
-            .get(file_index)
-            .ok_or(DuckLakeError::NoSuchFile {
-                file: file_index,
-                files: self.files.len(),
-            })?;
+        let file = self.file(file_index)?;
         scan::live_rows(self, file).await
     }
 
@@ -359,13 +361,7 @@ impl DuckLakeTable {
         columns: &[&str],
         missing: MissingRowId,
     ) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
-        let file = self
-            .files
-            .get(file_index)
-            .ok_or(DuckLakeError::NoSuchFile {
-                file: file_index,
-                files: self.files.len(),
-            })?;
+        let file = self.file(file_index)?;
         let request = scan::Request::new(self, columns, missing)?;
         scan::read_file(self, &request, file).await
     }
