@@ -32,7 +32,7 @@ fn postings() -> Vec<RecordBatch> {
                 .flat_map(|_| rng.random::<f32>().to_le_bytes())
                 .collect();
             RecordBatch::try_new(
-                postings_schema(DIM, &[]),
+                postings_schema(DIM, None, &[]),
                 vec![
                     Arc::new(Int32Array::from(vec![cid; n])),
                     Arc::new(Int64Array::from_iter_values(
@@ -67,6 +67,7 @@ fn bench_writer(c: &mut Criterion) {
                     store,
                     Path::from("t"),
                     DIM,
+                    None,
                     vec![],
                     WriterOptions::default(),
                 )

@@ -21,7 +21,14 @@ use crate::format::manifest::Manifest;
 use crate::format::snapshot::{Snapshot, SnapshotError};
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
-use crate::probe::executor::{Postings, RowGroupCache, on_rayon, payload_of, scan_batch};
+use crate::probe::executor::{
+    DecodedRowGroup, Postings, RowGroupCache, Want, on_rayon, payload_of, scan_batch,
+};
+use crate::probe::quantized::{
+    CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
+};
+use crate::quant::Quantizer;
+use crate::topk::TopK;
 use crate::probe::footer::FooterCache;
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
 pub use crate::probe::stats::SearchStats;
@@ -63,6 +70,9 @@ pub enum IndexError {
     InvalidK,
     #[error("nprobe {nprobe} must be within 1..={nlist} (nlist)")]
     InvalidNprobe { nprobe: usize, nlist: usize },
+    /// `--preload codes` of an index built without codes.
+    #[error("the index has no codes (built with --codes none): preload all or nothing")]
+    NoCodes,
 }
 
 /// Tuning of an opened index.
@@ -99,7 +109,15 @@ pub struct SearchParams {
     pub root_factor: usize,
     /// Return the payload columns of each hit. Default false.
     pub include_payload: bool,
+    /// In an index with codes: the best `rerank × k` candidates by their
+    /// codes are ranked again by their exact distance (default
+    /// [`DEFAULT_RERANK`]); 0 returns the codes' estimated distances and
+    /// reads no f32 at all. Ignored without codes (the scan is exact).
+    pub rerank: usize,
 }
+
+/// Re-rank factor by default (see `docs/benchmarks.md`).
+pub const DEFAULT_RERANK: usize = 10;
 
 impl Default for SearchParams {
     fn default() -> Self {
@@ -108,6 +126,33 @@ impl Default for SearchParams {
             nprobe: 16,
             root_factor: DEFAULT_ROOT_FACTOR,
             include_payload: false,
+            rerank: DEFAULT_RERANK,
+        }
+    }
+}
+
+/// What an index holds in memory ([`Index::preload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preload {
+    /// Nothing: postings are read from storage per query (footers cached).
+    #[default]
+    None,
+    /// Codes, rowids and the `vector` offset indexes of every row group: a
+    /// re-rank reads only the `vector` pages of its candidates.
+    Codes,
+    /// Every column a query reads (vectors included): queries do no IO.
+    All,
+}
+
+impl std::str::FromStr for Preload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Preload::None),
+            "codes" => Ok(Preload::Codes),
+            "all" => Ok(Preload::All),
+            _ => Err(format!("unknown preload {s:?}: expected none, codes or all")),
         }
     }
 }
@@ -145,6 +190,11 @@ pub struct Index {
     postings_paths: Arc<[Path]>,
     /// Shared with the search's compute steps on rayon.
     hierarchy: Arc<Hierarchy>,
+    /// The quantiser of the `code` column and every leaf rotated by it, in
+    /// an index with codes.
+    codes: Option<Arc<(Quantizer, Vec<f32>)>>,
+    /// What [`Index::preload`] put in memory.
+    preloaded: std::sync::Mutex<Preload>,
     footers: FooterCache,
     row_groups: RowGroupCache,
     /// Most footer bytes per cid seen so far (sizes the next footer reads).
@@ -187,8 +237,14 @@ impl Index {
         snapshot: Snapshot,
         options: IndexOptions,
     ) -> Index {
+        let codes = snapshot.quantizer.map(|q| {
+            let rotated = rotate_leaves(&q, &snapshot.hierarchy);
+            Arc::new((q, rotated))
+        });
         Index {
             store,
+            codes,
+            preloaded: std::sync::Mutex::new(Preload::None),
             postings_paths: snapshot.postings_paths.into(),
             definition: snapshot.definition,
             manifest: snapshot.manifest,
@@ -216,6 +272,31 @@ impl Index {
         &self.hierarchy
     }
 
+    /// The object path of each postings file, in manifest order.
+    pub fn postings_paths(&self) -> &[Path] {
+        &self.postings_paths
+    }
+
+    /// The quantiser of the postings' codes, in an index with codes.
+    pub fn quantizer(&self) -> Option<&Quantizer> {
+        self.codes.as_deref().map(|(q, _)| q)
+    }
+
+    /// What [`Index::preload`] holds in memory.
+    pub fn preloaded(&self) -> Preload {
+        *self.preloaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The columns a query reads, given what is preloaded.
+    fn want(&self, include_payload: bool) -> Want {
+        let has_codes = self.codes.is_some();
+        Want {
+            vectors: !has_codes || self.preloaded() == Preload::All,
+            codes: has_codes,
+            payload: include_payload,
+        }
+    }
+
     /// Bytes held now by the footer cache and by the decoded-postings cache
     /// (which holds every posting after [`Index::preload`]), in that order.
     pub fn cache_bytes(&self) -> (usize, usize) {
@@ -229,6 +310,7 @@ impl Index {
             files: &self.manifest.files,
             footer_pins: &self.footer_pins,
             dim: self.hierarchy.dim,
+            code_bytes: self.quantizer().map(Quantizer::code_bytes),
             footers: &self.footers,
             row_groups: &self.row_groups,
             prefetch: self.options.prefetch_hint,
@@ -254,16 +336,30 @@ impl Index {
         Ok(stats)
     }
 
-    /// Decode every posting into memory (the decoded-postings cache becomes
-    /// unbounded): queries then do no IO. Costs `ntotal × (dim × 4 + 8)` bytes.
+    /// Hold `what` in memory (the decoded-postings cache becomes unbounded):
+    /// [`Preload::All`] every column a query reads, so queries do no IO
+    /// (`ntotal × (dim × 4 + 8 + code bytes)` bytes); [`Preload::Codes`] the
+    /// codes, rowids and `vector` offset indexes (`ntotal × (8 + code
+    /// bytes)` plus ≈ 3 bytes a row), so a query reads only the `vector`
+    /// pages of its re-rank candidates. See `docs/query.md`.
     ///
     /// # Errors
+    /// [`IndexError::NoCodes`] for `Codes` on an index without codes;
     /// [`ProbeError`] for a missing, invalid or corrupt postings file.
-    pub async fn preload(&self) -> crate::Result<SearchStats> {
+    pub async fn preload(&self, what: Preload) -> crate::Result<SearchStats> {
+        if what == Preload::Codes && self.codes.is_none() {
+            return Err(IndexError::NoCodes.into());
+        }
+        if what == Preload::None {
+            return Ok(SearchStats::default());
+        }
         self.row_groups.set_capacity(usize::MAX);
+        *self.preloaded.lock().unwrap_or_else(|e| e.into_inner()) = what;
         let all: Vec<u32> = (0..self.manifest.nlist).collect();
         let mut stats = SearchStats::default();
-        self.postings().load(&all, false, &mut stats).await?;
+        self.postings()
+            .load(&all, self.want(false), &mut stats)
+            .await?;
         Ok(stats)
     }
 
@@ -357,18 +453,31 @@ impl Index {
         union.sort_unstable();
         union.dedup();
         let mut stats = SearchStats::default();
-        let loaded = self
-            .postings()
-            .load(&union, params.include_payload, &mut stats)
-            .await?;
-        let (metric, k, include_payload) =
-            (self.hierarchy.metric, params.k, params.include_payload);
+        let want = self.want(params.include_payload);
+        let loaded = self.postings().load(&union, want, &mut stats).await?;
+        let tops = match &self.codes {
+            None => {
+                let (metric, k) = (self.hierarchy.metric, params.k);
+                let (queries, selected, loaded) =
+                    (Arc::clone(&queries), selected.clone(), loaded.clone());
+                let (tops, took) = on_rayon(move || {
+                    let t = Instant::now();
+                    let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
+                    let tops = scan_batch(metric, dim, &queries, &probed, &loaded, k);
+                    (tops, t.elapsed())
+                })
+                .await;
+                stats.scan_us += micros(took);
+                tops
+            }
+            Some(codes) => {
+                self.search_codes(codes, &queries, &selected, &loaded, want, params, &mut stats)
+                    .await?
+            }
+        };
+        let include_payload = params.include_payload;
         let paths = Arc::clone(&self.postings_paths);
         on_rayon(move || {
-            let t = Instant::now();
-            let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
-            let tops = scan_batch(metric, dim, &queries, &probed, &loaded, k);
-            let scan_us = micros(t.elapsed());
             tops.into_iter()
                 .zip(&selected)
                 .map(|(top, (cids, probe_us))| -> crate::Result<SearchResult> {
@@ -392,7 +501,6 @@ impl Index {
                         hits,
                         stats: SearchStats {
                             probe_us: *probe_us,
-                            scan_us,
                             ..stats
                         },
                     })
@@ -400,6 +508,81 @@ impl Index {
                 .collect()
         })
         .await
+    }
+
+    /// The quantised path: score the codes, keep `rerank × k` candidates a
+    /// query, and rank them exactly, from memory (`Preload::All`) or from
+    /// their `vector` pages (one more round). Compute on rayon.
+    #[allow(clippy::too_many_arguments)]
+    async fn search_codes(
+        &self,
+        codes: &Arc<(Quantizer, Vec<f32>)>,
+        queries: &Arc<[f32]>,
+        selected: &[(Vec<u32>, u64)],
+        loaded: &[Arc<DecodedRowGroup>],
+        want: Want,
+        params: &SearchParams,
+        stats: &mut SearchStats,
+    ) -> crate::Result<Vec<TopK>> {
+        let (k, rerank, dim) = (params.k, params.rerank, self.hierarchy.dim);
+        let keep = k.saturating_mul(rerank).max(k);
+        let metric = self.hierarchy.metric;
+        let (codes, hierarchy, paths) = (
+            Arc::clone(codes),
+            Arc::clone(&self.hierarchy),
+            Arc::clone(&self.postings_paths),
+        );
+        let (q, sel, rgs) = (Arc::clone(queries), selected.to_vec(), loaded.to_vec());
+        let (scanned, took) = on_rayon(move || {
+            let t = Instant::now();
+            let probed: Vec<&[u32]> = sel.iter().map(|(c, _)| c.as_slice()).collect();
+            let scan = CodeScan {
+                quantizer: &codes.0,
+                hierarchy: &hierarchy,
+                rotated_leaves: &codes.1,
+            };
+            let scanned = scan_codes(scan, &paths, &q, &probed, &rgs, keep).map(
+                |(candidates, scored)| {
+                    if rerank == 0 {
+                        (approximate(candidates, k), scored, None)
+                    } else if want.vectors {
+                        let tops = rerank_in_memory(metric, dim, &q, candidates, &rgs, k);
+                        (tops, scored, None)
+                    } else {
+                        let plan = PagePlan::new(&paths, &rgs, &candidates);
+                        (Vec::new(), scored, Some((candidates, plan)))
+                    }
+                },
+            );
+            (scanned, t.elapsed())
+        })
+        .await;
+        let (tops, scored, pending) = scanned?;
+        stats.codes_scored += scored;
+        stats.scan_us += micros(took);
+        let Some((candidates, plan)) = pending else {
+            return Ok(tops);
+        };
+        let plan = plan?;
+        stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
+        stats.pages_read += plan.pages() as u64;
+        stats.page_bytes += plan.page_bytes();
+        let t = Instant::now();
+        let fetched = self.postings().fetch(plan.requests(), stats).await?;
+        stats.rerank_fetch_us += micros(t.elapsed());
+        let (q, rgs, paths) = (
+            Arc::clone(queries),
+            loaded.to_vec(),
+            Arc::clone(&self.postings_paths),
+        );
+        let (ranked, took) = on_rayon(move || {
+            let t = Instant::now();
+            let ranked = plan.rank(fetched, &paths, &rgs, metric, dim, &q, candidates, k);
+            (ranked, t.elapsed())
+        })
+        .await;
+        stats.scan_us += micros(took);
+        Ok(ranked?)
     }
 }
 

@@ -20,6 +20,7 @@ pub mod index;
 pub mod kmeans;
 pub mod postings;
 pub mod probe;
+pub mod quant;
 pub mod quickstart;
 pub mod server;
 pub mod store;

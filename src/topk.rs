@@ -10,13 +10,22 @@
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
 
-/// One candidate: smaller `distance` is better; equal distances order by `rowid`.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// One candidate: smaller `distance` is better; equal distances order by
+/// `rowid`. `at` is where the caller found it (e.g. a quantised scan's row
+/// group and row, for the re-rank); it takes no part in the order, since
+/// rowids are unique.
+#[derive(Debug, Clone, Copy)]
 pub struct Neighbor {
     pub distance: f32,
     pub rowid: i64,
+    pub at: u64,
 }
 
+impl PartialEq for Neighbor {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
 impl Eq for Neighbor {}
 impl PartialOrd for Neighbor {
     fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
@@ -50,12 +59,22 @@ impl TopK {
     /// Offer one candidate.
     #[inline]
     pub fn push(&mut self, distance: f32, rowid: i64) {
+        self.push_at(distance, rowid, 0);
+    }
+
+    /// Offer one candidate found at `at` (see [`Neighbor::at`]).
+    #[inline]
+    pub fn push_at(&mut self, distance: f32, rowid: i64, at: u64) {
         let distance = if distance.is_nan() {
             f32::NAN
         } else {
             distance
         };
-        let n = Neighbor { distance, rowid };
+        let n = Neighbor {
+            distance,
+            rowid,
+            at,
+        };
         if self.heap.len() < self.k {
             self.heap.push(n);
         } else if let Some(mut worst) = self.heap.peek_mut()
@@ -80,6 +99,11 @@ impl TopK {
         self.heap.len()
     }
 
+    /// The kept neighbours, in no order.
+    pub fn iter(&self) -> impl Iterator<Item = &Neighbor> {
+        self.heap.iter()
+    }
+
     /// Whether nothing is kept (always for `k == 0`).
     pub fn is_empty(&self) -> bool {
         self.heap.is_empty()
@@ -88,7 +112,7 @@ impl TopK {
     /// Merge another selection into this one.
     pub fn merge(&mut self, other: TopK) {
         for n in other.heap {
-            self.push(n.distance, n.rowid);
+            self.push_at(n.distance, n.rowid, n.at);
         }
     }
 

@@ -404,7 +404,8 @@ fn validator(schema_file: &str) -> jsonschema::Validator {
 }
 
 /// Every document a build writes validates against its JSON Schema in
-/// `manifests/`: the commit, `index.json` and `manifest.json`.
+/// `manifests/`: the commit, `index.json`, `manifest.json` and
+/// `quantizer.json` (the build's default codes).
 #[tokio::test]
 async fn documents_written_by_a_build_match_their_schemas() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -434,6 +435,10 @@ async fn documents_written_by_a_build_match_their_schemas() {
         (
             "manifest.schema.json",
             get(snapshot.clone().join("postings").join("manifest.json")).await,
+        ),
+        (
+            "quantizer.schema.json",
+            get(snapshot.clone().join("quantizer.json")).await,
         ),
     ];
     for (schema, doc) in docs {

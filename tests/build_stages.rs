@@ -20,6 +20,7 @@ use parqivf::format::postings_table::postings_schema;
 use parqivf::format::warehouse;
 use parqivf::index::{Index, SearchParams};
 use parqivf::kmeans::Hierarchy;
+use parqivf::quant::{Quantizer, Scheme};
 
 const DIM: usize = 16;
 
@@ -69,14 +70,24 @@ async fn by_hand(
         .await
         .unwrap();
     let (hierarchy, _) = stages::train(&sample, &params).unwrap();
-    let schema = postings_schema(DIM, &[]);
+    let quantizer = params
+        .codes
+        .map(|s| stages::train_quantizer(&sample, &hierarchy, s, params.seed).unwrap());
+    let schema = postings_schema(DIM, quantizer.as_ref().map(Quantizer::code_bytes), &[]);
     let mut buckets: Vec<Vec<RecordBatch>> = vec![Vec::new(); hierarchy.nroots()];
     for p in (0..source.parts()).rev() {
         let part = stages::read_part(source, p, params.metric, false)
             .await
             .unwrap();
         for batch in split(part, 170) {
-            let rows = stages::assign(&hierarchy, params.assign, &schema, batch).unwrap();
+            let rows = stages::assign(
+                &hierarchy,
+                params.assign,
+                quantizer.as_ref(),
+                &schema,
+                batch,
+            )
+            .unwrap();
             for (bucket, run) in stages::group_by_root(&hierarchy.cid_offsets, &rows).unwrap() {
                 buckets[bucket as usize].push(run);
             }
@@ -90,8 +101,14 @@ async fn by_hand(
         hierarchy.nroots() as u32,
         sample.len(),
     );
-    let target =
-        PostingsTarget::new(&definition, &folder, Vec::new(), params.writer.clone()).unwrap();
+    let target = PostingsTarget::new(
+        &definition,
+        &folder,
+        quantizer.as_ref(),
+        Vec::new(),
+        params.writer.clone(),
+    )
+    .unwrap();
     let mut files = Vec::new();
     for bucket in (0..hierarchy.nroots()).rev() {
         let run = std::mem::take(&mut buckets[bucket]);
@@ -104,9 +121,16 @@ async fn by_hand(
         }
     }
     let mut committing = false;
-    let commit = stages::publish(store, &folder, files, &hierarchy, &definition, None, || {
-        committing = true
-    })
+    let commit = stages::publish(
+        store,
+        &folder,
+        files,
+        &hierarchy,
+        quantizer.as_ref(),
+        &definition,
+        None,
+        || committing = true,
+    )
     .await
     .unwrap();
     assert!(committing);
@@ -195,9 +219,10 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
     let rows = stages::count(&src).await.unwrap();
     let sample = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
     let (h, _) = stages::train(&sample, &p).unwrap();
-    let schema = postings_schema(DIM, &[]);
+    let q = stages::train_quantizer(&sample, &h, Scheme::Sq8, p.seed).unwrap();
+    let schema = postings_schema(DIM, Some(q.code_bytes()), &[]);
     let part = stages::read_part(&src, 0, p.metric, false).await.unwrap();
-    let assigned = stages::assign(&h, p.assign, &schema, part).unwrap();
+    let assigned = stages::assign(&h, p.assign, Some(&q), &schema, part).unwrap();
     let (bucket, run) = stages::group_by_root(&h.cid_offsets, &assigned)
         .unwrap()
         .remove(0);
@@ -206,7 +231,8 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let folder = SnapshotFolder::at(&Path::from("i"), "snapshots/s").unwrap();
     let definition = stages::definition(src.definition(), &p, DIM, h.nroots() as u32, 0);
-    let target = PostingsTarget::new(&definition, &folder, Vec::new(), p.writer.clone()).unwrap();
+    let target =
+        PostingsTarget::new(&definition, &folder, Some(&q), Vec::new(), p.writer.clone()).unwrap();
     let first = stages::write_bucket(&store, &target, bucket, sorted.clone())
         .await
         .unwrap();
@@ -227,7 +253,10 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
     assert!(matches!(e, BuildError::Location(_)), "{e}");
     // A publish that fails before its commit leaves no version behind.
     let src = source();
-    let p = params();
+    let p = BuildParams {
+        codes: None,
+        ..params()
+    };
     let rows = stages::count(&src).await.unwrap();
     let sample = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
     let (h, _) = stages::train(&sample, &p).unwrap();
@@ -252,6 +281,7 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
         &folder,
         vec![missing],
         &h,
+        None,
         &definition,
         None,
         || committing = true,

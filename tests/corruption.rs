@@ -49,6 +49,7 @@ async fn fixture() -> Fixture {
             max_rows_per_row_group: 48,
             max_file_bytes: 6 * 1024,
             upload_buffer_bytes: 1 << 20,
+            ..WriterOptions::default()
         },
         payload: false,
     };

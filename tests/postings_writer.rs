@@ -248,6 +248,7 @@ fn writer(store: &Arc<dyn ObjectStore>) -> PostingsWriter {
         Arc::clone(store),
         Path::from("t"),
         DIM,
+        None,
         payload(),
         small_options(),
     )
@@ -307,7 +308,7 @@ async fn wrong_schema_is_rejected() {
         })
     ));
     let no_payload = RecordBatch::try_new(
-        postings_schema(DIM, &[]),
+        postings_schema(DIM, None, &[]),
         batch(DIM, &[0], 0).columns()[..3].to_vec(),
     )
     .unwrap();
@@ -324,7 +325,7 @@ async fn wrong_schema_is_rejected() {
 async fn constructor_and_bucket_misuse_are_typed_errors() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let new = |dim, payload: Vec<Field>, options| {
-        PostingsWriter::new(Arc::clone(&store), Path::from("t"), dim, payload, options)
+        PostingsWriter::new(Arc::clone(&store), Path::from("t"), dim, None, payload, options)
     };
     assert!(matches!(
         new(0, vec![], WriterOptions::default()),

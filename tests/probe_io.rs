@@ -146,7 +146,7 @@ async fn postings_cache_and_preload_remove_row_group_io() {
     let index = Index::open(Arc::clone(&store), &Path::from("idx"))
         .await
         .unwrap();
-    let pre = index.preload().await.unwrap();
+    let pre = index.preload(parqivf::index::Preload::All).await.unwrap();
     assert_eq!(pre.row_groups_read, pre.planned_row_groups);
     let before = counting.counts();
     let params = SearchParams {

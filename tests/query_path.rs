@@ -73,7 +73,7 @@ fn search_leaves_a_current_thread_runtime_free_while_it_computes() {
         .unwrap();
     let (got, ticks) = single.block_on(async {
         let index = open(&location).await;
-        index.preload().await.unwrap();
+        index.preload(parqivf::index::Preload::All).await.unwrap();
         let ticks = Arc::new(AtomicU64::new(0));
         let stop = Arc::new(AtomicBool::new(false));
         let ticker = tokio::spawn({
@@ -162,6 +162,7 @@ async fn http_sets_every_search_parameter_and_returns_the_library_stats() {
                 nprobe: 2,
                 root_factor,
                 include_payload: true,
+                ..SearchParams::default()
             };
             let want = library.search(q, &sp).await.unwrap();
             let body = json!({

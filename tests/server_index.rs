@@ -4,6 +4,7 @@
 //! (and an unchanged one is not re-opened); `/v1/indexes/{name}` and
 //! `/metrics` report the bytes the footer and postings caches really hold.
 
+use parqivf::index::Preload;
 use std::sync::Arc;
 
 use object_store::path::Path;
@@ -161,7 +162,11 @@ async fn cache_bytes_are_the_ones_the_index_holds() {
     let location = dir.path().join("idx").display().to_string();
     let (n, dim) = (2000, 8);
     publish(&location, vectors(n, dim, 3), dim).await;
-    for (preload, warm) in [(false, true), (true, false)] {
+    for (preload, warm) in [
+        (Preload::None, true),
+        (Preload::All, false),
+        (Preload::Codes, false),
+    ] {
         let config = ServerConfig {
             addr: "127.0.0.1:0".parse().unwrap(),
             indexes: vec![("docs".into(), location.clone())],
@@ -190,12 +195,19 @@ async fn cache_bytes_are_the_ones_the_index_holds() {
             gauge(&metrics, "parqivf_index_postings_cache_bytes"),
             postings
         );
-        assert_eq!(cache["preloaded"], preload);
-        if preload {
+        assert_eq!(cache["preloaded"], preload != Preload::None);
+        assert_eq!(cache["preload"], serde_json::to_value(preload).unwrap());
+        if preload == Preload::All {
             // Every posting decoded: at least a rowid and a vector per row.
             assert!(
                 postings >= (n * (8 + 4 * dim)) as u64,
                 "preloaded {n} x {dim} but the postings cache holds {postings} bytes"
+            );
+        } else if preload == Preload::Codes {
+            // Rowids and codes, no vectors.
+            assert!(
+                postings >= (n * 8) as u64 && postings < (n * (8 + 4 * dim + 64)) as u64,
+                "preloaded codes of {n} x {dim} but the postings cache holds {postings} bytes"
             );
         } else {
             // --warm read every footer (about 1 KiB per row group) and decoded nothing.

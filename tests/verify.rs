@@ -269,7 +269,7 @@ fn tampered_footer(stats: ValueStatistics<i32>, num_rows: i64) -> ParquetMetaDat
 
 /// Every violation of the footer contract (for a bare table: any dim).
 fn footer_violations(entry: &FileEntry, metadata: &ParquetMetaData) -> Vec<FooterViolation> {
-    check_footer("f", entry, metadata, None)
+    check_footer("f", entry, metadata, None, None)
         .err()
         .unwrap_or_default()
 }
@@ -286,7 +286,7 @@ fn inexact_statistics_null_cids_and_empty_row_groups() {
         sha256: String::new(),
     };
     let exact = || ValueStatistics::new(Some(1i32), Some(1i32), None, Some(0), false);
-    assert!(check_footer("f", &entry, &tampered_footer(exact(), 1), None).is_ok());
+    assert!(check_footer("f", &entry, &tampered_footer(exact(), 1), None, None).is_ok());
     let v = footer_violations(
         &entry,
         &tampered_footer(exact().with_max_is_exact(false), 1),

@@ -25,6 +25,7 @@ use crate::distance::Metric;
 use crate::format::postings_table::postings_schema;
 use crate::kmeans::AssignMode;
 use crate::postings::writer::WriterOptions;
+use crate::quant::Scheme;
 
 /// The default seed (FAISS's k-means default), so builds are reproducible
 /// without any flag.
@@ -47,11 +48,17 @@ pub struct BuildParams {
     pub seed: u64,
     /// How rows are assigned to leaves.
     pub assign: AssignMode,
+    /// The quantised codes written beside the vectors (`None`: no `code`
+    /// column; queries scan the f32 vectors).
+    pub codes: Option<Scheme>,
     /// Bytes of assigned postings held in memory before spilling per bucket.
     pub memory_limit: usize,
     pub writer: WriterOptions,
     pub progress: ProgressMode,
 }
+
+/// The codes of a build by default (see `docs/benchmarks.md`).
+pub const DEFAULT_CODES: Option<Scheme> = Some(Scheme::RaBitQ4);
 
 /// Flat Lloyd iterations over all leaves after the two-level training, by
 /// default: on SIFT-like 1M × 128 at nlist 1000 they raise recall@10 at
@@ -70,6 +77,7 @@ impl Default for BuildParams {
             max_points_per_centroid: 256,
             seed: DEFAULT_SEED,
             assign: AssignMode::Exact,
+            codes: DEFAULT_CODES,
             memory_limit: 2 << 30,
             writer: WriterOptions::default(),
             progress: ProgressMode::Auto,
@@ -199,10 +207,19 @@ pub async fn build(
     // 3. Train the two-level hierarchy.
     let phase = Phase::start(params.progress, "train", u64::from(params.nlist), "lists");
     let p = params.clone();
-    let (hierarchy, report) = blocking(move || stages::train(&sample, &p)).await?;
+    let (hierarchy, report, quantizer) = blocking(move || {
+        let (hierarchy, report) = stages::train(&sample, &p)?;
+        let quantizer = p
+            .codes
+            .map(|scheme| stages::train_quantizer(&sample, &hierarchy, scheme, p.seed))
+            .transpose()?;
+        Ok((hierarchy, report, quantizer))
+    })
+    .await?;
     phase.inc(u64::from(params.nlist));
     times.train = secs(phase.finish());
     let hierarchy = Arc::new(hierarchy);
+    let quantizer = quantizer.map(Arc::new);
 
     // 4. Assign every row and group by root bucket under the memory budget.
     let payload_fields: Vec<Field> = source
@@ -210,7 +227,8 @@ pub async fn build(
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
-    let schema = postings_schema(dim, &payload_fields);
+    let code_bytes = quantizer.as_deref().map(crate::quant::Quantizer::code_bytes);
+    let schema = postings_schema(dim, code_bytes, &payload_fields);
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;
     let phase = Phase::start(params.progress, "assign", rows, "rows");
@@ -227,10 +245,11 @@ pub async fn build(
         }
         let n = batch.len() as u64;
         let h = hierarchy.clone();
+        let q = quantizer.clone();
         let mode = params.assign;
         let schema = schema.clone();
         let grouped = blocking(move || {
-            let assigned = stages::assign(&h, mode, &schema, batch)?;
+            let assigned = stages::assign(&h, mode, q.as_deref(), &schema, batch)?;
             stages::group_by_root(&h.cid_offsets, &assigned)
         })
         .await?;
@@ -249,8 +268,13 @@ pub async fn build(
     let folder = stages::SnapshotFolder::new(index)?;
     let definition =
         stages::definition(source.definition(), params, dim, nroots as u32, sample_rows);
-    let target =
-        stages::PostingsTarget::new(&definition, &folder, payload_fields, params.writer.clone())?;
+    let target = stages::PostingsTarget::new(
+        &definition,
+        &folder,
+        quantizer.as_deref(),
+        payload_fields,
+        params.writer.clone(),
+    )?;
     spill.record_snapshot(store.as_ref(), &folder.path)?;
     let mut committing = false;
     let published = async {
@@ -270,6 +294,7 @@ pub async fn build(
             &folder,
             files,
             &hierarchy,
+            quantizer.as_deref(),
             &definition,
             parent,
             || {

@@ -14,7 +14,9 @@ pub mod source;
 pub mod spill;
 pub mod stages;
 
-pub use job::{BuildParams, BuildSummary, DEFAULT_POLISH, DEFAULT_SEED, PhaseTimes, build};
+pub use job::{
+    BuildParams, BuildSummary, DEFAULT_CODES, DEFAULT_POLISH, DEFAULT_SEED, PhaseTimes, build,
+};
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
 pub use progress::ProgressMode;
 pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};

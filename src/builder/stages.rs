@@ -7,10 +7,11 @@
 //! | [`count`] | a source | rows per part | IO (metadata) |
 //! | [`sample`] | a source, its counts, the seed | a seeded sample, rows read | IO |
 //! | [`train`] | the sample, the seed | the [`Hierarchy`] | CPU |
-//! | [`read_part`] + [`assign`] | a batch of (rowid, vector[, payload]) + the hierarchy | `(cid, rowid, vector[, payload])` rows | IO, then CPU |
+//! | [`train_quantizer`] | the sample, the hierarchy, the scheme | the [`Quantizer`] of the codes | CPU |
+//! | [`read_part`] + [`assign`] | a batch of (rowid, vector[, payload]) + the hierarchy (+ quantizer) | `(cid, rowid, vector[, code][, payload])` rows | IO, then CPU |
 //! | [`group_by_root`] + [`sort_run`] | assigned rows | per-root-bucket runs sorted by (cid, rowid) | CPU |
 //! | [`write_bucket`] | one bucket's sorted run | its postings files ([`FileEntry`]s) | IO |
-//! | [`publish`] | every bucket's files | centroids, `footers.json`, `manifest.json`, `index.json`, then the commit | IO |
+//! | [`publish`] | every bucket's files | centroids, `quantizer.json`, `footers.json`, `manifest.json`, `index.json`, then the commit | IO |
 //!
 //! The CPU stages are synchronous and do no IO: callers on a tokio runtime
 //! run them on the blocking pool. Every stage is deterministic: the same
@@ -43,7 +44,9 @@ use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinit
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::CID_COLUMN;
 use crate::format::warehouse::Commit;
+use crate::format::quantizer::QUANTIZER_FILE;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams};
+use crate::quant::{Quantizer, Scheme};
 use crate::postings::writer::{PostingsWriter, WriterOptions};
 use crate::store::commit::put_if_absent;
 use crate::store::uri::RelativeLocation;
@@ -212,6 +215,68 @@ pub fn train(
     )?)
 }
 
+/// Most sample rows whose residuals train SQ8's ranges.
+const QUANTIZER_SAMPLE: usize = 65_536;
+
+/// The quantiser of the codes for `scheme`, from the residuals of (at most
+/// [`QUANTIZER_SAMPLE`] rows of) the training sample to their leaves:
+/// SQ8's per-dimension ranges; RaBitQ's rotation from the build seed.
+/// Deterministic for the same sample and seed. CPU only.
+///
+/// # Errors
+/// The assignment's and the quantiser's errors.
+pub fn train_quantizer(
+    sample: &Sample,
+    hierarchy: &Hierarchy,
+    scheme: Scheme,
+    seed: u64,
+) -> Result<Quantizer, BuildError> {
+    let dim = hierarchy.dim;
+    let quant = |e: crate::quant::QuantError| BuildError::BadParameter {
+        name: "codes",
+        reason: e.to_string(),
+    };
+    match scheme {
+        Scheme::RaBitQ4 => Quantizer::rabitq4(dim, seed).map_err(quant),
+        Scheme::Sq8 => {
+            let rows = sample.len().min(QUANTIZER_SAMPLE);
+            let vectors = &sample.vectors[..rows * dim];
+            let cids = hierarchy.assign(vectors, AssignMode::Exact)?;
+            let residuals = residuals(hierarchy, vectors, &cids);
+            Quantizer::train_sq8(&residuals, dim).map_err(quant)
+        }
+    }
+}
+
+/// `vectors[i] − leaf(cids[i])`, row-major.
+fn residuals(hierarchy: &Hierarchy, vectors: &[f32], cids: &[u32]) -> Vec<f32> {
+    let dim = hierarchy.dim;
+    let mut out = Vec::with_capacity(vectors.len());
+    for (v, &c) in vectors.chunks_exact(dim).zip(cids) {
+        let leaf = &hierarchy.leaves[c as usize * dim..(c as usize + 1) * dim];
+        out.extend(v.iter().zip(leaf).map(|(x, l)| x - l));
+    }
+    out
+}
+
+/// The codes of `vectors` (assigned to `cids`) under `quantizer`, row-major,
+/// `code_bytes` each; rows are encoded in parallel blocks on rayon. The
+/// bytes do not depend on the thread count.
+fn encode(quantizer: &Quantizer, hierarchy: &Hierarchy, vectors: &[f32], cids: &[u32]) -> Vec<u8> {
+    use rayon::prelude::*;
+    const BLOCK: usize = 256;
+    let (dim, width) = (hierarchy.dim, quantizer.code_bytes());
+    let mut codes = vec![0u8; cids.len() * width];
+    codes
+        .par_chunks_mut(BLOCK * width)
+        .zip(vectors.par_chunks(BLOCK * dim))
+        .zip(cids.par_chunks(BLOCK))
+        .for_each(|((out, v), c)| {
+            quantizer.encode_batch(&residuals(hierarchy, v, c), out);
+        });
+    codes
+}
+
 /// The number of distinct rows of the row-major `data` (by bit pattern, so
 /// 0.0 and -0.0 differ), counting no further than `enough`.
 fn distinct_rows(data: &[f32], dim: usize, enough: usize) -> usize {
@@ -300,9 +365,10 @@ pub fn prepare(
     })
 }
 
-/// Assigns each row of `batch` to its leaf: a postings-schema batch
-/// (`schema`, from [`crate::format::postings_table::postings_schema`]) of
-/// `(cid, rowid, vector[, payload…])` in input order. CPU only.
+/// Assigns each row of `batch` to its leaf, and encodes its residual with
+/// `quantizer` when the index has codes: a postings-schema batch (`schema`,
+/// from [`crate::format::postings_table::postings_schema`]) of
+/// `(cid, rowid, vector[, code][, payload…])` in input order. CPU only.
 ///
 /// # Errors
 /// The k-means assignment errors; [`BuildError::Arrow`] when the payload
@@ -310,11 +376,19 @@ pub fn prepare(
 pub fn assign(
     hierarchy: &Hierarchy,
     mode: AssignMode,
+    quantizer: Option<&Quantizer>,
     schema: &SchemaRef,
     batch: VectorBatch,
 ) -> Result<RecordBatch, BuildError> {
     let dim = hierarchy.dim;
     let cids = hierarchy.assign(&batch.vectors, mode)?;
+    let codes = quantizer
+        .map(|q| {
+            let codes = encode(q, hierarchy, &batch.vectors, &cids);
+            FixedSizeBinaryArray::try_new(q.code_bytes() as i32, codes.into(), None)
+                .map_err(|e| BuildError::Arrow(e.to_string()))
+        })
+        .transpose()?;
     let mut bytes = Vec::with_capacity(batch.vectors.len() * 4);
     for v in &batch.vectors {
         bytes.extend_from_slice(&v.to_le_bytes());
@@ -326,6 +400,9 @@ pub fn assign(
         Arc::new(Int64Array::from(batch.rowids)),
         Arc::new(vectors),
     ];
+    if let Some(codes) = codes {
+        columns.push(Arc::new(codes));
+    }
     if let Some(p) = &batch.payload {
         columns.extend(p.columns().iter().cloned());
     }
@@ -417,7 +494,8 @@ fn now_ms() -> u64 {
 }
 
 /// The `index.json` a build of `source` with `params` records: `roots` roots,
-/// trained on `sample_rows` rows with this process's rayon thread count.
+/// trained on `sample_rows` rows with this process's rayon thread count,
+/// naming `quantizer.json` when `params` asks for codes.
 pub fn definition(
     source: SourceDefinition,
     params: &BuildParams,
@@ -425,7 +503,7 @@ pub fn definition(
     roots: u32,
     sample_rows: usize,
 ) -> IndexDefinition {
-    IndexDefinition::new(
+    let mut definition = IndexDefinition::new(
         params.metric,
         dim as u32,
         params.nlist,
@@ -441,7 +519,11 @@ pub fn definition(
             threads: rayon::current_num_threads() as u32,
             skip_invalid: source.skip_invalid,
         },
-    )
+    );
+    if params.codes.is_some() {
+        definition.quantizer = Some(QUANTIZER_FILE.to_string());
+    }
+    definition
 }
 
 /// Where and how postings files are written: the same for every bucket of
@@ -451,6 +533,8 @@ pub struct PostingsTarget {
     /// The postings table folder (holding `manifest.json`).
     pub root: Path,
     pub dim: usize,
+    /// Width of the `code` column, in an index with codes.
+    pub code_bytes: Option<usize>,
     pub payload_fields: Vec<Field>,
     pub options: WriterOptions,
 }
@@ -464,6 +548,7 @@ impl PostingsTarget {
     pub fn new(
         definition: &IndexDefinition,
         snapshot: &SnapshotFolder,
+        quantizer: Option<&Quantizer>,
         payload_fields: Vec<Field>,
         options: WriterOptions,
     ) -> Result<Self, BuildError> {
@@ -471,6 +556,7 @@ impl PostingsTarget {
         Ok(Self {
             root: manifest.parent().unwrap_or_default(),
             dim: definition.dim as usize,
+            code_bytes: quantizer.map(Quantizer::code_bytes),
             payload_fields,
             options,
         })
@@ -495,6 +581,7 @@ pub async fn write_bucket(
         store.clone(),
         target.root.clone(),
         target.dim,
+        target.code_bytes,
         target.payload_fields.clone(),
         target.options.clone(),
     )?;
@@ -503,7 +590,8 @@ pub async fn write_bucket(
 }
 
 /// Publishes the snapshot in `folder` as the version after `parent`: the
-/// centroids of `hierarchy`, `footers.json` and `manifest.json` for `files`
+/// centroids of `hierarchy`, `quantizer.json` when `definition` names one,
+/// `footers.json` and `manifest.json` for `files`
 /// (every bucket's, in any order), `definition` as `index.json`, each
 /// create-if-absent; then `before_commit` runs (from this point the snapshot
 /// may become current and must not be deleted) and the commit is made.
@@ -518,6 +606,7 @@ pub async fn publish(
     folder: &SnapshotFolder,
     files: Vec<FileEntry>,
     hierarchy: &Hierarchy,
+    quantizer: Option<&Quantizer>,
     definition: &IndexDefinition,
     parent: Option<u64>,
     before_commit: impl FnOnce() + Send,
@@ -530,6 +619,20 @@ pub async fn publish(
         centroids,
     )
     .await?;
+    match (definition.quantizer_path(&folder.path)?, quantizer) {
+        (Some(path), Some(q)) => {
+            let bytes = Bytes::from(crate::format::quantizer::encode(q));
+            put_if_absent(store.as_ref(), &path, bytes).await?;
+        }
+        (None, None) => {}
+        (path, _) => {
+            return Err(BuildError::Internal(format!(
+                "index.json names quantizer {:?}, but the build has {} quantizer",
+                path.map(|p| p.to_string()),
+                if quantizer.is_some() { "a" } else { "no" }
+            )));
+        }
+    }
     let manifest = crate::postings::writer::manifest_of(
         files,
         definition.nlist,
@@ -559,7 +662,7 @@ mod tests {
     use crate::format::postings_table::postings_schema;
 
     fn rows(cids: &[i32]) -> RecordBatch {
-        let schema = postings_schema(1, &[]);
+        let schema = postings_schema(1, None, &[]);
         let n = cids.len();
         let bytes: Vec<u8> = (0..n).flat_map(|i| (i as f32).to_le_bytes()).collect();
         RecordBatch::try_new(

@@ -11,6 +11,7 @@ use parqivf::builder::{
 };
 use parqivf::distance::Metric;
 use parqivf::kmeans::AssignMode;
+use parqivf::quant::Scheme;
 use parqivf::store::options::StoreOptions;
 
 #[derive(Debug, clap::Args)]
@@ -63,6 +64,10 @@ pub struct Args {
     /// Assignment: `exact` or `hierarchical:M` (nearest M roots, then their leaves).
     #[arg(long, default_value = "exact", value_parser = parse_assign)]
     pub assign: AssignMode,
+    /// Quantised codes beside the vectors: `rabitq4` (4 bits a dimension, the
+    /// default), `sq8` (8 bits a dimension) or `none` (queries scan f32).
+    #[arg(long, default_value = codes_name(parqivf::builder::DEFAULT_CODES), value_parser = parse_codes)]
+    pub codes: Codes,
     /// Memory for assigned postings before spilling per bucket (e.g. 512MiB, 2GiB).
     #[arg(long, default_value = "2GiB", value_parser = parse_bytes)]
     pub memory_limit: usize,
@@ -84,6 +89,27 @@ pub fn parse_metric(s: &str) -> Result<Metric, String> {
         "cosine" => Ok(Metric::Cosine),
         _ => Err(format!("unknown metric {s:?}: expected l2, ip or cosine")),
     }
+}
+
+const fn codes_name(codes: Option<Scheme>) -> &'static str {
+    match codes {
+        None => "none",
+        Some(Scheme::Sq8) => "sq8",
+        Some(Scheme::RaBitQ4) => "rabitq4",
+    }
+}
+
+/// `--codes`: a scheme, or none.
+#[derive(Debug, Clone, Copy)]
+pub struct Codes(pub Option<Scheme>);
+
+fn parse_codes(s: &str) -> Result<Codes, String> {
+    if s == "none" {
+        return Ok(Codes(None));
+    }
+    s.parse()
+        .map(|scheme| Codes(Some(scheme)))
+        .map_err(|_| format!("unknown codes {s:?}: expected none, sq8 or rabitq4"))
 }
 
 fn parse_assign(s: &str) -> Result<AssignMode, String> {
@@ -141,6 +167,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
             max_points_per_centroid: args.max_points_per_centroid,
             seed: args.seed,
             assign: args.assign,
+            codes: args.codes.0,
             memory_limit: args.memory_limit,
             progress: if args.json {
                 ProgressMode::Plain

@@ -15,7 +15,7 @@
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
-use parqivf::index::{Index, SearchParams, SearchResult};
+use parqivf::index::{Index, Preload, SearchParams, SearchResult};
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use std::io::Write;
@@ -48,9 +48,15 @@ pub struct Args {
     /// Read every footer before the first query (warm queries: one round of requests).
     #[arg(long)]
     pub warm: bool,
-    /// Decode every posting into memory first (maximum QPS, like FAISS in RAM).
-    #[arg(long)]
-    pub preload: bool,
+    /// Hold postings in memory first: `codes` (codes and rowids; the re-rank
+    /// reads f32 pages from storage) or `all` (everything, like FAISS in RAM).
+    /// `--preload` alone is `all`.
+    #[arg(long, value_name = "codes|all", num_args = 0..=1, default_value = "none", default_missing_value = "all")]
+    pub preload: Preload,
+    /// In an index with codes: re-rank the best `rerank × k` candidates by
+    /// their exact distance; 0 returns the codes' estimates and reads no f32.
+    #[arg(long, default_value_t = parqivf::index::DEFAULT_RERANK)]
+    pub rerank: usize,
     /// Exact neighbours (`.ivecs` or `.npy` of int rows): print recall@k and QPS.
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
@@ -172,6 +178,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         k: args.k,
         nprobe: args.nprobe,
         root_factor: args.root_factor,
+        rerank: args.rerank,
         ..SearchParams::default()
     };
     runtime.block_on(async {
@@ -179,9 +186,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         if args.warm {
             index.warm().await?;
         }
-        if args.preload {
-            index.preload().await?;
-        }
+        index.preload(args.preload).await?;
         match &args.groundtruth {
             Some(gt) => benchmark(&index, &args, &params, gt).await,
             None => print_results(&index, &args, &params).await,
@@ -278,6 +283,7 @@ async fn benchmark(
         "root-factor": args.root_factor,
         "threads": rayon::current_num_threads(),
         "preload": args.preload,
+        "rerank": args.rerank,
         "batch-size": args.batch_size,
         "seconds": best,
         "qps": nq as f64 / best,

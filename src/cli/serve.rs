@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use parqivf::index::Preload;
 use parqivf::server::{AuthToken, BackendLoader, ConnectionLimits, Limits, ServerConfig};
 use parqivf::store::options::StoreOptions;
 
@@ -27,9 +28,12 @@ pub struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
     pub addr: SocketAddr,
-    /// Load every posting into memory at start-up (fastest queries, most memory).
-    #[arg(long)]
-    pub preload: bool,
+    /// Hold postings in memory at start-up: `codes` (codes and rowids; the
+    /// re-rank reads f32 pages from storage: for tables larger than RAM) or
+    /// `all` (everything: no IO per query, most memory). `--preload` alone
+    /// is `all`. See docs/query.md for the memory each costs.
+    #[arg(long, value_name = "codes|all", num_args = 0..=1, default_value = "none", default_missing_value = "all")]
+    pub preload: Preload,
     /// Read every footer at start-up and on reload, so each query needs one
     /// round of store requests (implied by --preload).
     #[arg(long)]

@@ -258,6 +258,11 @@ pub struct IndexDefinition {
     pub nlist: u32,
     pub roots: u32,
     pub tables: IndexTables,
+    /// The quantiser parameters of the postings' `code` column
+    /// (`quantizer.json`, relative to `index.json`); absent when the index
+    /// has no codes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantizer: Option<String>,
     /// What the index was built from.
     pub source: IndexSource,
     /// How it was built (enough to rebuild it byte-identically).
@@ -439,6 +444,7 @@ impl IndexDefinition {
                 ivf_centroids: IndexTableDefinition::new(CENTROIDS_LOCATION, None),
                 ivf_postings: IndexTableDefinition::new(POSTINGS_LOCATION, Some(ARTIFACT_MANIFEST)),
             },
+            quantizer: None,
             source,
             build,
         }
@@ -519,6 +525,26 @@ impl IndexDefinition {
             .resolve_path("ivf_centroids", snapshot)
     }
 
+    /// The quantiser parameters (`quantizer.json`), resolved against the
+    /// snapshot directory; `None` for an index without codes.
+    ///
+    /// # Errors
+    /// `Location` when the location is not a relative path.
+    pub fn quantizer_path(&self, snapshot: &Path) -> Result<Option<Path>, DefinitionError> {
+        self.quantizer
+            .as_deref()
+            .map(|location| {
+                RelativeLocation::parse(location)
+                    .map(|rel| rel.resolve_path(snapshot))
+                    .map_err(|source| DefinitionError::Location {
+                        document: INDEX_DOC,
+                        key: "quantizer".to_string(),
+                        source,
+                    })
+            })
+            .transpose()
+    }
+
     /// Pretty-printed JSON, the bytes the build job writes.
     pub fn to_json(&self) -> String {
         to_pretty_json(self)
@@ -578,6 +604,7 @@ impl IndexDefinition {
         self.tables
             .ivf_postings
             .validate("ivf_postings", Some(ARTIFACT_MANIFEST))?;
+        self.quantizer_path(&Path::default())?;
         self.source.validate()?;
         if self.build.vector_column.is_empty() {
             return Err(DefinitionError::EmptyValue {

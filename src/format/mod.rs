@@ -8,6 +8,7 @@
 //! | the postings table's schema, key-value metadata and footer rules | [`postings_table`] |
 //! | `postings/footers.json` (footer pins) | [`footers`] |
 //! | `centroids/centroids.parquet` | [`centroids`] |
+//! | `quantizer.json` (the parameters of the postings' `code` column) | [`quantizer`] |
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
 //! | all of one snapshot's documents, read and checked together | [`snapshot`] |
@@ -21,5 +22,6 @@ pub mod footers;
 pub mod manifest;
 pub mod page_crc;
 pub mod postings_table;
+pub mod quantizer;
 pub mod snapshot;
 pub mod warehouse;

@@ -381,6 +381,33 @@ pub fn check_column_chunk(chunk: &[u8]) -> Result<usize, PageCrcError> {
     Ok(page)
 }
 
+/// The data of one fetched page (its bytes from the offset index's
+/// `offset` for `compressed_page_size`), after checking its CRC: the bytes
+/// after the header, which for an uncompressed PLAIN page of a required
+/// column are the values themselves.
+///
+/// # Errors
+/// [`PageCrcError`] (page 0) for a malformed header, a missing CRC, a
+/// mismatch, or a page whose header and data do not fill `page` exactly.
+pub fn checked_page(page: &[u8]) -> Result<&[u8], PageCrcError> {
+    let malformed = |reason: String| PageCrcError::MalformedHeader {
+        page: 0,
+        offset: 0,
+        reason,
+    };
+    let header = parse_header(page).map_err(malformed)?;
+    if header.len.checked_add(header.compressed_size) != Some(page.len()) {
+        return Err(malformed(format!(
+            "header of {} bytes and {} data bytes do not fill the {}-byte page",
+            header.len,
+            header.compressed_size,
+            page.len()
+        )));
+    }
+    check_column_chunk(page)?;
+    Ok(&page[header.len..])
+}
+
 /// The new offset of parquet offset `old` (a page start or a stretch end)
 /// in `offsets` (see [`Rewritten::offsets`], made absolute).
 fn remap(offsets: &[(u64, u64)], old: i64) -> Result<i64, ParquetError> {

@@ -1,7 +1,9 @@
 //! The physical schema of an `ivf_postings` Parquet file (shared contract).
 //! Columns, in order: `cid` INT32 required, `rowid` INT64 required, `vector`
 //! FIXED_LEN_BYTE_ARRAY(dim·4) required (little-endian IEEE-754 f32, element
-//! `i` at bytes `4i..4i+4`), then payload columns. Files live at
+//! `i` at bytes `4i..4i+4`), then, in an index built with codes, `code`
+//! FIXED_LEN_BYTE_ARRAY(code bytes) required (the quantised residual, laid
+//! out as [`crate::quant`] documents), then payload columns. Files live at
 //! [`part_path`] below the table root; the key-value metadata carries
 //! [`KV_FORMAT_VERSION`] and [`KV_DIM`]. [`check_footer`] is the one footer
 //! contract: `verify` reports every [`FooterViolation`] of a file, the query
@@ -19,6 +21,10 @@ use thiserror::Error;
 pub const CID_COLUMN: &str = "cid";
 pub const ROWID_COLUMN: &str = "rowid";
 pub const VECTOR_COLUMN: &str = "vector";
+/// The quantised code of each row (indexes built with codes).
+pub const CODE_COLUMN: &str = "code";
+/// Column names a payload column may not take.
+pub const RESERVED_COLUMNS: [&str; 4] = [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN, CODE_COLUMN];
 /// Parquet key-value metadata key holding the postings format version.
 pub const KV_FORMAT_VERSION: &str = "parqivf.format-version";
 /// Parquet key-value metadata key holding the vector dimension.
@@ -29,19 +35,24 @@ pub const MANIFEST_FILE: &str = "manifest.json";
 /// Bytes per vector element (f32).
 pub const ELEMENT_BYTES: usize = 4;
 
-/// The Arrow schema of a postings file with `dim`-dimensional f32 vectors and
-/// the given payload fields appended after the three fixed columns.
+/// The Arrow schema of a postings file with `dim`-dimensional f32 vectors,
+/// a `code` column of `code_bytes` bytes when the index has codes, and the
+/// given payload fields appended after the fixed columns.
 ///
 /// A `dim` whose byte width does not fit an `i32` cannot be represented; the
 /// writer rejects it before calling this (see `PostingsError::InvalidDim`), and
 /// here it saturates.
-pub fn postings_schema(dim: usize, payload: &[Field]) -> SchemaRef {
+pub fn postings_schema(dim: usize, code_bytes: Option<usize>, payload: &[Field]) -> SchemaRef {
     let width = i32::try_from(dim.saturating_mul(ELEMENT_BYTES)).unwrap_or(i32::MAX);
     let mut fields = vec![
         Field::new(CID_COLUMN, DataType::Int32, false),
         Field::new(ROWID_COLUMN, DataType::Int64, false),
         Field::new(VECTOR_COLUMN, DataType::FixedSizeBinary(width), false),
     ];
+    if let Some(bytes) = code_bytes {
+        let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
+        fields.push(Field::new(CODE_COLUMN, DataType::FixedSizeBinary(bytes), false));
+    }
     fields.extend(payload.iter().cloned());
     Arc::new(Schema::new(fields))
 }
@@ -160,6 +171,8 @@ pub struct FooterFacts {
     pub cid_root: usize,
     pub rowid_root: usize,
     pub vector_root: usize,
+    /// Root column index of `code`, in an index with codes.
+    pub code_root: Option<usize>,
     /// Root column indices of the payload columns (all others).
     pub payload_roots: Vec<usize>,
     /// The cid of each row group.
@@ -169,7 +182,9 @@ pub struct FooterFacts {
 /// The footer contract of the postings file at `path`, manifest entry
 /// `entry`: the row count; the format version; `cid` INT32, `rowid` INT64 and
 /// `vector` FIXED_LEN_BYTE_ARRAY(dim·4) (any positive multiple of 4 when `dim`
-/// is `None`), all REQUIRED and unannotated; every row group non-empty with
+/// is `None`), and `code` FIXED_LEN_BYTE_ARRAY(code bytes) when `code_bytes` is
+/// `Some` (any width when it is `None` and the column is there), all REQUIRED
+/// and unannotated; every row group non-empty with
 /// exact, null-free cid statistics naming one cid inside
 /// `[min-cid, max-cid]`, in non-decreasing order, from `min-cid` to `max-cid`.
 /// Pure: no IO. `verify` reports every violation, the query path refuses the
@@ -182,6 +197,7 @@ pub fn check_footer(
     entry: &FileEntry,
     metadata: &ParquetMetaData,
     dim: Option<usize>,
+    code_bytes: Option<usize>,
 ) -> Result<FooterFacts, Vec<FooterViolation>> {
     let path = || path.to_owned();
     let mut found = Vec::new();
@@ -209,9 +225,7 @@ pub fn check_footer(
     let column = |name: &'static str, physical: PhysicalType, width: Option<i32>| {
         let expected = match width {
             Some(w) => format!("{physical}({w}) REQUIRED"),
-            None if physical == PhysicalType::FIXED_LEN_BYTE_ARRAY => {
-                format!("{physical}(4·dim) REQUIRED")
-            }
+            None if name == VECTOR_COLUMN => format!("{physical}(4·dim) REQUIRED"),
             None => format!("{physical} REQUIRED"),
         };
         let invalid = |found: String| FooterViolation::ColumnInvalid {
@@ -235,7 +249,7 @@ pub fn check_footer(
         let width_ok = match (physical, width) {
             (PhysicalType::FIXED_LEN_BYTE_ARRAY, Some(w)) => length == w,
             (PhysicalType::FIXED_LEN_BYTE_ARRAY, None) => {
-                length > 0 && length % ELEMENT_BYTES as i32 == 0
+                length > 0 && (name != VECTOR_COLUMN || length % ELEMENT_BYTES as i32 == 0)
             }
             _ => true,
         };
@@ -261,10 +275,17 @@ pub fn check_footer(
         column(ROWID_COLUMN, PhysicalType::INT64, None),
         column(VECTOR_COLUMN, PhysicalType::FIXED_LEN_BYTE_ARRAY, width),
     ];
-    let [cid_root, rowid_root, vector_root] = match columns {
-        [Ok(c), Ok(r), Ok(v)] => [c, r, v],
-        columns => {
+    let has_code = roots.iter().any(|f| f.name() == CODE_COLUMN);
+    let code = (code_bytes.is_some() || has_code).then(|| {
+        let width = code_bytes.map(|w| i32::try_from(w).unwrap_or(i32::MAX));
+        column(CODE_COLUMN, PhysicalType::FIXED_LEN_BYTE_ARRAY, width)
+    });
+    let (cid_root, rowid_root, vector_root, code_root) = match (columns, code) {
+        ([Ok(c), Ok(r), Ok(v)], None) => (c, r, v, None),
+        ([Ok(c), Ok(r), Ok(v)], Some(Ok(code))) => (c, r, v, Some(code)),
+        (columns, code) => {
             found.extend(columns.into_iter().filter_map(Result::err));
+            found.extend(code.and_then(Result::err));
             return Err(found);
         }
     };
@@ -372,12 +393,13 @@ pub fn check_footer(
         return Err(found);
     }
     let payload_roots = (0..roots.len())
-        .filter(|i| ![cid_root, rowid_root, vector_root].contains(i))
+        .filter(|&i| ![cid_root, rowid_root, vector_root].contains(&i) && Some(i) != code_root)
         .collect();
     Ok(FooterFacts {
         cid_root,
         rowid_root,
         vector_root,
+        code_root,
         payload_roots,
         row_group_cids,
     })
@@ -399,10 +421,14 @@ mod tests {
 
     #[test]
     fn schema_has_fixed_columns_then_payload() {
-        let schema = postings_schema(3, &[Field::new("title", DataType::Utf8, true)]);
+        let schema = postings_schema(3, None, &[Field::new("title", DataType::Utf8, true)]);
         let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN, "title"]);
         assert_eq!(schema.field(2).data_type(), &DataType::FixedSizeBinary(12));
+        let coded = postings_schema(3, Some(9), &[Field::new("title", DataType::Utf8, true)]);
+        let names: Vec<_> = coded.fields().iter().map(|f| f.name().as_str()).collect();
+        assert_eq!(names, [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN, CODE_COLUMN, "title"]);
+        assert_eq!(coded.field(3).data_type(), &DataType::FixedSizeBinary(9));
         assert!(!schema.field(0).is_nullable());
     }
 }

@@ -3,7 +3,8 @@
 //! and the server loader read a snapshot.
 //!
 //! ```text
-//! Snapshot::open(store, folder)           index.json, then manifest.json + footers.json + centroids (one GET each)
+//! Snapshot::open(store, folder)           index.json, then manifest.json + footers.json + centroids
+//!                                         (+ quantizer.json with codes), one GET each, concurrently
 //! Snapshot::open_commit(store, index, c)  the same for commit c's folder, every document checked against c's pins
 //! Snapshot::open_current(store, location) the commit log's current snapshot (read once), or location itself
 //!                                         when it is a bare snapshot folder (holding index.json)
@@ -18,8 +19,10 @@ use crate::format::centroids::{self, CentroidsError};
 use crate::format::definition::{DefinitionError, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, FootersError};
 use crate::format::manifest::{Manifest, ManifestError};
+use crate::format::quantizer::{self, QuantizerDocError};
 use crate::format::warehouse::{self, Commit, PinError, WarehouseError, check_pin};
 use crate::kmeans::Hierarchy;
+use crate::quant::Quantizer;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
@@ -56,6 +59,8 @@ pub enum SnapshotError {
     Footers(#[from] FootersError),
     #[error(transparent)]
     Centroids(#[from] CentroidsError),
+    #[error(transparent)]
+    Quantizer(#[from] QuantizerDocError),
     /// A document differs from, or lacks, its pin in the commit document.
     #[error(transparent)]
     Pin(#[from] PinError),
@@ -91,6 +96,9 @@ pub struct Snapshot {
     /// The footer pin of each manifest file (`footers.json`), in manifest order.
     pub footer_pins: Vec<FooterPin>,
     pub hierarchy: Hierarchy,
+    /// The quantiser of the postings' `code` column (`quantizer.json`), in
+    /// an index built with codes.
+    pub quantizer: Option<Quantizer>,
 }
 
 async fn get(store: &dyn ObjectStore, path: &Path) -> Result<Bytes, SnapshotError> {
@@ -192,17 +200,34 @@ impl Snapshot {
         let centroids_path = definition.centroids_path(folder).map_err(definition_err)?;
         let postings_root = definition.postings_root(folder).map_err(definition_err)?;
         let footers_path = postings_root.clone().join(FOOTERS_FILE);
-        let [_, manifest_rel, footers_rel, centroids_rel] =
-            warehouse::snapshot_documents(&definition);
-        let (m, c, f) = futures::join!(
+        let quantizer_path = definition.quantizer_path(folder).map_err(definition_err)?;
+        let documents = warehouse::snapshot_documents(&definition);
+        let (m, c, f, q) = futures::join!(
             get(store, &manifest_path),
             get(store, &centroids_path),
             get(store, &footers_path),
+            async {
+                match &quantizer_path {
+                    Some(path) => get(store, path).await.map(Some),
+                    None => Ok(None),
+                }
+            },
         );
-        let (m, c, f) = (m?, c?, f?);
-        pinned(&manifest_rel, &manifest_path, &m)?;
-        pinned(&centroids_rel, &centroids_path, &c)?;
-        pinned(&footers_rel, &footers_path, &f)?;
+        let (m, c, f, q) = (m?, c?, f?, q?);
+        pinned(&documents[1], &manifest_path, &m)?;
+        pinned(&documents[2], &footers_path, &f)?;
+        pinned(&documents[3], &centroids_path, &c)?;
+        let quantizer = match (&quantizer_path, q, documents.get(4)) {
+            (Some(path), Some(bytes), Some(rel)) => {
+                pinned(rel, path, &bytes)?;
+                Some(quantizer::decode(
+                    path.as_ref(),
+                    &bytes,
+                    definition.dim as usize,
+                )?)
+            }
+            _ => None,
+        };
         let manifest = Manifest::parse(&m).map_err(|source| SnapshotError::Manifest {
             path: manifest_path.to_string(),
             source,
@@ -236,6 +261,7 @@ impl Snapshot {
             manifest,
             footer_pins,
             hierarchy,
+            quantizer,
         })
     }
 }

@@ -140,18 +140,20 @@ pub fn check_pin(pins: &[Pin], path: &str, object: &str, bytes: &[u8]) -> Result
 /// postings files, as `index.json` names them: `index.json`, the postings
 /// `manifest.json`, its sibling `footers.json`, and the centroids object.
 /// These are what a commit pins and [`crate::Index`] checks.
-pub fn snapshot_documents(definition: &IndexDefinition) -> [String; 4] {
+pub fn snapshot_documents(definition: &IndexDefinition) -> Vec<String> {
     let manifest = definition.tables.ivf_postings.location.clone();
     let footers = match manifest.rsplit_once('/') {
         Some((dir, _)) => format!("{dir}/{FOOTERS_FILE}"),
         None => FOOTERS_FILE.to_string(),
     };
-    [
+    let mut documents = vec![
         INDEX_DEFINITION_FILE.to_string(),
         manifest,
         footers,
         definition.tables.ivf_centroids.location.clone(),
-    ]
+    ];
+    documents.extend(definition.quantizer.clone());
+    documents
 }
 
 /// The folder of `snapshot` (relative to the index, as a commit names it)

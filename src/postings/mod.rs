@@ -40,11 +40,12 @@ pub enum PostingsError {
     #[error("vector dimension {dim} is not representable (1..=536870911)")]
     InvalidDim { dim: usize },
     #[error(
-        "writer caps must be positive: max_rows_per_row_group {max_rows_per_row_group}, max_file_bytes {max_file_bytes}"
+        "writer caps must be positive: max_rows_per_row_group {max_rows_per_row_group}, max_file_bytes {max_file_bytes}, vector_page_rows {vector_page_rows}"
     )]
     InvalidOptions {
         max_rows_per_row_group: usize,
         max_file_bytes: u64,
+        vector_page_rows: usize,
     },
     #[error("payload field `{name}` reuses a fixed postings column name")]
     ReservedPayloadName { name: String },

@@ -286,7 +286,7 @@ async fn check_object(
     }
     match footer {
         Ok(metadata) => {
-            if let Err(violations) = check_footer(&path, file, &metadata, None) {
+            if let Err(violations) = check_footer(&path, file, &metadata, None, None) {
                 found.extend(violations.into_iter().map(Violation::Footer));
             }
             found.extend(check_pages(store.as_ref(), &location, &metadata).await?);

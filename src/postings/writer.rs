@@ -21,8 +21,8 @@ use crate::format::page_crc::{
     Rewritten, add_page_crcs, add_page_crcs_prefix, remap_metadata, write_footer,
 };
 use crate::format::postings_table::{
-    CID_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, ROWID_COLUMN, VECTOR_COLUMN, part_path,
-    postings_schema,
+    CODE_COLUMN, KV_DIM, KV_FORMAT_VERSION, MANIFEST_FILE, RESERVED_COLUMNS, VECTOR_COLUMN,
+    part_path, postings_schema,
 };
 use crate::store::StoreError;
 use crate::store::commit::put_if_absent;
@@ -60,7 +60,16 @@ pub struct WriterOptions {
     /// the part size of that upload (default 10 MiB; S3 needs at least 5 MiB
     /// for every part but the last).
     pub upload_buffer_bytes: usize,
+    /// Most rows in one data page of the `vector` column (default
+    /// [`VECTOR_PAGE_ROWS`]): the unit an exact re-rank reads, found through
+    /// the offset index. Must be at least 1.
+    pub vector_page_rows: usize,
 }
+
+/// Rows per `vector` data page by default: a re-rank candidate costs one
+/// page, 8 × 4·dim bytes (4 KiB at 128-d, 12 KiB at 384-d), against ≈ 30
+/// bytes of page header and offset-index entry per page.
+pub const VECTOR_PAGE_ROWS: usize = 8;
 
 impl Default for WriterOptions {
     fn default() -> Self {
@@ -68,6 +77,7 @@ impl Default for WriterOptions {
             max_rows_per_row_group: 32_768,
             max_file_bytes: 256 * 1024 * 1024,
             upload_buffer_bytes: 10 * 1024 * 1024,
+            vector_page_rows: VECTOR_PAGE_ROWS,
         }
     }
 }
@@ -84,7 +94,8 @@ pub struct PostingsWriter {
 }
 
 impl PostingsWriter {
-    /// A writer for `dim`-dimensional f32 vectors plus `payload_fields`.
+    /// A writer for `dim`-dimensional f32 vectors, `code_bytes`-byte codes
+    /// (an index with codes) and `payload_fields`.
     ///
     /// # Errors
     /// [`PostingsError::InvalidDim`] for `dim == 0` or a byte width beyond
@@ -95,27 +106,32 @@ impl PostingsWriter {
         store: Arc<dyn ObjectStore>,
         table_root: Path,
         dim: usize,
+        code_bytes: Option<usize>,
         payload_fields: Vec<Field>,
         options: WriterOptions,
     ) -> Result<Self, PostingsError> {
         if dim == 0 || dim.checked_mul(4).is_none_or(|w| w > i32::MAX as usize) {
             return Err(PostingsError::InvalidDim { dim });
         }
-        if options.max_rows_per_row_group == 0 || options.max_file_bytes == 0 {
+        if options.max_rows_per_row_group == 0
+            || options.max_file_bytes == 0
+            || options.vector_page_rows == 0
+        {
             return Err(PostingsError::InvalidOptions {
                 max_rows_per_row_group: options.max_rows_per_row_group,
                 max_file_bytes: options.max_file_bytes,
+                vector_page_rows: options.vector_page_rows,
             });
         }
         if let Some(f) = payload_fields
             .iter()
-            .find(|f| [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN].contains(&f.name().as_str()))
+            .find(|f| RESERVED_COLUMNS.contains(&f.name().as_str()))
         {
             return Err(PostingsError::ReservedPayloadName {
                 name: f.name().clone(),
             });
         }
-        let schema = postings_schema(dim, &payload_fields);
+        let schema = postings_schema(dim, code_bytes, &payload_fields);
         let props = writer_properties(dim, &options);
         Ok(PostingsWriter {
             store,
@@ -441,17 +457,28 @@ pub async fn publish(
     .await?)
 }
 
+/// Uncompressed PLAIN `vector` pages of at most `vector_page_rows` rows (each
+/// page is a re-rank read, located by the offset index), PLAIN `code`
+/// chunks (scored whole), page statistics elsewhere.
 fn writer_properties(dim: usize, options: &WriterOptions) -> WriterProperties {
     let vector = ColumnPath::from(VECTOR_COLUMN);
-    WriterProperties::builder()
+    let code = ColumnPath::from(CODE_COLUMN);
+    let page_bytes = options.vector_page_rows.saturating_mul(dim * 4);
+    let mut builder = WriterProperties::builder()
         .set_max_row_group_row_count(Some(options.max_rows_per_row_group))
         .set_max_row_group_bytes(None)
         .set_compression(Compression::UNCOMPRESSED)
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_column_encoding(vector.clone(), Encoding::PLAIN)
-        .set_column_dictionary_enabled(vector.clone(), false)
-        .set_column_statistics_enabled(vector.clone(), EnabledStatistics::None)
-        .set_column_bloom_filter_enabled(vector, false)
+        .set_column_data_page_row_count_limit(vector.clone(), options.vector_page_rows)
+        .set_column_data_page_size_limit(vector.clone(), page_bytes);
+    for column in [vector, code] {
+        builder = builder
+            .set_column_encoding(column.clone(), Encoding::PLAIN)
+            .set_column_dictionary_enabled(column.clone(), false)
+            .set_column_statistics_enabled(column.clone(), EnabledStatistics::None)
+            .set_column_bloom_filter_enabled(column, false);
+    }
+    builder
         .set_key_value_metadata(Some(vec![
             KeyValue::new(KV_FORMAT_VERSION.into(), FORMAT_VERSION.to_string()),
             KeyValue::new(KV_DIM.into(), dim.to_string()),

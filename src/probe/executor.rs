@@ -33,9 +33,10 @@ use crate::distance::Metric;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::page_crc::check_column_chunk;
-use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
+use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::topk::TopK;
 use arrow::array::{Array, AsArray, RecordBatch};
+use arrow::buffer::{Buffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use bytes::Bytes;
 use object_store::ObjectStore;
@@ -43,19 +44,31 @@ use object_store::path::Path;
 use parquet::DecodeResult;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
+use parquet::file::page_index::index_reader::decode_offset_index;
+use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
-/// The rows of one decoded row group (one cid).
+/// The rows of one decoded row group (one cid): the columns that were asked
+/// for ([`Want`]).
 #[derive(Debug)]
 pub struct DecodedRowGroup {
     pub cid: u32,
     pub rowids: Vec<i64>,
-    /// `rowids.len() × dim`, row-major.
-    pub vectors: Vec<f32>,
+    /// `rowids.len() × dim`, row-major, viewed in place in the decoded
+    /// column's buffer where it is 4-byte aligned (one copy at most); empty
+    /// when the vectors were not read.
+    pub vectors: ScalarBuffer<f32>,
+    /// `rowids.len() × code bytes`, row-major (the `code` column's buffer,
+    /// not copied); `None` when the codes were not read.
+    pub codes: Option<Buffer>,
+    /// Where each data page of the `vector` column lies (its offset index),
+    /// read with the codes when the vectors are not ([`Want::pages`]): what
+    /// an exact re-rank fetches.
+    pub vector_pages: Option<Vec<PageLocation>>,
     /// The payload columns, when they were asked for.
     pub payload: Option<RecordBatch>,
     /// Manifest index of the file, and row group within it (for errors).
@@ -63,16 +76,46 @@ pub struct DecodedRowGroup {
     pub row_group: usize,
 }
 
+/// The columns of a row group a load reads (`cid` and `rowid` always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Want {
+    /// The f32 `vector` column.
+    pub vectors: bool,
+    /// The `code` column and the `vector` column's offset index.
+    pub codes: bool,
+    /// The payload columns.
+    pub payload: bool,
+}
+
+impl Want {
+    /// Whether the `vector` column's offset index is read: with the codes,
+    /// unless the vectors themselves are (a re-rank then reads no page).
+    pub fn pages(self) -> bool {
+        self.codes && !self.vectors
+    }
+}
+
 impl DecodedRowGroup {
     /// Approximate memory held (the decoded-postings cache bound).
     pub fn bytes(&self) -> usize {
         self.rowids.len() * 8
             + self.vectors.len() * 4
+            + self.codes.as_ref().map_or(0, Buffer::len)
+            + self.vector_pages.as_ref().map_or(0, |p| p.len() * 24)
             + self
                 .payload
                 .as_ref()
                 .map_or(0, RecordBatch::get_array_memory_size)
             + 64
+    }
+
+    /// Whether it holds every column `want` asks for.
+    pub fn has(&self, want: Want) -> bool {
+        // A row group has rows (footer contract): no vectors read is empty.
+        (!want.vectors || !self.vectors.is_empty())
+            && (!want.codes || self.codes.is_some())
+            && (!want.pages() || self.vector_pages.is_some())
+            && (!want.payload || self.payload.is_some())
     }
 }
 
@@ -110,6 +153,8 @@ pub struct Postings<'a> {
     pub paths: &'a [Path],
     pub files: &'a [FileEntry],
     pub dim: usize,
+    /// Width of the `code` column, in an index with codes.
+    pub code_bytes: Option<usize>,
     pub footers: &'a FooterCache,
     pub row_groups: &'a RowGroupCache,
     /// The footer pin of each manifest file (`footers.json`), same order.
@@ -125,11 +170,14 @@ struct Job {
     file: usize,
     row_group: usize,
     cid: u32,
-    with_payload: bool,
+    want: Want,
     decoder: ParquetPushDecoder,
     ranges: Vec<Range<u64>>,
     /// The column whose chunk each range is (for checksum errors).
     columns: Vec<String>,
+    /// The `vector` column's offset index, and the byte range of its chunk
+    /// (which every page must lie in), when the codes are read.
+    offset_index: Option<(Range<u64>, Range<u64>)>,
 }
 
 /// The ranged read of one file: one `get_ranges`.
@@ -165,6 +213,13 @@ impl std::fmt::Debug for LoadPlan {
 /// order, one `Bytes` per coalesced range.
 #[derive(Debug)]
 pub struct Fetched(Vec<Vec<Bytes>>);
+
+impl Fetched {
+    /// The bytes, one `Vec` per request.
+    pub fn into_inner(self) -> Vec<Vec<Bytes>> {
+        self.0
+    }
+}
 
 impl LoadPlan {
     /// The ranged reads the plan needs, one per file.
@@ -249,7 +304,16 @@ impl<'a> Postings<'a> {
             let learned = self.footer_per_cid.load(Ordering::Relaxed);
             let tail = tail_estimate(entry, self.prefetch, learned);
             let (footer, fio) =
-                read_footer(self.store, self.path(f), entry, pin, self.dim, tail).await?;
+                read_footer(
+                    self.store,
+                    self.path(f),
+                    entry,
+                    pin,
+                    self.dim,
+                    self.code_bytes,
+                    tail,
+                )
+                .await?;
             self.footer_per_cid
                 .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
             Ok::<_, ProbeError>((footer, fio))
@@ -287,7 +351,7 @@ impl<'a> Postings<'a> {
         cids: &[u32],
         files: &[usize],
         footers: &[Arc<Footer>],
-        with_payload: bool,
+        want: Want,
         stats: &mut SearchStats,
     ) -> Result<LoadPlan, ProbeError> {
         let mut plan = LoadPlan {
@@ -304,11 +368,11 @@ impl<'a> Postings<'a> {
             for rg in access.scanned() {
                 stats.planned_row_groups += 1;
                 match self.row_groups.get(&(file, rg)) {
-                    Some(d) if !with_payload || d.payload.is_some() => {
+                    Some(d) if d.has(want) => {
                         stats.row_groups_cached += 1;
                         plan.cached.push(d);
                     }
-                    _ => jobs.push(job(name, footer, file, rg, with_payload)?),
+                    _ => jobs.push(job(name, footer, file, rg, want)?),
                 }
             }
             if !jobs.is_empty() {
@@ -318,7 +382,17 @@ impl<'a> Postings<'a> {
                     .flat_map(|j| &j.ranges)
                     .map(|r| r.end - r.start)
                     .sum::<u64>();
-                let ranges = coalesce(jobs.iter().flat_map(|j| j.ranges.iter().cloned()));
+                stats.page_index_bytes += jobs
+                    .iter()
+                    .filter_map(|j| j.offset_index.as_ref())
+                    .map(|(r, _)| r.end - r.start)
+                    .sum::<u64>();
+                let ranges = coalesce(jobs.iter().flat_map(|j| {
+                    j.ranges
+                        .iter()
+                        .cloned()
+                        .chain(j.offset_index.iter().map(|(r, _)| r.clone()))
+                }));
                 plan.requests.push(FileRequest { file, ranges });
                 plan.names.push(name.to_string());
                 plan.jobs.push(jobs);
@@ -366,8 +440,9 @@ impl<'a> Postings<'a> {
         }
     }
 
-    /// Load every row group whose cid is in `cids` (sorted ascending):
-    /// footers, plan and fetch here, the decode on rayon ([`on_rayon`]).
+    /// Load the `want`ed columns of every row group whose cid is in `cids`
+    /// (sorted ascending): footers, plan and fetch here, the decode on rayon
+    /// ([`on_rayon`]).
     /// Adds the IO counters and the plan, fetch and decode times to `stats`.
     ///
     /// # Errors
@@ -376,14 +451,14 @@ impl<'a> Postings<'a> {
     pub async fn load(
         &self,
         cids: &[u32],
-        with_payload: bool,
+        want: Want,
         stats: &mut SearchStats,
     ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
         let t = Instant::now();
         let files = candidate_files(self.files, cids);
         stats.candidate_files += files.len() as u64;
         let footers = self.footers(&files, stats).await?;
-        let mut plan = self.plan(cids, &files, &footers, with_payload, stats)?;
+        let mut plan = self.plan(cids, &files, &footers, want, stats)?;
         stats.plan_us += micros(t.elapsed());
         let t = Instant::now();
         let fetched = self.fetch(plan.requests(), stats).await?;
@@ -405,21 +480,33 @@ impl<'a> Postings<'a> {
     }
 }
 
-/// Build the push decoder of one row group and ask it which ranges it needs.
+/// Build the push decoder of one row group and ask it which ranges it needs
+/// (plus the `vector` offset index when [`Want::pages`]).
 fn job(
     name: &str,
     footer: &Footer,
     file: usize,
     rg: usize,
-    with_payload: bool,
+    want: Want,
 ) -> Result<Job, ProbeError> {
     let err = |source| ProbeError::Decode {
         path: name.to_string(),
         row_group: rg,
         source,
     };
-    let mut roots = vec![footer.cid_root, footer.rowid_root, footer.vector_root];
-    if with_payload {
+    let general = |msg: String| err(parquet::errors::ParquetError::General(msg));
+    let mut roots = vec![footer.cid_root, footer.rowid_root];
+    if want.vectors {
+        roots.push(footer.vector_root);
+    }
+    if want.codes {
+        roots.push(
+            footer
+                .code_root
+                .ok_or_else(|| general(format!("no {CODE_COLUMN} column")))?,
+        );
+    }
+    if want.payload {
         roots.extend(&footer.payload_roots);
     }
     let metadata = footer.arrow.metadata();
@@ -445,27 +532,83 @@ fn job(
                     start == r.start && start + len == r.end
                 })
                 .map(|c| c.column_path().string())
-                .ok_or_else(|| {
-                    err(parquet::errors::ParquetError::General(format!(
-                        "planned range {r:?} is not one column chunk"
-                    )))
-                })
+                .ok_or_else(|| general(format!("planned range {r:?} is not one column chunk")))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let offset_index = if want.pages() {
+        let chunk = chunks
+            .iter()
+            .find(|c| c.column_path().parts() == [VECTOR_COLUMN])
+            .ok_or_else(|| general(format!("no {VECTOR_COLUMN} column chunk")))?;
+        let (offset, length) = chunk
+            .offset_index_offset()
+            .zip(chunk.offset_index_length())
+            .and_then(|(o, l)| Some((u64::try_from(o).ok()?, u64::try_from(l).ok()?)))
+            .ok_or_else(|| general(format!("the {VECTOR_COLUMN} column has no offset index")))?;
+        let (start, len) = chunk.byte_range();
+        Some((offset..offset + length, start..start + len))
+    } else {
+        None
+    };
     let cid = footer.row_group_cids.get(rg).copied().unwrap_or(u32::MAX);
     Ok(Job {
         file,
         row_group: rg,
         cid,
-        with_payload,
+        want,
         decoder,
         ranges,
         columns,
+        offset_index,
     })
 }
 
+/// The page locations of an offset index read for row group `rg` of `rows`
+/// rows, checked: pages start at row 0, ascending, inside the rows, and lie
+/// inside the column chunk `chunk`.
+fn page_locations(
+    name: &str,
+    rg: usize,
+    rows: usize,
+    bytes: &[u8],
+    chunk: &Range<u64>,
+) -> Result<Vec<PageLocation>, ProbeError> {
+    let err = |msg: String| ProbeError::Decode {
+        path: name.to_string(),
+        row_group: rg,
+        source: parquet::errors::ParquetError::General(format!(
+            "{VECTOR_COLUMN} offset index: {msg}"
+        )),
+    };
+    let index = decode_offset_index(bytes).map_err(|e| err(e.to_string()))?;
+    let pages = index.page_locations().clone();
+    let mut next_row = 0i64;
+    for (i, p) in pages.iter().enumerate() {
+        let end = p.offset.checked_add(i64::from(p.compressed_page_size));
+        let inside = p.compressed_page_size > 0
+            && u64::try_from(p.offset).is_ok_and(|o| o >= chunk.start)
+            && end.and_then(|e| u64::try_from(e).ok()).is_some_and(|e| e <= chunk.end);
+        let ordered = if i == 0 {
+            p.first_row_index == 0
+        } else {
+            p.first_row_index > next_row
+        };
+        if !inside || !ordered || p.first_row_index >= rows as i64 {
+            return Err(err(format!(
+                "page {i} (offset {}, {} bytes, first row {}) is not inside the chunk {chunk:?} and rows 0..{rows} in order",
+                p.offset, p.compressed_page_size, p.first_row_index
+            )));
+        }
+        next_row = p.first_row_index;
+    }
+    if pages.is_empty() {
+        return Err(err("no pages".into()));
+    }
+    Ok(pages)
+}
+
 /// Sort and merge adjacent or overlapping ranges.
-fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
+pub(super) fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
     let mut v: Vec<Range<u64>> = ranges.collect();
     v.sort_by_key(|r| r.start);
     let mut out: Vec<Range<u64>> = Vec::with_capacity(v.len());
@@ -479,7 +622,7 @@ fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
 }
 
 /// The bytes of `want` out of the coalesced `ranges`/`data`.
-fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option<Bytes> {
+pub(super) fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option<Bytes> {
     let i = ranges
         .partition_point(|r| r.start <= want.start)
         .checked_sub(1)?;
@@ -527,14 +670,9 @@ fn decode(
     job.decoder
         .push_ranges(std::mem::take(&mut job.ranges), bufs)
         .map_err(perr)?;
-    let mut out = DecodedRowGroup {
-        cid: job.cid,
-        rowids: Vec::new(),
-        vectors: Vec::new(),
-        payload: None,
-        file: job.file,
-        row_group: rg,
-    };
+    let mut rowids: Vec<i64> = Vec::new();
+    let mut vectors: Vec<Buffer> = Vec::new();
+    let mut codes: Vec<Buffer> = Vec::new();
     let mut payloads = Vec::new();
     loop {
         let batch = match job.decoder.try_decode().map_err(perr)? {
@@ -550,53 +688,132 @@ fn decode(
         let cids = column(CID_COLUMN)?
             .as_primitive_opt::<Int32Type>()
             .ok_or_else(|| err("cid is not Int32".into()))?;
-        let first_row = out.rowids.len();
         for (i, c) in cids.iter().enumerate() {
             if c != i32::try_from(job.cid).ok() {
                 return Err(ProbeError::CorruptIndex {
                     path: name.to_string(),
                     row_group: rg,
-                    row: first_row + i,
+                    row: rowids.len() + i,
                     found: c.map_or(-1, i64::from),
                     expected: job.cid.into(),
                 });
             }
         }
-        let rowids = column(ROWID_COLUMN)?
+        let fixed = |n: &str, width: Option<usize>| -> Result<Buffer, ProbeError> {
+            let a = column(n)?
+                .as_fixed_size_binary_opt()
+                .filter(|a| width.is_none_or(|w| a.value_length() as usize == w))
+                .filter(|a| a.null_count() == 0)
+                .ok_or_else(|| err(format!("{n} is not a required FixedSizeBinary")))?;
+            let bytes = a.len() * a.value_length() as usize;
+            let values = a.values();
+            if values.len() < bytes {
+                return Err(err(format!("{n} buffer holds {} of {bytes} bytes", values.len())));
+            }
+            Ok(values.slice_with_length(0, bytes))
+        };
+        if job.want.vectors {
+            vectors.push(fixed(VECTOR_COLUMN, Some(dim * 4))?);
+        }
+        if job.want.codes {
+            codes.push(fixed(CODE_COLUMN, None)?);
+        }
+        let rowid_array = column(ROWID_COLUMN)?
             .as_primitive_opt::<Int64Type>()
             .ok_or_else(|| err("rowid is not Int64".into()))?;
-        out.rowids.extend(rowids.values().iter());
-        let vectors = column(VECTOR_COLUMN)?
-            .as_fixed_size_binary_opt()
-            .filter(|v| v.value_length() as usize == dim * 4 && v.null_count() == 0)
-            .ok_or_else(|| err(format!("vector is not FixedSizeBinary({})", dim * 4)))?;
-        let bytes = vectors
-            .value_data()
-            .get(..vectors.len() * dim * 4)
-            .ok_or_else(|| err("vector buffer too short".into()))?;
-        out.vectors.extend(
-            bytes
-                .chunks_exact(4)
-                .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-        );
-        let keep: Vec<usize> = (0..batch.num_columns())
-            .filter(|&i| {
-                let n = batch.schema_ref().field(i).name().as_str();
-                n != CID_COLUMN && n != ROWID_COLUMN && n != VECTOR_COLUMN
-            })
-            .collect();
-        payloads.push(batch.project(&keep).map_err(|e| err(e.to_string()))?);
+        rowids.extend(rowid_array.values().iter());
+        if job.want.payload {
+            let keep: Vec<usize> = (0..batch.num_columns())
+                .filter(|&i| {
+                    let n = batch.schema_ref().field(i).name().as_str();
+                    ![CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN, CODE_COLUMN].contains(&n)
+                })
+                .collect();
+            payloads.push(batch.project(&keep).map_err(|e| err(e.to_string()))?);
+        }
     }
-    if job.with_payload {
+    let vector_pages = match &job.offset_index {
+        Some((range, chunk)) => {
+            let bytes = slice(ranges, data, range)
+                .ok_or_else(|| err(format!("offset index {range:?} was not fetched")))?;
+            Some(page_locations(name, rg, rowids.len(), &bytes, chunk)?)
+        }
+        None => None,
+    };
+    let payload = if job.want.payload {
         let schema = payloads.first().map_or_else(
             || Arc::new(arrow::datatypes::Schema::empty()),
             RecordBatch::schema,
         );
-        let batch =
-            arrow::compute::concat_batches(&schema, &payloads).map_err(|e| err(e.to_string()))?;
-        out.payload = Some(batch);
+        Some(arrow::compute::concat_batches(&schema, &payloads).map_err(|e| err(e.to_string()))?)
+    } else {
+        None
+    };
+    Ok(DecodedRowGroup {
+        cid: job.cid,
+        rowids,
+        vectors: f32_rows(vectors),
+        codes: job.want.codes.then(|| concat_buffers(codes)),
+        vector_pages,
+        payload,
+        file: job.file,
+        row_group: rg,
+    })
+}
+
+/// One buffer of the decoded parts: the part itself when there is one (no
+/// copy), else their concatenation.
+fn concat_buffers(mut parts: Vec<Buffer>) -> Buffer {
+    if parts.len() == 1 {
+        return parts.remove(0);
     }
-    Ok(out)
+    let mut out = arrow::buffer::MutableBuffer::new(parts.iter().map(Buffer::len).sum());
+    for p in &parts {
+        out.extend_from_slice(p.as_slice());
+    }
+    out.into()
+}
+
+/// Little-endian f32 values viewed in place in the decoded bytes when they
+/// are 4-byte aligned (the usual case: arrow allocates 64-byte aligned
+/// buffers), else copied once.
+fn f32_rows(parts: Vec<Buffer>) -> ScalarBuffer<f32> {
+    let bytes = concat_buffers(parts);
+    let in_place = cfg!(target_endian = "little") && bytes.as_ptr().align_offset(4) == 0;
+    if in_place {
+        let len = bytes.len() / 4;
+        return ScalarBuffer::new(bytes, 0, len);
+    }
+    bytes
+        .as_slice()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect::<Vec<f32>>()
+        .into()
+}
+
+/// The queries probing each loaded row group (`cids[q]`: the probed cids of
+/// query `q`), ascending.
+pub(super) fn probing_queries(
+    cids: &[&[u32]],
+    loaded: &[Arc<DecodedRowGroup>],
+) -> Vec<Vec<u32>> {
+    let mut by_cid: Vec<(u32, usize)> = loaded
+        .iter()
+        .enumerate()
+        .map(|(i, rg)| (rg.cid, i))
+        .collect();
+    by_cid.sort_unstable();
+    let mut probing: Vec<Vec<u32>> = vec![Vec::new(); loaded.len()];
+    for (q, qc) in cids.iter().enumerate() {
+        for &c in qc.iter() {
+            let first = by_cid.partition_point(|&(x, _)| x < c);
+            for &(_, g) in by_cid[first..].iter().take_while(|&&(x, _)| x == c) {
+                probing[g].push(q as u32);
+            }
+        }
+    }
+    probing
 }
 
 /// Rows of a row group scanned together for every query that probes it: 64
@@ -621,22 +838,7 @@ pub fn scan_batch(
     loaded: &[Arc<DecodedRowGroup>],
     k: usize,
 ) -> Vec<TopK> {
-    // The queries probing each loaded row group, ascending.
-    let mut by_cid: Vec<(u32, usize)> = loaded
-        .iter()
-        .enumerate()
-        .map(|(i, rg)| (rg.cid, i))
-        .collect();
-    by_cid.sort_unstable();
-    let mut probing: Vec<Vec<u32>> = vec![Vec::new(); loaded.len()];
-    for (q, qc) in cids.iter().enumerate() {
-        for &c in qc.iter() {
-            let first = by_cid.partition_point(|&(x, _)| x < c);
-            for &(_, g) in by_cid[first..].iter().take_while(|&&(x, _)| x == c) {
-                probing[g].push(q as u32);
-            }
-        }
-    }
+    let probing = probing_queries(cids, loaded);
     let empty = || -> Vec<TopK> { (0..cids.len()).map(|_| TopK::new(k)).collect() };
     loaded
         .par_iter()
@@ -755,7 +957,9 @@ mod tests {
                 Arc::new(DecodedRowGroup {
                     cid: i % 6,
                     rowids,
-                    vectors,
+                    vectors: vectors.into(),
+                    codes: None,
+                    vector_pages: None,
                     payload: None,
                     file: 0,
                     row_group: i as usize,

@@ -37,6 +37,8 @@ pub struct Footer {
     pub cid_root: usize,
     pub rowid_root: usize,
     pub vector_root: usize,
+    /// Root column index of `code`, in an index with codes.
+    pub code_root: Option<usize>,
     /// Root column indices of the payload columns (all others).
     pub payload_roots: Vec<usize>,
     /// The cid of each row group.
@@ -96,6 +98,7 @@ pub async fn read_footer(
     entry: &FileEntry,
     pin: &FooterPin,
     dim: usize,
+    code_bytes: Option<usize>,
     tail: u64,
 ) -> Result<(Footer, FooterIo), ProbeError> {
     let tail = tail.max(pin.footer_size).min(entry.size);
@@ -149,7 +152,7 @@ pub async fn read_footer(
     let bytes = metadata.memory_size();
     let arrow = ArrowReaderMetadata::try_new(Arc::new(metadata), ArrowReaderOptions::new())
         .map_err(footer_err)?;
-    let footer = validate(&name, entry, arrow, dim, bytes)?;
+    let footer = validate(&name, entry, arrow, dim, code_bytes, bytes)?;
     Ok((footer, io))
 }
 
@@ -158,9 +161,10 @@ fn validate(
     entry: &FileEntry,
     arrow: ArrowReaderMetadata,
     dim: usize,
+    code_bytes: Option<usize>,
     bytes: usize,
 ) -> Result<Footer, ProbeError> {
-    let facts = check_footer(path, entry, arrow.metadata(), Some(dim))
+    let facts = check_footer(path, entry, arrow.metadata(), Some(dim), code_bytes)
         .map_err(ProbeError::FooterContract)?;
     Ok(Footer {
         bytes: bytes + facts.row_group_cids.len() * 4,
@@ -168,6 +172,7 @@ fn validate(
         cid_root: facts.cid_root,
         rowid_root: facts.rowid_root,
         vector_root: facts.vector_root,
+        code_root: facts.code_root,
         payload_roots: facts.payload_roots,
         row_group_cids: facts.row_group_cids,
     })

@@ -7,13 +7,17 @@
 //!
 //! A cold query costs at most two dependent rounds of requests: every
 //! candidate footer at once, then every planned row group at once. With all
-//! footers cached (`Index::warm`) it is one round.
+//! footers cached (`Index::warm`) it is one round. In an index with codes
+//! ([`quantized`]) the row groups are read as codes, and a third round reads
+//! the `vector` pages holding the candidates to re-rank (none when the codes
+//! are preloaded with `--preload all`, or with `rerank 0`).
 
 pub mod access_plan;
 pub mod cache;
 pub mod executor;
 pub mod footer;
 pub mod planner;
+pub mod quantized;
 pub mod select;
 pub mod stats;
 

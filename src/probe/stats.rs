@@ -32,8 +32,20 @@ pub struct SearchStats {
     pub footer_bytes: u64,
     /// Column-chunk bytes of the row groups read (before coalescing).
     pub row_group_bytes: u64,
-    /// Dependent rounds of requests (0, 1 or 2; more only for footers larger
-    /// than the tail read for them).
+    /// Bytes of `vector` offset indexes read (with the codes).
+    pub page_index_bytes: u64,
+    /// Codes scored (quantised scan).
+    pub codes_scored: u64,
+    /// Candidates re-ranked by their exact distance (the union over a
+    /// batch's queries).
+    pub reranked: u64,
+    /// `vector` data pages fetched for the re-rank.
+    pub pages_read: u64,
+    /// Bytes of those pages.
+    pub page_bytes: u64,
+    /// Dependent rounds of requests: footers, row groups (codes and offset
+    /// indexes, or vectors), then re-rank pages; 0 to 3, more only for
+    /// footers larger than the tail read for them.
     pub rounds: u64,
     /// Microseconds choosing the lists to probe (the query's own).
     pub probe_us: u64,
@@ -44,8 +56,10 @@ pub struct SearchStats {
     pub fetch_us: u64,
     /// Microseconds decoding row groups and checking their cids.
     pub decode_us: u64,
-    /// Microseconds computing distances.
+    /// Microseconds computing distances (codes and f32).
     pub scan_us: u64,
+    /// Microseconds of re-rank page IO.
+    pub rerank_fetch_us: u64,
 }
 
 /// Whole microseconds of `d` (saturating).

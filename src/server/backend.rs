@@ -38,8 +38,10 @@ pub struct IndexInfo {
 /// Memory held by the backend's caches.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 pub struct CacheState {
-    /// Every posting is held in memory (`--preload`).
+    /// Something is held in memory (`--preload codes|all`).
     pub preloaded: bool,
+    /// What is held in memory: `none`, `codes` or `all`.
+    pub preload: crate::index::Preload,
     /// Bytes currently held by the footer cache.
     pub footer_cache_bytes: u64,
     /// Bytes currently held by the decoded-postings cache (every posting

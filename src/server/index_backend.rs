@@ -16,7 +16,7 @@ use super::backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchB
 use crate::Error;
 use crate::format::snapshot::{Snapshot, SnapshotError};
 use crate::format::warehouse::{self, Commit, WarehouseError};
-use crate::index::{Index, IndexError, IndexOptions, SearchParams, SearchResult};
+use crate::index::{Index, IndexError, IndexOptions, Preload, SearchParams, SearchResult};
 
 /// One opened snapshot.
 pub struct IndexBackend {
@@ -81,8 +81,8 @@ impl SearchBackend for IndexBackend {
 /// Opens locations (`store::location` syntax) at their current snapshot.
 #[derive(Debug, Clone, Default)]
 pub struct IndexLoader {
-    /// Load every posting into memory after opening.
-    pub preload: bool,
+    /// What to hold in memory after opening (`--preload`).
+    pub preload: Preload,
     /// Read every footer after opening, so each query is one round of requests.
     pub warm: bool,
     /// Retries, timeouts and the publish opt-in for the stores opened.
@@ -103,7 +103,7 @@ fn snapshot_label(path: &object_store::path::Path, commit: Option<&Commit>) -> S
 }
 
 /// [`IndexInfo`] of a freshly opened snapshot (empty caches).
-fn index_info(snapshot: &Snapshot, label: String, preloaded: bool) -> IndexInfo {
+fn index_info(snapshot: &Snapshot, label: String, preload: Preload) -> IndexInfo {
     let def = &snapshot.definition;
     IndexInfo {
         dim: def.dim as usize,
@@ -116,7 +116,8 @@ fn index_info(snapshot: &Snapshot, label: String, preloaded: bool) -> IndexInfo 
         snapshot: label,
         definition: serde_json::to_value(def).unwrap_or_default(),
         cache: CacheState {
-            preloaded,
+            preloaded: preload != Preload::None,
+            preload,
             ..CacheState::default()
         },
     }
@@ -156,8 +157,11 @@ impl BackendLoader for IndexLoader {
         let label = snapshot_label(&path, snapshot.commit.as_ref());
         let info = index_info(&snapshot, label, self.preload);
         let index = Index::from_snapshot(store, snapshot, IndexOptions::default());
-        if self.preload {
-            index.preload().await.map_err(|e| classify(location, e))?;
+        if self.preload != Preload::None {
+            index
+                .preload(self.preload)
+                .await
+                .map_err(|e| classify(location, e))?;
         } else if self.warm {
             index.warm().await.map_err(|e| classify(location, e))?;
         }

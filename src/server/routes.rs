@@ -35,6 +35,9 @@ pub const INDEXES: &str = "/v1/indexes";
 pub const INDEX: &str = "/v1/indexes/{name}";
 pub const SEARCH: &str = "/v1/indexes/{name}/search";
 pub const RELOAD: &str = "/v1/indexes/{name}/reload";
+/// Largest re-rank factor a request may ask for (k × rerank candidates are
+/// kept per query).
+pub const MAX_RERANK: u64 = 1000;
 
 /// `POST /v1/indexes/{name}/search` body. Every field of [`SearchParams`] is
 /// settable under its own name; `"include": ["payload"]` is the same as
@@ -49,6 +52,8 @@ pub struct SearchBody {
     pub k: Option<u64>,
     pub nprobe: Option<u64>,
     pub root_factor: Option<u64>,
+    /// Re-rank factor of an index with codes (0: the codes' estimates).
+    pub rerank: Option<u64>,
     pub include_payload: Option<bool>,
     #[serde(default)]
     pub include: Vec<Include>,
@@ -151,6 +156,13 @@ pub fn validate(
             ),
         ));
     }
+    let rerank = body.rerank.unwrap_or(crate::index::DEFAULT_RERANK as u64);
+    if rerank > MAX_RERANK {
+        return Err(ApiError::bad_request(
+            "rerank_out_of_range",
+            format!("rerank = {rerank} is outside 0..={MAX_RERANK}"),
+        ));
+    }
     let mut queries = Vec::with_capacity(vectors.len() * info.dim);
     for (i, vector) in vectors.iter().enumerate() {
         if vector.len() != info.dim {
@@ -184,6 +196,7 @@ pub fn validate(
             root_factor: root_factor as usize,
             include_payload: body.include_payload.unwrap_or(false)
                 || body.include.contains(&Include::Payload),
+            rerank: rerank as usize,
         },
         include_stats: body.include.contains(&Include::Stats),
     })
@@ -471,7 +484,8 @@ mod tests {
                 k: 3,
                 nprobe: 4,
                 root_factor: 0,
-                include_payload: false
+                include_payload: false,
+                rerank: crate::index::DEFAULT_RERANK,
             }
         );
         let two =

@@ -138,7 +138,7 @@ fn postings_batch(
             rows.iter().map(|&i| format!("row-{}", ids[i])),
         )));
     }
-    RecordBatch::try_new(postings_schema(dim, payload), columns).unwrap()
+    RecordBatch::try_new(postings_schema(dim, None, payload), columns).unwrap()
 }
 
 /// Writes a complete snapshot folder `root` (index.json, centroids,
@@ -167,6 +167,7 @@ pub async fn write_index(
         Arc::clone(&store),
         postings_root.clone(),
         dim,
+        None,
         payload.clone(),
         layout.writer,
     )
@@ -279,7 +280,7 @@ pub fn multi_cid_row_group_file(dim: usize, rows: &[(u32, i64, usize)], data: &[
         })
         .collect();
     let batch = RecordBatch::try_new(
-        postings_schema(dim, &[]),
+        postings_schema(dim, None, &[]),
         vec![
             Arc::new(Int32Array::from_iter_values(
                 rows.iter().map(|r| r.0 as i32),

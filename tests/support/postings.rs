@@ -32,7 +32,7 @@ pub fn batch(dim: usize, cids: &[i32], first_rowid: i64) -> RecordBatch {
     let vectors = FixedSizeBinaryArray::try_new((dim * 4) as i32, bytes.into(), None).unwrap();
     let titles = StringArray::from_iter(rowids.iter().map(|r| Some(format!("doc {r}"))));
     RecordBatch::try_new(
-        postings_schema(dim, &payload()),
+        postings_schema(dim, None, &payload()),
         vec![
             Arc::new(Int32Array::from(cids.to_vec())),
             Arc::new(Int64Array::from(rowids)),
@@ -69,7 +69,7 @@ pub async fn write_table(
     options: WriterOptions,
 ) -> Manifest {
     let mut writer =
-        PostingsWriter::new(Arc::clone(&store), root.clone(), dim, payload(), options).unwrap();
+        PostingsWriter::new(Arc::clone(&store), root.clone(), dim, None, payload(), options).unwrap();
     let mut rowid = 0i64;
     for (bucket, cids) in bucket_cids() {
         let (a, b) = cids.split_at(cids.len() / 2);

@@ -158,6 +158,7 @@ impl SearchBackend for BruteForce {
             }),
             cache: CacheState {
                 preloaded: true,
+                preload: parqivf::index::Preload::All,
                 footer_cache_bytes: 0,
                 postings_cache_bytes: 4 * self.vectors.len() as u64,
             },

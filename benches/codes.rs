@@ -1,0 +1,118 @@
+//! Code-scoring kernels against the memory-bandwidth bound (issue 12).
+//!
+//! Group `score`: one iteration scores 65 536 codes of one list-like run with
+//! `Quantizer::score` (`sq8` and `rabitq4`, dims 128 and 384, the kernel this
+//! CPU dispatches to, printed first), next to an f32 dot-product scan of 65 536
+//! f32 vectors (`f32-dot`) and a `memcpy` of each byte count. Throughput is the
+//! bytes read (code bytes, f32 bytes, or the bytes copied), so each figure
+//! compares directly with the memcpy line of the same size; vectors per second
+//! are that rate divided by the per-vector bytes, also printed first.
+//!
+//! Group `encode`: `Quantizer::encode_batch` over 4 096 residuals, in vectors
+//! per second on one thread (the build parallelises over batches).
+//!
+//! Run: `cargo bench --bench codes` (add `-- --quick` for a short run).
+
+use criterion::{Criterion, Throughput, criterion_group, criterion_main};
+use parqivf::quant::{Quantizer, simd_path};
+use rand::{Rng, SeedableRng};
+use rand_chacha::ChaCha8Rng;
+use std::hint::black_box;
+
+/// Codes (or f32 vectors) scanned per iteration.
+const CODES: usize = 65_536;
+/// Residuals encoded per iteration.
+const ENCODED: usize = 4_096;
+
+fn data(n: usize, dim: usize, seed: u64) -> Vec<f32> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    (0..n * dim)
+        .map(|_| rng.random::<f32>() * 2.0 - 1.0)
+        .collect()
+}
+
+/// The f32 scan's inner product: 8 lanes, auto-vectorised.
+fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
+    let (a_chunks, a_tail) = a.as_chunks::<8>();
+    let (b_chunks, b_tail) = b.as_chunks::<8>();
+    let mut acc = [0.0f32; 8];
+    for (x, y) in a_chunks.iter().zip(b_chunks) {
+        for l in 0..8 {
+            acc[l] += x[l] * y[l];
+        }
+    }
+    acc.iter().sum::<f32>() + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
+}
+
+fn quantizers(dim: usize) -> [(&'static str, Quantizer); 2] {
+    let sample = data(4_096, dim, 1);
+    [
+        (
+            "sq8",
+            Quantizer::train_sq8(&sample, dim).expect("sq8 trains"),
+        ),
+        (
+            "rabitq4",
+            Quantizer::rabitq4(dim, 7).expect("rabitq4 builds"),
+        ),
+    ]
+}
+
+fn score(c: &mut Criterion) {
+    eprintln!("score kernels: {}", simd_path());
+    let mut g = c.benchmark_group("score");
+    for dim in [128, 384] {
+        let query = data(1, dim, 3);
+        let vectors = data(CODES, dim, 2);
+        let mut out = vec![0.0f32; CODES];
+        for (name, quantizer) in quantizers(dim) {
+            let mut codes = vec![0u8; CODES * quantizer.code_bytes()];
+            quantizer.encode_batch(&vectors, &mut codes);
+            let mut rotated = vec![0.0; dim];
+            quantizer.rotate(&query, &mut rotated);
+            let prepared = quantizer.prepare(&rotated);
+            eprintln!("{name}/{dim}: {} bytes per code", quantizer.code_bytes());
+            g.throughput(Throughput::Bytes(codes.len() as u64));
+            g.bench_function(format!("{name}/{dim}"), |b| {
+                b.iter(|| quantizer.score(black_box(&prepared), black_box(&codes), &mut out))
+            });
+            let mut copy = vec![0u8; codes.len()];
+            g.bench_function(format!("memcpy/{}", codes.len()), |b| {
+                b.iter(|| copy.copy_from_slice(black_box(&codes)))
+            });
+        }
+        eprintln!("f32-dot/{dim}: {} bytes per vector", 4 * dim);
+        g.throughput(Throughput::Bytes((vectors.len() * 4) as u64));
+        g.bench_function(format!("f32-dot/{dim}"), |b| {
+            b.iter(|| {
+                for (v, o) in black_box(&vectors).chunks_exact(dim).zip(out.iter_mut()) {
+                    *o = dot_f32(v, &query);
+                }
+            })
+        });
+        let mut copy = vec![0.0f32; vectors.len()];
+        g.bench_function(format!("memcpy/{}", vectors.len() * 4), |b| {
+            b.iter(|| copy.copy_from_slice(black_box(&vectors)))
+        });
+    }
+    g.finish();
+}
+
+fn encode(c: &mut Criterion) {
+    let mut g = c.benchmark_group("encode");
+    g.sample_size(10);
+    for dim in [128, 384] {
+        let residuals = data(ENCODED, dim, 4);
+        g.throughput(Throughput::Elements(ENCODED as u64));
+        for (name, quantizer) in quantizers(dim) {
+            let mut codes = vec![0u8; ENCODED * quantizer.code_bytes()];
+            g.bench_function(format!("{name}/{dim}"), |b| {
+                b.iter(|| quantizer.encode_batch(black_box(&residuals), &mut codes))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, score, encode);
+criterion_main!(benches);

@@ -1,0 +1,424 @@
+//! The quantised query path of an index with codes: score the codes of the
+//! probed row groups ([`scan_codes`]), keep the best `rerank × k` candidates
+//! of each query, then rank those by their exact distance, from the f32
+//! vectors in memory ([`rerank_in_memory`]) or from the few `vector` data
+//! pages that hold them ([`PagePlan`]: pure plan, one ranged read per file,
+//! pure decode and rank).
+//!
+//! A code estimates `<r, y>` for the residual `r = x − c` of a row to its
+//! leaf `c` ([`crate::quant`]); with the exact `‖r‖²` it carries, the
+//! estimated distance of query `q` is, per metric:
+//!
+//! | metric | y | estimate |
+//! |---|---|---|
+//! | L2 | `q − c` | `‖r‖² + ‖q − c‖² − 2·<r, y>` |
+//! | inner product | `q` | `−(<c, q> + <r, y>)` |
+//! | cosine (unit vectors) | `q` | `1 − (<c, q> + <r, y>)` |
+//!
+//! `y` is rotated as the codes are: `P·y = P·q − P·c`, with `P·c` computed
+//! once per leaf at open and `P·q` once per query.
+
+use super::ProbeError;
+use super::executor::{
+    DecodedRowGroup, FileRequest, Fetched, coalesce, probing_queries, slice,
+};
+use crate::distance::Metric;
+use crate::format::page_crc::checked_page;
+use crate::format::postings_table::VECTOR_COLUMN;
+use crate::kmeans::Hierarchy;
+use crate::quant::Quantizer;
+use crate::topk::TopK;
+use object_store::path::Path;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// What a quantised scan reads besides the row groups: the quantiser, the
+/// hierarchy, and every leaf rotated by the quantiser (`nlist × dim`).
+#[derive(Debug, Clone, Copy)]
+pub struct CodeScan<'a> {
+    pub quantizer: &'a Quantizer,
+    pub hierarchy: &'a Hierarchy,
+    pub rotated_leaves: &'a [f32],
+}
+
+/// Every leaf of `hierarchy` rotated by `quantizer` (`nlist × dim`,
+/// row-major), in parallel. CPU only.
+pub fn rotate_leaves(quantizer: &Quantizer, hierarchy: &Hierarchy) -> Vec<f32> {
+    let dim = hierarchy.dim;
+    let mut out = vec![0.0; hierarchy.leaves.len()];
+    out.par_chunks_mut(dim)
+        .zip(hierarchy.leaves.par_chunks(dim))
+        .for_each(|(o, leaf)| quantizer.rotate(leaf, o));
+    out
+}
+
+/// Where a candidate was found: (index in `loaded`, row in the row group).
+fn pack(group: usize, row: usize) -> u64 {
+    ((group as u64) << 32) | row as u64
+}
+
+fn unpack(at: u64) -> (usize, usize) {
+    ((at >> 32) as usize, (at & 0xffff_ffff) as usize)
+}
+
+/// The `keep` best candidates of every query of a batch by estimated
+/// distance (`queries` row-major and prepared for the metric, `cids[q]` the
+/// probed cids of query `q`) among the codes of the `loaded` row groups,
+/// list-major as [`super::executor::scan_batch`]. Each candidate's
+/// [`crate::topk::Neighbor::at`] says where it lies, for the re-rank.
+/// Returns the selections and the number of codes scored. CPU only.
+///
+/// # Errors
+/// [`ProbeError::Decode`] for a row group without codes or with a code
+/// buffer of the wrong length.
+pub fn scan_codes(
+    scan: CodeScan<'_>,
+    paths: &[Path],
+    queries: &[f32],
+    cids: &[&[u32]],
+    loaded: &[Arc<DecodedRowGroup>],
+    keep: usize,
+) -> Result<(Vec<TopK>, u64), ProbeError> {
+    let dim = scan.hierarchy.dim;
+    let width = scan.quantizer.code_bytes();
+    let nq = cids.len();
+    let mut rotated = vec![0.0f32; queries.len()];
+    rotated
+        .par_chunks_mut(dim)
+        .zip(queries.par_chunks(dim))
+        .for_each(|(o, q)| scan.quantizer.rotate(q, o));
+    let probing = probing_queries(cids, loaded);
+    for (g, rg) in loaded.iter().enumerate() {
+        let codes_len = rg.codes.as_ref().map(|c| c.len());
+        if codes_len != Some(rg.rowids.len() * width) {
+            return Err(ProbeError::Decode {
+                path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
+                row_group: rg.row_group,
+                source: parquet::errors::ParquetError::General(format!(
+                    "loaded row group {g} holds {codes_len:?} code bytes for {} rows of {width}",
+                    rg.rowids.len()
+                )),
+            });
+        }
+    }
+    let empty = || -> (Vec<TopK>, Vec<f32>, Vec<f32>, u64) {
+        (
+            (0..nq).map(|_| TopK::new(keep)).collect(),
+            Vec::new(),
+            vec![0.0; dim],
+            0,
+        )
+    };
+    let (tops, scored) = loaded
+        .par_iter()
+        .enumerate()
+        .zip(&probing)
+        .filter(|(_, qs)| !qs.is_empty())
+        .fold(empty, |(mut tops, mut scores, mut y, mut scored), ((g, rg), qs)| {
+            let codes = rg.codes.as_deref().unwrap_or_default();
+            let c = rg.cid as usize;
+            let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
+            let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
+            scores.resize(rg.rowids.len(), 0.0);
+            for &q in qs {
+                let q = q as usize;
+                let query = &queries[q * dim..(q + 1) * dim];
+                let query_rotated = &rotated[q * dim..(q + 1) * dim];
+                let top = &mut tops[q];
+                match scan.hierarchy.metric {
+                    Metric::L2 => {
+                        for ((y, a), b) in y.iter_mut().zip(query_rotated).zip(leaf_rotated) {
+                            *y = a - b;
+                        }
+                        let y_norm2: f32 = y.iter().map(|v| v * v).sum();
+                        let prepared = scan.quantizer.prepare(&y);
+                        scan.quantizer.score(&prepared, codes, &mut scores);
+                        for (i, (&s, code)) in scores.iter().zip(codes.chunks_exact(width)).enumerate() {
+                            let estimate = Quantizer::norm2(code) + y_norm2 - 2.0 * s;
+                            top.push_at(estimate, rg.rowids[i], pack(g, i));
+                        }
+                    }
+                    metric => {
+                        let prepared = scan.quantizer.prepare(query_rotated);
+                        scan.quantizer.score(&prepared, codes, &mut scores);
+                        let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
+                        let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
+                        for (i, &s) in scores.iter().enumerate() {
+                            top.push_at(offset - (base + s), rg.rowids[i], pack(g, i));
+                        }
+                    }
+                }
+                scored += rg.rowids.len() as u64;
+            }
+            (tops, scores, y, scored)
+        })
+        .map(|(tops, _, _, scored)| (tops, scored))
+        .reduce(
+            || ((0..nq).map(|_| TopK::new(keep)).collect(), 0),
+            |(mut a, sa), (b, sb)| {
+                a.iter_mut().zip(b).for_each(|(x, y)| x.merge(y));
+                (a, sa + sb)
+            },
+        );
+    Ok((tops, scored))
+}
+
+/// The exact `k` best of each query's `candidates` (from [`scan_codes`]),
+/// from the vectors held by the `loaded` row groups. CPU only.
+pub fn rerank_in_memory(
+    metric: Metric,
+    dim: usize,
+    queries: &[f32],
+    candidates: Vec<TopK>,
+    loaded: &[Arc<DecodedRowGroup>],
+    k: usize,
+) -> Vec<TopK> {
+    candidates
+        .into_par_iter()
+        .enumerate()
+        .map(|(q, cands)| {
+            let query = &queries[q * dim..(q + 1) * dim];
+            let mut top = TopK::new(k);
+            for n in cands.into_sorted() {
+                let (g, row) = unpack(n.at);
+                let v = &loaded[g].vectors[row * dim..(row + 1) * dim];
+                top.push(metric.prepared_distance(query, v), n.rowid);
+            }
+            top
+        })
+        .collect()
+}
+
+/// The `k` best of each query's candidates by their estimated distances
+/// (`rerank 0`: no f32 is read).
+pub fn approximate(candidates: Vec<TopK>, k: usize) -> Vec<TopK> {
+    candidates
+        .into_iter()
+        .map(|cands| {
+            let mut top = TopK::new(k);
+            for n in cands.into_sorted().into_iter().take(k) {
+                top.push(n.distance, n.rowid);
+            }
+            top
+        })
+        .collect()
+}
+
+/// One `vector` data page to read.
+#[derive(Debug, Clone)]
+struct PageRead {
+    /// Index in `loaded` of its row group.
+    group: usize,
+    /// Its byte range in the file.
+    range: Range<u64>,
+    first_row: usize,
+    rows: usize,
+}
+
+/// The `vector` pages holding every candidate of a batch: plain data from
+/// [`PagePlan::new`], read with [`super::executor::Postings::fetch`] of
+/// [`PagePlan::requests`] (one `get_ranges` per file, one round), then
+/// ranked by [`PagePlan::rank`].
+#[derive(Debug)]
+pub struct PagePlan {
+    requests: Vec<FileRequest>,
+    /// The pages of each request, same order.
+    pages: Vec<Vec<PageRead>>,
+    /// (group, page index) → (request, page) of every planned page.
+    index: HashMap<(usize, usize), (usize, usize)>,
+}
+
+impl PagePlan {
+    /// The pages holding the candidates (each page once, however many
+    /// candidates of however many queries it holds). Pure.
+    ///
+    /// # Errors
+    /// [`ProbeError::Decode`] for a candidate's row group read without its
+    /// offset index, or a row outside it.
+    pub fn new(
+        paths: &[Path],
+        loaded: &[Arc<DecodedRowGroup>],
+        candidates: &[TopK],
+    ) -> Result<PagePlan, ProbeError> {
+        let mut by_file: HashMap<usize, Vec<(usize, usize, PageRead)>> = HashMap::new();
+        let mut seen: std::collections::HashSet<(usize, usize)> = Default::default();
+        for n in candidates.iter().flat_map(TopK::iter) {
+            let (g, row) = unpack(n.at);
+            let rg = &loaded[g];
+            let page = page_of(paths, rg, row)?;
+            if !seen.insert((g, page)) {
+                continue;
+            }
+            let pages = rg.vector_pages.as_deref().unwrap_or_default();
+            let loc = &pages[page];
+            let first_row = loc.first_row_index as usize;
+            let end_row = pages
+                .get(page + 1)
+                .map_or(rg.rowids.len(), |p| p.first_row_index as usize);
+            let start = loc.offset as u64;
+            by_file.entry(rg.file).or_default().push((
+                g,
+                page,
+                PageRead {
+                    group: g,
+                    range: start..start + loc.compressed_page_size as u64,
+                    first_row,
+                    rows: end_row - first_row,
+                },
+            ));
+        }
+        let mut files: Vec<_> = by_file.into_iter().collect();
+        files.sort_by_key(|(f, _)| *f);
+        let mut plan = PagePlan {
+            requests: Vec::with_capacity(files.len()),
+            pages: Vec::with_capacity(files.len()),
+            index: HashMap::new(),
+        };
+        for (r, (file, mut reads)) in files.into_iter().enumerate() {
+            reads.sort_by_key(|(_, _, p)| p.range.start);
+            let ranges = coalesce(reads.iter().map(|(_, _, p)| p.range.clone()));
+            for (i, (g, page, _)) in reads.iter().enumerate() {
+                plan.index.insert((*g, *page), (r, i));
+            }
+            plan.requests.push(FileRequest { file, ranges });
+            plan.pages.push(reads.into_iter().map(|(_, _, p)| p).collect());
+        }
+        Ok(plan)
+    }
+
+    /// The ranged reads of the plan, one per file.
+    pub fn requests(&self) -> &[FileRequest] {
+        &self.requests
+    }
+
+    /// Pages planned.
+    pub fn pages(&self) -> usize {
+        self.pages.iter().map(Vec::len).sum()
+    }
+
+    /// Bytes of the pages planned.
+    pub fn page_bytes(&self) -> u64 {
+        self.pages
+            .iter()
+            .flatten()
+            .map(|p| p.range.end - p.range.start)
+            .sum()
+    }
+
+    /// The exact `k` best of each query's candidates, from the fetched
+    /// pages: each page's CRC is checked and its values must be exactly its
+    /// rows of `dim` f32. Pure compute (parallel over queries).
+    ///
+    /// # Errors
+    /// [`ProbeError::PageChecksum`] for a page that fails its CRC,
+    /// [`ProbeError::Decode`] for one of the wrong length.
+    #[allow(clippy::too_many_arguments)]
+    pub fn rank(
+        &self,
+        fetched: Fetched,
+        paths: &[Path],
+        loaded: &[Arc<DecodedRowGroup>],
+        metric: Metric,
+        dim: usize,
+        queries: &[f32],
+        candidates: Vec<TopK>,
+        k: usize,
+    ) -> Result<Vec<TopK>, ProbeError> {
+        let fetched = fetched.into_inner();
+        // The values of every page, checked once.
+        let values: Vec<Vec<bytes::Bytes>> = self
+            .pages
+            .iter()
+            .zip(&self.requests)
+            .zip(&fetched)
+            .map(|((pages, request), data)| {
+                pages
+                    .iter()
+                    .map(|p| {
+                        let rg = &loaded[p.group];
+                        let name = || paths.get(rg.file).map_or_else(String::new, Path::to_string);
+                        let bytes = slice(&request.ranges, data, &p.range).ok_or_else(|| {
+                            decode_error(name(), rg.row_group, format!("page {:?} was not fetched", p.range))
+                        })?;
+                        let body = checked_page(&bytes).map_err(|source| ProbeError::PageChecksum {
+                            path: name(),
+                            row_group: rg.row_group,
+                            column: VECTOR_COLUMN.to_string(),
+                            source,
+                        })?;
+                        if body.len() != p.rows * dim * 4 {
+                            return Err(decode_error(
+                                name(),
+                                rg.row_group,
+                                format!(
+                                    "{VECTOR_COLUMN} page at byte {} holds {} value bytes, its {} rows need {}",
+                                    p.range.start,
+                                    body.len(),
+                                    p.rows,
+                                    p.rows * dim * 4
+                                ),
+                            ));
+                        }
+                        let start = bytes.len() - body.len();
+                        Ok(bytes.slice(start..))
+                    })
+                    .collect::<Result<Vec<_>, ProbeError>>()
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(candidates
+            .into_par_iter()
+            .enumerate()
+            .map(|(q, cands)| {
+                let query = &queries[q * dim..(q + 1) * dim];
+                let mut v = vec![0.0f32; dim];
+                let mut top = TopK::new(k);
+                for n in cands.into_sorted() {
+                    let (g, row) = unpack(n.at);
+                    // Planned from the same candidates: always found.
+                    let Some(page) = page_of(paths, &loaded[g], row).ok() else {
+                        continue;
+                    };
+                    let Some(&(r, i)) = self.index.get(&(g, page)) else {
+                        continue;
+                    };
+                    let p = &self.pages[r][i];
+                    let at = (row - p.first_row) * dim * 4;
+                    let bytes = &values[r][i][at..at + dim * 4];
+                    for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
+                        *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    }
+                    top.push(metric.prepared_distance(query, &v), n.rowid);
+                }
+                top
+            })
+            .collect())
+    }
+}
+
+fn decode_error(path: String, row_group: usize, msg: String) -> ProbeError {
+    ProbeError::Decode {
+        path,
+        row_group,
+        source: parquet::errors::ParquetError::General(msg),
+    }
+}
+
+/// The index of the `vector` page of `rg` holding `row`.
+fn page_of(paths: &[Path], rg: &DecodedRowGroup, row: usize) -> Result<usize, ProbeError> {
+    let name = || paths.get(rg.file).map_or_else(String::new, Path::to_string);
+    let pages = rg.vector_pages.as_deref().ok_or_else(|| {
+        decode_error(name(), rg.row_group, format!("{VECTOR_COLUMN} offset index was not read"))
+    })?;
+    if row >= rg.rowids.len() {
+        return Err(decode_error(
+            name(),
+            rg.row_group,
+            format!("row {row} is outside the row group's {} rows", rg.rowids.len()),
+        ));
+    }
+    Ok(pages
+        .partition_point(|p| p.first_row_index as usize <= row)
+        .saturating_sub(1))
+}
