@@ -586,6 +586,71 @@ impl Index {
     }
 }
 
+/// A stored code that differs from its vector's code ([`Index::reencode_sample`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeMismatch {
+    pub path: String,
+    pub row_group: usize,
+    pub row: usize,
+    pub rowid: i64,
+}
+
+impl Index {
+    /// Re-encode the vectors of `lists` lists (evenly spaced over the cids)
+    /// and compare them with their stored codes: encoding is deterministic
+    /// on every CPU ([`crate::quant`]), so any difference is corruption or a
+    /// writer bug. Returns the mismatches (the first 16 at most); nothing
+    /// for an index without codes.
+    ///
+    /// # Errors
+    /// [`ProbeError`] for a postings file that cannot be read.
+    pub async fn reencode_sample(&self, lists: usize) -> crate::Result<Vec<CodeMismatch>> {
+        let Some(codes) = &self.codes else {
+            return Ok(Vec::new());
+        };
+        let nlist = self.manifest.nlist as usize;
+        let step = nlist.div_ceil(lists.max(1)).max(1);
+        let cids: Vec<u32> = (0..nlist).step_by(step).map(|c| c as u32).collect();
+        let want = Want {
+            vectors: true,
+            codes: true,
+            payload: false,
+        };
+        let mut stats = SearchStats::default();
+        let loaded = self.postings().load(&cids, want, &mut stats).await?;
+        let (codes, hierarchy, paths) = (
+            Arc::clone(codes),
+            Arc::clone(&self.hierarchy),
+            Arc::clone(&self.postings_paths),
+        );
+        Ok(on_rayon(move || {
+            let (q, dim) = (&codes.0, hierarchy.dim);
+            let width = q.code_bytes();
+            let mut out = Vec::new();
+            let mut code = vec![0u8; width];
+            for rg in &loaded {
+                let stored = rg.codes.as_deref().unwrap_or_default();
+                let cids = vec![rg.cid; rg.rowids.len()];
+                let residuals = hierarchy.residuals(&rg.vectors, &cids);
+                for (row, residual) in residuals.chunks_exact(dim).enumerate() {
+                    q.encode(residual, &mut code);
+                    if stored.get(row * width..(row + 1) * width) != Some(&code[..]) && out.len() < 16
+                    {
+                        out.push(CodeMismatch {
+                            path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
+                            row_group: rg.row_group,
+                            row,
+                            rowid: rg.rowids[row],
+                        });
+                    }
+                }
+            }
+            out
+        })
+        .await)
+    }
+}
+
 impl Index {
     /// Open the current snapshot of the index named by `location` (see
     /// [`Snapshot::open_current`]): the snapshot its commit log makes current,

@@ -6,7 +6,7 @@
 
 mod support;
 
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -223,4 +223,42 @@ async fn a_corrupted_code_or_vector_page_is_a_typed_error() {
         }
         std::fs::write(&part, &bytes).unwrap();
     }
+}
+
+#[tokio::test]
+async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let (n, dim, nlist) = (1200, 16, 8);
+    let data = dataset(n, dim, 4);
+    built(&store, &data, dim, &params(nlist, Metric::L2, Some(Scheme::RaBitQ4))).await;
+    let idx = Path::from("idx");
+    let options = parqivf::postings::verify::VerifyOptions::default();
+    let report = parqivf::postings::verify::verify_location(store.clone(), &idx, options)
+        .await
+        .unwrap();
+    assert!(report.is_ok(), "{:?}", report.violations);
+    // The snapshot folder opened bare (no commit pins), with the parameters
+    // of another rotation: every re-encoded code differs.
+    let commit = parqivf::format::warehouse::current(&store, &idx)
+        .await
+        .unwrap()
+        .unwrap();
+    let folder = parqivf::format::warehouse::snapshot_folder(&idx, &commit.snapshot).unwrap();
+    let other = parqivf::quant::Quantizer::rabitq4(dim, 999).unwrap();
+    store
+        .put(
+            &folder.clone().join("quantizer.json"),
+            parqivf::format::quantizer::encode(&other).into(),
+        )
+        .await
+        .unwrap();
+    let report = parqivf::postings::verify::verify_location(store.clone(), &folder, options)
+        .await
+        .unwrap();
+    let mismatches = report
+        .violations
+        .iter()
+        .filter(|v| matches!(v, parqivf::postings::verify::Violation::CodeMismatch { .. }))
+        .count();
+    assert!(mismatches > 0, "{:?}", report.violations);
 }

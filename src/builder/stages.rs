@@ -242,21 +242,10 @@ pub fn train_quantizer(
             let rows = sample.len().min(QUANTIZER_SAMPLE);
             let vectors = &sample.vectors[..rows * dim];
             let cids = hierarchy.assign(vectors, AssignMode::Exact)?;
-            let residuals = residuals(hierarchy, vectors, &cids);
+            let residuals = hierarchy.residuals(vectors, &cids);
             Quantizer::train_sq8(&residuals, dim).map_err(quant)
         }
     }
-}
-
-/// `vectors[i] − leaf(cids[i])`, row-major.
-fn residuals(hierarchy: &Hierarchy, vectors: &[f32], cids: &[u32]) -> Vec<f32> {
-    let dim = hierarchy.dim;
-    let mut out = Vec::with_capacity(vectors.len());
-    for (v, &c) in vectors.chunks_exact(dim).zip(cids) {
-        let leaf = &hierarchy.leaves[c as usize * dim..(c as usize + 1) * dim];
-        out.extend(v.iter().zip(leaf).map(|(x, l)| x - l));
-    }
-    out
 }
 
 /// The codes of `vectors` (assigned to `cids`) under `quantizer`, row-major,
@@ -272,7 +261,7 @@ fn encode(quantizer: &Quantizer, hierarchy: &Hierarchy, vectors: &[f32], cids: &
         .zip(vectors.par_chunks(BLOCK * dim))
         .zip(cids.par_chunks(BLOCK))
         .for_each(|((out, v), c)| {
-            quantizer.encode_batch(&residuals(hierarchy, v, c), out);
+            quantizer.encode_batch(&hierarchy.residuals(v, c), out);
         });
     codes
 }

@@ -228,6 +228,19 @@ impl Hierarchy {
         self.cid_offsets.len().saturating_sub(1)
     }
 
+    /// The residual of each row of `vectors` to its leaf `cids[i]`
+    /// (`vectors[i] − leaf(cids[i])`, row-major): what the codes encode.
+    /// Callers pass cids below [`Hierarchy::nlist`].
+    pub fn residuals(&self, vectors: &[f32], cids: &[u32]) -> Vec<f32> {
+        let dim = self.dim;
+        let mut out = Vec::with_capacity(vectors.len());
+        for (v, &c) in vectors.chunks_exact(dim).zip(cids) {
+            let leaf = &self.leaves[c as usize * dim..(c as usize + 1) * dim];
+            out.extend(v.iter().zip(leaf).map(|(x, l)| x - l));
+        }
+        out
+    }
+
     /// The leaf CID of every row of `data` (row-major, width `self.dim`).
     ///
     /// # Errors

@@ -32,6 +32,10 @@ use std::ops::Range;
 use std::sync::Arc;
 use thiserror::Error;
 
+/// Lists whose codes `verify` re-encodes from their vectors (evenly spaced
+/// over the cids).
+const CODE_SAMPLE_LISTS: usize = 8;
+
 /// Objects checked at the same time.
 const CONCURRENT_OBJECTS: usize = 8;
 
@@ -116,6 +120,16 @@ pub enum Violation {
     CommitInvalid { path: String, error: String },
     #[error("{path}: snapshot is not named by any version (gc deletes it after the grace period)")]
     UnreferencedSnapshot { path: String },
+    /// A stored code differs from the code its vector re-encodes to.
+    #[error(
+        "{path} row group {row_group} row {row} (rowid {rowid}): the stored code differs from the re-encoded vector"
+    )]
+    CodeMismatch {
+        path: String,
+        row_group: usize,
+        row: usize,
+        rowid: i64,
+    },
     /// A rule of the postings footer contract
     /// ([`crate::format::postings_table::check_footer`]).
     #[error(transparent)]
@@ -347,9 +361,10 @@ async fn check_pages(
 /// `index.json`), or a bare postings table (holding `manifest.json`).
 ///
 /// For a snapshot: the reader's own open (definition, manifest, footers.json,
-/// centroids and their agreement: dim, nlist, roots, cid-offsets; every pin)
-/// and every footer's reader validation, then [`verify`] of its postings
-/// table. With [`VerifyOptions::orphans`] on an index, also LISTs
+/// centroids, quantizer.json and their agreement: dim, nlist, roots,
+/// cid-offsets, code width; every pin) and every footer's reader validation;
+/// in an index with codes, the vectors of a sample of lists re-encoded to
+/// their stored codes; then [`verify`] of its postings table. With [`VerifyOptions::orphans`] on an index, also LISTs
 /// `snapshots/` for folders no version names.
 ///
 /// # Errors
@@ -395,7 +410,17 @@ pub async fn verify_location(
             Ok(snapshot) => {
                 table = snapshot.postings_root.clone();
                 let index = Index::from_snapshot(store.clone(), snapshot, IndexOptions::default());
-                index.warm().await.map(|_| ())
+                match index.warm().await {
+                    Ok(_) => index.reencode_sample(CODE_SAMPLE_LISTS).await.map(|bad| {
+                        early.extend(bad.into_iter().map(|m| Violation::CodeMismatch {
+                            path: m.path,
+                            row_group: m.row_group,
+                            row: m.row,
+                            rowid: m.rowid,
+                        }))
+                    }),
+                    Err(e) => Err(e),
+                }
             }
             Err(e) => {
                 // Still check the postings table where a snapshot keeps it.

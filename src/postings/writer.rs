@@ -470,7 +470,10 @@ fn writer_properties(dim: usize, options: &WriterOptions) -> WriterProperties {
         .set_compression(Compression::UNCOMPRESSED)
         .set_statistics_enabled(EnabledStatistics::Page)
         .set_column_data_page_row_count_limit(vector.clone(), options.vector_page_rows)
-        .set_column_data_page_size_limit(vector.clone(), page_bytes);
+        .set_column_data_page_size_limit(vector.clone(), page_bytes)
+        // Page limits are checked between mini-batches of this many rows:
+        // without it a vector page takes one row more than its limit.
+        .set_write_batch_size(options.vector_page_rows);
     for column in [vector, code] {
         builder = builder
             .set_column_encoding(column.clone(), Encoding::PLAIN)

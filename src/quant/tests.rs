@@ -437,6 +437,20 @@ fn stored_norm2_is_exact() {
 }
 
 #[test]
+fn quantizer_is_shareable_across_threads() {
+    fn shareable<T: Send + Sync + Clone + std::fmt::Debug>() {}
+    shareable::<Quantizer>();
+    shareable::<PreparedQuery>();
+    let q = Quantizer::rabitq4(200, 1).unwrap();
+    let text = format!("{q:?}");
+    assert!(
+        text.contains("sha256") && text.len() < 500,
+        "Debug prints the matrix: {} bytes",
+        text.len()
+    );
+}
+
+#[test]
 fn scheme_names_round_trip() {
     for scheme in [Scheme::Sq8, Scheme::RaBitQ4] {
         assert_eq!(scheme.to_string().parse::<Scheme>().unwrap(), scheme);
