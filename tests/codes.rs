@@ -262,3 +262,26 @@ async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
         .count();
     assert!(mismatches > 0, "{:?}", report.violations);
 }
+
+#[tokio::test]
+async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let (n, dim) = (900, 40);
+    let data = dataset(n, dim, 8);
+    let index = built(&store, &data, dim, &params(4, Metric::L2, Some(Scheme::RaBitQ4))).await;
+    let Some(python) = support::python::python_with("duckdb") else {
+        return;
+    };
+    let width = index.quantizer().unwrap().code_bytes().to_string();
+    for (entry, path) in index.manifest().files.iter().zip(index.postings_paths()) {
+        let file = dir.path().join(path.as_ref());
+        let text = support::python::run_python(
+            &python,
+            include_str!("interop/codes_readers.py"),
+            &[file.to_str().unwrap(), &width, &entry.rows.to_string()],
+        );
+        assert!(text.contains(", 0 failures"), "{text}");
+    }
+}

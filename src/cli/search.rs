@@ -247,7 +247,13 @@ async fn benchmark(
         );
     }
     let mut hits = 0usize;
+    // IO fields are a batch's (shared by its queries): counted once a batch.
+    let (mut bytes, mut rounds) = (0u64, 0u64);
     let (nq, _) = stream(index, args, params, |first, results| {
+        if let Some(r) = results.first() {
+            bytes += r.stats.bytes;
+            rounds = rounds.max(r.stats.rounds);
+        }
         let rows = truth.next_i32(results.len())?;
         if rows.len() < results.len() * cols {
             bail!(
@@ -288,6 +294,8 @@ async fn benchmark(
         "seconds": best,
         "qps": nq as f64 / best,
         "recall": hits as f64 / (nq * args.k).max(1) as f64,
+        "bytes-per-query": bytes as f64 / nq.max(1) as f64,
+        "max-rounds": rounds,
     });
     println!("{summary}");
     Ok(())

@@ -1,0 +1,39 @@
+#!/usr/bin/env python3
+"""serve_latency.py URL QUERIES.npy GT.npy [--k 10] [--nprobe N] [--rerank R] [--n 300]
+One query per HTTP request to a running `parqivf serve`, sequentially on one
+keep-alive connection (the storage-resident target of issue 12): prints one
+JSON line with p50/p99 latency in ms, QPS and recall@k against GT."""
+import argparse, http.client, json, time, urllib.parse
+import numpy as np
+
+ap = argparse.ArgumentParser()
+ap.add_argument("url"); ap.add_argument("queries"); ap.add_argument("gt")
+ap.add_argument("--k", type=int, default=10); ap.add_argument("--nprobe", type=int, required=True)
+ap.add_argument("--rerank", type=int, default=None); ap.add_argument("--n", type=int, default=300)
+ap.add_argument("--label", default="")
+a = ap.parse_args()
+q = np.load(a.queries).astype(np.float32)[: a.n]
+gt = np.load(a.gt)[: a.n, : a.k]
+u = urllib.parse.urlparse(a.url)
+conn = http.client.HTTPConnection(u.hostname, u.port)
+lat, hits = [], 0
+for warm in (True, False):
+    for i in range(len(q)):
+        body = {"vector": q[i].tolist(), "k": a.k, "nprobe": a.nprobe}
+        if a.rerank is not None:
+            body["rerank"] = a.rerank
+        data = json.dumps(body)
+        t = time.perf_counter()
+        conn.request("POST", u.path, body=data, headers={"Content-Type": "application/json"})
+        resp = conn.getresponse(); out = resp.read()
+        dt = time.perf_counter() - t
+        if resp.status != 200:
+            raise SystemExit(f"HTTP {resp.status}: {out[:300]!r}")
+        if not warm:
+            lat.append(dt)
+            ids = [h["rowid"] for h in json.loads(out)["results"][0]["hits"]]
+            hits += len(set(ids) & set(gt[i].tolist()))
+lat = np.array(lat) * 1000
+print(json.dumps({"label": a.label, "nprobe": a.nprobe, "rerank": a.rerank, "queries": len(q),
+                  "p50_ms": round(float(np.percentile(lat, 50)), 3), "p99_ms": round(float(np.percentile(lat, 99)), 3),
+                  "qps": round(len(q) / (lat.sum() / 1000), 1), "recall": round(hits / (len(q) * a.k), 4)}), flush=True)
