@@ -21,22 +21,24 @@ PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/rele
 GT="$DATA/gt.npy"; [ -f "$GT" ] || GT="$DATA/gt.ivecs"
 mkdir -p "$RESULTS"
 echo "# $(date -u) uptime: $(uptime)"
-for codes in none rabitq4 sq8; do
-  OUT="$RESULTS/$DATASET-$codes"; rm -rf "$OUT"
+for codes in ${CODES:-none rabitq4 sq8}; do
+  OUT="$RESULTS/$DATASET-$codes"
+  if [ -n "${SKIP_BUILD:-}" ] && [ -d "$OUT" ]; then continue; fi
+  rm -rf "$OUT"
   /usr/bin/time -v "$BIN" build --source "$DATA/base.npy" --out "$OUT" --nlist "$NLIST" --codes "$codes" --json \
     > "$OUT.build.json" 2> "$OUT.build.log"
-  echo "build $codes: $(grep -o '"total":[0-9.]*' "$OUT.build.json") $(grep -E 'Maximum resident' "$OUT.build.log" | tr -s ' ')"
-  echo "postings bytes $codes: $(grep -o '"postings-bytes":[0-9]*' "$OUT.build.json")"
+  echo "build $codes: $(grep -o '"total": [0-9.]*' "$OUT.build.json") $(grep -E 'Maximum resident' "$OUT.build.log" | tr -s ' ')"
+  echo "postings bytes $codes: $(grep -o '"postings-bytes": [0-9]*' "$OUT.build.json")"
 done
-search() { "$BIN" search --index "$1" --queries "$DATA/query.npy" --groundtruth "$GT" --k 10 --threads 1 --reps 3 "${@:2}"; }
+search() { "$BIN" search --index "$1" --queries "$DATA/query.npy" --groundtruth "$GT" --k 10 --threads 1 "${@:2}"; }
 for np in ${NPROBES//,/ }; do
-  echo "flat all batch    $(search "$RESULTS/$DATASET-none" --nprobe "$np" --preload all)"
+  echo "flat all batch    $(search "$RESULTS/$DATASET-none" --nprobe "$np" --preload all --reps 3)"
   echo "flat all single   $(search "$RESULTS/$DATASET-none" --nprobe "$np" --preload all --batch-size 1 --reps 1)"
   echo "flat warm single  $(search "$RESULTS/$DATASET-none" --nprobe "$np" --warm --batch-size 1 --reps 1)"
   for codes in rabitq4 sq8; do
     for rr in ${RERANKS//,/ }; do
-      echo "$codes all batch    $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload all)"
-      echo "$codes codes batch  $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload codes)"
+      echo "$codes all batch    $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload all --reps 3)"
+      echo "$codes codes batch  $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload codes --reps 3)"
       echo "$codes codes single $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload codes --batch-size 1 --reps 1)"
       echo "$codes warm single  $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --warm --batch-size 1 --reps 1)"
     done

@@ -34,6 +34,7 @@ use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::page_crc::check_column_chunk;
 use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
+use crate::store::parquet_reader::get_exact_ranges;
 use crate::topk::TopK;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::buffer::{Buffer, ScalarBuffer};
@@ -401,8 +402,9 @@ impl<'a> Postings<'a> {
         Ok(plan)
     }
 
-    /// Issue the ranged reads of a plan ([`LoadPlan::requests`]), one
-    /// `get_ranges` per file, all files at once (one round).
+    /// Issue the ranged reads of a plan ([`LoadPlan::requests`]) for
+    /// exactly their bytes ([`get_exact_ranges`]), all files at once (one
+    /// round).
     ///
     /// # Errors
     /// [`ProbeError::Store`] naming the file.
@@ -413,8 +415,7 @@ impl<'a> Postings<'a> {
     ) -> Result<Fetched, ProbeError> {
         let fetches = requests.iter().map(|r| async move {
             let path = self.path(r.file);
-            self.store
-                .get_ranges(path, &r.ranges)
+            get_exact_ranges(self.store, path, &r.ranges)
                 .await
                 .map_err(|source| ProbeError::Store {
                     path: path.to_string(),
