@@ -48,11 +48,13 @@ pub struct TopK {
 }
 
 impl TopK {
-    /// An empty selection keeping at most `k` neighbours.
+    /// An empty selection keeping at most `k` neighbours. It allocates on
+    /// the first push: a scan task holds one per query of its batch, most
+    /// of which probe none of its lists.
     pub fn new(k: usize) -> Self {
         Self {
             k,
-            heap: BinaryHeap::with_capacity(k + 1),
+            heap: BinaryHeap::new(),
         }
     }
 

@@ -12,6 +12,13 @@
 use super::HEADER_BYTES;
 
 /// Whether the AVX2 kernels run on this CPU (`sq8` also needs FMA).
+/// Whether the AVX2 encoding kernels run on this CPU. They need AVX2 only:
+/// they must not fuse multiply-adds, so they never enable FMA.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx2_encode_available() -> bool {
+    is_x86_feature_detected!("avx2")
+}
+
 pub(crate) fn avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

@@ -39,9 +39,15 @@
 //!   tan θ ≤ 0.175·‖r‖ of r. See `tests.rs` for the derivation.
 //!
 //! ## Determinism
-//! Encoding uses no runtime-dispatched SIMD and no FMA, and sums in fixed
-//! orders, so every CPU writes the same bytes (`parqivf verify` re-encodes a
-//! sample and compares them). Scoring picks AVX2 at run time; `rabitq4` scores
+//! Encoding sums in fixed orders and never fuses a multiply-add, so every CPU
+//! writes the same bytes (`parqivf verify` re-encodes a sample and compares
+//! them). It runs an AVX2 build where the CPU has AVX2 (FMA deliberately not
+//! enabled) and a portable build elsewhere: the same Rust code, vectorised
+//! only across independent outputs or candidates, so each value sees the same
+//! IEEE operations in the same order (the one substitution, `roundps` for the
+//! add-and-subtract-2²³ rounding, is exact; see `rabitq.rs`). The test
+//! `fast_encoding_equals_scalar_reference_byte_for_byte` checks both builds
+//! against a plain scalar reference. Scoring picks AVX2 at run time; `rabitq4` scores
 //! are bit-identical to the scalar fallback, `sq8` scores agree to f32 rounding.
 
 mod kernels;
@@ -263,12 +269,7 @@ impl Quantizer {
         debug_assert_eq!(out.len(), self.code_bytes());
         match &self.kind {
             Kind::Sq8(sq8) => encode_sq8(sq8, residual, out),
-            Kind::RaBitQ4(rotation) => {
-                let mut rotated = vec![0.0; rotation.dim()];
-                rotation.apply(residual, &mut rotated);
-                let mut levels = vec![0.0; rotation.dim()];
-                encode_rabitq(residual, &rotated, &mut levels, out);
-            }
+            Kind::RaBitQ4(rotation) => encode_rabitq_batch(rotation, residual, out),
         }
     }
 
@@ -289,29 +290,13 @@ impl Quantizer {
                     encode_sq8(sq8, r, code);
                 }
             }
-            Kind::RaBitQ4(rotation) => {
-                let mut rotated = vec![0.0; ENCODE_BLOCK * dim];
-                let mut levels = vec![0.0; dim];
-                for (block, codes) in residuals
-                    .chunks(ENCODE_BLOCK * dim)
-                    .zip(out.chunks_mut(ENCODE_BLOCK * code_bytes))
-                {
-                    let rotated = &mut rotated[..block.len()];
-                    rotation.apply_many(block, rotated);
-                    for ((r, o), code) in block
-                        .chunks_exact(dim)
-                        .zip(rotated.chunks_exact(dim))
-                        .zip(codes.chunks_exact_mut(code_bytes))
-                    {
-                        encode_rabitq(r, o, &mut levels, code);
-                    }
-                }
-            }
+            Kind::RaBitQ4(rotation) => encode_rabitq_batch(rotation, residuals, out),
         }
     }
 
     /// `out = P·v` for `rabitq4`, a copy of `v` for `sq8` (`dim` values each).
-    /// Fixed order, no dispatch: the same bits on every CPU.
+    /// Fixed order (AVX2 or portable build, the same bits): the same bits on
+    /// every CPU.
     pub fn rotate(&self, v: &[f32], out: &mut [f32]) {
         debug_assert_eq!(v.len(), self.dim());
         debug_assert_eq!(out.len(), self.dim());
@@ -403,12 +388,82 @@ fn encode_sq8(sq8: &Sq8, residual: &[f32], code: &mut [u8]) {
     write_header(header, norm2(residual), recon_norm2);
 }
 
-fn encode_rabitq(residual: &[f32], rotated: &[f32], levels: &mut [f32], code: &mut [u8]) {
+/// `rabitq4` codes of row-major residuals, with the fastest kernels this CPU
+/// runs: AVX2 where present (without FMA), else the portable build of the same
+/// code. Both do the same IEEE operations in the same order for every output
+/// value, so they write the same bytes.
+fn encode_rabitq_batch(rotation: &Rotation, residuals: &[f32], out: &mut [u8]) {
+    #[cfg(target_arch = "x86_64")]
+    if kernels::avx2_encode_available() {
+        // SAFETY: AVX2 was detected on this CPU just above.
+        unsafe { encode_rabitq_batch_avx2(rotation, residuals, out) };
+        return;
+    }
+    encode_rabitq_batch_portable(rotation, residuals, out);
+}
+
+/// [`encode_rabitq_batch`] compiled for the baseline target.
+fn encode_rabitq_batch_portable(rotation: &Rotation, residuals: &[f32], out: &mut [u8]) {
+    encode_rabitq_batch_inline::<false>(rotation, residuals, out, |block, rotated| {
+        rotation.apply_many_portable(block, rotated)
+    });
+}
+
+/// [`encode_rabitq_batch`] compiled with AVX2 and without FMA.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn encode_rabitq_batch_avx2(rotation: &Rotation, residuals: &[f32], out: &mut [u8]) {
+    encode_rabitq_batch_inline::<true>(rotation, residuals, out, |block, rotated| {
+        // SAFETY: this function only runs where AVX2 is present.
+        unsafe { rotation.apply_many_avx2(block, rotated) }
+    });
+}
+
+/// Rotates blocks of [`ENCODE_BLOCK`] residuals with `rotate`, then quantises
+/// each; inlined so that the quantisation compiles for the caller's target.
+#[inline(always)]
+fn encode_rabitq_batch_inline<const ROUND_INSTR: bool>(
+    rotation: &Rotation,
+    residuals: &[f32],
+    out: &mut [u8],
+    mut rotate: impl FnMut(&[f32], &mut [f32]),
+) {
+    let dim = rotation.dim();
+    let code_bytes = HEADER_BYTES + rabitq::payload_bytes(dim);
+    let mut rotated = vec![0.0; ENCODE_BLOCK * dim];
+    let mut levels = vec![0.0; dim];
+    for (block, codes) in residuals
+        .chunks(ENCODE_BLOCK * dim)
+        .zip(out.chunks_mut(ENCODE_BLOCK * code_bytes))
+    {
+        let rotated = &mut rotated[..block.len()];
+        rotate(block, rotated);
+        for ((r, o), code) in block
+            .chunks_exact(dim)
+            .zip(rotated.chunks_exact(dim))
+            .zip(codes.chunks_exact_mut(code_bytes))
+        {
+            encode_rabitq::<ROUND_INSTR>(r, o, &mut levels, code);
+        }
+    }
+}
+
+#[inline(always)]
+fn encode_rabitq<const ROUND_INSTR: bool>(
+    residual: &[f32],
+    rotated: &[f32],
+    levels: &mut [f32],
+    code: &mut [u8],
+) {
     let (header, payload) = code.split_at_mut(HEADER_BYTES);
-    let factor = rabitq::encode_rotated(rotated, levels, payload);
+    let factor = rabitq::encode_rotated::<ROUND_INSTR>(rotated, levels, payload);
     write_header(header, norm2(residual), factor);
 }
 
+#[inline(always)]
 fn write_header(header: &mut [u8], norm2: f32, factor: f32) {
     header[..4].copy_from_slice(&norm2.to_le_bytes());
     header[4..].copy_from_slice(&factor.to_le_bytes());
@@ -416,6 +471,7 @@ fn write_header(header: &mut [u8], norm2: f32, factor: f32) {
 
 /// `‖r‖²` as stored: f64 lane sum rounded once; NaN canonicalised so the
 /// bytes do not depend on the CPU's NaN propagation.
+#[inline(always)]
 fn norm2(residual: &[f32]) -> f32 {
     let n = lane_dot(residual, residual) as f32;
     if n.is_nan() { f32::NAN } else { n }
@@ -423,6 +479,7 @@ fn norm2(residual: &[f32]) -> f32 {
 
 /// `Σ a_k·b_k` in f64 in a fixed order: term k into lane k mod 8 (the tail
 /// zero-padded), the lanes combined as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+#[inline(always)]
 pub(crate) fn lane_dot(a: &[f32], b: &[f32]) -> f64 {
     let widen = |x: &[f32]| -> [f64; 8] {
         std::array::from_fn(|l| x.get(l).map_or(0.0, |&v| f64::from(v)))

@@ -20,11 +20,13 @@
 //! CPU. `P·v` is then `o_i = <row_i, v>`.
 //!
 //! **Application**: `o_i = Σ_k P_ik·v_k` is summed k = 0, 1, …, dim−1 in
-//! order for every output i (product rounded, then sum rounded: Rust never
-//! fuses), in plain Rust without runtime dispatch or FMA. The kernel holds 32
-//! outputs in accumulators and walks the columns of P, so LLVM vectorises it
-//! across outputs, which changes no rounding: encoding is the same on every
-//! x86-64 or ARM CPU, and one vector or a batch give the same bytes.
+//! order for every output i, starting from 0.0 (product rounded, then sum
+//! rounded: Rust never fuses, and FMA is never enabled). P is stored in panels
+//! of 16 rows, column by column within a panel; the kernel holds 16 outputs of
+//! each of 2 (portable build) or 4 (AVX2 build, chosen at run time) vectors in
+//! accumulators and walks the panel's columns, so LLVM vectorises it across
+//! outputs, which changes no rounding: every build, every x86-64 or ARM CPU,
+//! and one vector or a batch give the same bits.
 
 use rand::{RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -32,19 +34,27 @@ use sha2::{Digest, Sha256};
 use std::fmt;
 use std::sync::Arc;
 
-/// Outputs one pass of [`Rotation::apply`] accumulates (8 SSE registers).
-const BLOCK: usize = 32;
-/// Outputs per vector one pass of [`Rotation::apply_many`] accumulates for
-/// each of its two vectors.
-const PAIR_BLOCK: usize = 16;
+/// Outputs of one panel of the stored matrix, and of one accumulator block
+/// of the kernels (two ymm or four xmm registers per vector).
+const PANEL: usize = 16;
+/// Vectors one pass of the portable kernel rotates, sharing each load of P
+/// (8 SSE accumulators).
+const PORTABLE_GROUP: usize = 2;
+/// Vectors one pass of the AVX2 kernel rotates (8 ymm accumulators).
+#[cfg(target_arch = "x86_64")]
+const AVX2_GROUP: usize = 4;
 
 /// A dim×dim orthogonal matrix P, shared by clones.
 #[derive(Clone)]
 pub(crate) struct Rotation {
     dim: usize,
     seed: u64,
-    /// P column-major (`columns[k·dim + i] = P_ik`), the kernel's layout.
-    columns: Arc<[f32]>,
+    /// P in panels of [`PANEL`] rows, the kernel's layout: with
+    /// `full = dim − dim mod PANEL`, row i < full is at
+    /// `panels[(i/PANEL)·PANEL·dim + k·PANEL + i mod PANEL] = P_ik`, and the
+    /// last `t = dim − full` rows at `panels[full·dim + k·t + (i − full)]`, so
+    /// each panel is read front to back and stays in L1 across a batch.
+    panels: Arc<[f32]>,
     sha256: Arc<str>,
 }
 
@@ -94,13 +104,16 @@ impl Rotation {
         for x in &m {
             hasher.update((*x as f32).to_le_bytes());
         }
-        let columns = (0..dim * dim)
-            .map(|k| m[k % dim * dim + k / dim] as f32)
-            .collect();
+        let mut panels = vec![0.0f32; dim * dim];
+        for i in 0..dim {
+            for k in 0..dim {
+                panels[panel_index(dim, i, k)] = m[i * dim + k] as f32;
+            }
+        }
         Rotation {
             dim,
             seed,
-            columns,
+            panels: panels.into(),
             sha256: hex::encode(hasher.finalize()).into(),
         }
     }
@@ -119,83 +132,133 @@ impl Rotation {
     }
 
     /// `P_ik`.
-    #[cfg(test)]
-    fn entry(&self, i: usize, k: usize) -> f32 {
-        self.columns[k * self.dim + i]
+    pub(crate) fn entry(&self, i: usize, k: usize) -> f32 {
+        self.panels[panel_index(self.dim, i, k)]
     }
 
     /// `out = P·v` for one vector, in the fixed order.
     pub(crate) fn apply(&self, v: &[f32], out: &mut [f32]) {
-        let dim = self.dim;
-        let mut blocks = out.chunks_exact_mut(BLOCK);
-        for (b, block) in (&mut blocks).enumerate() {
-            let mut acc = [0.0f32; BLOCK];
-            for (column, &x) in self.columns.chunks_exact(dim).zip(v) {
-                if let Some(p) = column[b * BLOCK..].first_chunk::<BLOCK>() {
-                    for l in 0..BLOCK {
-                        acc[l] += p[l] * x;
-                    }
-                }
-            }
-            block.copy_from_slice(&acc);
-        }
-        self.apply_tail(v, blocks.into_remainder());
+        self.apply_many(v, out);
     }
 
     /// `out[v] = P·vectors[v]` for row-major `vectors` (n × dim) into row-major
-    /// `out`: the same bytes as [`Rotation::apply`] per vector, as every output
-    /// has one fixed summation order. Vectors go in pairs that share each load
-    /// of P, halving its traffic from L2/L3.
+    /// `out`, with the fastest kernel this CPU runs. Every kernel computes
+    /// every output with the same operations in the same order (see the
+    /// module comment), so the bits do not depend on the kernel.
     pub(crate) fn apply_many(&self, vectors: &[f32], out: &mut [f32]) {
-        let dim = self.dim;
-        let mut pairs = vectors.chunks_exact(2 * dim);
-        let mut outs = out.chunks_exact_mut(2 * dim);
-        for (pair, out) in (&mut pairs).zip(&mut outs) {
-            let (a, b) = pair.split_at(dim);
-            let (out_a, out_b) = out.split_at_mut(dim);
-            let mut blocks_a = out_a.chunks_exact_mut(PAIR_BLOCK);
-            let mut blocks_b = out_b.chunks_exact_mut(PAIR_BLOCK);
-            for (k, (block_a, block_b)) in (&mut blocks_a).zip(&mut blocks_b).enumerate() {
-                let (mut acc_a, mut acc_b) = ([0.0f32; PAIR_BLOCK], [0.0f32; PAIR_BLOCK]);
-                for ((column, &x_a), &x_b) in self.columns.chunks_exact(dim).zip(a).zip(b) {
-                    if let Some(p) = column[k * PAIR_BLOCK..].first_chunk::<PAIR_BLOCK>() {
-                        for l in 0..PAIR_BLOCK {
-                            acc_a[l] += p[l] * x_a;
-                            acc_b[l] += p[l] * x_b;
-                        }
-                    }
-                }
-                block_a.copy_from_slice(&acc_a);
-                block_b.copy_from_slice(&acc_b);
-            }
-            self.apply_tail(a, blocks_a.into_remainder());
-            self.apply_tail(b, blocks_b.into_remainder());
+        #[cfg(target_arch = "x86_64")]
+        if super::kernels::avx2_encode_available() {
+            // SAFETY: AVX2 was detected on this CPU just above.
+            unsafe { self.apply_many_avx2(vectors, out) };
+            return;
         }
-        for (v, o) in pairs
-            .remainder()
-            .chunks_exact(dim)
-            .zip(outs.into_remainder().chunks_exact_mut(dim))
-        {
-            self.apply(v, o);
-        }
+        self.apply_many_portable(vectors, out);
     }
 
-    /// The last `rest.len()` outputs of `P·v`, in the same order.
-    fn apply_tail(&self, v: &[f32], rest: &mut [f32]) {
-        let start = self.dim - rest.len();
-        rest.fill(0.0);
-        for (column, &x) in self.columns.chunks_exact(self.dim).zip(v) {
-            for (o, p) in rest.iter_mut().zip(&column[start..]) {
-                *o += p * x;
+    /// [`Rotation::apply_many`] compiled for the baseline target.
+    pub(crate) fn apply_many_portable(&self, vectors: &[f32], out: &mut [f32]) {
+        self.apply_many_inline::<PORTABLE_GROUP>(vectors, out);
+    }
+
+    /// [`Rotation::apply_many`] compiled with AVX2 (and without FMA, so every
+    /// product is rounded before it is added, as in the portable kernel).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    pub(crate) unsafe fn apply_many_avx2(&self, vectors: &[f32], out: &mut [f32]) {
+        self.apply_many_inline::<AVX2_GROUP>(vectors, out);
+    }
+
+    /// The kernel, inlined into its caller so that it is compiled for the
+    /// caller's target features. For each panel of [`PANEL`] outputs, groups
+    /// of `G` vectors share each load of the panel's column slice; each output
+    /// is accumulated from 0.0 over k = 0, 1, …, dim−1 as `acc += P_ik·v_k`
+    /// (product rounded, then sum rounded), lane-wise across outputs, so
+    /// neither `G` nor the loop order changes a bit.
+    #[inline(always)]
+    pub(crate) fn apply_many_inline<const G: usize>(&self, vectors: &[f32], out: &mut [f32]) {
+        let dim = self.dim;
+        let full = dim - dim % PANEL;
+        for (b, panel) in self.panels[..full * dim]
+            .chunks_exact(PANEL * dim)
+            .enumerate()
+        {
+            let start = b * PANEL;
+            let mut groups = vectors.chunks_exact(G * dim);
+            let mut outs = out.chunks_exact_mut(G * dim);
+            for (group, out) in (&mut groups).zip(&mut outs) {
+                apply_panel::<G>(panel, dim, start, group, out);
+            }
+            for (v, o) in groups
+                .remainder()
+                .chunks_exact(dim)
+                .zip(outs.into_remainder().chunks_exact_mut(dim))
+            {
+                apply_panel::<1>(panel, dim, start, v, o);
+            }
+        }
+        let t = dim - full;
+        if t > 0 {
+            let tail = &self.panels[full * dim..];
+            for (v, o) in vectors.chunks_exact(dim).zip(out.chunks_exact_mut(dim)) {
+                let rest = &mut o[full..];
+                rest.fill(0.0);
+                for (column, &x) in tail.chunks_exact(t).zip(v) {
+                    for (o, p) in rest.iter_mut().zip(column) {
+                        *o += p * x;
+                    }
+                }
             }
         }
     }
 
     /// `out = Pᵀ·v` (the inverse rotation), for decoding.
     pub(crate) fn apply_transpose(&self, v: &[f32], out: &mut [f32]) {
-        for (o, column) in out.iter_mut().zip(self.columns.chunks_exact(self.dim)) {
-            *o = column.iter().zip(v).map(|(p, x)| p * x).sum();
+        for (k, o) in out.iter_mut().enumerate() {
+            *o = v
+                .iter()
+                .enumerate()
+                .map(|(i, x)| self.entry(i, k) * x)
+                .sum();
         }
+    }
+}
+
+/// Where `P_ik` is stored in [`Rotation::panels`].
+fn panel_index(dim: usize, i: usize, k: usize) -> usize {
+    let full = dim - dim % PANEL;
+    if i < full {
+        i / PANEL * PANEL * dim + k * PANEL + i % PANEL
+    } else {
+        full * dim + k * (dim - full) + (i - full)
+    }
+}
+
+/// Outputs `start..start + PANEL` of `P·v` for `G` row-major vectors (see
+/// [`Rotation::apply_many_inline`]), from their panel (`dim` slices of
+/// [`PANEL`] values, column k first to last).
+#[inline(always)]
+fn apply_panel<const G: usize>(
+    panel: &[f32],
+    dim: usize,
+    start: usize,
+    vectors: &[f32],
+    out: &mut [f32],
+) {
+    let xs: [&[f32]; G] = std::array::from_fn(|v| &vectors[v * dim..][..dim]);
+    let mut acc = [[0.0f32; PANEL]; G];
+    for (k, p) in panel.as_chunks::<PANEL>().0.iter().enumerate() {
+        for (acc, x) in acc.iter_mut().zip(&xs) {
+            let x = x[k];
+            for l in 0..PANEL {
+                acc[l] += p[l] * x;
+            }
+        }
+    }
+    for (v, acc) in acc.iter().enumerate() {
+        out[v * dim + start..][..PANEL].copy_from_slice(acc);
     }
 }
 
@@ -266,9 +329,9 @@ mod tests {
         let a = Rotation::generate(64, 42);
         let b = Rotation::generate(64, 42);
         let c = Rotation::generate(64, 43);
-        assert_eq!(a.columns, b.columns);
+        assert_eq!(a.panels, b.panels);
         assert_eq!(a.sha256(), b.sha256());
-        assert_ne!(a.columns, c.columns);
+        assert_ne!(a.panels, c.panels);
         assert_ne!(a.sha256(), c.sha256());
     }
 

@@ -413,6 +413,167 @@ fn encode_batch_equals_encode_byte_for_byte() {
     }
 }
 
+/// The documented f64 lane sum, written out: term k into lane k mod 8 (the
+/// tail zero-padded to a multiple of 8), lanes combined as
+/// ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
+fn reference_lane_dot(a: &[f32], b: &[f32]) -> f64 {
+    let mut lanes = [0.0f64; 8];
+    for k in 0..a.len().div_ceil(8) * 8 {
+        let x = a.get(k).map_or(0.0, |&v| f64::from(v));
+        let y = b.get(k).map_or(0.0, |&v| f64::from(v));
+        lanes[k % 8] += x * y;
+    }
+    ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
+        + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
+}
+
+/// `o = P·r` as documented: each o_i from 0.0, `+= P_ik·r_k` for k in order.
+fn reference_rotate(rotation: &Rotation, r: &[f32]) -> Vec<f32> {
+    (0..r.len())
+        .map(|i| {
+            let mut acc = 0.0f32;
+            for (k, &x) in r.iter().enumerate() {
+                acc += rotation.entry(i, k) * x;
+            }
+            acc
+        })
+        .collect()
+}
+
+/// The `rabitq4` code of one residual, written from the documentation in the
+/// plainest scalar form (one candidate step at a time).
+fn reference_rabitq4_code(rotation: &Rotation, r: &[f32]) -> Vec<u8> {
+    let level = |x: f32, inverse_step: f32| -> f32 {
+        let v = x * inverse_step + 7.5;
+        let v = if v > 0.0 { v } else { 0.0 };
+        let v = if v < 15.0 { v } else { 15.0 };
+        v + 8_388_608.0 - 8_388_608.0 - 7.5
+    };
+    let dim = r.len();
+    let o = reference_rotate(rotation, r);
+    let max_abs = o.iter().fold(0.0f32, |m, x| m.max(x.abs()));
+    let o_norm2 = reference_lane_dot(&o, &o);
+    let max_step = max_abs / 7.5;
+    let (levels, factor) = if max_step.is_normal() && o_norm2.is_finite() {
+        let mut best = (f32::NEG_INFINITY, max_step);
+        for k in 0..32 {
+            let step = max_step * (1.0 - k as f32 / 62.0);
+            let inverse_step = 1.0 / step;
+            let (mut dot, mut sq) = (0.0f32, 0.0f32);
+            for &x in &o {
+                let c = level(x, inverse_step);
+                dot += c * x;
+                sq += c * c;
+            }
+            let score = dot * dot / sq;
+            if score > best.0 {
+                best = (score, step);
+            }
+        }
+        let inverse_step = 1.0 / best.1;
+        let levels: Vec<f32> = o.iter().map(|&x| level(x, inverse_step)).collect();
+        let factor = (o_norm2 / reference_lane_dot(&levels, &o)) as f32;
+        (levels, factor)
+    } else {
+        (vec![0.5; dim], 0.0)
+    };
+    let norm2 = reference_lane_dot(r, r) as f32;
+    let norm2 = if norm2.is_nan() { f32::NAN } else { norm2 };
+    let mut code = Vec::new();
+    code.extend_from_slice(&norm2.to_le_bytes());
+    code.extend_from_slice(&factor.to_le_bytes());
+    let u = |i: usize| levels.get(i).map_or(0u8, |&c| (c + 7.5) as u8);
+    for b in 0..dim.div_ceil(64) {
+        for j in 0..32 {
+            code.push(u(64 * b + j) | u(64 * b + 32 + j) << 4);
+        }
+    }
+    code
+}
+
+/// The fast encoding paths (the dispatched one, the portable build and, where
+/// the CPU has it, the AVX2 build) against the plain scalar reference above:
+/// the rotated values bit for bit and the codes byte for byte, on random
+/// residuals of three shapes plus a zero, a tiny, a huge and a subnormal one, for batch
+/// sizes that leave remainders after the 32-vector blocks and 4-vector groups.
+#[test]
+fn fast_encoding_equals_scalar_reference_byte_for_byte() {
+    for dim in [1, 5, 63, 64, 100, 128, 384] {
+        let q = Quantizer::rabitq4(dim, 17 + dim as u64).unwrap();
+        let Kind::RaBitQ4(rotation) = &q.kind else {
+            unreachable!()
+        };
+        let mut data = Vec::new();
+        for (shape, seed) in [
+            (Shape::Gaussian, 1),
+            (Shape::Spike, 2),
+            (Shape::PowerLaw, 3),
+        ] {
+            data.extend(vectors(13, dim, shape, seed + dim as u64));
+        }
+        data.extend(std::iter::repeat_n(0.0, dim));
+        data.extend(
+            vectors(1, dim, Shape::Gaussian, 9)
+                .iter()
+                .map(|x| x * 1e-30),
+        );
+        data.extend(
+            vectors(1, dim, Shape::Gaussian, 10)
+                .iter()
+                .map(|x| x * 1e30),
+        );
+        data.extend(
+            vectors(1, dim, Shape::Gaussian, 11)
+                .iter()
+                .map(|x| x * 1e-40),
+        );
+        let n = data.len() / dim;
+        let expected: Vec<u8> = data
+            .chunks_exact(dim)
+            .flat_map(|r| reference_rabitq4_code(rotation, r))
+            .collect();
+        let expected_rotated: Vec<u32> = data
+            .chunks_exact(dim)
+            .flat_map(|r| reference_rotate(rotation, r))
+            .map(f32::to_bits)
+            .collect();
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+
+        let mut rotated = vec![0.0f32; n * dim];
+        rotation.apply_many(&data, &mut rotated);
+        assert_eq!(
+            bits(&rotated),
+            expected_rotated,
+            "dispatched rotation, dim {dim}"
+        );
+        rotation.apply_many_portable(&data, &mut rotated);
+        assert_eq!(
+            bits(&rotated),
+            expected_rotated,
+            "portable rotation, dim {dim}"
+        );
+
+        let mut codes = vec![0u8; n * q.code_bytes()];
+        q.encode_batch(&data, &mut codes);
+        assert_eq!(codes, expected, "dispatched encode_batch, dim {dim}");
+        codes.fill(0);
+        encode_rabitq_batch_portable(rotation, &data, &mut codes);
+        assert_eq!(codes, expected, "portable encode_batch, dim {dim}");
+
+        #[cfg(target_arch = "x86_64")]
+        if kernels::avx2_encode_available() {
+            rotated.fill(0.0);
+            // SAFETY: AVX2 was detected just above.
+            unsafe { rotation.apply_many_avx2(&data, &mut rotated) };
+            assert_eq!(bits(&rotated), expected_rotated, "AVX2 rotation, dim {dim}");
+            codes.fill(0);
+            // SAFETY: AVX2 was detected just above.
+            unsafe { encode_rabitq_batch_avx2(rotation, &data, &mut codes) };
+            assert_eq!(codes, expected, "AVX2 encode_batch, dim {dim}");
+        }
+    }
+}
+
 #[test]
 fn stored_norm2_is_exact() {
     for dim in [5, 100] {
