@@ -42,7 +42,8 @@ fn bench(c: &mut Criterion) {
         let ram = rt
             .block_on(Index::open(Arc::clone(&store), &Path::from("idx")))
             .unwrap();
-        rt.block_on(ram.preload(parqivf::index::Preload::All)).unwrap();
+        rt.block_on(ram.preload(parqivf::index::Preload::All))
+            .unwrap();
         for (mode, index) in [("search", &disk), ("search-preload", &ram)] {
             let mut group = c.benchmark_group(mode);
             group.sample_size(10);

@@ -24,16 +24,16 @@ use crate::probe::ProbeError;
 use crate::probe::executor::{
     DecodedRowGroup, Postings, RowGroupCache, Want, on_rayon, payload_of, scan_batch,
 };
+use crate::probe::footer::FooterCache;
 use crate::probe::quantized::{
     CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
 };
-use crate::quant::Quantizer;
-use crate::topk::TopK;
-use crate::probe::footer::FooterCache;
 use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
 pub use crate::probe::stats::SearchStats;
 use crate::probe::stats::micros;
+use crate::quant::Quantizer;
 use crate::store::parquet_reader::FOOTER_PREFETCH;
+use crate::topk::TopK;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use rayon::prelude::*;
@@ -117,7 +117,7 @@ pub struct SearchParams {
 }
 
 /// Re-rank factor by default (see `docs/benchmarks.md`).
-pub const DEFAULT_RERANK: usize = 10;
+pub const DEFAULT_RERANK: usize = 4;
 
 impl Default for SearchParams {
     fn default() -> Self {
@@ -152,7 +152,9 @@ impl std::str::FromStr for Preload {
             "none" => Ok(Preload::None),
             "codes" => Ok(Preload::Codes),
             "all" => Ok(Preload::All),
-            _ => Err(format!("unknown preload {s:?}: expected none, codes or all")),
+            _ => Err(format!(
+                "unknown preload {s:?}: expected none, codes or all"
+            )),
         }
     }
 }
@@ -471,8 +473,10 @@ impl Index {
                 tops
             }
             Some(codes) => {
-                self.search_codes(codes, &queries, &selected, &loaded, want, params, &mut stats)
-                    .await?
+                self.search_codes(
+                    codes, &queries, &selected, &loaded, want, params, &mut stats,
+                )
+                .await?
             }
         };
         let include_payload = params.include_payload;
@@ -541,8 +545,8 @@ impl Index {
                 hierarchy: &hierarchy,
                 rotated_leaves: &codes.1,
             };
-            let scanned = scan_codes(scan, &paths, &q, &probed, &rgs, keep).map(
-                |(candidates, scored)| {
+            let scanned =
+                scan_codes(scan, &paths, &q, &probed, &rgs, keep).map(|(candidates, scored)| {
                     if rerank == 0 {
                         (approximate(candidates, k), scored, None)
                     } else if want.vectors {
@@ -552,8 +556,7 @@ impl Index {
                         let plan = PagePlan::new(&paths, &rgs, &candidates);
                         (Vec::new(), scored, Some((candidates, plan)))
                     }
-                },
-            );
+                });
             (scanned, t.elapsed())
         })
         .await;
@@ -634,7 +637,8 @@ impl Index {
                 let residuals = hierarchy.residuals(&rg.vectors, &cids);
                 for (row, residual) in residuals.chunks_exact(dim).enumerate() {
                     q.encode(residual, &mut code);
-                    if stored.get(row * width..(row + 1) * width) != Some(&code[..]) && out.len() < 16
+                    if stored.get(row * width..(row + 1) * width) != Some(&code[..])
+                        && out.len() < 16
                     {
                         out.push(CodeMismatch {
                             path: paths.get(rg.file).map_or_else(String::new, Path::to_string),

@@ -6,10 +6,10 @@
 
 mod support;
 
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::builder::progress::ProgressMode;
 use parqivf::builder::source::ArraySource;
 use parqivf::builder::{BuildParams, build};
@@ -98,7 +98,13 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
     let (n, dim, nlist) = (4000, 32, 4);
     let data = dataset(n, dim, 9);
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let index = built(&store, &data, dim, &params(nlist, Metric::L2, Some(Scheme::RaBitQ4))).await;
+    let index = built(
+        &store,
+        &data,
+        dim,
+        &params(nlist, Metric::L2, Some(Scheme::RaBitQ4)),
+    )
+    .await;
     let q = queries(&data, dim, &[10]);
     let sp = SearchParams {
         k: 5,
@@ -112,8 +118,14 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
     assert_eq!(warm.footers_read, 0);
     assert!(warm.rounds <= 2, "warm rounds {}: {warm:?}", warm.rounds);
     // At most one page per candidate, each 8 rows of 32 f32 plus its header.
-    assert!(warm.reranked <= 15 && warm.pages_read <= warm.reranked, "{warm:?}");
-    assert!(warm.page_bytes <= warm.pages_read * (8 * 32 * 4 + 64), "{warm:?}");
+    assert!(
+        warm.reranked <= 15 && warm.pages_read <= warm.reranked,
+        "{warm:?}"
+    );
+    assert!(
+        warm.page_bytes <= warm.pages_read * (8 * 32 * 4 + 64),
+        "{warm:?}"
+    );
     // No vector column chunk was read: the bytes are codes (40 bytes a row
     // at 32-d), rowids, cids, offset indexes and the pages, against 128
     // bytes a row of f32.
@@ -140,7 +152,13 @@ async fn recall_of_the_default_codes_with_the_default_rerank() {
     let data = dataset(n, dim, 13);
     let ids: Vec<i64> = (0..n as i64).collect();
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let index = built(&store, &data, dim, &params(nlist, Metric::L2, parqivf::builder::DEFAULT_CODES)).await;
+    let index = built(
+        &store,
+        &data,
+        dim,
+        &params(nlist, Metric::L2, parqivf::builder::DEFAULT_CODES),
+    )
+    .await;
     let rows: Vec<usize> = (0..40).map(|i| i * 149).collect();
     let q = queries(&data, dim, &rows);
     let sp = SearchParams {
@@ -168,7 +186,13 @@ async fn a_corrupted_code_or_vector_page_is_a_typed_error() {
         Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
     let (n, dim, nlist) = (800, 16, 2);
     let data = dataset(n, dim, 3);
-    let index = built(&store, &data, dim, &params(nlist, Metric::L2, Some(Scheme::RaBitQ4))).await;
+    let index = built(
+        &store,
+        &data,
+        dim,
+        &params(nlist, Metric::L2, Some(Scheme::RaBitQ4)),
+    )
+    .await;
     let part = dir.path().join(index.postings_paths()[0].as_ref());
     let bytes = std::fs::read(&part).unwrap();
     let meta = parquet::file::metadata::ParquetMetaDataReader::new()
@@ -204,7 +228,8 @@ async fn a_corrupted_code_or_vector_page_is_a_typed_error() {
         // The last byte of the first vector page.
         (
             "vector",
-            (pages.page_locations()[0].offset + pages.page_locations()[0].compressed_page_size as i64
+            (pages.page_locations()[0].offset
+                + pages.page_locations()[0].compressed_page_size as i64
                 - 1) as usize,
         ),
     ] {
@@ -230,7 +255,13 @@ async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let (n, dim, nlist) = (1200, 16, 8);
     let data = dataset(n, dim, 4);
-    built(&store, &data, dim, &params(nlist, Metric::L2, Some(Scheme::RaBitQ4))).await;
+    built(
+        &store,
+        &data,
+        dim,
+        &params(nlist, Metric::L2, Some(Scheme::RaBitQ4)),
+    )
+    .await;
     let idx = Path::from("idx");
     let options = parqivf::postings::verify::VerifyOptions::default();
     let report = parqivf::postings::verify::verify_location(store.clone(), &idx, options)
@@ -270,7 +301,13 @@ async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index() {
         Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
     let (n, dim) = (900, 40);
     let data = dataset(n, dim, 8);
-    let index = built(&store, &data, dim, &params(4, Metric::L2, Some(Scheme::RaBitQ4))).await;
+    let index = built(
+        &store,
+        &data,
+        dim,
+        &params(4, Metric::L2, Some(Scheme::RaBitQ4)),
+    )
+    .await;
     let Some(python) = support::python::python_with("duckdb") else {
         return;
     };

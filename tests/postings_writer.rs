@@ -325,7 +325,14 @@ async fn wrong_schema_is_rejected() {
 async fn constructor_and_bucket_misuse_are_typed_errors() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let new = |dim, payload: Vec<Field>, options| {
-        PostingsWriter::new(Arc::clone(&store), Path::from("t"), dim, None, payload, options)
+        PostingsWriter::new(
+            Arc::clone(&store),
+            Path::from("t"),
+            dim,
+            None,
+            payload,
+            options,
+        )
     };
     assert!(matches!(
         new(0, vec![], WriterOptions::default()),

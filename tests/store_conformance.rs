@@ -221,7 +221,11 @@ async fn cold_and_warm_query_io_on_every_backend() {
             let io = counting.counts() - before;
             let s = &r.stats;
             let needed = s.footer_bytes + s.row_group_bytes + s.page_index_bytes + s.page_bytes;
-            assert!(s.pages_read > 0, "{} {label}: the default codes re-rank", b.name);
+            assert!(
+                s.pages_read > 0,
+                "{} {label}: the default codes re-rank",
+                b.name
+            );
             assert_eq!(
                 (io.list_requests, io.head_requests),
                 (0, 0),

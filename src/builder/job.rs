@@ -227,7 +227,9 @@ pub async fn build(
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
-    let code_bytes = quantizer.as_deref().map(crate::quant::Quantizer::code_bytes);
+    let code_bytes = quantizer
+        .as_deref()
+        .map(crate::quant::Quantizer::code_bytes);
     let schema = postings_schema(dim, code_bytes, &payload_fields);
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;

@@ -43,11 +43,11 @@ use crate::distance::Metric;
 use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::CID_COLUMN;
-use crate::format::warehouse::Commit;
 use crate::format::quantizer::QUANTIZER_FILE;
+use crate::format::warehouse::Commit;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams};
-use crate::quant::{Quantizer, Scheme};
 use crate::postings::writer::{PostingsWriter, WriterOptions};
+use crate::quant::{Quantizer, Scheme};
 use crate::store::commit::put_if_absent;
 use crate::store::uri::RelativeLocation;
 

@@ -51,7 +51,11 @@ pub fn postings_schema(dim: usize, code_bytes: Option<usize>, payload: &[Field])
     ];
     if let Some(bytes) = code_bytes {
         let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
-        fields.push(Field::new(CODE_COLUMN, DataType::FixedSizeBinary(bytes), false));
+        fields.push(Field::new(
+            CODE_COLUMN,
+            DataType::FixedSizeBinary(bytes),
+            false,
+        ));
     }
     fields.extend(payload.iter().cloned());
     Arc::new(Schema::new(fields))
@@ -427,7 +431,16 @@ mod tests {
         assert_eq!(schema.field(2).data_type(), &DataType::FixedSizeBinary(12));
         let coded = postings_schema(3, Some(9), &[Field::new("title", DataType::Utf8, true)]);
         let names: Vec<_> = coded.fields().iter().map(|f| f.name().as_str()).collect();
-        assert_eq!(names, [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN, CODE_COLUMN, "title"]);
+        assert_eq!(
+            names,
+            [
+                CID_COLUMN,
+                ROWID_COLUMN,
+                VECTOR_COLUMN,
+                CODE_COLUMN,
+                "title"
+            ]
+        );
         assert_eq!(coded.field(3).data_type(), &DataType::FixedSizeBinary(9));
         assert!(!schema.field(0).is_nullable());
     }

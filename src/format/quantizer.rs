@@ -147,14 +147,13 @@ pub fn decode(path: &str, bytes: &[u8], dim: usize) -> Result<Quantizer, Quantiz
         None => return Err(invalid("format-version is missing or not a number".into())),
     }
     let doc: QuantizerDoc = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
-    let mismatch = |what: &'static str, expected: String, found: String| {
-        QuantizerDocError::Mismatch {
+    let mismatch =
+        |what: &'static str, expected: String, found: String| QuantizerDocError::Mismatch {
             path: path.to_string(),
             what,
             expected,
             found,
-        }
-    };
+        };
     if doc.residual != RESIDUAL_LEAF_CENTROID {
         return Err(mismatch(
             "residual",
@@ -174,7 +173,9 @@ pub fn decode(path: &str, bytes: &[u8], dim: usize) -> Result<Quantizer, Quantiz
         source,
     };
     let q = match (scheme, &doc.rotation, doc.ranges) {
-        (Scheme::Sq8, None, Some(r)) => Quantizer::sq8_from_ranges(r.min, r.scale).map_err(params)?,
+        (Scheme::Sq8, None, Some(r)) => {
+            Quantizer::sq8_from_ranges(r.min, r.scale).map_err(params)?
+        }
         (Scheme::RaBitQ4, Some(rotation), None) => {
             let q = Quantizer::rabitq4(dim, rotation.seed).map_err(params)?;
             let regenerated = q.rotation_sha256().unwrap_or_default();
@@ -198,7 +199,11 @@ pub fn decode(path: &str, bytes: &[u8], dim: usize) -> Result<Quantizer, Quantiz
         }
     };
     if q.dim() != dim {
-        return Err(mismatch("ranges length", dim.to_string(), q.dim().to_string()));
+        return Err(mismatch(
+            "ranges length",
+            dim.to_string(),
+            q.dim().to_string(),
+        ));
     }
     if q.code_bytes() != doc.code_bytes as usize {
         return Err(mismatch(
@@ -235,7 +240,10 @@ mod tests {
         doc["format-version"] = 9.into();
         doc["bogus"] = 1.into();
         let e = decode("q.json", doc.to_string().as_bytes(), 8).unwrap_err();
-        assert!(matches!(e, QuantizerDocError::Incompatible { found: 9, .. }), "{e}");
+        assert!(
+            matches!(e, QuantizerDocError::Incompatible { found: 9, .. }),
+            "{e}"
+        );
         doc["format-version"] = 1.into();
         let e = decode("q.json", doc.to_string().as_bytes(), 8).unwrap_err();
         assert!(e.to_string().contains("bogus"), "{e}");

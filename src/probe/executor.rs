@@ -304,17 +304,16 @@ impl<'a> Postings<'a> {
                 .ok_or_else(|| absent("footers.json entry"))?;
             let learned = self.footer_per_cid.load(Ordering::Relaxed);
             let tail = tail_estimate(entry, self.prefetch, learned);
-            let (footer, fio) =
-                read_footer(
-                    self.store,
-                    self.path(f),
-                    entry,
-                    pin,
-                    self.dim,
-                    self.code_bytes,
-                    tail,
-                )
-                .await?;
+            let (footer, fio) = read_footer(
+                self.store,
+                self.path(f),
+                entry,
+                pin,
+                self.dim,
+                self.code_bytes,
+                tail,
+            )
+            .await?;
             self.footer_per_cid
                 .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
             Ok::<_, ProbeError>((footer, fio))
@@ -483,13 +482,7 @@ impl<'a> Postings<'a> {
 
 /// Build the push decoder of one row group and ask it which ranges it needs
 /// (plus the `vector` offset index when [`Want::pages`]).
-fn job(
-    name: &str,
-    footer: &Footer,
-    file: usize,
-    rg: usize,
-    want: Want,
-) -> Result<Job, ProbeError> {
+fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Result<Job, ProbeError> {
     let err = |source| ProbeError::Decode {
         path: name.to_string(),
         row_group: rg,
@@ -588,7 +581,9 @@ fn page_locations(
         let end = p.offset.checked_add(i64::from(p.compressed_page_size));
         let inside = p.compressed_page_size > 0
             && u64::try_from(p.offset).is_ok_and(|o| o >= chunk.start)
-            && end.and_then(|e| u64::try_from(e).ok()).is_some_and(|e| e <= chunk.end);
+            && end
+                .and_then(|e| u64::try_from(e).ok())
+                .is_some_and(|e| e <= chunk.end);
         let ordered = if i == 0 {
             p.first_row_index == 0
         } else {
@@ -709,7 +704,10 @@ fn decode(
             let bytes = a.len() * a.value_length() as usize;
             let values = a.values();
             if values.len() < bytes {
-                return Err(err(format!("{n} buffer holds {} of {bytes} bytes", values.len())));
+                return Err(err(format!(
+                    "{n} buffer holds {} of {bytes} bytes",
+                    values.len()
+                )));
             }
             Ok(values.slice_with_length(0, bytes))
         };
@@ -795,10 +793,7 @@ fn f32_rows(parts: Vec<Buffer>) -> ScalarBuffer<f32> {
 
 /// The queries probing each loaded row group (`cids[q]`: the probed cids of
 /// query `q`), ascending.
-pub(super) fn probing_queries(
-    cids: &[&[u32]],
-    loaded: &[Arc<DecodedRowGroup>],
-) -> Vec<Vec<u32>> {
+pub(super) fn probing_queries(cids: &[&[u32]], loaded: &[Arc<DecodedRowGroup>]) -> Vec<Vec<u32>> {
     let mut by_cid: Vec<(u32, usize)> = loaded
         .iter()
         .enumerate()

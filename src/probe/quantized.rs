@@ -19,9 +19,7 @@
 //! once per leaf at open and `P·q` once per query.
 
 use super::ProbeError;
-use super::executor::{
-    DecodedRowGroup, FileRequest, Fetched, coalesce, probing_queries, slice,
-};
+use super::executor::{DecodedRowGroup, Fetched, FileRequest, coalesce, probing_queries, slice};
 use crate::distance::Metric;
 use crate::format::page_crc::checked_page;
 use crate::format::postings_table::VECTOR_COLUMN;
@@ -116,44 +114,49 @@ pub fn scan_codes(
         .enumerate()
         .zip(&probing)
         .filter(|(_, qs)| !qs.is_empty())
-        .fold(empty, |(mut tops, mut scores, mut y, mut scored), ((g, rg), qs)| {
-            let codes = rg.codes.as_deref().unwrap_or_default();
-            let c = rg.cid as usize;
-            let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
-            let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
-            scores.resize(rg.rowids.len(), 0.0);
-            for &q in qs {
-                let q = q as usize;
-                let query = &queries[q * dim..(q + 1) * dim];
-                let query_rotated = &rotated[q * dim..(q + 1) * dim];
-                let top = &mut tops[q];
-                match scan.hierarchy.metric {
-                    Metric::L2 => {
-                        for ((y, a), b) in y.iter_mut().zip(query_rotated).zip(leaf_rotated) {
-                            *y = a - b;
+        .fold(
+            empty,
+            |(mut tops, mut scores, mut y, mut scored), ((g, rg), qs)| {
+                let codes = rg.codes.as_deref().unwrap_or_default();
+                let c = rg.cid as usize;
+                let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
+                let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
+                scores.resize(rg.rowids.len(), 0.0);
+                for &q in qs {
+                    let q = q as usize;
+                    let query = &queries[q * dim..(q + 1) * dim];
+                    let query_rotated = &rotated[q * dim..(q + 1) * dim];
+                    let top = &mut tops[q];
+                    match scan.hierarchy.metric {
+                        Metric::L2 => {
+                            for ((y, a), b) in y.iter_mut().zip(query_rotated).zip(leaf_rotated) {
+                                *y = a - b;
+                            }
+                            let y_norm2: f32 = y.iter().map(|v| v * v).sum();
+                            let prepared = scan.quantizer.prepare(&y);
+                            scan.quantizer.score(&prepared, codes, &mut scores);
+                            for (i, (&s, code)) in
+                                scores.iter().zip(codes.chunks_exact(width)).enumerate()
+                            {
+                                let estimate = Quantizer::norm2(code) + y_norm2 - 2.0 * s;
+                                top.push_at(estimate, rg.rowids[i], pack(g, i));
+                            }
                         }
-                        let y_norm2: f32 = y.iter().map(|v| v * v).sum();
-                        let prepared = scan.quantizer.prepare(&y);
-                        scan.quantizer.score(&prepared, codes, &mut scores);
-                        for (i, (&s, code)) in scores.iter().zip(codes.chunks_exact(width)).enumerate() {
-                            let estimate = Quantizer::norm2(code) + y_norm2 - 2.0 * s;
-                            top.push_at(estimate, rg.rowids[i], pack(g, i));
+                        metric => {
+                            let prepared = scan.quantizer.prepare(query_rotated);
+                            scan.quantizer.score(&prepared, codes, &mut scores);
+                            let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
+                            let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
+                            for (i, &s) in scores.iter().enumerate() {
+                                top.push_at(offset - (base + s), rg.rowids[i], pack(g, i));
+                            }
                         }
                     }
-                    metric => {
-                        let prepared = scan.quantizer.prepare(query_rotated);
-                        scan.quantizer.score(&prepared, codes, &mut scores);
-                        let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
-                        let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
-                        for (i, &s) in scores.iter().enumerate() {
-                            top.push_at(offset - (base + s), rg.rowids[i], pack(g, i));
-                        }
-                    }
+                    scored += rg.rowids.len() as u64;
                 }
-                scored += rg.rowids.len() as u64;
-            }
-            (tops, scores, y, scored)
-        })
+                (tops, scores, y, scored)
+            },
+        )
         .map(|(tops, _, _, scored)| (tops, scored))
         .reduce(
             || ((0..nq).map(|_| TopK::new(keep)).collect(), 0),
@@ -283,7 +286,8 @@ impl PagePlan {
                 plan.index.insert((*g, *page), (r, i));
             }
             plan.requests.push(FileRequest { file, ranges });
-            plan.pages.push(reads.into_iter().map(|(_, _, p)| p).collect());
+            plan.pages
+                .push(reads.into_iter().map(|(_, _, p)| p).collect());
         }
         Ok(plan)
     }
@@ -409,13 +413,20 @@ fn decode_error(path: String, row_group: usize, msg: String) -> ProbeError {
 fn page_of(paths: &[Path], rg: &DecodedRowGroup, row: usize) -> Result<usize, ProbeError> {
     let name = || paths.get(rg.file).map_or_else(String::new, Path::to_string);
     let pages = rg.vector_pages.as_deref().ok_or_else(|| {
-        decode_error(name(), rg.row_group, format!("{VECTOR_COLUMN} offset index was not read"))
+        decode_error(
+            name(),
+            rg.row_group,
+            format!("{VECTOR_COLUMN} offset index was not read"),
+        )
     })?;
     if row >= rg.rowids.len() {
         return Err(decode_error(
             name(),
             rg.row_group,
-            format!("row {row} is outside the row group's {} rows", rg.rowids.len()),
+            format!(
+                "row {row} is outside the row group's {} rows",
+                rg.rowids.len()
+            ),
         ));
     }
     Ok(pages

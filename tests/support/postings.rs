@@ -68,8 +68,15 @@ pub async fn write_table(
     dim: usize,
     options: WriterOptions,
 ) -> Manifest {
-    let mut writer =
-        PostingsWriter::new(Arc::clone(&store), root.clone(), dim, None, payload(), options).unwrap();
+    let mut writer = PostingsWriter::new(
+        Arc::clone(&store),
+        root.clone(),
+        dim,
+        None,
+        payload(),
+        options,
+    )
+    .unwrap();
     let mut rowid = 0i64;
     for (bucket, cids) in bucket_cids() {
         let (a, b) = cids.split_at(cids.len() / 2);
