@@ -295,8 +295,10 @@ pub async fn build(
             &store,
             &folder,
             files,
-            &hierarchy,
-            quantizer.as_deref(),
+            stages::Model {
+                hierarchy: &hierarchy,
+                quantizer: quantizer.as_deref(),
+            },
             &definition,
             parent,
             || {

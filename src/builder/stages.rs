@@ -578,8 +578,16 @@ pub async fn write_bucket(
     Ok(writer.files().to_vec())
 }
 
+/// What training made, and every stage after it reads: the centroid
+/// hierarchy and, in an index with codes, the codes' quantiser.
+#[derive(Debug, Clone, Copy)]
+pub struct Model<'a> {
+    pub hierarchy: &'a Hierarchy,
+    pub quantizer: Option<&'a Quantizer>,
+}
+
 /// Publishes the snapshot in `folder` as the version after `parent`: the
-/// centroids of `hierarchy`, `quantizer.json` when `definition` names one,
+/// centroids of the model's hierarchy, `quantizer.json` when `definition` names one,
 /// `footers.json` and `manifest.json` for `files`
 /// (every bucket's, in any order), `definition` as `index.json`, each
 /// create-if-absent; then `before_commit` runs (from this point the snapshot
@@ -594,12 +602,15 @@ pub async fn publish(
     store: &Arc<dyn ObjectStore>,
     folder: &SnapshotFolder,
     files: Vec<FileEntry>,
-    hierarchy: &Hierarchy,
-    quantizer: Option<&Quantizer>,
+    model: Model<'_>,
     definition: &IndexDefinition,
     parent: Option<u64>,
     before_commit: impl FnOnce() + Send,
 ) -> Result<Commit, BuildError> {
+    let Model {
+        hierarchy,
+        quantizer,
+    } = model;
     let centroids = crate::format::centroids::encode(hierarchy)
         .map_err(|e| BuildError::Internal(e.to_string()))?;
     put_if_absent(

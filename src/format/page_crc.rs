@@ -72,6 +72,8 @@ struct Header {
     len: usize,
     compressed_size: usize,
     crc: Option<u32>,
+    /// Field 1, the `PageType` (0 data, 2 dictionary, 3 data v2).
+    page_type: Option<i64>,
 }
 
 struct Reader<'a> {
@@ -194,9 +196,12 @@ fn parse_header(buf: &[u8]) -> Result<Header, String> {
     let mut last = 0;
     let mut compressed = None;
     let mut crc = None;
+    let mut page_type = None;
     while let Some((id, ty)) = r.field_header(last)? {
         let start = r.pos;
-        if (id == 3 || id == 4) && ty == 5 {
+        if id == 1 && ty == 5 {
+            page_type = Some(r.zigzag()?);
+        } else if (id == 3 || id == 4) && ty == 5 {
             let v = r.zigzag()?;
             if id == 3 {
                 compressed =
@@ -219,6 +224,7 @@ fn parse_header(buf: &[u8]) -> Result<Header, String> {
         len: r.pos,
         compressed_size: compressed.ok_or_else(|| "no compressed_page_size".to_string())?,
         crc,
+        page_type,
     })
 }
 
@@ -349,6 +355,16 @@ pub fn add_page_crcs_prefix(pages: &[u8]) -> Result<(Rewritten, usize), PageCrcE
 /// [`PageCrcError`] naming the page (0-based within the chunk, dictionary
 /// page included) for a malformed header, a missing CRC or a mismatch.
 pub fn check_column_chunk(chunk: &[u8]) -> Result<usize, PageCrcError> {
+    walk_pages(chunk, |_, _, _, _| Ok(()))
+}
+
+/// Walk the pages of `chunk`, checking each one's CRC, and hand `visit` its
+/// header, the range of its data, its index and its offset. Returns the
+/// number of pages.
+fn walk_pages(
+    chunk: &[u8],
+    mut visit: impl FnMut(&Header, std::ops::Range<usize>, usize, usize) -> Result<(), PageCrcError>,
+) -> Result<usize, PageCrcError> {
     let mut pos = 0;
     let mut page = 0;
     while pos < chunk.len() {
@@ -375,10 +391,46 @@ pub fn check_column_chunk(chunk: &[u8]) -> Result<usize, PageCrcError> {
                 actual,
             });
         }
+        visit(&header, start..end, page, pos)?;
         pos = end;
         page += 1;
     }
     Ok(page)
+}
+
+/// The values of a fetched column chunk of a REQUIRED, flat, PLAIN and
+/// uncompressed column (what the postings writer makes of `vector` and
+/// `code`), after checking every page's CRC: the data sections of its data
+/// pages, in order, which hold the values and nothing else (such a column
+/// has no level bytes). One page is a slice of `chunk` (no copy); several
+/// are concatenated (one copy).
+///
+/// # Errors
+/// [`PageCrcError`] for a malformed header, a missing or wrong CRC, or a
+/// page that is not a data page (a dictionary page).
+pub fn plain_values(chunk: &Bytes) -> Result<Bytes, PageCrcError> {
+    let mut sections = Vec::new();
+    walk_pages(chunk, |header, data, page, offset| {
+        if !matches!(header.page_type, Some(0 | 3)) {
+            return Err(PageCrcError::MalformedHeader {
+                page,
+                offset,
+                reason: format!("page type {:?} is not a data page", header.page_type),
+            });
+        }
+        sections.push(data);
+        Ok(())
+    })?;
+    Ok(match sections.as_slice() {
+        [one] => chunk.slice(one.clone()),
+        _ => {
+            let mut out = Vec::with_capacity(sections.iter().map(|r| r.len()).sum());
+            for r in &sections {
+                out.extend_from_slice(&chunk[r.clone()]);
+            }
+            Bytes::from(out)
+        }
+    })
 }
 
 /// The data of one fetched page (its bytes from the offset index's

@@ -32,7 +32,7 @@ use super::stats::{SearchStats, micros};
 use crate::distance::Metric;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
-use crate::format::page_crc::check_column_chunk;
+use crate::format::page_crc::{check_column_chunk, plain_values};
 use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::store::parquet_reader::get_exact_ranges;
 use crate::topk::TopK;
@@ -179,6 +179,12 @@ struct Job {
     /// The `vector` column's offset index, and the byte range of its chunk
     /// (which every page must lie in), when the codes are read.
     offset_index: Option<(Range<u64>, Range<u64>)>,
+    /// Column chunks read straight from their pages ([`plain_values`]):
+    /// `vector` and `code` when PLAIN and uncompressed, as the writer makes
+    /// them. Other encodings go through the decoder.
+    direct: Vec<(&'static str, Range<u64>)>,
+    /// Rows of the row group (footer).
+    rows: usize,
 }
 
 /// The ranged read of one file: one `get_ranges`.
@@ -379,7 +385,7 @@ impl<'a> Postings<'a> {
                 stats.row_groups_read += jobs.len() as u64;
                 stats.row_group_bytes += jobs
                     .iter()
-                    .flat_map(|j| &j.ranges)
+                    .flat_map(|j| j.ranges.iter().chain(j.direct.iter().map(|(_, r)| r)))
                     .map(|r| r.end - r.start)
                     .sum::<u64>();
                 stats.page_index_bytes += jobs
@@ -392,6 +398,7 @@ impl<'a> Postings<'a> {
                         .iter()
                         .cloned()
                         .chain(j.offset_index.iter().map(|(r, _)| r.clone()))
+                        .chain(j.direct.iter().map(|(_, r)| r.clone()))
                 }));
                 plan.requests.push(FileRequest { file, ranges });
                 plan.names.push(name.to_string());
@@ -489,21 +496,36 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
         source,
     };
     let general = |msg: String| err(parquet::errors::ParquetError::General(msg));
+    let metadata = footer.arrow.metadata();
+    let chunks = metadata.row_group(rg).columns();
+    let chunk_of = |name: &str| chunks.iter().find(|c| c.column_path().parts() == [name]);
     let mut roots = vec![footer.cid_root, footer.rowid_root];
+    let mut direct = Vec::new();
+    let mut wanted = Vec::new();
     if want.vectors {
-        roots.push(footer.vector_root);
+        wanted.push((VECTOR_COLUMN, footer.vector_root));
     }
     if want.codes {
-        roots.push(
-            footer
-                .code_root
-                .ok_or_else(|| general(format!("no {CODE_COLUMN} column")))?,
-        );
+        let root = footer
+            .code_root
+            .ok_or_else(|| general(format!("no {CODE_COLUMN} column")))?;
+        wanted.push((CODE_COLUMN, root));
+    }
+    for (name, root) in wanted {
+        match chunk_of(name) {
+            Some(c)
+                if c.compression() == parquet::basic::Compression::UNCOMPRESSED
+                    && c.dictionary_page_offset().is_none() =>
+            {
+                let (start, len) = c.byte_range();
+                direct.push((name, start..start + len));
+            }
+            _ => roots.push(root),
+        }
     }
     if want.payload {
         roots.extend(&footer.payload_roots);
     }
-    let metadata = footer.arrow.metadata();
     let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
     let rows = metadata.row_group(rg).num_rows();
     let decoder = ParquetPushDecoderBuilder::new_with_metadata(footer.arrow.clone())
@@ -515,7 +537,6 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
     let ranges: Vec<Range<u64>> = decoder.scan_plan().map(|p| p.range).collect();
     // Each planned range must be exactly one column chunk: page checksums
     // are checked chunk by chunk.
-    let chunks = metadata.row_group(rg).columns();
     let columns = ranges
         .iter()
         .map(|r| {
@@ -530,9 +551,7 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
         })
         .collect::<Result<Vec<_>, _>>()?;
     let offset_index = if want.pages() {
-        let chunk = chunks
-            .iter()
-            .find(|c| c.column_path().parts() == [VECTOR_COLUMN])
+        let chunk = chunk_of(VECTOR_COLUMN)
             .ok_or_else(|| general(format!("no {VECTOR_COLUMN} column chunk")))?;
         let (offset, length) = chunk
             .offset_index_offset()
@@ -554,6 +573,8 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
         ranges,
         columns,
         offset_index,
+        direct,
+        rows: usize::try_from(rows).unwrap_or(usize::MAX),
     })
 }
 
@@ -666,6 +687,39 @@ fn decode(
     job.decoder
         .push_ranges(std::mem::take(&mut job.ranges), bufs)
         .map_err(perr)?;
+    let mut direct_vectors = None;
+    let mut direct_codes = None;
+    for (column, r) in &job.direct {
+        let buf =
+            slice(ranges, data, r).ok_or_else(|| err(format!("range {r:?} was not fetched")))?;
+        let values = plain_values(&buf).map_err(|source| ProbeError::PageChecksum {
+            path: name.to_string(),
+            row_group: rg,
+            column: column.to_string(),
+            source,
+        })?;
+        let width = if *column == VECTOR_COLUMN {
+            Some(dim * 4)
+        } else {
+            None
+        };
+        if job.rows == 0
+            || !values.len().is_multiple_of(job.rows)
+            || width.is_some_and(|w| values.len() != w * job.rows)
+        {
+            return Err(err(format!(
+                "{column} pages hold {} value bytes for {} rows",
+                values.len(),
+                job.rows
+            )));
+        }
+        let values = Buffer::from(values);
+        if *column == VECTOR_COLUMN {
+            direct_vectors = Some(values);
+        } else {
+            direct_codes = Some(values);
+        }
+    }
     let mut rowids: Vec<i64> = Vec::new();
     let mut vectors: Vec<Buffer> = Vec::new();
     let mut codes: Vec<Buffer> = Vec::new();
@@ -711,10 +765,10 @@ fn decode(
             }
             Ok(values.slice_with_length(0, bytes))
         };
-        if job.want.vectors {
+        if job.want.vectors && direct_vectors.is_none() {
             vectors.push(fixed(VECTOR_COLUMN, Some(dim * 4))?);
         }
-        if job.want.codes {
+        if job.want.codes && direct_codes.is_none() {
             codes.push(fixed(CODE_COLUMN, None)?);
         }
         let rowid_array = column(ROWID_COLUMN)?
@@ -731,6 +785,15 @@ fn decode(
             payloads.push(batch.project(&keep).map_err(|e| err(e.to_string()))?);
         }
     }
+    if rowids.len() != job.rows {
+        return Err(err(format!(
+            "decoded {} rows, the footer says {}",
+            rowids.len(),
+            job.rows
+        )));
+    }
+    vectors.extend(direct_vectors);
+    codes.extend(direct_codes);
     let vector_pages = match &job.offset_index {
         Some((range, chunk)) => {
             let bytes = slice(ranges, data, range)
