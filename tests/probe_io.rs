@@ -199,9 +199,9 @@ async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<
     bytes
 }
 
-/// Rewrite the cid in the dictionary page of row group 0 of the first file
-/// (the writer dictionary-encodes cid: one value per row group): its data
-/// now holds a cid its (unchanged) statistics deny, from the first row on.
+/// Rewrite the first cid of row group 0 of the first file (the writer
+/// stores cid PLAIN, one data page per row group here, values last): its
+/// data now holds a cid its (unchanged) statistics deny, from the first row.
 #[tokio::test]
 async fn lying_statistics_are_corrupt_index() {
     let (mem, manifest, data) = fixture().await;
@@ -212,16 +212,14 @@ async fn lying_statistics_are_corrupt_index() {
         .parse_and_finish(&bytes)
         .unwrap();
     let cid = meta.row_group(0).column(0);
-    assert!(
-        cid.dictionary_page_offset().is_some(),
-        "cid has a dictionary"
-    );
-    // The dictionary's one PLAIN, uncompressed value ends where the data page starts.
-    let end = cid.data_page_offset() as usize;
+    assert!(cid.dictionary_page_offset().is_none(), "cid is PLAIN");
+    let rows = meta.row_group(0).num_rows() as usize;
+    let (start, len) = cid.byte_range();
+    let first = (start + len) as usize - rows * 4;
     let mut patched = bytes.to_vec();
-    let old = i32::from_le_bytes(patched[end - 4..end].try_into().unwrap());
+    let old = i32::from_le_bytes(patched[first..first + 4].try_into().unwrap());
     assert_eq!(old as u32, entry.min_cid);
-    patched[end - 4..end].copy_from_slice(&(old + 1).to_le_bytes());
+    patched[first..first + 4].copy_from_slice(&(old + 1).to_le_bytes());
     put_postings(&mem, 0, &entry.path, &patched).await;
 
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();

@@ -172,7 +172,9 @@ struct Job {
     row_group: usize,
     cid: u32,
     want: Want,
-    decoder: ParquetPushDecoder,
+    /// The decoder of the columns not read directly (payload, or chunks
+    /// of another encoding); `None` when every column is direct.
+    decoder: Option<ParquetPushDecoder>,
     ranges: Vec<Range<u64>>,
     /// The column whose chunk each range is (for checksum errors).
     columns: Vec<String>,
@@ -180,8 +182,8 @@ struct Job {
     /// (which every page must lie in), when the codes are read.
     offset_index: Option<(Range<u64>, Range<u64>)>,
     /// Column chunks read straight from their pages ([`plain_values`]):
-    /// `vector` and `code` when PLAIN and uncompressed, as the writer makes
-    /// them. Other encodings go through the decoder.
+    /// `cid`, `rowid`, `vector` and `code` when PLAIN and uncompressed, as
+    /// the writer makes them. Other encodings go through the decoder.
     direct: Vec<(&'static str, Range<u64>)>,
     /// Rows of the row group (footer).
     rows: usize,
@@ -499,9 +501,12 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
     let metadata = footer.arrow.metadata();
     let chunks = metadata.row_group(rg).columns();
     let chunk_of = |name: &str| chunks.iter().find(|c| c.column_path().parts() == [name]);
-    let mut roots = vec![footer.cid_root, footer.rowid_root];
+    let mut roots = Vec::new();
     let mut direct = Vec::new();
-    let mut wanted = Vec::new();
+    let mut wanted = vec![
+        (CID_COLUMN, footer.cid_root),
+        (ROWID_COLUMN, footer.rowid_root),
+    ];
     if want.vectors {
         wanted.push((VECTOR_COLUMN, footer.vector_root));
     }
@@ -526,15 +531,23 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
     if want.payload {
         roots.extend(&footer.payload_roots);
     }
-    let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
     let rows = metadata.row_group(rg).num_rows();
-    let decoder = ParquetPushDecoderBuilder::new_with_metadata(footer.arrow.clone())
-        .with_projection(mask)
-        .with_row_groups(vec![rg])
-        .with_batch_size(usize::try_from(rows).unwrap_or(usize::MAX).max(1))
-        .build()
-        .map_err(err)?;
-    let ranges: Vec<Range<u64>> = decoder.scan_plan().map(|p| p.range).collect();
+    let decoder = if roots.is_empty() {
+        None
+    } else {
+        let mask = ProjectionMask::roots(metadata.file_metadata().schema_descr(), roots);
+        let decoder = ParquetPushDecoderBuilder::new_with_metadata(footer.arrow.clone())
+            .with_projection(mask)
+            .with_row_groups(vec![rg])
+            .with_batch_size(usize::try_from(rows).unwrap_or(usize::MAX).max(1))
+            .build()
+            .map_err(err)?;
+        Some(decoder)
+    };
+    let ranges: Vec<Range<u64>> = decoder
+        .iter()
+        .flat_map(|d| d.scan_plan().map(|p| p.range))
+        .collect();
     // Each planned range must be exactly one column chunk: page checksums
     // are checked chunk by chunk.
     let columns = ranges
@@ -684,11 +697,13 @@ fn decode(
         })?;
         bufs.push(buf);
     }
-    job.decoder
-        .push_ranges(std::mem::take(&mut job.ranges), bufs)
-        .map_err(perr)?;
-    let mut direct_vectors = None;
-    let mut direct_codes = None;
+    if let Some(decoder) = job.decoder.as_mut() {
+        decoder
+            .push_ranges(std::mem::take(&mut job.ranges), bufs)
+            .map_err(perr)?;
+    }
+    let mut rowids: Vec<i64> = Vec::new();
+    let (mut direct_vectors, mut direct_codes, mut direct_cids) = (None, None, false);
     for (column, r) in &job.direct {
         let buf =
             slice(ranges, data, r).ok_or_else(|| err(format!("range {r:?} was not fetched")))?;
@@ -698,10 +713,11 @@ fn decode(
             column: column.to_string(),
             source,
         })?;
-        let width = if *column == VECTOR_COLUMN {
-            Some(dim * 4)
-        } else {
-            None
+        let width = match *column {
+            VECTOR_COLUMN => Some(dim * 4),
+            CID_COLUMN => Some(4),
+            ROWID_COLUMN => Some(8),
+            _ => None,
         };
         if job.rows == 0
             || !values.len().is_multiple_of(job.rows)
@@ -713,40 +729,62 @@ fn decode(
                 job.rows
             )));
         }
-        let values = Buffer::from(values);
-        if *column == VECTOR_COLUMN {
-            direct_vectors = Some(values);
-        } else {
-            direct_codes = Some(values);
+        match *column {
+            CID_COLUMN => {
+                let expected = i32::try_from(job.cid).unwrap_or(-1).to_le_bytes();
+                if let Some(row) = values.chunks_exact(4).position(|c| c != expected) {
+                    let c = &values[row * 4..row * 4 + 4];
+                    return Err(ProbeError::CorruptIndex {
+                        path: name.to_string(),
+                        row_group: rg,
+                        row,
+                        found: i64::from(i32::from_le_bytes([c[0], c[1], c[2], c[3]])),
+                        expected: job.cid.into(),
+                    });
+                }
+                direct_cids = true;
+            }
+            ROWID_COLUMN => rowids.extend(
+                values
+                    .chunks_exact(8)
+                    .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
+            ),
+            VECTOR_COLUMN => direct_vectors = Some(Buffer::from(values)),
+            _ => direct_codes = Some(Buffer::from(values)),
         }
     }
-    let mut rowids: Vec<i64> = Vec::new();
+    let direct_rowids = !rowids.is_empty();
     let mut vectors: Vec<Buffer> = Vec::new();
     let mut codes: Vec<Buffer> = Vec::new();
     let mut payloads = Vec::new();
-    loop {
-        let batch = match job.decoder.try_decode().map_err(perr)? {
+    let mut decoded_rows = 0;
+    while let Some(decoder) = job.decoder.as_mut() {
+        let batch = match decoder.try_decode().map_err(perr)? {
             DecodeResult::Data(b) => b,
             DecodeResult::Finished => break,
             DecodeResult::NeedsData(r) => return Err(err(format!("needs unplanned ranges {r:?}"))),
         };
+        let first_row = decoded_rows;
+        decoded_rows += batch.num_rows();
         let column = |n: &str| {
             batch
                 .column_by_name(n)
                 .ok_or_else(|| err(format!("no column {n}")))
         };
-        let cids = column(CID_COLUMN)?
-            .as_primitive_opt::<Int32Type>()
-            .ok_or_else(|| err("cid is not Int32".into()))?;
-        for (i, c) in cids.iter().enumerate() {
-            if c != i32::try_from(job.cid).ok() {
-                return Err(ProbeError::CorruptIndex {
-                    path: name.to_string(),
-                    row_group: rg,
-                    row: rowids.len() + i,
-                    found: c.map_or(-1, i64::from),
-                    expected: job.cid.into(),
-                });
+        if !direct_cids {
+            let cids = column(CID_COLUMN)?
+                .as_primitive_opt::<Int32Type>()
+                .ok_or_else(|| err("cid is not Int32".into()))?;
+            for (i, c) in cids.iter().enumerate() {
+                if c != i32::try_from(job.cid).ok() {
+                    return Err(ProbeError::CorruptIndex {
+                        path: name.to_string(),
+                        row_group: rg,
+                        row: first_row + i,
+                        found: c.map_or(-1, i64::from),
+                        expected: job.cid.into(),
+                    });
+                }
             }
         }
         let fixed = |n: &str, width: Option<usize>| -> Result<Buffer, ProbeError> {
@@ -771,10 +809,12 @@ fn decode(
         if job.want.codes && direct_codes.is_none() {
             codes.push(fixed(CODE_COLUMN, None)?);
         }
-        let rowid_array = column(ROWID_COLUMN)?
-            .as_primitive_opt::<Int64Type>()
-            .ok_or_else(|| err("rowid is not Int64".into()))?;
-        rowids.extend(rowid_array.values().iter());
+        if !direct_rowids {
+            let rowid_array = column(ROWID_COLUMN)?
+                .as_primitive_opt::<Int64Type>()
+                .ok_or_else(|| err("rowid is not Int64".into()))?;
+            rowids.extend(rowid_array.values().iter());
+        }
         if job.want.payload {
             let keep: Vec<usize> = (0..batch.num_columns())
                 .filter(|&i| {
