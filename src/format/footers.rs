@@ -103,22 +103,14 @@ impl Footers {
             path: path.to_string(),
             reason,
         };
-        let value: serde_json::Value =
-            serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
-        match value
-            .get("format-version")
-            .and_then(serde_json::Value::as_u64)
-        {
-            Some(v) if v == u64::from(FOOTERS_FORMAT_VERSION) => {}
-            Some(found) => {
-                return Err(FootersError::Incompatible {
-                    path: path.to_string(),
-                    found,
-                    supported: FOOTERS_FORMAT_VERSION,
-                });
-            }
-            None => return Err(invalid("format-version is missing or not a number".into())),
-        }
+        let value = super::versioned_json(bytes, FOOTERS_FORMAT_VERSION).map_err(|e| match e {
+            super::VersionError::Invalid(reason) => invalid(reason),
+            super::VersionError::Incompatible(found) => FootersError::Incompatible {
+                path: path.to_string(),
+                found,
+                supported: FOOTERS_FORMAT_VERSION,
+            },
+        })?;
         let footers: Footers = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
         let n = footers.files.len().max(manifest.files.len());
         for i in 0..n {

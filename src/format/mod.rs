@@ -25,3 +25,32 @@ pub mod postings_table;
 pub mod quantizer;
 pub mod snapshot;
 pub mod warehouse;
+
+/// Why a versioned JSON document was refused before its keys were read.
+#[derive(Debug)]
+pub(crate) enum VersionError {
+    /// Not JSON, or no numeric `format-version`.
+    Invalid(String),
+    /// A `format-version` other than the supported one.
+    Incompatible(u64),
+}
+
+/// Parse `bytes` as JSON and check its `format-version` equals `supported`
+/// before anything else is read (the rule every parser here follows).
+pub(crate) fn versioned_json(
+    bytes: &[u8],
+    supported: u32,
+) -> Result<serde_json::Value, VersionError> {
+    let value: serde_json::Value =
+        serde_json::from_slice(bytes).map_err(|e| VersionError::Invalid(e.to_string()))?;
+    match value
+        .get("format-version")
+        .and_then(serde_json::Value::as_u64)
+    {
+        Some(v) if v == u64::from(supported) => Ok(value),
+        Some(found) => Err(VersionError::Incompatible(found)),
+        None => Err(VersionError::Invalid(
+            "format-version is missing or not a number".into(),
+        )),
+    }
+}

@@ -130,22 +130,14 @@ pub fn decode(path: &str, bytes: &[u8], dim: usize) -> Result<Quantizer, Quantiz
         path: path.to_string(),
         reason,
     };
-    let value: serde_json::Value =
-        serde_json::from_slice(bytes).map_err(|e| invalid(e.to_string()))?;
-    match value
-        .get("format-version")
-        .and_then(serde_json::Value::as_u64)
-    {
-        Some(v) if v == u64::from(QUANTIZER_FORMAT_VERSION) => {}
-        Some(found) => {
-            return Err(QuantizerDocError::Incompatible {
-                path: path.to_string(),
-                found,
-                supported: QUANTIZER_FORMAT_VERSION,
-            });
-        }
-        None => return Err(invalid("format-version is missing or not a number".into())),
-    }
+    let value = super::versioned_json(bytes, QUANTIZER_FORMAT_VERSION).map_err(|e| match e {
+        super::VersionError::Invalid(reason) => invalid(reason),
+        super::VersionError::Incompatible(found) => QuantizerDocError::Incompatible {
+            path: path.to_string(),
+            found,
+            supported: QUANTIZER_FORMAT_VERSION,
+        },
+    })?;
     let doc: QuantizerDoc = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
     let mismatch =
         |what: &'static str, expected: String, found: String| QuantizerDocError::Mismatch {

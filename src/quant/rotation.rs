@@ -90,12 +90,12 @@ impl Rotation {
             let (done, rest) = m.split_at_mut(i * dim);
             let row = &mut rest[..dim];
             for basis in done.chunks_exact(dim) {
-                let proj = dot_f64(row, basis);
+                let proj = super::lane_dot(row, basis);
                 for (x, b) in row.iter_mut().zip(basis) {
                     *x -= proj * b;
                 }
             }
-            let norm = dot_f64(row, row).sqrt();
+            let norm = super::lane_dot(row, row).sqrt();
             for x in row.iter_mut() {
                 *x /= norm;
             }
@@ -260,28 +260,6 @@ fn apply_panel<const G: usize>(
     for (v, acc) in acc.iter().enumerate() {
         out[v * dim + start..][..PANEL].copy_from_slice(acc);
     }
-}
-
-/// f64 dot product for generation: term k into lane k mod 8 (the tail
-/// zero-padded), lanes combined as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-/// Independent lanes let it vectorise without reassociating anything.
-fn dot_f64(a: &[f64], b: &[f64]) -> f64 {
-    let padded =
-        |x: &[f64]| -> [f64; 8] { std::array::from_fn(|l| x.get(l).copied().unwrap_or(0.0)) };
-    let (a_chunks, a_tail) = a.as_chunks::<8>();
-    let (b_chunks, b_tail) = b.as_chunks::<8>();
-    let mut lanes = [0.0f64; 8];
-    for (x, y) in a_chunks
-        .iter()
-        .zip(b_chunks)
-        .chain([(&padded(a_tail), &padded(b_tail))])
-    {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
-        + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
 }
 
 #[cfg(test)]
