@@ -84,7 +84,7 @@ pub struct ValidSearch {
 /// of `vector`/`vectors`), `empty_batch`, `too_many_vectors`,
 /// `wrong_dimension`, `non_finite_value` (NaN, infinity, or a number beyond
 /// the f32 range), `k_zero`, `k_too_large`, `nprobe_out_of_range`,
-/// `root_factor_out_of_range`.
+/// `root_factor_out_of_range`, `rerank_out_of_range`.
 pub fn validate(
     body: SearchBody,
     info: &IndexInfo,
@@ -530,6 +530,14 @@ mod tests {
         assert_eq!(
             check(r#"{"vector":[1,2],"root_factor":-1}"#).unwrap_err(),
             "invalid_request"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"rerank":1001}"#).unwrap_err(),
+            "rerank_out_of_range"
+        );
+        assert_eq!(
+            check(r#"{"vector":[1,2],"rerank":1000}"#).map(|v| v.params.rerank),
+            Ok(1000)
         );
         assert_eq!(
             check(r#"{"vector":[1,2],"include_payload":"yes"}"#).unwrap_err(),
