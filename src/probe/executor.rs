@@ -370,7 +370,7 @@ impl<'a> Postings<'a> {
         };
         for (&file, footer) in files.iter().zip(footers) {
             let name = self.path(file).as_ref();
-            let access: AccessPlan = plan_row_groups(&footer.row_group_cids, cids);
+            let access: AccessPlan = plan_row_groups(&footer.facts.row_group_cids, cids);
             access.check(name, footer.arrow.metadata().num_row_groups())?;
             let mut jobs = Vec::new();
             for rg in access.scanned() {
@@ -504,14 +504,15 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
     let mut roots = Vec::new();
     let mut direct = Vec::new();
     let mut wanted = vec![
-        (CID_COLUMN, footer.cid_root),
-        (ROWID_COLUMN, footer.rowid_root),
+        (CID_COLUMN, footer.facts.cid_root),
+        (ROWID_COLUMN, footer.facts.rowid_root),
     ];
     if want.vectors {
-        wanted.push((VECTOR_COLUMN, footer.vector_root));
+        wanted.push((VECTOR_COLUMN, footer.facts.vector_root));
     }
     if want.codes {
         let root = footer
+            .facts
             .code_root
             .ok_or_else(|| general(format!("no {CODE_COLUMN} column")))?;
         wanted.push((CODE_COLUMN, root));
@@ -529,7 +530,7 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
         }
     }
     if want.payload {
-        roots.extend(&footer.payload_roots);
+        roots.extend(&footer.facts.payload_roots);
     }
     let rows = metadata.row_group(rg).num_rows();
     let decoder = if roots.is_empty() {
@@ -576,7 +577,12 @@ fn job(name: &str, footer: &Footer, file: usize, rg: usize, want: Want) -> Resul
     } else {
         None
     };
-    let cid = footer.row_group_cids.get(rg).copied().unwrap_or(u32::MAX);
+    let cid = footer
+        .facts
+        .row_group_cids
+        .get(rg)
+        .copied()
+        .unwrap_or(u32::MAX);
     Ok(Job {
         file,
         row_group: rg,

@@ -18,7 +18,7 @@ use super::ProbeError;
 use super::cache::ByteLru;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
-use crate::format::postings_table::check_footer;
+use crate::format::postings_table::{FooterFacts, check_footer};
 #[cfg(doc)]
 use crate::store::parquet_reader::FOOTER_PREFETCH;
 use object_store::path::Path;
@@ -33,16 +33,9 @@ use std::sync::Arc;
 pub struct Footer {
     /// Arrow view of the file metadata (what the row-group decoder needs).
     pub arrow: ArrowReaderMetadata,
-    /// Root column indices of cid, rowid and vector.
-    pub cid_root: usize,
-    pub rowid_root: usize,
-    pub vector_root: usize,
-    /// Root column index of `code`, in an index with codes.
-    pub code_root: Option<usize>,
-    /// Root column indices of the payload columns (all others).
-    pub payload_roots: Vec<usize>,
-    /// The cid of each row group.
-    pub row_group_cids: Vec<u32>,
+    /// What the footer contract established: the column roots and the cid
+    /// of each row group.
+    pub facts: FooterFacts,
     /// Approximate memory held, for the cache bound.
     pub bytes: usize,
 }
@@ -169,11 +162,6 @@ fn validate(
     Ok(Footer {
         bytes: bytes + facts.row_group_cids.len() * 4,
         arrow,
-        cid_root: facts.cid_root,
-        rowid_root: facts.rowid_root,
-        vector_root: facts.vector_root,
-        code_root: facts.code_root,
-        payload_roots: facts.payload_roots,
-        row_group_cids: facts.row_group_cids,
+        facts,
     })
 }
