@@ -15,25 +15,29 @@
 //! holds the whole table: `ntotal × (dim × 4 + 8)` bytes (1M × 128-d ≈ 520 MB).
 
 use crate::distance::Metric;
+use crate::filter::Filter;
 use crate::format::definition::IndexDefinition;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::Manifest;
+use crate::format::postings_table::RESERVED_COLUMNS;
 use crate::format::snapshot::{Snapshot, SnapshotError};
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
 use crate::probe::executor::{
     DecodedRowGroup, Postings, RowGroupCache, Want, on_rayon, payload_of, scan_batch,
 };
+use crate::probe::filtered::{FilteredRows, pruned_pages};
 use crate::probe::footer::FooterCache;
 use crate::probe::quantized::{
     CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
 };
-use crate::probe::select::{DEFAULT_ROOT_FACTOR, select_cids};
-pub use crate::probe::stats::SearchStats;
+use crate::probe::select::{DEFAULT_ROOT_FACTOR, ranked_cids, select_cids};
 use crate::probe::stats::micros;
+pub use crate::probe::stats::{FilterPlan, SearchStats};
 use crate::quant::Quantizer;
 use crate::store::parquet_reader::FOOTER_PREFETCH;
 use crate::topk::TopK;
+use arrow::buffer::BooleanBuffer;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use rayon::prelude::*;
@@ -73,6 +77,16 @@ pub enum IndexError {
     /// `--preload codes` of an index built without codes.
     #[error("the index has no codes (built with --codes none): preload all or nothing")]
     NoCodes,
+    /// A filter that does not parse, names an unknown column or compares a
+    /// column with a literal of another type.
+    #[error("filter: {0}")]
+    Filter(#[from] crate::filter::FilterError),
+    #[error("max_nprobe {max_nprobe} must be within {nprobe}..={nlist} (nprobe..=nlist)")]
+    InvalidMaxNprobe {
+        max_nprobe: usize,
+        nprobe: usize,
+        nlist: usize,
+    },
 }
 
 /// Tuning of an opened index.
@@ -97,7 +111,7 @@ impl Default for IndexOptions {
 }
 
 /// Parameters of a search.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SearchParams {
     /// Neighbours to return (≥ 1). Default 10.
     pub k: usize,
@@ -114,6 +128,16 @@ pub struct SearchParams {
     /// [`DEFAULT_RERANK`]); 0 returns the codes' estimated distances and
     /// reads no f32 at all. Ignored without codes (the scan is exact).
     pub rerank: usize,
+    /// A SQL `WHERE` expression over the payload columns (see
+    /// [`crate::filter`]): only rows where it is true are returned. The
+    /// search goes on past `nprobe` lists, nearest first, until `k` rows
+    /// match or `max_nprobe` lists are probed, or scans every match when the
+    /// filter is selective ([`SearchStats::filter_plan`]).
+    pub filter: Option<String>,
+    /// With a filter: the most lists probed while looking for `k` matches
+    /// (default every list). A query that stops there with fewer says so
+    /// ([`SearchStats::capped`]).
+    pub max_nprobe: Option<usize>,
 }
 
 /// Re-rank factor by default (see `docs/benchmarks.md`).
@@ -127,6 +151,8 @@ impl Default for SearchParams {
             root_factor: DEFAULT_ROOT_FACTOR,
             include_payload: false,
             rerank: DEFAULT_RERANK,
+            filter: None,
+            max_nprobe: None,
         }
     }
 }
@@ -359,8 +385,9 @@ impl Index {
         *self.preloaded.lock().unwrap_or_else(|e| e.into_inner()) = what;
         let all: Vec<u32> = (0..self.manifest.nlist).collect();
         let mut stats = SearchStats::default();
+        // With the payload: filters read it, in every serving mode.
         self.postings()
-            .load(&all, self.want(false), &mut stats)
+            .load(&all, self.want(true), None, &mut stats)
             .await?;
         Ok(stats)
     }
@@ -432,9 +459,23 @@ impl Index {
             }
             .into());
         }
+        if let Some(max) = params.max_nprobe
+            && (max < params.nprobe || max > nlist)
+        {
+            return Err(IndexError::InvalidMaxNprobe {
+                max_nprobe: max,
+                nprobe: params.nprobe,
+                nlist,
+            }
+            .into());
+        }
         // Owned, so that the compute steps can run on rayon (one copy of the
         // batch, not of any posting).
         let queries: Arc<[f32]> = prepare_queries(self.hierarchy.metric, queries, dim)?.into();
+        if let Some(text) = params.filter.as_deref() {
+            let filter = Arc::new(self.filter(text).await?);
+            return self.search_filtered(filter, queries, params).await;
+        }
         let (hierarchy, batch) = (Arc::clone(&self.hierarchy), Arc::clone(&queries));
         let (nprobe, root_factor) = (params.nprobe, params.root_factor);
         let selected: Vec<(Vec<u32>, u64)> = on_rayon(move || {
@@ -456,41 +497,251 @@ impl Index {
         union.dedup();
         let mut stats = SearchStats::default();
         let want = self.want(params.include_payload);
-        let loaded = self.postings().load(&union, want, &mut stats).await?;
-        let tops = match &self.codes {
-            None => {
-                let (metric, k) = (self.hierarchy.metric, params.k);
-                let (queries, selected, loaded) =
-                    (Arc::clone(&queries), selected.clone(), loaded.clone());
-                let (tops, took) = on_rayon(move || {
+        let loaded = self.postings().load(&union, want, None, &mut stats).await?;
+        let tops = self
+            .rank(&queries, &selected, &loaded, &[], want, params, &mut stats)
+            .await?;
+        let per_query = selected
+            .into_iter()
+            .map(|(cids, probe_us)| {
+                let lists_probed = cids.len() as u64;
+                let stats = SearchStats {
+                    probe_us,
+                    lists_probed,
+                    ..stats
+                };
+                (cids, stats)
+            })
+            .collect();
+        self.results(tops, per_query, loaded, params.include_payload)
+            .await
+    }
+
+    /// Parse `text` as a filter over this index's payload columns (their
+    /// names and types from a postings footer: one read, then cached).
+    ///
+    /// # Errors
+    /// [`IndexError::Filter`] naming the column, the types or the syntax
+    /// error; [`ProbeError`] when no footer can be read.
+    pub async fn filter(&self, text: &str) -> crate::Result<Filter> {
+        let schema = self.payload_schema().await?;
+        Ok(Filter::parse(text, &schema).map_err(IndexError::from)?)
+    }
+
+    /// The payload columns of the postings (an empty schema for an index
+    /// without rows).
+    async fn payload_schema(&self) -> crate::Result<arrow::datatypes::Schema> {
+        if self.manifest.files.is_empty() {
+            return Ok(arrow::datatypes::Schema::empty());
+        }
+        let mut stats = SearchStats::default();
+        let footer = self.postings().footers(&[0], &mut stats).await?;
+        let fields: Vec<_> = footer
+            .first()
+            .map(|f| f.arrow.schema().fields().iter())
+            .into_iter()
+            .flatten()
+            .filter(|f| !RESERVED_COLUMNS.contains(&f.name().as_str()))
+            .cloned()
+            .collect();
+        Ok(arrow::datatypes::Schema::new(fields))
+    }
+
+    /// The filtered path. Every leaf is ranked by distance for each query;
+    /// a query probes its nearest `nprobe` lists (row groups whose payload
+    /// statistics rule the filter out are never read), the filter is
+    /// evaluated on the rows read, and then, per query:
+    /// - `k` rows match: done;
+    /// - few enough rows match everywhere (estimated from the matches among
+    ///   the rows read) that scanning all of them costs less than the rows
+    ///   this probe read, and the postings are in memory: every list
+    ///   ([`FilterPlan::Exhaustive`]);
+    /// - else twice the lists, nearest first, up to `max_nprobe`
+    ///   ([`FilterPlan::Probe`]).
+    ///
+    /// Rows read by earlier steps are not read again; the scan and re-rank
+    /// then run once over the matches of each query's lists.
+    async fn search_filtered(
+        &self,
+        filter: Arc<Filter>,
+        queries: Arc<[f32]>,
+        params: &SearchParams,
+    ) -> crate::Result<Vec<SearchResult>> {
+        let (dim, nlist, k) = (self.hierarchy.dim, self.manifest.nlist as usize, params.k);
+        let (hierarchy, batch) = (Arc::clone(&self.hierarchy), Arc::clone(&queries));
+        let ranked: Vec<(Vec<u32>, u64)> = on_rayon(move || {
+            batch
+                .par_chunks_exact(dim)
+                .map(|q| {
                     let t = Instant::now();
-                    let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
-                    let tops = scan_batch(metric, dim, &queries, &probed, &loaded, k);
-                    (tops, t.elapsed())
+                    let cids = ranked_cids(&hierarchy, q, nlist, 0);
+                    (cids, micros(t.elapsed()))
                 })
+                .collect()
+        })
+        .await;
+        let total_rows: u64 = self.manifest.files.iter().map(|f| f.rows).sum();
+        let in_memory = self.preloaded() != Preload::None;
+        let cap = params.max_nprobe.unwrap_or(nlist).min(nlist);
+        let want = self.want(true);
+        let mut stats = SearchStats::default();
+        let mut rows = FilteredRows::default();
+        let mut queries_state: Vec<QueryProbe> = ranked
+            .iter()
+            .map(|(cids, _)| QueryProbe {
+                lists: params.nprobe.min(cids.len()),
+                plan: FilterPlan::Probe,
+                done: false,
+                capped: false,
+            })
+            .collect();
+        let mut first = true;
+        loop {
+            let mut need: Vec<u32> = queries_state
+                .iter()
+                .zip(&ranked)
+                .filter(|(s, _)| !s.done)
+                .flat_map(|(s, (cids, _))| cids[..s.lists].iter().copied())
+                .filter(|c| !rows.read.contains(c))
+                .collect();
+            need.sort_unstable();
+            need.dedup();
+            if !need.is_empty() {
+                let fresh = self
+                    .postings()
+                    .load(&need, want, Some(&filter), &mut stats)
+                    .await?;
+                rows.add(&need, fresh, &filter, &self.postings_paths)
+                    .await?;
+            }
+            let mut again = false;
+            for (s, (cids, _)) in queries_state.iter_mut().zip(&ranked) {
+                if s.done {
+                    continue;
+                }
+                let (matched, read) = rows.count(&cids[..s.lists]);
+                if matched >= k as u64 || s.lists >= cids.len() {
+                    s.done = true;
+                    continue;
+                }
+                // Matches everywhere, estimated from those among the rows
+                // read (none read: all pruned by statistics, so none).
+                let estimate = (matched as f64 / read.max(1) as f64) * total_rows as f64;
+                let probe_rows = (s.lists as f64 / nlist as f64) * total_rows as f64;
+                if first && in_memory && estimate <= probe_rows {
+                    s.plan = FilterPlan::Exhaustive;
+                    s.lists = cids.len();
+                    again = true;
+                } else if s.lists >= cap {
+                    s.done = true;
+                    s.capped = true;
+                } else {
+                    s.lists = (s.lists * 2).min(cap);
+                    again = true;
+                }
+            }
+            first = false;
+            if !again {
+                break;
+            }
+        }
+        let selected: Vec<(Vec<u32>, u64)> = queries_state
+            .iter()
+            .zip(&ranked)
+            .map(|(s, (cids, us))| {
+                let mut probed = cids[..s.lists].to_vec();
+                probed.sort_unstable();
+                (probed, *us)
+            })
+            .collect();
+        let (loaded, masks) = (rows.loaded, rows.masks);
+        let tops = self
+            .rank(
+                &queries, &selected, &loaded, &masks, want, params, &mut stats,
+            )
+            .await?;
+        let per_query = selected
+            .into_iter()
+            .zip(&queries_state)
+            .map(|((cids, probe_us), s)| {
+                let rows_matched = cids
+                    .iter()
+                    .filter_map(|c| rows.by_cid.get(c))
+                    .flatten()
+                    .map(|&g| rows.matched[g])
+                    .sum();
+                let stats = SearchStats {
+                    probe_us,
+                    lists_probed: cids.len() as u64,
+                    rows_matched,
+                    filter_plan: s.plan,
+                    capped: s.capped,
+                    ..stats
+                };
+                (cids, stats)
+            })
+            .collect();
+        self.results(tops, per_query, loaded, params.include_payload)
+            .await
+    }
+
+    /// The `k` best of each query among the rows of its `selected` lists
+    /// in `loaded` (only those set in `masks`, when given): an exact scan,
+    /// or the codes and their re-rank.
+    #[allow(clippy::too_many_arguments)]
+    async fn rank(
+        &self,
+        queries: &Arc<[f32]>,
+        selected: &[(Vec<u32>, u64)],
+        loaded: &[Arc<DecodedRowGroup>],
+        masks: &[Option<BooleanBuffer>],
+        want: Want,
+        params: &SearchParams,
+        stats: &mut SearchStats,
+    ) -> crate::Result<Vec<TopK>> {
+        let dim = self.hierarchy.dim;
+        if let Some(codes) = &self.codes {
+            return self
+                .search_codes(codes, queries, selected, loaded, masks, want, params, stats)
                 .await;
-                stats.scan_us += micros(took);
-                tops
-            }
-            Some(codes) => {
-                self.search_codes(
-                    codes, &queries, &selected, &loaded, want, params, &mut stats,
-                )
-                .await?
-            }
-        };
-        let include_payload = params.include_payload;
+        }
+        let (metric, k) = (self.hierarchy.metric, params.k);
+        let (queries, selected, loaded, masks) = (
+            Arc::clone(queries),
+            selected.to_vec(),
+            loaded.to_vec(),
+            masks.to_vec(),
+        );
+        let (tops, took) = on_rayon(move || {
+            let t = Instant::now();
+            let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
+            let tops = scan_batch(metric, dim, &queries, &probed, &loaded, &masks, k);
+            (tops, t.elapsed())
+        })
+        .await;
+        stats.scan_us += micros(took);
+        Ok(tops)
+    }
+
+    /// Each query's hits (with their payload when asked for) and stats.
+    async fn results(
+        &self,
+        tops: Vec<TopK>,
+        per_query: Vec<(Vec<u32>, SearchStats)>,
+        loaded: Vec<Arc<DecodedRowGroup>>,
+        include_payload: bool,
+    ) -> crate::Result<Vec<SearchResult>> {
         let paths = Arc::clone(&self.postings_paths);
         on_rayon(move || {
             tops.into_iter()
-                .zip(&selected)
-                .map(|(top, (cids, probe_us))| -> crate::Result<SearchResult> {
+                .zip(per_query)
+                .map(|(top, (cids, stats))| -> crate::Result<SearchResult> {
                     let hits = top
                         .into_sorted()
                         .into_iter()
                         .map(|n| {
                             let payload = if include_payload {
-                                payload_of(&paths, &loaded, cids, n.rowid)?
+                                payload_of(&paths, &loaded, &cids, n.rowid)?
                             } else {
                                 None
                             };
@@ -501,13 +752,7 @@ impl Index {
                             })
                         })
                         .collect::<Result<Vec<_>, ProbeError>>()?;
-                    Ok(SearchResult {
-                        hits,
-                        stats: SearchStats {
-                            probe_us: *probe_us,
-                            ..stats
-                        },
-                    })
+                    Ok(SearchResult { hits, stats })
                 })
                 .collect()
         })
@@ -524,6 +769,7 @@ impl Index {
         queries: &Arc<[f32]>,
         selected: &[(Vec<u32>, u64)],
         loaded: &[Arc<DecodedRowGroup>],
+        masks: &[Option<BooleanBuffer>],
         want: Want,
         params: &SearchParams,
         stats: &mut SearchStats,
@@ -536,7 +782,12 @@ impl Index {
             Arc::clone(&self.hierarchy),
             Arc::clone(&self.postings_paths),
         );
-        let (q, sel, rgs) = (Arc::clone(queries), selected.to_vec(), loaded.to_vec());
+        let (q, sel, rgs, masks) = (
+            Arc::clone(queries),
+            selected.to_vec(),
+            loaded.to_vec(),
+            masks.to_vec(),
+        );
         let (scanned, took) = on_rayon(move || {
             let t = Instant::now();
             let probed: Vec<&[u32]> = sel.iter().map(|(c, _)| c.as_slice()).collect();
@@ -545,8 +796,8 @@ impl Index {
                 hierarchy: &hierarchy,
                 rotated_leaves: &codes.1,
             };
-            let scanned =
-                scan_codes(scan, &paths, &q, &probed, &rgs, keep).map(|(candidates, scored)| {
+            let scanned = scan_codes(scan, &paths, &q, &probed, &rgs, &masks, keep).map(
+                |(candidates, scored)| {
                     if rerank == 0 {
                         (approximate(candidates, k), scored, None)
                     } else if want.vectors {
@@ -554,18 +805,21 @@ impl Index {
                         (tops, scored, None)
                     } else {
                         let plan = PagePlan::new(&paths, &rgs, &candidates);
-                        (Vec::new(), scored, Some((candidates, plan)))
+                        let pruned = pruned_pages(&rgs, &masks);
+                        (Vec::new(), scored, Some((candidates, plan, pruned)))
                     }
-                });
+                },
+            );
             (scanned, t.elapsed())
         })
         .await;
         let (tops, scored, pending) = scanned?;
         stats.codes_scored += scored;
         stats.scan_us += micros(took);
-        let Some((candidates, plan)) = pending else {
+        let Some((candidates, plan, pruned)) = pending else {
             return Ok(tops);
         };
+        stats.pages_pruned += pruned;
         let plan = plan?;
         stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
         stats.pages_read += plan.pages() as u64;
@@ -620,7 +874,7 @@ impl Index {
             payload: false,
         };
         let mut stats = SearchStats::default();
-        let loaded = self.postings().load(&cids, want, &mut stats).await?;
+        let loaded = self.postings().load(&cids, want, None, &mut stats).await?;
         let (codes, hierarchy, paths) = (
             Arc::clone(codes),
             Arc::clone(&self.hierarchy),
@@ -702,4 +956,14 @@ fn prepare_queries(
             .map_err(|_| IndexError::NoDirection { query })?;
     }
     Ok(Cow::Owned(prepared))
+}
+
+/// Where a filtered query's probing stands.
+#[derive(Debug, Clone, Copy)]
+struct QueryProbe {
+    /// Its nearest lists probed so far.
+    lists: usize,
+    plan: FilterPlan,
+    done: bool,
+    capped: bool,
 }

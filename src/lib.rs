@@ -15,6 +15,7 @@ pub mod builder;
 pub mod catalog;
 pub mod distance;
 pub mod error;
+pub mod filter;
 pub mod format;
 pub mod index;
 pub mod kmeans;

@@ -112,7 +112,7 @@ async fn by_hand(
     let mut files = Vec::new();
     for bucket in (0..hierarchy.nroots()).rev() {
         let run = std::mem::take(&mut buckets[bucket]);
-        if let Some(sorted) = stages::sort_run(&schema, run).unwrap() {
+        if let Some(sorted) = stages::sort_run(&schema, run, None).unwrap() {
             files.extend(
                 stages::write_bucket(store, &target, bucket as u32, sorted)
                     .await
@@ -228,7 +228,7 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
     let (bucket, run) = stages::group_by_root(&h.cid_offsets, &assigned)
         .unwrap()
         .remove(0);
-    let sorted = stages::sort_run(&schema, vec![run]).unwrap().unwrap();
+    let sorted = stages::sort_run(&schema, vec![run], None).unwrap().unwrap();
 
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let folder = SnapshotFolder::at(&Path::from("i"), "snapshots/s").unwrap();

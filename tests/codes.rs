@@ -133,7 +133,13 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
     assert!(warm.bytes < probed_rows_f32 * 2 / 3, "{warm:?}");
     // rerank 0: the codes' estimates, no page read, one round fewer.
     let approx = index
-        .search(&q, &SearchParams { rerank: 0, ..sp })
+        .search(
+            &q,
+            &SearchParams {
+                rerank: 0,
+                ..sp.clone()
+            },
+        )
         .await
         .unwrap();
     assert_eq!((approx.stats.pages_read, approx.stats.page_bytes), (0, 0));

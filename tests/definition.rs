@@ -51,6 +51,7 @@ fn build_params() -> BuildRecord {
         max_iterations: 25,
         threads: 2,
         skip_invalid: true,
+        sort_by: None,
     }
 }
 

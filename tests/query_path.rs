@@ -185,7 +185,7 @@ async fn http_sets_every_search_parameter_and_returns_the_library_stats() {
         };
         let pruned = SearchParams {
             root_factor: 1,
-            ..exact
+            ..exact.clone()
         };
         let a = library.search(q, &exact).await.unwrap();
         let b = library.search(q, &pruned).await.unwrap();

@@ -150,11 +150,19 @@ async fn bad_queries_are_typed_errors() {
         }))
     ));
     assert!(matches!(
-        index.search(&q, &SearchParams { k: 0, ..p }).await,
+        index.search(&q, &SearchParams { k: 0, ..p.clone() }).await,
         Err(Error::Index(IndexError::InvalidK))
     ));
     assert!(matches!(
-        index.search(&q, &SearchParams { nprobe: 33, ..p }).await,
+        index
+            .search(
+                &q,
+                &SearchParams {
+                    nprobe: 33,
+                    ..p.clone()
+                }
+            )
+            .await,
         Err(Error::Index(IndexError::InvalidNprobe {
             nprobe: 33,
             nlist: 32

@@ -73,7 +73,12 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
 
     let clients: Vec<_> = (0..16)
         .map(|c| {
-            let (url, stop, backends) = (url.clone(), Arc::clone(&stop), backends.clone());
+            let (url, stop, backends, params) = (
+                url.clone(),
+                Arc::clone(&stop),
+                backends.clone(),
+                params.clone(),
+            );
             tokio::spawn(async move {
                 let client = reqwest::Client::new();
                 let mut seen = Vec::new();

@@ -53,6 +53,10 @@ pub struct BuildParams {
     pub codes: Option<Scheme>,
     /// Bytes of assigned postings held in memory before spilling per bucket.
     pub memory_limit: usize,
+    /// A payload column the rows of each list are sorted by (then by rowid;
+    /// NULLs last), so that a filter on it prunes `vector` pages and its
+    /// statistics are tight (e.g. a tenant column). `None`: by rowid.
+    pub sort_by: Option<String>,
     pub writer: WriterOptions,
     pub progress: ProgressMode,
 }
@@ -79,6 +83,7 @@ impl Default for BuildParams {
             assign: AssignMode::Exact,
             codes: DEFAULT_CODES,
             memory_limit: 2 << 30,
+            sort_by: None,
             writer: WriterOptions::default(),
             progress: ProgressMode::Auto,
         }
@@ -230,6 +235,14 @@ pub async fn build(
     let code_bytes = quantizer
         .as_deref()
         .map(crate::quant::Quantizer::code_bytes);
+    if let Some(column) = &params.sort_by
+        && !payload_fields.iter().any(|f| f.name() == column)
+    {
+        return Err(BuildError::SortColumn {
+            column: column.clone(),
+            payload: payload_fields.iter().map(|f| f.name().clone()).collect(),
+        });
+    }
     let schema = postings_schema(dim, code_bytes, &payload_fields);
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;
@@ -283,7 +296,7 @@ pub async fn build(
         let phase = Phase::start(params.progress, "write", nroots as u64, "buckets");
         let mut files = Vec::new();
         for bucket in 0..nroots {
-            if let Some(sorted) = spill.take_sorted(bucket)? {
+            if let Some(sorted) = spill.take_sorted(bucket, params.sort_by.as_deref())? {
                 files.extend(stages::write_bucket(&store, &target, bucket as u32, sorted).await?);
             }
             phase.inc(1);

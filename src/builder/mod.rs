@@ -54,6 +54,12 @@ fn prefixed(path: &str, message: &dyn std::fmt::Display) -> String {
 pub enum BuildError {
     #[error("the source table has no rows")]
     EmptySource,
+    /// `--sort-by` names a column that is not carried as payload.
+    #[error("--sort-by {column}: not a payload column (payload: {})", if payload.is_empty() { "none".to_string() } else { payload.join(", ") })]
+    SortColumn {
+        column: String,
+        payload: Vec<String>,
+    },
     #[error("nlist {nlist} is larger than the number of rows {rows}; choose nlist <= rows")]
     NlistExceedsRows { nlist: u32, rows: u64 },
     #[error(

@@ -28,8 +28,9 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::path::Path;
 
-use arrow::array::{Array, Int32Array, Int64Array, UInt32Array};
-use arrow::compute::{concat_batches, take_record_batch};
+use arrow::compute::{
+    SortColumn, SortOptions, concat_batches, lexsort_to_indices, take_record_batch,
+};
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
@@ -160,12 +161,17 @@ impl BucketSpill {
         (self.spilled_bytes, self.spill_events)
     }
 
-    /// Take bucket `bucket`'s rows, sorted by (cid, rowid); `None` when empty.
-    /// Its memory and spill file are released.
+    /// Take bucket `bucket`'s rows, sorted by (cid, `sort_by`, rowid) (see
+    /// [`sort_postings`]); `None` when empty. Its memory and spill file are
+    /// released.
     ///
     /// # Errors
     /// Reading the spill file back fails.
-    pub fn take_sorted(&mut self, bucket: usize) -> Result<Option<RecordBatch>, BuildError> {
+    pub fn take_sorted(
+        &mut self,
+        bucket: usize,
+        sort_by: Option<&str>,
+    ) -> Result<Option<RecordBatch>, BuildError> {
         let b = &mut self.buckets[bucket];
         let mut batches = Vec::new();
         if let (Some(mut w), Some(path)) = (b.spill.take(), b.spill_path.take()) {
@@ -185,26 +191,28 @@ impl BucketSpill {
         self.in_memory -= b.memory_bytes;
         b.memory_bytes = 0;
         batches.append(&mut b.memory);
-        sort_run(&self.schema, batches)
+        sort_run(&self.schema, batches, sort_by)
     }
 }
 
 /// One bucket's rows, from batches of `schema` in any split and order, as a
-/// single batch sorted by (cid, rowid); `None` when there are none.
+/// single batch sorted by (cid, `sort_by`, rowid) ([`sort_postings`]);
+/// `None` when there are none.
 ///
 /// # Errors
 /// [`BuildError::Arrow`] when a batch does not match `schema` or lacks the
-/// `cid`/`rowid` columns.
+/// `cid`/`rowid`/`sort_by` columns.
 pub fn sort_run(
     schema: &SchemaRef,
     batches: Vec<RecordBatch>,
+    sort_by: Option<&str>,
 ) -> Result<Option<RecordBatch>, BuildError> {
     if batches.is_empty() {
         return Ok(None);
     }
     let all = concat_batches(schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
     drop(batches);
-    sort_by_cid_rowid(&all).map(Some)
+    sort_postings(&all, sort_by).map(Some)
 }
 
 /// Work folders are `$TMPDIR/parqivf-build-<random>`.
@@ -457,41 +465,51 @@ async fn sweep_abandoned_in(
     deleted
 }
 
-/// Sort a postings batch by (cid, rowid). Rowids are unique within a build, so
-/// the order is total and the result deterministic.
+/// Sort a postings batch by (cid, `sort_by`, rowid), NULLs of `sort_by`
+/// last (arrow's `lexsort`). Rowids are unique within a build, so the order
+/// is total and the result deterministic.
 ///
 /// # Errors
-/// The batch lacks the `cid`/`rowid` columns of the postings schema.
-pub fn sort_by_cid_rowid(batch: &RecordBatch) -> Result<RecordBatch, BuildError> {
+/// The batch lacks the `cid`/`rowid` columns of the postings schema, or
+/// the `sort_by` column.
+pub fn sort_postings(
+    batch: &RecordBatch,
+    sort_by: Option<&str>,
+) -> Result<RecordBatch, BuildError> {
     let col = |name: &str| {
         batch
             .column_by_name(name)
+            .cloned()
             .ok_or_else(|| BuildError::Arrow(format!("postings batch has no column {name}")))
     };
-    let cid = col(CID_COLUMN)?;
-    let rowid = col(ROWID_COLUMN)?;
-    let cid = cid
-        .as_any()
-        .downcast_ref::<Int32Array>()
-        .ok_or_else(|| BuildError::Arrow("cid column is not Int32".into()))?;
-    let rowid = rowid
-        .as_any()
-        .downcast_ref::<Int64Array>()
-        .ok_or_else(|| BuildError::Arrow("rowid column is not Int64".into()))?;
-    let mut order: Vec<u32> = (0..batch.num_rows() as u32).collect();
-    order.sort_unstable_by_key(|&i| (cid.value(i as usize), rowid.value(i as usize)));
-    if order.iter().enumerate().all(|(i, &j)| i as u32 == j) {
+    let key = |values| SortColumn {
+        values,
+        options: Some(SortOptions {
+            descending: false,
+            nulls_first: false,
+        }),
+    };
+    let mut keys = vec![key(col(CID_COLUMN)?)];
+    if let Some(column) = sort_by {
+        keys.push(key(col(column)?));
+    }
+    keys.push(key(col(ROWID_COLUMN)?));
+    let order = lexsort_to_indices(&keys, None).map_err(|e| BuildError::Arrow(e.to_string()))?;
+    if order
+        .values()
+        .iter()
+        .enumerate()
+        .all(|(i, &j)| i as u32 == j)
+    {
         return Ok(batch.clone());
     }
-    let idx = UInt32Array::from(order);
-    debug_assert_eq!(idx.len(), batch.num_rows());
-    take_record_batch(batch, &idx).map_err(|e| BuildError::Arrow(e.to_string()))
+    take_record_batch(batch, &order).map_err(|e| BuildError::Arrow(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::FixedSizeBinaryArray;
+    use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
 
@@ -541,8 +559,8 @@ mod tests {
             }
             let spilled = s.spilled().1;
             (
-                s.take_sorted(1).unwrap().map(|b| pairs(&b)),
-                s.take_sorted(0).unwrap(),
+                s.take_sorted(1, None).unwrap().map(|b| pairs(&b)),
+                s.take_sorted(0, None).unwrap(),
                 spilled,
             )
         };

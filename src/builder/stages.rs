@@ -507,6 +507,7 @@ pub fn definition(
             max_iterations: params.niter as u32,
             threads: rayon::current_num_threads() as u32,
             skip_invalid: source.skip_invalid,
+            sort_by: params.sort_by.clone(),
         },
     );
     if params.codes.is_some() {

@@ -42,6 +42,10 @@ pub struct Args {
     /// Extra columns carried into the postings, comma-separated.
     #[arg(long, value_delimiter = ',')]
     pub payload: Vec<String>,
+    /// Sort the rows of each list by this payload column (then by rowid), so
+    /// that filters on it prune pages: e.g. a tenant column.
+    #[arg(long)]
+    pub sort_by: Option<String>,
     /// Number of leaf lists.
     #[arg(long, default_value_t = 1024)]
     pub nlist: u32,
@@ -169,6 +173,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
             assign: args.assign,
             codes: args.codes.0,
             memory_limit: args.memory_limit,
+            sort_by: args.sort_by.clone(),
             progress: if args.json {
                 ProgressMode::Plain
             } else {

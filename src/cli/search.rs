@@ -57,7 +57,17 @@ pub struct Args {
     /// their exact distance; 0 returns the codes' estimates and reads no f32.
     #[arg(long, default_value_t = parqivf::index::DEFAULT_RERANK)]
     pub rerank: usize,
-    /// Exact neighbours (`.ivecs` or `.npy` of int rows): print recall@k and QPS.
+    /// Only rows where this SQL `WHERE` expression over the payload columns
+    /// is true, e.g. `lang = 'en' AND created_at >= '2024-01-01'`. The probe
+    /// goes on to the next-nearest lists until `k` rows match.
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// With `--filter`: the most lists probed while looking for `k` matches
+    /// (default every list).
+    #[arg(long)]
+    pub max_nprobe: Option<usize>,
+    /// Exact neighbours (`.ivecs` or `.npy` of int rows, padded with -1
+    /// where fewer than k rows match a filter): print recall@k and QPS.
     #[arg(long)]
     pub groundtruth: Option<PathBuf>,
     /// Timed repetitions in the benchmark mode (the best is reported).
@@ -179,6 +189,8 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         nprobe: args.nprobe,
         root_factor: args.root_factor,
         rerank: args.rerank,
+        filter: args.filter.clone(),
+        max_nprobe: args.max_nprobe,
         ..SearchParams::default()
     };
     runtime.block_on(async {
@@ -246,13 +258,26 @@ async fn benchmark(
             args.k
         );
     }
-    let mut hits = 0usize;
+    // Recall counts the ground truth's valid ids (a filtered truth pads a
+    // row with -1 where fewer than k rows match); a full answer has as many
+    // hits as the truth has ids.
+    let (mut hits, mut expected, mut full) = (0usize, 0usize, 0usize);
+    let mut plans: std::collections::BTreeMap<String, usize> = Default::default();
+    let (mut lists, mut capped) = (0u64, 0usize);
     // IO fields are a batch's (shared by its queries): counted once a batch.
     let (mut bytes, mut rounds) = (0u64, 0u64);
     let (nq, _) = stream(index, args, params, |first, results| {
         if let Some(r) = results.first() {
             bytes += r.stats.bytes;
             rounds = rounds.max(r.stats.rounds);
+        }
+        for r in results {
+            let plan = serde_json::to_value(r.stats.filter_plan)?;
+            *plans
+                .entry(plan.as_str().unwrap_or_default().to_string())
+                .or_default() += 1;
+            lists += r.stats.lists_probed;
+            capped += usize::from(r.stats.capped);
         }
         let rows = truth.next_i32(results.len())?;
         if rows.len() < results.len() * cols {
@@ -263,17 +288,16 @@ async fn benchmark(
                 first + results.len()
             );
         }
-        hits += results
-            .iter()
-            .zip(rows.chunks_exact(cols))
-            .map(|(r, row)| {
-                let row = &row[..args.k];
-                r.hits
-                    .iter()
-                    .filter(|h| row.iter().any(|&t| i64::from(t) == h.rowid))
-                    .count()
-            })
-            .sum::<usize>();
+        for (r, row) in results.iter().zip(rows.chunks_exact(cols)) {
+            let row: Vec<i32> = row[..args.k].iter().copied().filter(|&t| t >= 0).collect();
+            expected += row.len();
+            full += usize::from(r.hits.len() >= row.len());
+            hits += r
+                .hits
+                .iter()
+                .filter(|h| row.iter().any(|&t| i64::from(t) == h.rowid))
+                .count();
+        }
         Ok(())
     })
     .await?;
@@ -293,7 +317,12 @@ async fn benchmark(
         "batch-size": args.batch_size,
         "seconds": best,
         "qps": nq as f64 / best,
-        "recall": hits as f64 / (nq * args.k).max(1) as f64,
+        "recall": hits as f64 / expected.max(1) as f64,
+        "full-answers": full as f64 / nq.max(1) as f64,
+        "filter": args.filter,
+        "plans": plans,
+        "mean-lists-probed": lists as f64 / nq.max(1) as f64,
+        "capped": capped,
         "bytes-per-query": bytes as f64 / nq.max(1) as f64,
         "max-rounds": rounds,
     });

@@ -329,6 +329,10 @@ pub struct BuildRecord {
     pub max_iterations: u32,
     pub threads: u32,
     pub skip_invalid: bool,
+    /// The payload column the rows of each list are sorted by (then by
+    /// rowid); absent: by rowid.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sort_by: Option<String>,
 }
 
 impl IndexTableDefinition {

@@ -30,6 +30,7 @@ use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estim
 use super::planner::{candidate_files, plan_row_groups};
 use super::stats::{SearchStats, micros};
 use crate::distance::Metric;
+use crate::filter::{ContainerStats, Filter};
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::page_crc::{check_column_chunk, plain_values};
@@ -37,7 +38,7 @@ use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTO
 use crate::store::parquet_reader::get_exact_ranges;
 use crate::topk::TopK;
 use arrow::array::{Array, AsArray, RecordBatch};
-use arrow::buffer::{Buffer, ScalarBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, ScalarBuffer};
 use arrow::datatypes::{DataType, Int32Type, Int64Type};
 use bytes::Bytes;
 use object_store::ObjectStore;
@@ -347,19 +348,23 @@ impl<'a> Postings<'a> {
     }
 
     /// The plan of loading the row groups of `cids` (sorted ascending) from
-    /// `files` with their `footers` (as from [`Postings::footers`]): cached row
+    /// `files` with their `footers` (as from [`Postings::footers`]): row
+    /// groups whose payload statistics rule out every row of `filter` are
+    /// skipped (counted in [`SearchStats::row_groups_pruned`]), cached row
     /// groups are taken, the others become coalesced byte ranges per file.
     /// Pure: reads the decoded-postings cache, does no IO.
     ///
     /// # Errors
     /// [`ProbeError::RowGroupCountMismatch`] and [`ProbeError::Decode`] for a
-    /// footer the decoder rejects.
+    /// footer the decoder rejects; [`ProbeError::Filter`] for statistics the
+    /// filter cannot be evaluated on.
     pub fn plan(
         &self,
         cids: &[u32],
         files: &[usize],
         footers: &[Arc<Footer>],
         want: Want,
+        filter: Option<&Filter>,
         stats: &mut SearchStats,
     ) -> Result<LoadPlan, ProbeError> {
         let mut plan = LoadPlan {
@@ -372,9 +377,14 @@ impl<'a> Postings<'a> {
             let name = self.path(file).as_ref();
             let access: AccessPlan = plan_row_groups(&footer.facts.row_group_cids, cids);
             access.check(name, footer.arrow.metadata().num_row_groups())?;
+            let may_match = filter.map(|f| may_match(name, footer, f)).transpose()?;
             let mut jobs = Vec::new();
             for rg in access.scanned() {
                 stats.planned_row_groups += 1;
+                if may_match.as_ref().is_some_and(|m| !m.value(rg)) {
+                    stats.row_groups_pruned += 1;
+                    continue;
+                }
                 match self.row_groups.get(&(file, rg)) {
                     Some(d) if d.has(want) => {
                         stats.row_groups_cached += 1;
@@ -450,8 +460,8 @@ impl<'a> Postings<'a> {
     }
 
     /// Load the `want`ed columns of every row group whose cid is in `cids`
-    /// (sorted ascending): footers, plan and fetch here, the decode on rayon
-    /// ([`on_rayon`]).
+    /// (sorted ascending) and whose statistics do not rule out `filter`:
+    /// footers, plan and fetch here, the decode on rayon ([`on_rayon`]).
     /// Adds the IO counters and the plan, fetch and decode times to `stats`.
     ///
     /// # Errors
@@ -461,13 +471,14 @@ impl<'a> Postings<'a> {
         &self,
         cids: &[u32],
         want: Want,
+        filter: Option<&Filter>,
         stats: &mut SearchStats,
     ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
         let t = Instant::now();
         let files = candidate_files(self.files, cids);
         stats.candidate_files += files.len() as u64;
         let footers = self.footers(&files, stats).await?;
-        let mut plan = self.plan(cids, &files, &footers, want, stats)?;
+        let mut plan = self.plan(cids, &files, &footers, want, filter, stats)?;
         stats.plan_us += micros(t.elapsed());
         let t = Instant::now();
         let fetched = self.fetch(plan.requests(), stats).await?;
@@ -487,6 +498,21 @@ impl<'a> Postings<'a> {
         loaded.extend(decoded);
         Ok(loaded)
     }
+}
+
+/// Per row group of `footer`: whether its payload statistics leave any row
+/// that may satisfy `filter`.
+fn may_match(name: &str, footer: &Footer, filter: &Filter) -> Result<BooleanBuffer, ProbeError> {
+    let stats = ContainerStats::row_groups(
+        footer.arrow.metadata(),
+        footer.arrow.schema(),
+        filter.columns(),
+    )
+    .and_then(|s| filter.prune(&s));
+    stats.map_err(|source| ProbeError::Filter {
+        path: name.to_string(),
+        source,
+    })
 }
 
 /// Build the push decoder of one row group and ask it which ranges it needs
@@ -935,32 +961,42 @@ const SCAN_BLOCK: usize = 64;
 /// run in parallel on rayon; per-task selections are merged, and since
 /// [`TopK`] keeps the k smallest `(distance, rowid)` whatever the order, the
 /// result does not depend on the thread count.
+///
+/// `masks[g]`, when given, keeps only the rows of `loaded[g]` whose bit is
+/// set (a filter's matches); an empty `masks` keeps every row.
 pub fn scan_batch(
     metric: Metric,
     dim: usize,
     queries: &[f32],
     cids: &[&[u32]],
     loaded: &[Arc<DecodedRowGroup>],
+    masks: &[Option<BooleanBuffer>],
     k: usize,
 ) -> Vec<TopK> {
     let probing = probing_queries(cids, loaded);
     let empty = || -> Vec<TopK> { (0..cids.len()).map(|_| TopK::new(k)).collect() };
     loaded
         .par_iter()
+        .enumerate()
         .zip(&probing)
         .filter(|(_, qs)| !qs.is_empty())
-        .fold(empty, |mut tops, (rg, qs)| {
-            for (vectors, rowids) in rg
+        .fold(empty, |mut tops, ((g, rg), qs)| {
+            let mask = masks.get(g).and_then(Option::as_ref);
+            for (block, (vectors, rowids)) in rg
                 .vectors
                 .chunks(SCAN_BLOCK * dim)
                 .zip(rg.rowids.chunks(SCAN_BLOCK))
+                .enumerate()
             {
+                let first = block * SCAN_BLOCK;
                 for &q in qs {
                     let q = q as usize;
                     let query = &queries[q * dim..(q + 1) * dim];
                     let top = &mut tops[q];
-                    for (v, &rowid) in vectors.chunks_exact(dim).zip(rowids) {
-                        top.push(metric.prepared_distance(query, v), rowid);
+                    for (i, (v, &rowid)) in vectors.chunks_exact(dim).zip(rowids).enumerate() {
+                        if mask.is_none_or(|m| m.value(first + i)) {
+                            top.push(metric.prepared_distance(query, v), rowid);
+                        }
                     }
                 }
             }
@@ -1028,6 +1064,13 @@ fn json_value(col: &dyn Array, row: usize) -> Option<serde_json::Value> {
         DataType::Float64 => Value::from(col.as_primitive::<t::Float64Type>().value(row)),
         DataType::Utf8 => Value::from(col.as_string::<i32>().value(row)),
         DataType::LargeUtf8 => Value::from(col.as_string::<i64>().value(row)),
+        DataType::Utf8View => Value::from(col.as_string_view().value(row)),
+        // ISO 8601 text, as arrow casts them (`2024-01-01T00:00:00`, with
+        // the column's offset when it has a time zone).
+        DataType::Date32 | DataType::Date64 | DataType::Timestamp(..) => {
+            let text = arrow::compute::cast(&col.slice(row, 1), &DataType::Utf8).ok()?;
+            Value::from(text.as_string::<i32>().value(0))
+        }
         _ => return None,
     })
 }
@@ -1115,7 +1158,7 @@ mod tests {
                 .build()
                 .unwrap();
             let got: Vec<Vec<(i64, f32)>> = pool.install(|| {
-                scan_batch(Metric::L2, dim, &queries, &probed, &loaded, k)
+                scan_batch(Metric::L2, dim, &queries, &probed, &loaded, &[], k)
                     .into_iter()
                     .map(|t| {
                         t.into_sorted()

@@ -15,6 +15,7 @@
 pub mod access_plan;
 pub mod cache;
 pub mod executor;
+pub mod filtered;
 pub mod footer;
 pub mod planner;
 pub mod quantized;
@@ -82,6 +83,13 @@ pub enum ProbeError {
         column: String,
         #[source]
         source: crate::format::page_crc::PageCrcError,
+    },
+    /// A filter could not be evaluated on a file's statistics or rows.
+    #[error("{path}: filter: {source}")]
+    Filter {
+        path: String,
+        #[source]
+        source: crate::filter::FilterError,
     },
     /// The store failed (a missing object named by the manifest lands here).
     #[error("object store error on {path}: {source}")]

@@ -26,6 +26,7 @@ use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use crate::topk::TopK;
+use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
 use rayon::prelude::*;
 use std::collections::HashMap;
@@ -66,7 +67,9 @@ fn unpack(at: u64) -> (usize, usize) {
 /// probed cids of query `q`) among the codes of the `loaded` row groups,
 /// list-major as [`super::executor::scan_batch`]. Each candidate's
 /// [`crate::topk::Neighbor::at`] says where it lies, for the re-rank.
-/// Returns the selections and the number of codes scored. CPU only.
+/// `masks[g]`, when given, keeps only the rows of `loaded[g]` whose bit is
+/// set; a sparse mask scores only those codes. Returns the selections and
+/// the number of codes scored. CPU only.
 ///
 /// # Errors
 /// [`ProbeError::Decode`] for a row group without codes or with a code
@@ -77,6 +80,7 @@ pub fn scan_codes(
     queries: &[f32],
     cids: &[&[u32]],
     loaded: &[Arc<DecodedRowGroup>],
+    masks: &[Option<BooleanBuffer>],
     keep: usize,
 ) -> Result<(Vec<TopK>, u64), ProbeError> {
     let dim = scan.hierarchy.dim;
@@ -118,6 +122,13 @@ pub fn scan_codes(
             empty,
             |(mut tops, mut scores, mut y, mut scored), ((g, rg), qs)| {
                 let codes = rg.codes.as_deref().unwrap_or_default();
+                let mask = masks.get(g).and_then(Option::as_ref);
+                // Rows scored: all (then filtered), or only the set bits of
+                // a mask sparse enough that one call per row costs less.
+                let sparse: Option<Vec<usize>> = mask
+                    .filter(|m| m.count_set_bits() * 4 < m.len())
+                    .map(|m| m.set_indices().collect());
+                let keeps = |i: usize| mask.is_none_or(|m| m.value(i));
                 let c = rg.cid as usize;
                 let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
                 let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
@@ -134,25 +145,36 @@ pub fn scan_codes(
                             }
                             let y_norm2: f32 = y.iter().map(|v| v * v).sum();
                             let prepared = scan.quantizer.prepare(&y);
-                            scan.quantizer.score(&prepared, codes, &mut scores);
-                            for (i, (&s, code)) in
-                                scores.iter().zip(codes.chunks_exact(width)).enumerate()
-                            {
-                                let estimate = Quantizer::norm2(code) + y_norm2 - 2.0 * s;
+                            let rows = score_rows(
+                                scan.quantizer,
+                                &prepared,
+                                codes,
+                                sparse.as_deref(),
+                                &mut scores,
+                            );
+                            for i in rows.filter(|&i| keeps(i)) {
+                                let code = &codes[i * width..(i + 1) * width];
+                                let estimate = Quantizer::norm2(code) + y_norm2 - 2.0 * scores[i];
                                 top.push_at(estimate, rg.rowids[i], pack(g, i));
                             }
                         }
                         metric => {
                             let prepared = scan.quantizer.prepare(query_rotated);
-                            scan.quantizer.score(&prepared, codes, &mut scores);
+                            let rows = score_rows(
+                                scan.quantizer,
+                                &prepared,
+                                codes,
+                                sparse.as_deref(),
+                                &mut scores,
+                            );
                             let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
                             let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
-                            for (i, &s) in scores.iter().enumerate() {
-                                top.push_at(offset - (base + s), rg.rowids[i], pack(g, i));
+                            for i in rows.filter(|&i| keeps(i)) {
+                                top.push_at(offset - (base + scores[i]), rg.rowids[i], pack(g, i));
                             }
                         }
                     }
-                    scored += rg.rowids.len() as u64;
+                    scored += sparse.as_ref().map_or(rg.rowids.len(), Vec::len) as u64;
                 }
                 (tops, scores, y, scored)
             },
@@ -166,6 +188,31 @@ pub fn scan_codes(
             },
         );
     Ok((tops, scored))
+}
+
+/// Score the codes of `rows` (every row when `None`) into `scores` (one slot
+/// per row) and return the rows scored.
+fn score_rows<'r>(
+    quantizer: &Quantizer,
+    prepared: &crate::quant::PreparedQuery,
+    codes: &[u8],
+    rows: Option<&'r [usize]>,
+    scores: &mut [f32],
+) -> impl Iterator<Item = usize> + 'r {
+    let width = quantizer.code_bytes();
+    match rows {
+        None => quantizer.score(prepared, codes, scores),
+        Some(rows) => {
+            for &i in rows {
+                let code = &codes[i * width..(i + 1) * width];
+                quantizer.score(prepared, code, &mut scores[i..=i]);
+            }
+        }
+    }
+    let all = rows.is_none().then_some(0..scores.len());
+    all.into_iter()
+        .flatten()
+        .chain(rows.into_iter().flatten().copied())
 }
 
 /// The exact `k` best of each query's `candidates` (from [`scan_codes`]),

@@ -21,6 +21,38 @@ pub const DEFAULT_ROOT_FACTOR: usize = 0;
 /// The `nprobe` leaf CIDs nearest to `query`, sorted ascending.
 /// `query.len()` must equal `h.dim` (checked by the caller).
 pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+    let mut leaves = leaf_distances(h, query, nprobe, root_factor);
+    let keep = nprobe.min(leaves.len());
+    if keep < leaves.len() && keep > 0 {
+        leaves.select_nth_unstable_by(keep - 1, nearest_first);
+    }
+    let mut cids: Vec<u32> = leaves[..keep].iter().map(|l| l.1).collect();
+    cids.sort_unstable();
+    cids
+}
+
+/// The leaf CIDs of the roots visited for `nprobe` (see [`select_cids`]),
+/// nearest first: the order in which a filtered search goes on probing
+/// when its first `nprobe` lists hold fewer than `k` matches. Its first
+/// `nprobe` entries are the cids of [`select_cids`].
+pub fn ranked_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+    let mut leaves = leaf_distances(h, query, nprobe, root_factor);
+    leaves.sort_unstable_by(nearest_first);
+    leaves.into_iter().map(|l| l.1).collect()
+}
+
+fn nearest_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
+    a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
+}
+
+/// `(distance, cid)` of every leaf of the roots visited nearest first until
+/// they own `root_factor × nprobe` leaves (every root for `root_factor` 0).
+fn leaf_distances(
+    h: &Hierarchy,
+    query: &[f32],
+    nprobe: usize,
+    root_factor: usize,
+) -> Vec<(f32, u32)> {
     let dim = h.dim;
     let nroots = h.cid_offsets.len().saturating_sub(1);
     let mut roots: Vec<(f32, usize)> = h
@@ -47,13 +79,7 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
             break;
         }
     }
-    let keep = nprobe.min(leaves.len());
-    if keep < leaves.len() && keep > 0 {
-        leaves.select_nth_unstable_by(keep - 1, |a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    }
-    let mut cids: Vec<u32> = leaves[..keep].iter().map(|l| l.1).collect();
-    cids.sort_unstable();
-    cids
+    leaves
 }
 
 #[cfg(test)]

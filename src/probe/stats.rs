@@ -47,6 +47,22 @@ pub struct SearchStats {
     /// indexes, or vectors), then re-rank pages; 0 to 3, more only for
     /// footers larger than the tail read for them.
     pub rounds: u64,
+    /// Row groups of probed lists skipped before any read: their payload
+    /// statistics rule out every row of the filter.
+    pub row_groups_pruned: u64,
+    /// Rows of the query's probed row groups that satisfy the filter.
+    pub rows_matched: u64,
+    /// `vector` pages of the row groups read none of whose rows satisfy the
+    /// filter (never fetched for a re-rank).
+    pub pages_pruned: u64,
+    /// Lists the query probed (its own): `nprobe`, more when a filter left
+    /// fewer than `k` matches in them, every list when exhaustive.
+    pub lists_probed: u64,
+    /// How a filtered query was planned.
+    pub filter_plan: FilterPlan,
+    /// A filtered query stopped at `max_nprobe` lists with fewer than `k`
+    /// matches: more may exist in the lists not probed.
+    pub capped: bool,
     /// Microseconds choosing the lists to probe (the query's own).
     pub probe_us: u64,
     /// Microseconds on candidate files, footers (including their IO) and
@@ -60,6 +76,20 @@ pub struct SearchStats {
     pub scan_us: u64,
     /// Microseconds of re-rank page IO.
     pub rerank_fetch_us: u64,
+}
+
+/// The plan of a filtered query, chosen per query (`Index::search_batch`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FilterPlan {
+    /// No filter.
+    #[default]
+    None,
+    /// The nearest lists, then the next-nearest until `k` rows match.
+    Probe,
+    /// Every list whose statistics may match: the filter is selective
+    /// enough that scanning all its matches costs less than probing.
+    Exhaustive,
 }
 
 /// Whole microseconds of `d` (saturating).

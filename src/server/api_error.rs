@@ -179,6 +179,7 @@ impl From<BackendError> for ApiError {
         let detail = Some(err.to_string());
         match err {
             BackendError::BadRequest { message } => Self::bad_request("bad_request", message),
+            BackendError::InvalidFilter { message } => Self::bad_request("invalid_filter", message),
             BackendError::Storage { .. } => Self {
                 detail,
                 ..Self::new(

@@ -57,6 +57,10 @@ pub enum BackendError {
     /// is the backend's own check).
     #[error("bad request: {message}")]
     BadRequest { message: String },
+    /// The request's filter does not parse, names an unknown payload column
+    /// or compares a column with a literal of another type.
+    #[error("invalid filter: {message}")]
+    InvalidFilter { message: String },
     /// The object store failed or is unreachable; retrying may succeed.
     #[error("storage fault at {location}: {message}")]
     Storage { location: String, message: String },

@@ -34,8 +34,10 @@ fn classify(location: &str, e: Error) -> BackendError {
             IndexError::DimensionMismatch { .. }
             | IndexError::NonFinite { .. }
             | IndexError::InvalidK
-            | IndexError::InvalidNprobe { .. },
+            | IndexError::InvalidNprobe { .. }
+            | IndexError::InvalidMaxNprobe { .. },
         ) => BackendError::BadRequest { message },
+        Error::Index(IndexError::Filter(_)) => BackendError::InvalidFilter { message },
         Error::Probe(crate::probe::ProbeError::Store { .. })
         | Error::Index(IndexError::Snapshot(
             SnapshotError::Store { .. } | SnapshotError::Warehouse(WarehouseError::Store(_)),

@@ -57,6 +57,10 @@ pub struct SearchBody {
     pub include_payload: Option<bool>,
     #[serde(default)]
     pub include: Vec<Include>,
+    /// A SQL `WHERE` expression over the payload columns.
+    pub filter: Option<String>,
+    /// With a filter: the most lists probed looking for `k` matches.
+    pub max_nprobe: Option<u64>,
 }
 
 /// Optional parts of each answer.
@@ -84,7 +88,9 @@ pub struct ValidSearch {
 /// of `vector`/`vectors`), `empty_batch`, `too_many_vectors`,
 /// `wrong_dimension`, `non_finite_value` (NaN, infinity, or a number beyond
 /// the f32 range), `k_zero`, `k_too_large`, `nprobe_out_of_range`,
-/// `root_factor_out_of_range`, `rerank_out_of_range`.
+/// `root_factor_out_of_range`, `rerank_out_of_range`,
+/// `max_nprobe_out_of_range`, `invalid_filter` (too long; the index checks
+/// its syntax, columns and types).
 pub fn validate(
     body: SearchBody,
     info: &IndexInfo,
@@ -163,6 +169,30 @@ pub fn validate(
             format!("rerank = {rerank} is outside 0..={MAX_RERANK}"),
         ));
     }
+    let max_nprobe = body.max_nprobe;
+    if let Some(max) = max_nprobe
+        && (max < nprobe || max > info.nlist as u64)
+    {
+        return Err(ApiError::bad_request(
+            "max_nprobe_out_of_range",
+            format!(
+                "max_nprobe = {max} is outside {nprobe}..={} (nprobe..=nlist)",
+                info.nlist
+            ),
+        ));
+    }
+    if let Some(filter) = &body.filter
+        && filter.len() > crate::filter::MAX_FILTER_BYTES
+    {
+        return Err(ApiError::bad_request(
+            "invalid_filter",
+            format!(
+                "the filter has {} bytes; the limit is {}",
+                filter.len(),
+                crate::filter::MAX_FILTER_BYTES
+            ),
+        ));
+    }
     let mut queries = Vec::with_capacity(vectors.len() * info.dim);
     for (i, vector) in vectors.iter().enumerate() {
         if vector.len() != info.dim {
@@ -197,6 +227,8 @@ pub fn validate(
             include_payload: body.include_payload.unwrap_or(false)
                 || body.include.contains(&Include::Payload),
             rerank: rerank as usize,
+            filter: body.filter,
+            max_nprobe: max_nprobe.map(|m| m as usize),
         },
         include_stats: body.include.contains(&Include::Stats),
     })
@@ -486,6 +518,8 @@ mod tests {
                 root_factor: 0,
                 include_payload: false,
                 rerank: crate::index::DEFAULT_RERANK,
+                filter: None,
+                max_nprobe: None,
             }
         );
         let two =

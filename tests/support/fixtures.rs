@@ -206,6 +206,7 @@ pub async fn write_index(
             max_iterations: 6,
             threads: 1,
             skip_invalid: false,
+            sort_by: None,
         },
     );
     let centroids = parqivf::format::centroids::encode(h).unwrap();
