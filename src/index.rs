@@ -26,7 +26,7 @@ use crate::probe::ProbeError;
 use crate::probe::executor::{
     DecodedRowGroup, Postings, RowGroupCache, Want, on_rayon, payload_of, scan_batch,
 };
-use crate::probe::filtered::{FilteredRows, pruned_pages};
+use crate::probe::filtered::{FilterBudget, FilteredRows, filter_budget, pruned_pages};
 use crate::probe::footer::FooterCache;
 use crate::probe::quantized::{
     CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
@@ -387,7 +387,7 @@ impl Index {
         let mut stats = SearchStats::default();
         // With the payload: filters read it, in every serving mode.
         self.postings()
-            .load(&all, self.want(true), None, &mut stats)
+            .load(&all, self.want(true), &mut stats)
             .await?;
         Ok(stats)
     }
@@ -497,7 +497,7 @@ impl Index {
         union.dedup();
         let mut stats = SearchStats::default();
         let want = self.want(params.include_payload);
-        let loaded = self.postings().load(&union, want, None, &mut stats).await?;
+        let loaded = self.postings().load(&union, want, &mut stats).await?;
         let tops = self
             .rank(&queries, &selected, &loaded, &[], want, params, &mut stats)
             .await?;
@@ -548,19 +548,14 @@ impl Index {
     }
 
     /// The filtered path. Every leaf is ranked by distance for each query;
-    /// a query probes its nearest `nprobe` lists (row groups whose payload
-    /// statistics rule the filter out are never read), the filter is
-    /// evaluated on the rows read, and then, per query:
-    /// - `k` rows match: done;
-    /// - few enough rows match everywhere (estimated from the matches among
-    ///   the rows read) that scanning all of them costs less than the rows
-    ///   this probe read, and the postings are in memory: every list
-    ///   ([`FilterPlan::Exhaustive`]);
-    /// - else twice the lists, nearest first, up to `max_nprobe`
-    ///   ([`FilterPlan::Probe`]).
-    ///
-    /// Rows read by earlier steps are not read again; the scan and re-rank
-    /// then run once over the matches of each query's lists.
+    /// a query first probes its nearest `nprobe` lists (row groups whose
+    /// payload statistics rule the filter out are never read) and the
+    /// filter is evaluated on the rows read. Then [`filter_budget`] widens
+    /// it to as many lists as cost what `nprobe` lists cost without the
+    /// filter (all of them: [`FilterPlan::Exhaustive`]), and while fewer
+    /// than `k` rows match it doubles its lists, nearest first, up to
+    /// `max_nprobe`. Rows read by an earlier step are not read again; the
+    /// scan and re-rank then run once over each query's matches.
     async fn search_filtered(
         &self,
         filter: Arc<Filter>,
@@ -580,9 +575,12 @@ impl Index {
                 .collect()
         })
         .await;
-        let total_rows: u64 = self.manifest.files.iter().map(|f| f.rows).sum();
-        let in_memory = self.preloaded() != Preload::None;
-        let cap = params.max_nprobe.unwrap_or(nlist).min(nlist);
+        let budget = FilterBudget {
+            nprobe: params.nprobe,
+            nlist,
+            cap: params.max_nprobe.unwrap_or(nlist).min(nlist),
+            in_memory: self.preloaded() != Preload::None,
+        };
         let want = self.want(true);
         let mut stats = SearchStats::default();
         let mut rows = FilteredRows::default();
@@ -591,57 +589,46 @@ impl Index {
             .map(|(cids, _)| QueryProbe {
                 lists: params.nprobe.min(cids.len()),
                 plan: FilterPlan::Probe,
-                done: false,
                 capped: false,
             })
             .collect();
-        let mut first = true;
+        let mut round = 0;
         loop {
             let mut need: Vec<u32> = queries_state
                 .iter()
                 .zip(&ranked)
-                .filter(|(s, _)| !s.done)
                 .flat_map(|(s, (cids, _))| cids[..s.lists].iter().copied())
                 .filter(|c| !rows.read.contains(c))
                 .collect();
             need.sort_unstable();
             need.dedup();
             if !need.is_empty() {
-                let fresh = self
+                let (fresh, pruned) = self
                     .postings()
-                    .load(&need, want, Some(&filter), &mut stats)
+                    .load_filtered(&need, want, Some(&filter), &mut stats)
                     .await?;
-                rows.add(&need, fresh, &filter, &self.postings_paths)
+                rows.add(&need, fresh, pruned, &filter, &self.postings_paths)
                     .await?;
             }
-            let mut again = false;
+            let mut changed = false;
             for (s, (cids, _)) in queries_state.iter_mut().zip(&ranked) {
-                if s.done {
-                    continue;
-                }
-                let (matched, read) = rows.count(&cids[..s.lists]);
-                if matched >= k as u64 || s.lists >= cids.len() {
-                    s.done = true;
-                    continue;
-                }
-                // Matches everywhere, estimated from those among the rows
-                // read (none read: all pruned by statistics, so none).
-                let estimate = (matched as f64 / read.max(1) as f64) * total_rows as f64;
-                let probe_rows = (s.lists as f64 / nlist as f64) * total_rows as f64;
-                if first && in_memory && estimate <= probe_rows {
-                    s.plan = FilterPlan::Exhaustive;
-                    s.lists = cids.len();
-                    again = true;
-                } else if s.lists >= cap {
-                    s.done = true;
-                    s.capped = true;
+                let seen = rows.count(&cids[..s.lists]);
+                let most = budget.cap.min(cids.len());
+                let lists = if round == 0 {
+                    let (lists, plan) = filter_budget(&budget, seen);
+                    s.plan = plan;
+                    lists.min(cids.len())
+                } else if seen.matched < k as u64 {
+                    s.capped = s.lists >= most && most < cids.len();
+                    (s.lists * 2).min(most).max(s.lists)
                 } else {
-                    s.lists = (s.lists * 2).min(cap);
-                    again = true;
-                }
+                    s.lists
+                };
+                changed |= lists != s.lists;
+                s.lists = lists;
             }
-            first = false;
-            if !again {
+            round += 1;
+            if !changed && round > 1 {
                 break;
             }
         }
@@ -874,7 +861,7 @@ impl Index {
             payload: false,
         };
         let mut stats = SearchStats::default();
-        let loaded = self.postings().load(&cids, want, None, &mut stats).await?;
+        let loaded = self.postings().load(&cids, want, &mut stats).await?;
         let (codes, hierarchy, paths) = (
             Arc::clone(codes),
             Arc::clone(&self.hierarchy),
@@ -964,6 +951,5 @@ struct QueryProbe {
     /// Its nearest lists probed so far.
     lists: usize,
     plan: FilterPlan,
-    done: bool,
     capped: bool,
 }

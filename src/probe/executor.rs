@@ -203,6 +203,8 @@ pub struct FileRequest {
 pub struct LoadPlan {
     /// Planned row groups already decoded (from the decoded-postings cache).
     pub cached: Vec<Arc<DecodedRowGroup>>,
+    /// `(cid, rows)` of each row group skipped by the filter's statistics.
+    pub pruned: Vec<(u32, u64)>,
     requests: Vec<FileRequest>,
     /// The object path of each request's file (for errors), same order.
     names: Vec<String>,
@@ -369,6 +371,7 @@ impl<'a> Postings<'a> {
     ) -> Result<LoadPlan, ProbeError> {
         let mut plan = LoadPlan {
             cached: Vec::new(),
+            pruned: Vec::new(),
             requests: Vec::new(),
             names: Vec::new(),
             jobs: Vec::new(),
@@ -383,6 +386,10 @@ impl<'a> Postings<'a> {
                 stats.planned_row_groups += 1;
                 if may_match.as_ref().is_some_and(|m| !m.value(rg)) {
                     stats.row_groups_pruned += 1;
+                    let rows = footer.arrow.metadata().row_group(rg).num_rows();
+                    let cid = footer.facts.row_group_cids.get(rg).copied();
+                    plan.pruned
+                        .push((cid.unwrap_or(u32::MAX), u64::try_from(rows).unwrap_or(0)));
                     continue;
                 }
                 match self.row_groups.get(&(file, rg)) {
@@ -460,8 +467,8 @@ impl<'a> Postings<'a> {
     }
 
     /// Load the `want`ed columns of every row group whose cid is in `cids`
-    /// (sorted ascending) and whose statistics do not rule out `filter`:
-    /// footers, plan and fetch here, the decode on rayon ([`on_rayon`]).
+    /// (sorted ascending): footers, plan and fetch here, the decode on rayon
+    /// ([`on_rayon`]).
     /// Adds the IO counters and the plan, fetch and decode times to `stats`.
     ///
     /// # Errors
@@ -471,9 +478,23 @@ impl<'a> Postings<'a> {
         &self,
         cids: &[u32],
         want: Want,
-        filter: Option<&Filter>,
         stats: &mut SearchStats,
     ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+        Ok(self.load_filtered(cids, want, None, stats).await?.0)
+    }
+
+    /// [`Postings::load`], skipping the row groups whose statistics rule out
+    /// every row of `filter`; also returns their `(cid, rows)`.
+    ///
+    /// # Errors
+    /// As [`Postings::load`], and [`ProbeError::Filter`].
+    pub async fn load_filtered(
+        &self,
+        cids: &[u32],
+        want: Want,
+        filter: Option<&Filter>,
+        stats: &mut SearchStats,
+    ) -> Result<(Vec<Arc<DecodedRowGroup>>, Vec<(u32, u64)>), ProbeError> {
         let t = Instant::now();
         let files = candidate_files(self.files, cids);
         stats.candidate_files += files.len() as u64;
@@ -484,8 +505,9 @@ impl<'a> Postings<'a> {
         let fetched = self.fetch(plan.requests(), stats).await?;
         stats.fetch_us += micros(t.elapsed());
         let mut loaded = std::mem::take(&mut plan.cached);
+        let pruned = std::mem::take(&mut plan.pruned);
         if plan.requests.is_empty() {
-            return Ok(loaded);
+            return Ok((loaded, pruned));
         }
         let dim = self.dim;
         let (decoded, took) = on_rayon(move || {
@@ -496,7 +518,7 @@ impl<'a> Postings<'a> {
         stats.decode_us += micros(took);
         self.remember(&decoded);
         loaded.extend(decoded);
-        Ok(loaded)
+        Ok((loaded, pruned))
     }
 }
 

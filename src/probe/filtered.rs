@@ -4,7 +4,8 @@
 //! kernels over the payload columns), so that a query probing more lists
 //! counts its matches without reading or evaluating any row twice. Also
 //! what the re-rank never fetches: the `vector` pages without a match
-//! ([`pruned_pages`]).
+//! ([`pruned_pages`]), and how far a filtered query probes
+//! ([`filter_budget`]).
 
 use super::ProbeError;
 use super::executor::{DecodedRowGroup, on_rayon};
@@ -27,6 +28,8 @@ pub struct FilteredRows {
     pub matched: Vec<u64>,
     /// Indexes in `loaded` of each cid's row groups.
     pub by_cid: HashMap<u32, Vec<usize>>,
+    /// Rows of each cid's row groups skipped by the filter's statistics.
+    pub pruned: HashMap<u32, u64>,
 }
 
 impl FilteredRows {
@@ -40,10 +43,14 @@ impl FilteredRows {
         &mut self,
         cids: &[u32],
         fresh: Vec<Arc<DecodedRowGroup>>,
+        pruned: Vec<(u32, u64)>,
         filter: &Arc<Filter>,
         paths: &Arc<[Path]>,
     ) -> Result<(), ProbeError> {
         self.read.extend(cids);
+        for (cid, rows) in pruned {
+            *self.pruned.entry(cid).or_default() += rows;
+        }
         let (filter, paths, groups) = (Arc::clone(filter), Arc::clone(paths), fresh.clone());
         let masks = on_rayon(move || {
             groups
@@ -64,14 +71,17 @@ impl FilteredRows {
         Ok(())
     }
 
-    /// Matches and rows read among the row groups of `cids`.
-    pub fn count(&self, cids: &[u32]) -> (u64, u64) {
-        cids.iter()
-            .filter_map(|c| self.by_cid.get(c))
-            .flatten()
-            .fold((0, 0), |(m, r), &g| {
-                (m + self.matched[g], r + self.loaded[g].rowids.len() as u64)
-            })
+    /// What the row groups of `cids` held.
+    pub fn count(&self, cids: &[u32]) -> Seen {
+        let mut seen = Seen::default();
+        for c in cids {
+            for &g in self.by_cid.get(c).into_iter().flatten() {
+                seen.matched += self.matched[g];
+                seen.read += self.loaded[g].rowids.len() as u64;
+            }
+            seen.pruned += self.pruned.get(c).copied().unwrap_or(0);
+        }
+        seen
     }
 }
 
@@ -135,4 +145,132 @@ pub fn pruned_pages(loaded: &[Arc<DecodedRowGroup>], masks: &[Option<BooleanBuff
                 .count() as u64
         })
         .sum()
+}
+
+/// What a filtered query's lists held: rows matching the filter, rows
+/// read, and rows of row groups skipped by their statistics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen {
+    pub matched: u64,
+    pub read: u64,
+    pub pruned: u64,
+}
+
+/// What bounds a filtered query's probing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterBudget {
+    /// Lists the query asked for.
+    pub nprobe: usize,
+    pub nlist: usize,
+    /// `max_nprobe` (at most `nlist`).
+    pub cap: usize,
+    /// Whether the postings are in memory (preloaded): then a list costs
+    /// the rows it scores, else the rows it reads.
+    pub in_memory: bool,
+}
+
+/// The lists a filtered query probes after seeing what its first `nprobe`
+/// held: as many as cost what `nprobe` lists cost an unfiltered query.
+/// In memory a list costs the rows scored, so with a fraction `s` of its
+/// rows matching, `nprobe / s` lists score as many rows as `nprobe` lists
+/// without the filter; from storage a list costs the rows read, so with a
+/// fraction `r` of its rows in row groups the statistics keep, `nprobe /
+/// r` lists read as many. When that reaches every list (and `max_nprobe`
+/// allows it), the plan is exhaustive. Pure.
+pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, super::stats::FilterPlan) {
+    use super::stats::FilterPlan;
+    let rows = seen.read + seen.pruned;
+    let cost = match (rows, budget.in_memory) {
+        (0, _) => 1.0,
+        (_, true) => seen.matched as f64 / rows as f64,
+        (_, false) => seen.read as f64 / rows as f64,
+    };
+    let lists = budget.nprobe as f64 / cost;
+    if lists >= budget.nlist as f64 && budget.cap >= budget.nlist {
+        return (budget.nlist, FilterPlan::Exhaustive);
+    }
+    // `lists` is finite here (cost > 0, or it would exceed nlist).
+    let lists = (lists.ceil() as usize).clamp(budget.nprobe, budget.cap.max(budget.nprobe));
+    (lists, FilterPlan::Probe)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::probe::stats::FilterPlan;
+
+    fn budget(in_memory: bool) -> FilterBudget {
+        FilterBudget {
+            nprobe: 10,
+            nlist: 100,
+            cap: 100,
+            in_memory,
+        }
+    }
+
+    fn seen(matched: u64, read: u64, pruned: u64) -> Seen {
+        Seen {
+            matched,
+            read,
+            pruned,
+        }
+    }
+
+    #[test]
+    fn in_memory_a_list_costs_its_matches() {
+        // Half the rows match: twice the lists score as many rows.
+        assert_eq!(
+            filter_budget(&budget(true), seen(500, 1000, 0)),
+            (20, FilterPlan::Probe)
+        );
+        // 5 % match: 200 lists would cost nprobe's, more than there are.
+        assert_eq!(
+            filter_budget(&budget(true), seen(50, 1000, 0)),
+            (100, FilterPlan::Exhaustive)
+        );
+        // No match near the query: only an exhaustive scan finds any.
+        assert_eq!(
+            filter_budget(&budget(true), seen(0, 1000, 0)),
+            (100, FilterPlan::Exhaustive)
+        );
+        // Every row matches: the unfiltered probe.
+        assert_eq!(
+            filter_budget(&budget(true), seen(1000, 1000, 0)),
+            (10, FilterPlan::Probe)
+        );
+    }
+
+    #[test]
+    fn from_storage_a_list_costs_the_rows_read() {
+        // Statistics kept every row group: no wider than nprobe, whatever matched.
+        assert_eq!(
+            filter_budget(&budget(false), seen(1, 1000, 0)),
+            (10, FilterPlan::Probe)
+        );
+        // They kept a quarter of the rows: four times the lists read as much.
+        assert_eq!(
+            filter_budget(&budget(false), seen(1, 250, 750)),
+            (40, FilterPlan::Probe)
+        );
+        assert_eq!(
+            filter_budget(&budget(false), seen(0, 0, 1000)),
+            (100, FilterPlan::Exhaustive)
+        );
+    }
+
+    #[test]
+    fn max_nprobe_bounds_the_widening_and_forbids_exhaustive() {
+        let capped = FilterBudget {
+            cap: 30,
+            ..budget(true)
+        };
+        assert_eq!(
+            filter_budget(&capped, seen(0, 1000, 0)),
+            (30, FilterPlan::Probe)
+        );
+        assert_eq!(
+            filter_budget(&capped, seen(500, 1000, 0)),
+            (20, FilterPlan::Probe)
+        );
+    }
 }
