@@ -417,3 +417,127 @@ async fn bad_filters_are_typed_errors_naming_the_column_and_types() {
         FilterError::UnknownColumn { .. }
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_filters_answer_as_the_library_and_bad_ones_are_400s() {
+    use parqivf::server::index_backend::IndexLoader;
+    use parqivf::server::{Server, ServerConfig};
+    let fx = Fixture::new();
+    let index = fx.index("idx", Some(Scheme::RaBitQ4)).await;
+    let location = fx._dir.path().join("idx").display().to_string();
+    let config = ServerConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        indexes: vec![("t".into(), location)],
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(config, Arc::new(IndexLoader::default()))
+        .await
+        .unwrap();
+    let url = format!("http://{}/v1/indexes/t/search", server.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let running = tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let q = fx.queries()[..DIM].to_vec();
+    let ask = |body: serde_json::Value| {
+        let (client, url) = (client.clone(), url.clone());
+        async move {
+            let r = client.post(url).json(&body).send().await.unwrap();
+            (
+                r.status().as_u16(),
+                r.json::<serde_json::Value>().await.unwrap(),
+            )
+        }
+    };
+    let filter = "cat < 3 AND label NOT LIKE 'fr%'";
+    let (status, body) = ask(serde_json::json!({
+        "vector": q, "k": 10, "nprobe": 1, "filter": filter, "include": ["stats"]
+    }))
+    .await;
+    assert_eq!(status, 200, "{body}");
+    let want = index.search(&q, &filtered(filter, 1)).await.unwrap();
+    let got: Vec<i64> = body["results"][0]["hits"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|h| h["rowid"].as_i64().unwrap())
+        .collect();
+    // The library's default re-rank over HTTP: compare with the same.
+    let want_default = index
+        .search(
+            &q,
+            &SearchParams {
+                rerank: parqivf::index::DEFAULT_RERANK,
+                ..filtered(filter, 1)
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        want_default
+            .hits
+            .iter()
+            .map(|h| h.rowid)
+            .collect::<Vec<_>>()
+    );
+    assert_eq!(got.len(), want.hits.len());
+    assert_eq!(body["results"][0]["stats"]["filter_plan"], "probe");
+    for (filter, needle) in [("nope = 1", "nope"), ("cat = 'x'", "Int32")] {
+        let (status, body) = ask(serde_json::json!({ "vector": q, "filter": filter })).await;
+        assert_eq!(status, 400, "{filter}: {body}");
+        assert_eq!(body["error"]["code"], "invalid_filter", "{body}");
+        let message = body["error"]["message"].as_str().unwrap();
+        assert!(message.contains(needle), "{filter}: {message}");
+    }
+    let (status, body) = ask(serde_json::json!({
+        "vector": q, "nprobe": 4, "max_nprobe": 2, "filter": "cat = 1"
+    }))
+    .await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (400, &serde_json::json!("max_nprobe_out_of_range"))
+    );
+    let _ = stop.send(());
+    running.await.unwrap().unwrap();
+}
+
+#[tokio::test]
+async fn the_cli_exits_2_naming_the_column_of_a_bad_filter() {
+    let fx = Fixture::new();
+    fx.index("idx", None).await;
+    let queries = fx._dir.path().join("q.npy");
+    support::files::write_npy(&queries, &fx.queries(), DIM);
+    let run = |filter: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_parqivf"))
+            .args(["search", "--index"])
+            .arg(fx._dir.path().join("idx"))
+            .arg("--queries")
+            .arg(&queries)
+            .args(["--k", "3", "--nprobe", "2", "--json", "--filter", filter])
+            .output()
+            .unwrap()
+    };
+    let bad = run("colour = 'red'");
+    assert_eq!(bad.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&bad.stderr);
+    assert!(
+        stderr.contains("colour") && stderr.contains("cat"),
+        "{stderr}"
+    );
+    let good = run("cat = 7");
+    assert!(
+        good.status.success(),
+        "{}",
+        String::from_utf8_lossy(&good.stderr)
+    );
+    let lines = String::from_utf8_lossy(&good.stdout);
+    assert_eq!(lines.lines().count(), 5);
+    for line in lines.lines() {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        for id in v["rowids"].as_array().unwrap() {
+            assert_eq!(fx.rows[id.as_u64().unwrap() as usize].cat, Some(7));
+        }
+    }
+}

@@ -129,6 +129,10 @@ pub fn scan_codes(
                     .filter(|m| m.count_set_bits() * 4 < m.len())
                     .map(|m| m.set_indices().collect());
                 let keeps = |i: usize| mask.is_none_or(|m| m.value(i));
+                if sparse.as_ref().is_some_and(Vec::is_empty) {
+                    // No row of this list matches: nothing to prepare or score.
+                    return (tops, scores, y, scored);
+                }
                 let c = rg.cid as usize;
                 let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
                 let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];

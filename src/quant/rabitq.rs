@@ -163,7 +163,10 @@ pub(crate) fn prepare(y_rotated: &[f32]) -> (Vec<i8>, f32, i32) {
     };
     let mut query = vec![0i8; payload_bytes(y_rotated.len()) * 2];
     for (q, &y) in query.iter_mut().zip(y_rotated) {
-        *q = (y * inverse).round().clamp(-127.0, 127.0) as i8;
+        // Rounds half away from zero like `f32::round`, without its libm
+        // call: the truncating cast vectorises (|y · inverse| <= 127).
+        let x = y * inverse;
+        *q = (x + 0.5f32.copysign(x)).clamp(-127.0, 127.0) as i8;
     }
     let sum = query.iter().map(|&q| i32::from(q)).sum();
     (query, scale / 2.0, sum)
