@@ -1,14 +1,16 @@
 //! The DuckLake provider as a build source: the table's live data files at a
 //! snapshot are the parts; each part yields DuckLake's own `rowid` (embedded
 //! `_ducklake_internal_row_id`, else `row_id_start + file_row_number`) and the
-//! vector column, with deleted rows already excluded by the catalog layer. A
-//! file without a rowid is an error here: every posting must join back.
+//! vector column and the payload columns, with deleted rows already excluded
+//! by the catalog layer. A file without a rowid is an error here: every
+//! posting must join back.
 
 use std::path::Path as FsPath;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use arrow::array::{Array, Int64Array, RecordBatch};
-use arrow::compute::concat_batches;
+use arrow::array::{Array, Int64Array, RecordBatch, UInt32Array};
+use arrow::compute::{concat_batches, take_record_batch};
+use arrow::datatypes::{FieldRef, Schema};
 use async_trait::async_trait;
 
 use super::BuildError;
@@ -24,6 +26,8 @@ use crate::format::definition::IndexSource;
 pub struct DuckLakeSource {
     table: DuckLakeTable,
     column: String,
+    /// Columns carried into the postings, with their logical types.
+    payload: Vec<FieldRef>,
     dim: usize,
     skip_invalid: bool,
     skipped: AtomicU64,
@@ -35,14 +39,16 @@ fn lake(e: DuckLakeError) -> BuildError {
 
 impl DuckLakeSource {
     /// Open `table` (`schema.table`) of the catalog at `catalog` for the
-    /// vector column `column`.
+    /// vector column `column`, carrying the `payload` columns.
     ///
     /// # Errors
     /// Catalog, mapping and path errors; a column that is not in the table.
+    #[allow(clippy::too_many_arguments)]
     pub async fn open(
         catalog: &str,
         table: &str,
         column: &str,
+        payload: &[String],
         snapshot: Option<u64>,
         data_path: Option<&str>,
         skip_invalid: bool,
@@ -54,9 +60,14 @@ impl DuckLakeSource {
         };
         let table = DuckLakeTable::open(FsPath::new(catalog), table, &options).map_err(lake)?;
         table.columns().field(column).map_err(lake)?;
+        let payload = payload
+            .iter()
+            .map(|name| table.columns().field(name).map_err(lake))
+            .collect::<Result<Vec<_>, _>>()?;
         let mut source = Self {
             table,
             column: column.to_string(),
+            payload,
             dim: 0,
             skip_invalid,
             skipped: AtomicU64::new(0),
@@ -75,10 +86,15 @@ impl DuckLakeSource {
         self.skipped.load(Ordering::Relaxed)
     }
 
+    /// `rowid`, the vector column and the payload columns of one file.
     async fn read(&self, part: usize) -> Result<RecordBatch, BuildError> {
+        let columns: Vec<&str> = ["rowid", self.column.as_str()]
+            .into_iter()
+            .chain(self.payload.iter().map(|f| f.name().as_str()))
+            .collect();
         let batches = self
             .table
-            .scan_file(part, &["rowid", self.column.as_str()], MissingRowId::Error)
+            .scan_file(part, &columns, MissingRowId::Error)
             .await
             .map_err(lake)?;
         let schema = match batches.first() {
@@ -155,11 +171,29 @@ impl VectorSource for DuckLakeSource {
             .ok_or_else(|| BuildError::Internal("DuckLake rowid is not BIGINT".into()))?;
         let keep = kept_rows(batch.num_rows(), &decoded.skipped_rows);
         let out = ids_at(rowids, &keep, &path)?;
+        let payload = if self.payload.is_empty() {
+            None
+        } else {
+            let schema = std::sync::Arc::new(Schema::new(self.payload.clone()));
+            let all = RecordBatch::try_new(schema, batch.columns()[2..].to_vec())
+                .map_err(|e| BuildError::Arrow(format!("{path}: payload: {e}")))?;
+            let kept = if keep.len() == all.num_rows() {
+                all
+            } else {
+                take_record_batch(&all, &UInt32Array::from(keep))
+                    .map_err(|e| BuildError::Arrow(e.to_string()))?
+            };
+            Some(kept)
+        };
         Ok(VectorBatch {
             rowids: out,
             vectors: decoded.values,
-            payload: None,
+            payload,
         })
+    }
+
+    fn payload_fields(&self) -> Vec<FieldRef> {
+        self.payload.clone()
     }
 
     fn definition(&self) -> SourceDefinition {
@@ -177,7 +211,7 @@ impl VectorSource for DuckLakeSource {
             },
             vector_column: self.column.clone(),
             id_column: None,
-            payload_columns: Vec::new(),
+            payload_columns: self.payload.iter().map(|f| f.name().clone()).collect(),
             skip_invalid: self.skip_invalid,
         }
     }

@@ -232,6 +232,7 @@ async fn open_source(args: &Args, options: &StoreOptions) -> anyhow::Result<Arc<
             catalog,
             table,
             &args.column,
+            &args.payload,
             args.snapshot,
             data_path.as_deref(),
             args.skip_invalid,

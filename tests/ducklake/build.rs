@@ -29,7 +29,7 @@ async fn docs_index_returns_duckdb_rowids() {
     let catalog = catalog.to_str().unwrap();
 
     // Row 150 has a NULL embedding: a typed error unless asked to skip it.
-    let strict = DuckLakeSource::open(catalog, "s1.docs", "embedding", None, None, false)
+    let strict = DuckLakeSource::open(catalog, "s1.docs", "embedding", &[], None, None, false)
         .await
         .unwrap();
     let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -38,7 +38,7 @@ async fn docs_index_returns_duckdb_rowids() {
         .unwrap_err();
     assert!(matches!(err, BuildError::VectorColumn { .. }), "{err}");
 
-    let source = DuckLakeSource::open(catalog, "s1.docs", "embedding", None, None, true)
+    let source = DuckLakeSource::open(catalog, "s1.docs", "embedding", &[], None, None, true)
         .await
         .unwrap();
     let def = source.definition();
@@ -98,5 +98,79 @@ async fn docs_index_returns_duckdb_rowids() {
             "query = embedding of rowid {rowid}"
         );
         assert_eq!(best.distance, 0.0);
+    }
+}
+
+/// Lake columns carried as payload: a filter on them returns exactly the
+/// rows DuckDB holds with those values, and each hit's payload is DuckDB's.
+#[tokio::test]
+async fn lake_columns_carried_as_payload_filter_the_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let catalog = crate::support::ducklake::copy_fixture(dir.path());
+    let payload = ["id".to_string(), "title".to_string()];
+    let source = DuckLakeSource::open(
+        catalog.to_str().unwrap(),
+        "s1.docs",
+        "embedding",
+        &payload,
+        None,
+        None,
+        true,
+    )
+    .await
+    .unwrap();
+    assert_eq!(source.definition().payload_columns, payload.to_vec());
+    let unknown = DuckLakeSource::open(
+        catalog.to_str().unwrap(),
+        "s1.docs",
+        "embedding",
+        &["colour".to_string()],
+        None,
+        None,
+        true,
+    )
+    .await;
+    assert!(unknown.is_err());
+    let out: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    build(Arc::new(source), out.clone(), &idx, &params(8))
+        .await
+        .unwrap();
+    let index = Index::open_current(out, &idx).await.unwrap();
+
+    let expected = crate::support::ducklake::expected();
+    let rows = expected["tables"]["s1.docs"]["rows"].as_array().unwrap();
+    let by_rowid: HashMap<i64, &serde_json::Value> = rows
+        .iter()
+        .map(|r| (r["rowid"].as_i64().unwrap(), r))
+        .collect();
+    let keep = |r: &serde_json::Value| {
+        !r["embedding"].is_null()
+            && r["title"].as_str().is_some_and(|t| t.starts_with("doc 1"))
+            && r["id"].as_i64().is_some_and(|i| i < 150)
+    };
+    let matching = rows.iter().filter(|r| keep(r)).count();
+    assert!(matching > 20, "{matching}");
+    let query: Vec<f32> = rows[0]["embedding"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap() as f32)
+        .collect();
+    let sp = SearchParams {
+        k: 500,
+        nprobe: 8,
+        include_payload: true,
+        filter: Some("title LIKE 'doc 1%' AND id < 150".into()),
+        ..SearchParams::default()
+    };
+    let r = index.search(&query, &sp).await.unwrap();
+    assert_eq!(r.hits.len(), matching);
+    for h in &r.hits {
+        let row = by_rowid[&h.rowid];
+        assert!(keep(row), "rowid {} fails the filter: {row}", h.rowid);
+        let p = h.payload.as_ref().unwrap();
+        assert_eq!(p["id"], row["id"], "rowid {}", h.rowid);
+        assert_eq!(p["title"], row["title"], "rowid {}", h.rowid);
     }
 }
