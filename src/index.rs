@@ -26,7 +26,9 @@ use crate::probe::ProbeError;
 use crate::probe::executor::{
     DecodedRowGroup, Postings, RowGroupCache, Want, on_rayon, payload_of, scan_batch,
 };
-use crate::probe::filtered::{FilterBudget, FilteredRows, filter_budget, pruned_pages};
+use crate::probe::filtered::{
+    FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, filter_budget, pruned_pages,
+};
 use crate::probe::footer::FooterCache;
 use crate::probe::quantized::{
     CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
@@ -223,6 +225,9 @@ pub struct Index {
     codes: Option<Arc<(Quantizer, Vec<f32>)>>,
     /// What [`Index::preload`] put in memory.
     preloaded: std::sync::Mutex<Preload>,
+    /// The payload of every row group, concatenated by [`Index::preload`]:
+    /// a filter is evaluated over it in one pass.
+    payload_table: std::sync::OnceLock<Arc<PayloadTable>>,
     footers: FooterCache,
     row_groups: RowGroupCache,
     /// Most footer bytes per cid seen so far (sizes the next footer reads).
@@ -273,6 +278,7 @@ impl Index {
             store,
             codes,
             preloaded: std::sync::Mutex::new(Preload::None),
+            payload_table: std::sync::OnceLock::new(),
             postings_paths: snapshot.postings_paths.into(),
             definition: snapshot.definition,
             manifest: snapshot.manifest,
@@ -325,10 +331,12 @@ impl Index {
         }
     }
 
-    /// Bytes held now by the footer cache and by the decoded-postings cache
-    /// (which holds every posting after [`Index::preload`]), in that order.
+    /// Bytes held now by the footer cache and by the decoded postings (the
+    /// decoded-postings cache, which holds every posting after
+    /// [`Index::preload`], and the preloaded payload table), in that order.
     pub fn cache_bytes(&self) -> (usize, usize) {
-        (self.footers.bytes(), self.row_groups.bytes())
+        let table = self.payload_table.get().map_or(0, |t| t.bytes());
+        (self.footers.bytes(), self.row_groups.bytes() + table)
     }
 
     fn postings(&self) -> Postings<'_> {
@@ -386,10 +394,28 @@ impl Index {
         let all: Vec<u32> = (0..self.manifest.nlist).collect();
         let mut stats = SearchStats::default();
         // With the payload: filters read it, in every serving mode.
-        self.postings()
+        let loaded = self
+            .postings()
             .load(&all, self.want(true), &mut stats)
             .await?;
+        if self.payload_table.get().is_none() {
+            let table = on_rayon(move || PayloadTable::new(&loaded)).await;
+            let table = table.map_err(|source| ProbeError::Filter {
+                path: self.location_hint(),
+                source,
+            })?;
+            if let Some(table) = table {
+                let _ = self.payload_table.set(Arc::new(table));
+            }
+        }
         Ok(stats)
+    }
+
+    /// The first postings file, naming the postings table in errors.
+    fn location_hint(&self) -> String {
+        self.postings_paths
+            .first()
+            .map_or_else(String::new, Path::to_string)
     }
 
     /// Search one query (`dim` values).
@@ -607,7 +633,9 @@ impl Index {
                     .postings()
                     .load_filtered(&need, want, Some(&filter), &mut stats)
                     .await?;
-                rows.add(&need, fresh, pruned, &filter, &self.postings_paths)
+                let whole = budget.in_memory && need.len() * WHOLE_TABLE_SHARE >= nlist;
+                let table = self.payload_table.get().filter(|_| whole);
+                rows.add(&need, fresh, pruned, &filter, table, &self.postings_paths)
                     .await?;
             }
             let mut changed = false;

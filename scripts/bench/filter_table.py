@@ -26,6 +26,9 @@ MODES = [("flat", "all-batch"), ("flat", "all-single"), ("flat", "warm-single"),
          ("rabitq4", "all-batch"), ("rabitq4", "all-single"), ("rabitq4", "codes-batch"),
          ("rabitq4", "codes-single"), ("rabitq4", "warm-single")]
 RATIOS = [(("flat", "all-batch"), "batch"), (("flat", "all-single"), "single"), (("flat", "warm-single"), "single")]
+# --compact: the default index (rabitq4) in its three serving modes.
+COMPACT_MODES = [("rabitq4", "all-batch"), ("rabitq4", "codes-single"), ("rabitq4", "warm-single")]
+COMPACT_RATIOS = [(("rabitq4", "all-batch"), "batch"), (("rabitq4", "codes-single"), "single")]
 
 
 def cell(r):
@@ -48,7 +51,10 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("logs", nargs="+")
     ap.add_argument("--selector", default="batch", help="FAISS selector rows to show (batch or bitmap)")
+    ap.add_argument("--compact", action="store_true", help="only the default index (rabitq4): preload all batch, preload codes single, storage single")
     a = ap.parse_args()
+    modes, ratios = (COMPACT_MODES, COMPACT_RATIOS) if a.compact else (MODES, RATIOS)
+    plan_of = ("rabitq4", "all-batch") if a.compact else ("flat", "all-batch")
     filters = defaultdict(dict)   # dataset -> name -> entry (file order kept)
     pq = {}                       # (dataset, filter, nprobe, index, mode) -> summary
     fa = {}                       # (dataset, filter, nprobe, mode) -> row
@@ -79,18 +85,18 @@ def main():
     for ds, entries in filters.items():
         for np_ in sorted(nprobes[ds]):
             print(f"\n### {ds}, nprobe {np_}, k 10, 1 thread (recall / full-answers / QPS)\n")
-            head = ["filter", "kind", "selectivity", "plans (flat all batch)"]
-            head += [f"{i} {m}" for i, m in MODES]
+            head = ["filter", "kind", "selectivity", f"plans ({plan_of[0]} {plan_of[1]})"]
+            head += [f"{i} {m}" for i, m in modes]
             head += ["FAISS batch", "FAISS single"]
-            head += [f"{i} {m} ÷ FAISS {fm}" for (i, m), fm in RATIOS]
+            head += [f"{i} {m} ÷ FAISS {fm}" for (i, m), fm in ratios]
             print("| " + " | ".join(head) + " |")
             print("|" + "---|" * len(head))
             for name, e in entries.items():
                 row = [name, e["kind"], f"{100 * e['selectivity']:.3g} %",
-                       plans(pq.get((ds, name, np_, "flat", "all-batch")))]
-                row += [cell(pq.get((ds, name, np_, i, m))) for i, m in MODES]
+                       plans(pq.get((ds, name, np_) + plan_of))]
+                row += [cell(pq.get((ds, name, np_, i, m))) for i, m in modes]
                 row += [cell(fa.get((ds, name, np_, fm))) for fm in ("batch", "single")]
-                for (i, m), fm in RATIOS:
+                for (i, m), fm in ratios:
                     p, q = pq.get((ds, name, np_, i, m)), fa.get((ds, name, np_, fm))
                     ok = p and q and "qps" in p and q.get("qps")
                     row.append(f"{p['qps'] / q['qps']:.3g}" if ok else "–")

@@ -5,7 +5,10 @@
 //! counts its matches without reading or evaluating any row twice. Also
 //! what the re-rank never fetches: the `vector` pages without a match
 //! ([`pruned_pages`]), and how far a filtered query probes
-//! ([`filter_budget`]).
+//! ([`filter_budget`]). With the postings preloaded, the payload of every
+//! row group is also one [`PayloadTable`]: a query reading a large share of
+//! the lists evaluates its filter over it in one pass of the kernels, not
+//! one call per row group.
 
 use super::ProbeError;
 use super::executor::{DecodedRowGroup, on_rayon};
@@ -30,6 +33,67 @@ pub struct FilteredRows {
     pub by_cid: HashMap<u32, Vec<usize>>,
     /// Rows of each cid's row groups skipped by the filter's statistics.
     pub pruned: HashMap<u32, u64>,
+    /// The filter over a whole [`PayloadTable`], once evaluated.
+    whole: Option<BooleanBuffer>,
+}
+
+/// A load reading at least `1 / WHOLE_TABLE_SHARE` of the lists evaluates
+/// the filter over the whole [`PayloadTable`] (one pass) rather than per
+/// row group (one kernel call each, a few microseconds of overhead).
+pub const WHOLE_TABLE_SHARE: usize = 8;
+
+/// The payload columns of every row group of an index, concatenated in
+/// (file, row group) order, and where each row group's rows lie in it.
+#[derive(Debug)]
+pub struct PayloadTable {
+    batch: arrow::array::RecordBatch,
+    at: HashMap<(usize, usize), (usize, usize)>,
+}
+
+impl PayloadTable {
+    /// The table of `groups` (each with its payload); `None` when they have
+    /// no payload columns.
+    ///
+    /// # Errors
+    /// [`crate::filter::FilterError::Evaluate`] when the row groups'
+    /// payload schemas differ.
+    pub fn new(
+        groups: &[Arc<DecodedRowGroup>],
+    ) -> Result<Option<Self>, crate::filter::FilterError> {
+        let mut sorted: Vec<&Arc<DecodedRowGroup>> =
+            groups.iter().filter(|g| g.payload.is_some()).collect();
+        sorted.sort_by_key(|g| (g.file, g.row_group));
+        let Some(schema) = sorted
+            .first()
+            .and_then(|g| g.payload.as_ref())
+            .map(|b| b.schema())
+        else {
+            return Ok(None);
+        };
+        if schema.fields().is_empty() {
+            return Ok(None);
+        }
+        let mut at = HashMap::with_capacity(sorted.len());
+        let mut start = 0;
+        let batches: Vec<&arrow::array::RecordBatch> =
+            sorted.iter().filter_map(|g| g.payload.as_ref()).collect();
+        for (g, b) in sorted.iter().zip(&batches) {
+            at.insert((g.file, g.row_group), (start, b.num_rows()));
+            start += b.num_rows();
+        }
+        let batch = arrow::compute::concat_batches(&schema, batches).map_err(|e| {
+            crate::filter::FilterError::Evaluate {
+                column: String::new(),
+                message: format!("payload of the preloaded row groups: {e}"),
+            }
+        })?;
+        Ok(Some(Self { batch, at }))
+    }
+
+    /// Bytes held.
+    pub fn bytes(&self) -> usize {
+        self.batch.get_array_memory_size()
+    }
 }
 
 impl FilteredRows {
@@ -45,20 +109,47 @@ impl FilteredRows {
         fresh: Vec<Arc<DecodedRowGroup>>,
         pruned: Vec<(u32, u64)>,
         filter: &Arc<Filter>,
+        table: Option<&Arc<PayloadTable>>,
         paths: &Arc<[Path]>,
     ) -> Result<(), ProbeError> {
         self.read.extend(cids);
         for (cid, rows) in pruned {
             *self.pruned.entry(cid).or_default() += rows;
         }
+        let table = table.cloned();
         let (filter, paths, groups) = (Arc::clone(filter), Arc::clone(paths), fresh.clone());
-        let masks = on_rayon(move || {
-            groups
-                .par_iter()
-                .map(|rg| mask(&filter, &paths, rg))
-                .collect::<Result<Vec<_>, _>>()
-        })
-        .await?;
+        let whole = self.whole.take();
+        let (masks, whole) =
+            on_rayon(move || {
+                let whole =
+                    match (whole, &table) {
+                        (Some(w), _) => Some(w),
+                        (None, Some(t)) => Some(filter.evaluate(&t.batch).map_err(|source| {
+                            ProbeError::Filter {
+                                path: paths.first().map_or_else(String::new, Path::to_string),
+                                source,
+                            }
+                        })?),
+                        (None, None) => None,
+                    };
+                let masks = groups
+                    .par_iter()
+                    .map(|rg| {
+                        let slice = table
+                            .as_ref()
+                            .zip(whole.as_ref())
+                            .and_then(|(t, w)| {
+                                t.at.get(&(rg.file, rg.row_group))
+                                    .map(|&(s, n)| w.slice(s, n))
+                            })
+                            .filter(|m| m.len() == rg.rowids.len());
+                        slice.map_or_else(|| mask(&filter, &paths, rg), Ok)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok::<_, ProbeError>((masks, whole))
+            })
+            .await?;
+        self.whole = whole;
         for (rg, m) in fresh.into_iter().zip(masks) {
             self.by_cid
                 .entry(rg.cid)
