@@ -83,12 +83,20 @@ def main():
                         name=r["filter"], kind=r["kind"], selectivity=r["selectivity"]))
                     nprobes[r["dataset"]].add(r["nprobe"])
     for ds, entries in filters.items():
-        for np_ in sorted(nprobes[ds]):
+        # FAISS at a larger nprobe than any parqivf run (its nlist: the exact
+        # filtered answer), shown beside every table as the equal-recall peer.
+        pq_nprobes = {k[2] for k in pq if k[0] == ds}
+        fa_nprobes = {k[2] for k in fa if k[0] == ds}
+        wide = max(fa_nprobes - pq_nprobes, default=None) if a.compact else None
+        for np_ in sorted(pq_nprobes or nprobes[ds]):
             print(f"\n### {ds}, nprobe {np_}, k 10, 1 thread (recall / full-answers / QPS)\n")
             head = ["filter", "kind", "selectivity", f"plans ({plan_of[0]} {plan_of[1]})"]
             head += [f"{i} {m}" for i, m in modes]
             head += ["FAISS batch", "FAISS single"]
             head += [f"{i} {m} ÷ FAISS {fm}" for (i, m), fm in ratios]
+            if wide:
+                head += [f"FAISS batch, nprobe {wide}", f"FAISS single, nprobe {wide}"]
+                head += [f"{i} {m} ÷ FAISS {fm} nprobe {wide}" for (i, m), fm in ratios]
             print("| " + " | ".join(head) + " |")
             print("|" + "---|" * len(head))
             for name, e in entries.items():
@@ -96,10 +104,13 @@ def main():
                        plans(pq.get((ds, name, np_) + plan_of))]
                 row += [cell(pq.get((ds, name, np_, i, m))) for i, m in modes]
                 row += [cell(fa.get((ds, name, np_, fm))) for fm in ("batch", "single")]
-                for (i, m), fm in ratios:
-                    p, q = pq.get((ds, name, np_, i, m)), fa.get((ds, name, np_, fm))
-                    ok = p and q and "qps" in p and q.get("qps")
-                    row.append(f"{p['qps'] / q['qps']:.3g}" if ok else "–")
+                for np_fa in [np_] + ([wide] if wide else []):
+                    if np_fa != np_:
+                        row += [cell(fa.get((ds, name, np_fa, fm))) for fm in ("batch", "single")]
+                    for (i, m), fm in ratios:
+                        p, q = pq.get((ds, name, np_, i, m)), fa.get((ds, name, np_fa, fm))
+                        ok = p and q and "qps" in p and q.get("qps")
+                        row.append(f"{p['qps'] / q['qps']:.3g}" if ok else "–")
                 print("| " + " | ".join(row) + " |")
 
 

@@ -28,7 +28,8 @@
 #        filter_faiss.py flags, e.g. "--selector batch,bitmap --single-q 300"),
 #        SINGLE_NQ (parqivf's one-query-per-call runs use the first SINGLE_NQ
 #        queries; default all: storage-resident single runs are slow), NICE (e.g.
-#        "nice -n 10", prefixed to every build and search)
+#        "nice -n 10", prefixed to every build and search), FAISS_NPROBES (FAISS's
+#        nprobes, default NPROBES; add NLIST for FAISS's exact filtered answer)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATASET="$1"; NLIST="$2"; NPROBES="${3:-16,64}"
@@ -109,7 +110,7 @@ while IFS=$'\t' read -r name sql gt entry; do
 done <<< "$FILTER_LINES"
 echo "# $(date -u) uptime: $(uptime)"
 if [ -z "${SKIP_FAISS:-}" ]; then
-  $NICE "$PY" scripts/bench/filter_faiss.py "$FD" "$DATA/base.npy" "$NLIST" "$NPROBES" \
+  $NICE "$PY" scripts/bench/filter_faiss.py "$FD" "$DATA/base.npy" "$NLIST" "${FAISS_NPROBES:-$NPROBES}" \
     ${FILTERS:+--filters "$FILTERS"} --dataset "$DATASET" ${FAISS_ARGS:-}
 fi
 echo "# $(date -u) uptime: $(uptime)"
