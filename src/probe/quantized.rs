@@ -91,6 +91,16 @@ pub fn scan_codes(
         .par_chunks_mut(dim)
         .zip(queries.par_chunks(dim))
         .for_each(|(o, q)| scan.quantizer.rotate(q, o));
+    // Under inner product and cosine `y` is the query itself, the same for
+    // every list: prepared once per query.
+    let prepared: Vec<crate::quant::PreparedQuery> = if scan.hierarchy.metric == Metric::L2 {
+        Vec::new()
+    } else {
+        rotated
+            .par_chunks(dim)
+            .map(|q| scan.quantizer.prepare(q))
+            .collect()
+    };
     let probing = probing_queries(cids, loaded);
     for (g, rg) in loaded.iter().enumerate() {
         let codes_len = rg.codes.as_ref().map(|c| c.len());
@@ -163,10 +173,9 @@ pub fn scan_codes(
                             }
                         }
                         metric => {
-                            let prepared = scan.quantizer.prepare(query_rotated);
                             let rows = score_rows(
                                 scan.quantizer,
-                                &prepared,
+                                &prepared[q],
                                 codes,
                                 sparse.as_deref(),
                                 &mut scores,
