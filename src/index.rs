@@ -134,7 +134,8 @@ pub struct SearchParams {
     /// [`crate::filter`]): only rows where it is true are returned. The
     /// search goes on past `nprobe` lists, nearest first, until `k` rows
     /// match or `max_nprobe` lists are probed, or scans every match when the
-    /// filter is selective ([`SearchStats::filter_plan`]).
+    /// filter is selective ([`SearchStats::filter_plan`]). Every leaf is
+    /// ranked for a filtered query: `root_factor` does not apply.
     pub filter: Option<String>,
     /// With a filter: the most lists probed while looking for `k` matches
     /// (default every list). A query that stops there with fewer says so
