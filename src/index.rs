@@ -525,22 +525,23 @@ impl Index {
         let mut stats = SearchStats::default();
         let want = self.want(params.include_payload);
         let loaded = self.postings().load(&union, want, &mut stats).await?;
-        let tops = self
-            .rank(&queries, &selected, &loaded, &[], want, params, &mut stats)
-            .await?;
-        let per_query = selected
-            .into_iter()
-            .map(|(cids, probe_us)| {
-                let lists_probed = cids.len() as u64;
-                let stats = SearchStats {
-                    probe_us,
-                    lists_probed,
-                    ..stats
-                };
-                (cids, stats)
+        let input = ScanInput {
+            queries,
+            selected: selected.into(),
+            loaded: loaded.into(),
+            masks: Vec::new().into(),
+        };
+        let tops = self.rank(&input, want, params, &mut stats).await?;
+        let per_query = input
+            .selected
+            .iter()
+            .map(|(cids, probe_us)| SearchStats {
+                probe_us: *probe_us,
+                lists_probed: cids.len() as u64,
+                ..stats
             })
             .collect();
-        self.results(tops, per_query, loaded, params.include_payload)
+        self.results(tops, per_query, &input, params.include_payload)
             .await
     }
 
@@ -670,68 +671,62 @@ impl Index {
                 (probed, *us)
             })
             .collect();
-        let (loaded, masks) = (rows.loaded, rows.masks);
-        let tops = self
-            .rank(
-                &queries, &selected, &loaded, &masks, want, params, &mut stats,
-            )
-            .await?;
-        let per_query = selected
-            .into_iter()
+        let per_query_matched: Vec<u64> = selected
+            .iter()
+            .map(|(cids, _)| rows.count(cids).matched)
+            .collect();
+        let input = ScanInput {
+            queries,
+            selected: selected.into(),
+            loaded: rows.loaded.into(),
+            masks: rows.masks.into(),
+        };
+        let tops = self.rank(&input, want, params, &mut stats).await?;
+        let per_query = input
+            .selected
+            .iter()
             .zip(&queries_state)
-            .map(|((cids, probe_us), s)| {
-                let rows_matched = cids
-                    .iter()
-                    .filter_map(|c| rows.by_cid.get(c))
-                    .flatten()
-                    .map(|&g| rows.matched[g])
-                    .sum();
-                let stats = SearchStats {
-                    probe_us,
-                    lists_probed: cids.len() as u64,
-                    rows_matched,
-                    filter_plan: s.plan,
-                    capped: s.capped,
-                    ..stats
-                };
-                (cids, stats)
+            .zip(per_query_matched)
+            .map(|(((cids, probe_us), s), rows_matched)| SearchStats {
+                probe_us: *probe_us,
+                lists_probed: cids.len() as u64,
+                rows_matched,
+                filter_plan: s.plan,
+                capped: s.capped,
+                ..stats
             })
             .collect();
-        self.results(tops, per_query, loaded, params.include_payload)
+        self.results(tops, per_query, &input, params.include_payload)
             .await
     }
 
-    /// The `k` best of each query among the rows of its `selected` lists
-    /// in `loaded` (only those set in `masks`, when given): an exact scan,
-    /// or the codes and their re-rank.
-    #[allow(clippy::too_many_arguments)]
+    /// The `k` best of each query among the rows of its probed lists (only
+    /// those set in the masks, when given): an exact scan, or the codes and
+    /// their re-rank.
     async fn rank(
         &self,
-        queries: &Arc<[f32]>,
-        selected: &[(Vec<u32>, u64)],
-        loaded: &[Arc<DecodedRowGroup>],
-        masks: &[Option<BooleanBuffer>],
+        input: &ScanInput,
         want: Want,
         params: &SearchParams,
         stats: &mut SearchStats,
     ) -> crate::Result<Vec<TopK>> {
-        let dim = self.hierarchy.dim;
         if let Some(codes) = &self.codes {
-            return self
-                .search_codes(codes, queries, selected, loaded, masks, want, params, stats)
-                .await;
+            return self.search_codes(codes, input, want, params, stats).await;
         }
-        let (metric, k) = (self.hierarchy.metric, params.k);
-        let (queries, selected, loaded, masks) = (
-            Arc::clone(queries),
-            selected.to_vec(),
-            loaded.to_vec(),
-            masks.to_vec(),
-        );
+        let (metric, k, dim) = (self.hierarchy.metric, params.k, self.hierarchy.dim);
+        let input = input.clone();
         let (tops, took) = on_rayon(move || {
             let t = Instant::now();
-            let probed: Vec<&[u32]> = selected.iter().map(|(c, _)| c.as_slice()).collect();
-            let tops = scan_batch(metric, dim, &queries, &probed, &loaded, &masks, k);
+            let probed = input.probed();
+            let tops = scan_batch(
+                metric,
+                dim,
+                &input.queries,
+                &probed,
+                &input.loaded,
+                &input.masks,
+                k,
+            );
             (tops, t.elapsed())
         })
         .await;
@@ -743,21 +738,22 @@ impl Index {
     async fn results(
         &self,
         tops: Vec<TopK>,
-        per_query: Vec<(Vec<u32>, SearchStats)>,
-        loaded: Vec<Arc<DecodedRowGroup>>,
+        per_query: Vec<SearchStats>,
+        input: &ScanInput,
         include_payload: bool,
     ) -> crate::Result<Vec<SearchResult>> {
-        let paths = Arc::clone(&self.postings_paths);
+        let (paths, input) = (Arc::clone(&self.postings_paths), input.clone());
         on_rayon(move || {
             tops.into_iter()
                 .zip(per_query)
-                .map(|(top, (cids, stats))| -> crate::Result<SearchResult> {
+                .zip(input.selected.iter())
+                .map(|((top, stats), (cids, _))| -> crate::Result<SearchResult> {
                     let hits = top
                         .into_sorted()
                         .into_iter()
                         .map(|n| {
                             let payload = if include_payload {
-                                payload_of(&paths, &loaded, &cids, n.rowid)?
+                                payload_of(&paths, &input.loaded, cids, n.rowid)?
                             } else {
                                 None
                             };
@@ -778,14 +774,10 @@ impl Index {
     /// The quantised path: score the codes, keep `rerank × k` candidates a
     /// query, and rank them exactly, from memory (`Preload::All`) or from
     /// their `vector` pages (one more round). Compute on rayon.
-    #[allow(clippy::too_many_arguments)]
     async fn search_codes(
         &self,
         codes: &Arc<(Quantizer, Vec<f32>)>,
-        queries: &Arc<[f32]>,
-        selected: &[(Vec<u32>, u64)],
-        loaded: &[Arc<DecodedRowGroup>],
-        masks: &[Option<BooleanBuffer>],
+        input: &ScanInput,
         want: Want,
         params: &SearchParams,
         stats: &mut SearchStats,
@@ -798,30 +790,26 @@ impl Index {
             Arc::clone(&self.hierarchy),
             Arc::clone(&self.postings_paths),
         );
-        let (q, sel, rgs, masks) = (
-            Arc::clone(queries),
-            selected.to_vec(),
-            loaded.to_vec(),
-            masks.to_vec(),
-        );
+        let inp = input.clone();
         let (scanned, took) = on_rayon(move || {
             let t = Instant::now();
-            let probed: Vec<&[u32]> = sel.iter().map(|(c, _)| c.as_slice()).collect();
+            let (q, rgs, masks) = (&inp.queries, &inp.loaded, &inp.masks);
+            let probed = inp.probed();
             let scan = CodeScan {
                 quantizer: &codes.0,
                 hierarchy: &hierarchy,
                 rotated_leaves: &codes.1,
             };
-            let scanned = scan_codes(scan, &paths, &q, &probed, &rgs, &masks, keep).map(
+            let scanned = scan_codes(scan, &paths, q, &probed, rgs, masks, keep).map(
                 |(candidates, scored)| {
                     if rerank == 0 {
                         (approximate(candidates, k), scored, None)
                     } else if want.vectors {
-                        let tops = rerank_in_memory(metric, dim, &q, candidates, &rgs, k);
+                        let tops = rerank_in_memory(metric, dim, q, candidates, rgs, k);
                         (tops, scored, None)
                     } else {
-                        let plan = PagePlan::new(&paths, &rgs, &candidates);
-                        let pruned = pruned_pages(&rgs, &masks);
+                        let plan = PagePlan::new(&paths, rgs, &candidates);
+                        let pruned = pruned_pages(rgs, masks);
                         (Vec::new(), scored, Some((candidates, plan, pruned)))
                     }
                 },
@@ -843,14 +831,11 @@ impl Index {
         let t = Instant::now();
         let fetched = self.postings().fetch(plan.requests(), stats).await?;
         stats.rerank_fetch_us += micros(t.elapsed());
-        let (q, rgs, paths) = (
-            Arc::clone(queries),
-            loaded.to_vec(),
-            Arc::clone(&self.postings_paths),
-        );
+        let (inp, paths) = (input.clone(), Arc::clone(&self.postings_paths));
         let (ranked, took) = on_rayon(move || {
             let t = Instant::now();
-            let ranked = plan.rank(fetched, &paths, &rgs, metric, dim, &q, candidates, k);
+            let (q, rgs) = (&inp.queries, &inp.loaded);
+            let ranked = plan.rank(fetched, &paths, rgs, metric, dim, q, candidates, k);
             (ranked, t.elapsed())
         })
         .await;
@@ -981,4 +966,23 @@ struct QueryProbe {
     lists: usize,
     plan: FilterPlan,
     capped: bool,
+}
+
+/// What the scan of a batch reads, shared with its compute steps on rayon
+/// (a clone counts references): the prepared queries, each query's probed
+/// lists (sorted) with its probe time, the row groups loaded for them and,
+/// with a filter, the rows of each that match (empty: every row).
+#[derive(Debug, Clone)]
+struct ScanInput {
+    queries: Arc<[f32]>,
+    selected: Arc<[(Vec<u32>, u64)]>,
+    loaded: Arc<[Arc<DecodedRowGroup>]>,
+    masks: Arc<[Option<BooleanBuffer>]>,
+}
+
+impl ScanInput {
+    /// Each query's probed lists.
+    fn probed(&self) -> Vec<&[u32]> {
+        self.selected.iter().map(|(c, _)| c.as_slice()).collect()
+    }
 }
