@@ -51,6 +51,20 @@ pub enum Metric {
     Cosine,
 }
 
+impl std::str::FromStr for Metric {
+    type Err = String;
+
+    /// `l2`, `ip` (or `inner-product`) or `cosine`, as `index.json` spells them.
+    fn from_str(s: &str) -> Result<Metric, String> {
+        match s {
+            "l2" => Ok(Metric::L2),
+            "ip" | "inner-product" => Ok(Metric::InnerProduct),
+            "cosine" => Ok(Metric::Cosine),
+            _ => Err(format!("unknown metric {s:?}: expected l2, ip or cosine")),
+        }
+    }
+}
+
 impl Metric {
     /// Distance between two raw vectors of equal length (unchecked).
     ///

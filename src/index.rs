@@ -24,7 +24,7 @@ use crate::format::snapshot::{Snapshot, SnapshotError};
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
 use crate::probe::executor::{
-    DecodedRowGroup, Postings, RowGroupCache, Want, on_rayon, payload_of, scan_batch,
+    DecodedRowGroup, Postings, RowGroupCache, Want, json_rows, on_rayon, payload_rows, scan_batch,
 };
 use crate::probe::filtered::{
     FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, filter_budget, pruned_pages,
@@ -207,6 +207,11 @@ pub struct SearchResult {
     /// Best first; ties by the smaller rowid.
     pub hits: Vec<Hit>,
     pub stats: SearchStats,
+    /// With [`SearchParams::include_payload`]: the hits' payload columns as
+    /// Arrow, one row per hit in order, typed as stored (each [`Hit::payload`]
+    /// is its row as JSON).
+    #[serde(skip)]
+    pub payload: Option<arrow::record_batch::RecordBatch>,
 }
 
 /// An opened index snapshot.
@@ -748,23 +753,36 @@ impl Index {
                 .zip(per_query)
                 .zip(input.selected.iter())
                 .map(|((top, stats), (cids, _))| -> crate::Result<SearchResult> {
+                    let top = top.into_sorted();
+                    let payload = if include_payload {
+                        let rowids: Vec<i64> = top.iter().map(|n| n.rowid).collect();
+                        payload_rows(&paths, &input.loaded, cids, &rowids)?
+                    } else {
+                        None
+                    };
+                    let mut json = match &payload {
+                        Some(p) => {
+                            json_rows(&paths.first().map_or_else(String::new, Path::to_string), p)?
+                                .into_iter()
+                                .map(Some)
+                                .collect()
+                        }
+                        None => vec![None; top.len()],
+                    };
                     let hits = top
-                        .into_sorted()
                         .into_iter()
-                        .map(|n| {
-                            let payload = if include_payload {
-                                payload_of(&paths, &input.loaded, cids, n.rowid)?
-                            } else {
-                                None
-                            };
-                            Ok(Hit {
-                                rowid: n.rowid,
-                                distance: n.distance,
-                                payload,
-                            })
+                        .zip(json.drain(..))
+                        .map(|(n, payload)| Hit {
+                            rowid: n.rowid,
+                            distance: n.distance,
+                            payload,
                         })
-                        .collect::<Result<Vec<_>, ProbeError>>()?;
-                    Ok(SearchResult { hits, stats })
+                        .collect();
+                    Ok(SearchResult {
+                        hits,
+                        stats,
+                        payload,
+                    })
                 })
                 .collect()
         })

@@ -174,6 +174,7 @@ async fn s3_retries_and_timeouts_come_from_store_options() {
         request_timeout: Some(Duration::from_millis(300)),
         connect_timeout: Some(Duration::from_millis(300)),
         unconditional_publish: false,
+        config: Vec::new(),
     };
     let store = parqivf::store::location::s3_builder("silent", &options)
         .with_endpoint(&endpoint)

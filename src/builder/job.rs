@@ -137,12 +137,12 @@ pub struct BuildSummary {
     pub seconds: PhaseTimes,
 }
 
-fn secs(d: Duration) -> f64 {
+pub(super) fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
 }
 
 /// Run a blocking closure on the rayon-friendly blocking pool.
-async fn blocking<T: Send + 'static>(
+pub(super) async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, BuildError> + Send + 'static,
 ) -> Result<T, BuildError> {
     tokio::task::spawn_blocking(f)
@@ -212,15 +212,7 @@ pub async fn build(
     // 3. Train the two-level hierarchy.
     let phase = Phase::start(params.progress, "train", u64::from(params.nlist), "lists");
     let p = params.clone();
-    let (hierarchy, report, quantizer) = blocking(move || {
-        let (hierarchy, report) = stages::train(&sample, &p)?;
-        let quantizer = p
-            .codes
-            .map(|scheme| stages::train_quantizer(&sample, &hierarchy, scheme, p.seed))
-            .transpose()?;
-        Ok((hierarchy, report, quantizer))
-    })
-    .await?;
+    let (hierarchy, report, quantizer) = blocking(move || stages::train_model(&sample, &p)).await?;
     phase.inc(u64::from(params.nlist));
     times.train = secs(phase.finish());
     let hierarchy = Arc::new(hierarchy);
@@ -235,14 +227,7 @@ pub async fn build(
     let code_bytes = quantizer
         .as_deref()
         .map(crate::quant::Quantizer::code_bytes);
-    if let Some(column) = &params.sort_by
-        && !payload_fields.iter().any(|f| f.name() == column)
-    {
-        return Err(BuildError::SortColumn {
-            column: column.clone(),
-            payload: payload_fields.iter().map(|f| f.name().clone()).collect(),
-        });
-    }
+    stages::check_sort_by(params.sort_by.as_deref(), &payload_fields)?;
     let schema = postings_schema(dim, code_bytes, &payload_fields);
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;

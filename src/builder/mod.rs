@@ -6,11 +6,13 @@
 //! function of [`stages`] with plain inputs and outputs; [`job::build`]
 //! composes them on one machine. See `docs/build.md`.
 
+pub mod distributed;
 pub mod ducklake_source;
 pub mod job;
 pub mod parquet_source;
 pub mod progress;
 pub mod source;
+pub mod source_spec;
 pub mod spill;
 pub mod stages;
 
@@ -20,6 +22,7 @@ pub use job::{
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
 pub use progress::ProgressMode;
 pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};
+pub use source_spec::{SourceSpec, open_source};
 
 use thiserror::Error;
 
@@ -84,6 +87,10 @@ pub enum BuildError {
         "row with rowid {rowid} is a zero vector: metric cosine needs a direction (use --skip-invalid to skip such rows)"
     )]
     NoDirection { rowid: i64 },
+    /// A distributed build's worker finds the source unlike what the driver
+    /// counted (files added, removed or rewritten in between).
+    #[error("{source_name} changed since the build was planned: {detail}; plan the build again")]
+    SourceChanged { source_name: String, detail: String },
     #[error("no source files match {location}")]
     NoFiles { location: String },
     #[error("{path}: cannot read: {reason}")]

@@ -215,6 +215,58 @@ pub fn train(
     )?)
 }
 
+/// What training makes: the hierarchy ([`train`]), its report, and the
+/// codes' quantiser ([`train_quantizer`]) when `params` asks for codes. CPU only.
+///
+/// # Errors
+/// As [`train`] and [`train_quantizer`].
+pub fn train_model(
+    sample: &Sample,
+    params: &BuildParams,
+) -> Result<(Hierarchy, HierarchyReport, Option<Quantizer>), BuildError> {
+    let (hierarchy, report) = train(sample, params)?;
+    let quantizer = params
+        .codes
+        .map(|scheme| train_quantizer(sample, &hierarchy, scheme, params.seed))
+        .transpose()?;
+    Ok((hierarchy, report, quantizer))
+}
+
+/// Checks that `sort_by`, when set, is one of the payload fields.
+///
+/// # Errors
+/// [`BuildError::SortColumn`] naming the column and the payload.
+pub fn check_sort_by(sort_by: Option<&str>, payload: &[Field]) -> Result<(), BuildError> {
+    match sort_by {
+        Some(column) if !payload.iter().any(|f| f.name() == column) => {
+            Err(BuildError::SortColumn {
+                column: column.to_string(),
+                payload: payload.iter().map(|f| f.name().clone()).collect(),
+            })
+        }
+        _ => Ok(()),
+    }
+}
+
+/// The root bucket of each CID: root `r` owns `cid_offsets[r]..cid_offsets[r + 1]`.
+///
+/// # Errors
+/// [`BuildError::Arrow`] naming the row of a CID outside the lists.
+pub fn roots_of(cid_offsets: &[u32], cids: &[i32]) -> Result<Vec<u32>, BuildError> {
+    let nlist = cid_offsets.last().copied().unwrap_or(0);
+    cids.iter()
+        .enumerate()
+        .map(|(i, &c)| {
+            if c < 0 || c as u32 >= nlist {
+                return Err(BuildError::Arrow(format!(
+                    "row {i} has cid {c}, outside 0..{nlist}"
+                )));
+            }
+            Ok((cid_offsets.partition_point(|&o| o <= c as u32) - 1) as u32)
+        })
+        .collect()
+}
+
 /// Most sample rows whose residuals train SQ8's ranges.
 const QUANTIZER_SAMPLE: usize = 65_536;
 
@@ -414,17 +466,12 @@ pub fn group_by_root(
         .and_then(|c| c.as_primitive_opt::<Int32Type>())
         .ok_or_else(|| BuildError::Arrow(format!("assigned rows have no Int32 {CID_COLUMN}")))?;
     let nroots = cid_offsets.len().saturating_sub(1);
-    let nlist = cid_offsets.last().copied().unwrap_or(0);
     let mut by_root: Vec<Vec<u32>> = vec![Vec::new(); nroots];
-    for (i, &c) in cids.values().iter().enumerate() {
-        if c < 0 || c as u32 >= nlist {
-            return Err(BuildError::Arrow(format!(
-                "row {i} has cid {c}, outside 0..{nlist}"
-            )));
-        }
-        // cid_offsets is sorted, root r owns [off[r], off[r+1]).
-        let r = cid_offsets.partition_point(|&o| o <= c as u32) - 1;
-        by_root[r].push(i as u32);
+    for (i, r) in roots_of(cid_offsets, cids.values())?
+        .into_iter()
+        .enumerate()
+    {
+        by_root[r as usize].push(i as u32);
     }
     by_root
         .into_iter()

@@ -2,13 +2,9 @@
 //! index snapshot as the next version of the index at `--out`.
 
 use std::process::ExitCode;
-use std::sync::Arc;
 
 use anyhow::Context;
-use parqivf::builder::{
-    ArraySource, BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, VectorSource,
-    build,
-};
+use parqivf::builder::{BuildParams, ProgressMode, SourceSpec, build, open_source};
 use parqivf::distance::Metric;
 use parqivf::kmeans::AssignMode;
 use parqivf::quant::Scheme;
@@ -56,7 +52,7 @@ pub struct Args {
     #[arg(long, default_value_t = parqivf::builder::DEFAULT_POLISH)]
     pub polish: usize,
     /// l2, ip or cosine.
-    #[arg(long, default_value = "l2", value_parser = parse_metric)]
+    #[arg(long, default_value = "l2", value_parser = clap::value_parser!(Metric))]
     pub metric: Metric,
     #[arg(long, default_value_t = 20)]
     pub niter: usize,
@@ -66,11 +62,11 @@ pub struct Args {
     #[arg(long, default_value_t = parqivf::builder::DEFAULT_SEED)]
     pub seed: u64,
     /// Assignment: `exact` or `hierarchical:M` (nearest M roots, then their leaves).
-    #[arg(long, default_value = "exact", value_parser = parse_assign)]
+    #[arg(long, default_value = "exact", value_parser = clap::value_parser!(AssignMode))]
     pub assign: AssignMode,
     /// Quantised codes beside the vectors: `rabitq4` (4 bits a dimension, the
     /// default), `sq8` (8 bits a dimension) or `none` (queries scan f32).
-    #[arg(long, default_value = codes_name(parqivf::builder::DEFAULT_CODES), value_parser = parse_codes)]
+    #[arg(long, default_value = parqivf::quant::codes_name(parqivf::builder::DEFAULT_CODES), value_parser = parse_codes)]
     pub codes: Codes,
     /// Memory for assigned postings before spilling per bucket (e.g. 512MiB, 2GiB).
     #[arg(long, default_value = "2GiB", value_parser = parse_bytes)]
@@ -86,20 +82,19 @@ pub struct Args {
     pub json: bool,
 }
 
-pub fn parse_metric(s: &str) -> Result<Metric, String> {
-    match s {
-        "l2" => Ok(Metric::L2),
-        "ip" | "inner-product" => Ok(Metric::InnerProduct),
-        "cosine" => Ok(Metric::Cosine),
-        _ => Err(format!("unknown metric {s:?}: expected l2, ip or cosine")),
-    }
-}
-
-const fn codes_name(codes: Option<Scheme>) -> &'static str {
-    match codes {
-        None => "none",
-        Some(Scheme::Sq8) => "sq8",
-        Some(Scheme::RaBitQ4) => "rabitq4",
+impl Args {
+    /// The source these flags name.
+    pub fn source_spec(&self) -> SourceSpec {
+        SourceSpec {
+            source: self.source.clone(),
+            column: self.column.clone(),
+            table: self.table.clone(),
+            snapshot: self.snapshot,
+            data_path: self.data_path.clone(),
+            id_column: self.id_column.clone(),
+            payload: self.payload.clone(),
+            skip_invalid: self.skip_invalid,
+        }
     }
 }
 
@@ -108,27 +103,7 @@ const fn codes_name(codes: Option<Scheme>) -> &'static str {
 pub struct Codes(pub Option<Scheme>);
 
 fn parse_codes(s: &str) -> Result<Codes, String> {
-    if s == "none" {
-        return Ok(Codes(None));
-    }
-    s.parse()
-        .map(|scheme| Codes(Some(scheme)))
-        .map_err(|_| format!("unknown codes {s:?}: expected none, sq8 or rabitq4"))
-}
-
-fn parse_assign(s: &str) -> Result<AssignMode, String> {
-    match s.split_once(':') {
-        None if s == "exact" => Ok(AssignMode::Exact),
-        Some(("hierarchical", m)) => m
-            .parse()
-            .ok()
-            .filter(|&m: &usize| m > 0)
-            .map(|m| AssignMode::Hierarchical { m })
-            .ok_or_else(|| format!("bad root count in {s:?}")),
-        _ => Err(format!(
-            "unknown assignment {s:?}: expected exact or hierarchical:M"
-        )),
-    }
+    parqivf::quant::parse_codes(s).map(Codes)
 }
 
 /// `123`, `64KiB`, `512MiB`, `2GiB` (also KB/MB/GB as powers of 1000).
@@ -160,7 +135,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
     }
     let rt = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     rt.block_on(async {
-        let source = open_source(&args, store).await?;
+        let source = open_source(&args.source_spec(), store).await?;
         let (store, index) = parqivf::store::location::open_with(&args.out, store)?;
         let params = BuildParams {
             nlist: args.nlist,
@@ -208,55 +183,4 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
         }
         Ok(ExitCode::SUCCESS)
     })
-}
-
-async fn open_source(args: &Args, options: &StoreOptions) -> anyhow::Result<Arc<dyn VectorSource>> {
-    let src = args.source.as_str();
-    if let Some(catalog) = src.strip_prefix("ducklake:sqlite:") {
-        let table = args
-            .table
-            .as_deref()
-            .context("a DuckLake source needs --table schema.table")?;
-        // A relative --data-path means relative to where the user stands, so
-        // it is made absolute here, at the CLI edge, once.
-        let data_path = match args.data_path.as_deref() {
-            Some(p) if !p.contains("://") => Some(
-                std::path::absolute(p)
-                    .with_context(|| format!("--data-path {p}"))?
-                    .display()
-                    .to_string(),
-            ),
-            other => other.map(str::to_string),
-        };
-        let s = parqivf::builder::ducklake_source::DuckLakeSource::open(
-            catalog,
-            table,
-            &args.column,
-            &args.payload,
-            args.snapshot,
-            data_path.as_deref(),
-            args.skip_invalid,
-        )
-        .await?;
-        return Ok(Arc::new(s));
-    }
-    if src.ends_with(".npy") || src.ends_with(".fvecs") {
-        let v = parqivf::vector_file::read_vectors(std::path::Path::new(src))?;
-        let s = ArraySource::new(v.data, v.dim, src)?.with_skip_invalid(args.skip_invalid);
-        return Ok(Arc::new(s));
-    }
-    let (store, pattern) = parqivf::store::location::open_pattern(src, options)?;
-    let s = ParquetSource::open(
-        store,
-        &pattern,
-        ParquetSourceOptions {
-            column: args.column.clone(),
-            id_column: args.id_column.clone(),
-            payload: args.payload.clone(),
-            skip_invalid: args.skip_invalid,
-            table_uri: src.contains("://").then(|| src.to_string()),
-        },
-    )
-    .await?;
-    Ok(Arc::new(s))
 }

@@ -69,6 +69,7 @@ impl StoreArgs {
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
             unconditional_publish: self.allow_unconditional_publish,
+            config: Vec::new(),
         }
     }
 }

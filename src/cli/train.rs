@@ -47,7 +47,7 @@ pub struct Args {
     #[arg(long, default_value_t = 1234)]
     seed: u64,
     /// l2, ip or cosine.
-    #[arg(long, default_value = "l2", value_parser = parse_metric)]
+    #[arg(long, default_value = "l2", value_parser = clap::value_parser!(Metric))]
     metric: Metric,
     /// Use k-means++ initialisation instead of FAISS's random init.
     #[arg(long)]
@@ -64,11 +64,6 @@ pub struct Args {
     /// Print one JSON object instead of text.
     #[arg(long)]
     json: bool,
-}
-
-fn parse_metric(s: &str) -> Result<Metric, String> {
-    serde_json::from_value(Value::String(s.to_string()))
-        .map_err(|_| format!("unknown metric {s:?} (l2, ip, cosine)"))
 }
 
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {

@@ -88,6 +88,26 @@ pub enum AssignMode {
     Hierarchical { m: usize },
 }
 
+impl std::str::FromStr for AssignMode {
+    type Err = String;
+
+    /// `exact` or `hierarchical:M` (M ≥ 1), as the build's `--assign` takes it.
+    fn from_str(s: &str) -> Result<AssignMode, String> {
+        match s.split_once(':') {
+            None if s == "exact" => Ok(AssignMode::Exact),
+            Some(("hierarchical", m)) => m
+                .parse()
+                .ok()
+                .filter(|&m: &usize| m > 0)
+                .map(|m| AssignMode::Hierarchical { m })
+                .ok_or_else(|| format!("bad root count in {s:?}")),
+            _ => Err(format!(
+                "unknown assignment {s:?}: expected exact or hierarchical:M"
+            )),
+        }
+    }
+}
+
 impl Hierarchy {
     /// Trains a two-level hierarchy on `data` (row-major, width `dim`).
     ///

@@ -1030,39 +1030,80 @@ pub fn scan_batch(
         })
 }
 
-/// The payload of the row holding `rowid` among `loaded` row groups of `cids`,
-/// as a JSON object (column name → value); `paths` name the manifest files in
-/// errors.
+/// The payload of each of `rowids` (rows of the probed `cids` among
+/// `loaded`), as one batch with a row per rowid in order; `None` when the
+/// index has no payload or a rowid is not among the loaded rows.
 ///
 /// # Errors
-/// [`ProbeError::UnsupportedPayload`] for a column type without a JSON mapping.
-pub fn payload_of(
+/// [`ProbeError::PayloadMismatch`] naming a file of `paths` when the loaded
+/// row groups' payloads differ in schema.
+pub fn payload_rows(
     paths: &[Path],
     loaded: &[Arc<DecodedRowGroup>],
     cids: &[u32],
-    rowid: i64,
-) -> Result<Option<serde_json::Map<String, serde_json::Value>>, ProbeError> {
-    for rg in loaded
-        .iter()
-        .filter(|rg| cids.binary_search(&rg.cid).is_ok())
-    {
-        let (Some(batch), Some(row)) = (&rg.payload, rg.rowids.iter().position(|&r| r == rowid))
-        else {
-            continue;
-        };
-        let mut map = serde_json::Map::new();
-        for (field, col) in batch.schema_ref().fields().iter().zip(batch.columns()) {
-            let value =
-                json_value(col.as_ref(), row).ok_or_else(|| ProbeError::UnsupportedPayload {
-                    path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
-                    column: field.name().clone(),
-                    data_type: field.data_type().to_string(),
-                })?;
-            map.insert(field.name().clone(), value);
+    rowids: &[i64],
+) -> Result<Option<RecordBatch>, ProbeError> {
+    let mut batches: Vec<&RecordBatch> = Vec::new();
+    let mut file = 0;
+    let mut slot: Vec<Option<usize>> = vec![None; loaded.len()];
+    let mut at = Vec::with_capacity(rowids.len());
+    for &rowid in rowids {
+        let found = loaded.iter().enumerate().find_map(|(i, rg)| {
+            if cids.binary_search(&rg.cid).is_err() {
+                return None;
+            }
+            let batch = rg.payload.as_ref()?;
+            let row = rg.rowids.iter().position(|&r| r == rowid)?;
+            Some((i, batch, row))
+        });
+        if let Some((i, _, _)) = found {
+            file = loaded[i].file;
         }
-        return Ok(Some(map));
+        let Some((i, batch, row)) = found else {
+            return Ok(None);
+        };
+        let b = *slot[i].get_or_insert_with(|| {
+            batches.push(batch);
+            batches.len() - 1
+        });
+        at.push((b, row));
     }
-    Ok(None)
+    if batches.is_empty() {
+        return Ok(None);
+    }
+    arrow::compute::interleave_record_batch(&batches, &at)
+        .map(Some)
+        .map_err(|e| ProbeError::PayloadMismatch {
+            path: paths.get(file).map_or_else(String::new, Path::to_string),
+            detail: e.to_string(),
+        })
+}
+
+/// Each row of `payload` as a JSON object.
+///
+/// # Errors
+/// [`ProbeError::UnsupportedPayload`] naming `path`, the column and its type
+/// for a type without a JSON mapping.
+pub fn json_rows(
+    path: &str,
+    payload: &RecordBatch,
+) -> Result<Vec<serde_json::Map<String, serde_json::Value>>, ProbeError> {
+    (0..payload.num_rows())
+        .map(|row| {
+            let mut map = serde_json::Map::new();
+            for (field, col) in payload.schema_ref().fields().iter().zip(payload.columns()) {
+                let value = json_value(col.as_ref(), row).ok_or_else(|| {
+                    ProbeError::UnsupportedPayload {
+                        path: path.to_string(),
+                        column: field.name().clone(),
+                        data_type: field.data_type().to_string(),
+                    }
+                })?;
+                map.insert(field.name().clone(), value);
+            }
+            Ok(map)
+        })
+        .collect()
 }
 
 /// One cell as JSON; `None` for types without a mapping.

@@ -47,6 +47,10 @@ pub enum ProbeError {
         actual: usize,
     },
     /// A payload column's type has no JSON mapping.
+    /// Postings files whose payload columns differ (the writer gives every
+    /// file of an index the same payload schema).
+    #[error("{path}: its payload columns differ from another postings file's: {detail}")]
+    PayloadMismatch { path: String, detail: String },
     #[error("{path}: payload column {column} of type {data_type} cannot be returned")]
     UnsupportedPayload {
         path: String,

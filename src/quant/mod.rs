@@ -110,6 +110,28 @@ impl FromStr for Scheme {
     }
 }
 
+/// The codes of a build by name: a scheme, or `none` (no `code` column).
+///
+/// # Errors
+/// A message naming the choices for any other name.
+pub fn parse_codes(s: &str) -> Result<Option<Scheme>, String> {
+    if s == "none" {
+        return Ok(None);
+    }
+    s.parse()
+        .map(Some)
+        .map_err(|_| format!("unknown codes {s:?}: expected none, sq8 or rabitq4"))
+}
+
+/// The name [`parse_codes`] takes for `codes`.
+pub const fn codes_name(codes: Option<Scheme>) -> &'static str {
+    match codes {
+        None => "none",
+        Some(Scheme::Sq8) => "sq8",
+        Some(Scheme::RaBitQ4) => "rabitq4",
+    }
+}
+
 /// Why a quantiser could not be built.
 #[derive(thiserror::Error, Debug, Clone, PartialEq)]
 pub enum QuantError {

@@ -17,10 +17,12 @@
 //! `..` in the not-yet-existing rest rejected. Nothing is created on open:
 //! local folders appear when the first object is written below them.
 //!
-//! Credentials, endpoints and regions come only from the environment
+//! Credentials, endpoints and regions come from the environment
 //! (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`, `AWS_REGION`,
 //! `AWS_ENDPOINT`, `AWS_ALLOW_HTTP`, …, object_store's standard variables),
-//! never from a definition or a URI (which cannot carry user information).
+//! overridden by the same keys in [`StoreOptions::config`] (a library or
+//! Python caller's `storage_options`), never from a definition or a URI
+//! (which cannot carry user information).
 //! Retries, timeouts and the unconditional-publish opt-in come from the
 //! runtime [`StoreOptions`] ([`open_with`]).
 
@@ -138,6 +140,9 @@ fn open_uri(
         Scheme::Gs => {
             use object_store::gcp::{GoogleCloudStorageBuilder, GoogleConfigKey};
             let mut b = GoogleCloudStorageBuilder::from_env().with_bucket_name(uri.host());
+            for (key, value) in options.config_for(|k| k.parse::<GoogleConfigKey>().ok()) {
+                b = b.with_config(key, value);
+            }
             for (key, value) in options.client_config() {
                 b = b.with_config(GoogleConfigKey::Client(key), value);
             }
@@ -150,6 +155,9 @@ fn open_uri(
         Scheme::Az => {
             use object_store::azure::{AzureConfigKey, MicrosoftAzureBuilder};
             let mut b = MicrosoftAzureBuilder::from_env().with_container_name(uri.host());
+            for (key, value) in options.config_for(|k| k.parse::<AzureConfigKey>().ok()) {
+                b = b.with_config(key, value);
+            }
             for (key, value) in options.client_config() {
                 b = b.with_config(AzureConfigKey::Client(key), value);
             }
@@ -177,11 +185,16 @@ fn open_uri(
     Ok((store, uri.object_path()))
 }
 
-/// The S3 builder for `bucket`: the environment's `AWS_*` configuration with
-/// `options`' timeouts merged in and its retry policy when one is set.
+/// The S3 builder for `bucket`: the environment's `AWS_*` configuration,
+/// then `options`' own store keys ([`StoreOptions::config`]), its timeouts,
+/// and its retry policy when one is set.
 pub fn s3_builder(bucket: &str, options: &StoreOptions) -> object_store::aws::AmazonS3Builder {
     use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
-    let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    let mut b = AmazonS3Builder::from_env();
+    for (key, value) in options.config_for(|k| k.parse::<AmazonS3ConfigKey>().ok()) {
+        b = b.with_config(key, value);
+    }
+    b = b.with_bucket_name(bucket);
     for (key, value) in options.client_config() {
         b = b.with_config(AmazonS3ConfigKey::Client(key), value);
     }

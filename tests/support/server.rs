@@ -138,6 +138,7 @@ impl BruteForce {
                 row_groups_read: 1,
                 ..SearchStats::default()
             },
+            payload: None,
         }
     }
 }
