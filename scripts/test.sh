@@ -3,7 +3,10 @@
 #  - a Python venv (.venv-test) with pyarrow, duckdb and moto: the independent
 #    readers of our Parquet, and moto_server as a real S3 API on loopback;
 #  - moto_server on 127.0.0.1 with a free port and a bucket, stopped by PID at exit;
-#  - `cargo test` over the whole crate (unit, integration, doc tests).
+#  - `cargo test` over the whole crate (unit, integration, doc tests);
+#  - the Python package (python/): built by maturin into the venv from the
+#    same target folder and profile as the tests (only the extension crate
+#    compiles again), then its pytest suite, Ray builds included.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -11,9 +14,11 @@ VENV="${PARQIVF_VENV:-$PWD/.venv-test}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import pyarrow, duckdb, moto, flask_cors" 2>/dev/null; then
+if ! "$VENV/bin/python" -c "import pyarrow, duckdb, moto, flask_cors, pytest, ray.data" 2>/dev/null \
+  || [ ! -x "$VENV/bin/maturin" ]; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-    "pyarrow>=15" "duckdb>=1.1" "moto[server]>=5" numpy
+    "pyarrow>=15" "duckdb>=1.1" "moto[server]>=5" numpy \
+    "maturin>=1.9,<2" "pytest>=8" "ray[data]>=2.40"
 fi
 export PARQIVF_PYTHON="$VENV/bin/python"
 export PARQIVF_REQUIRE_INTEROP=1
@@ -47,3 +52,9 @@ cargo test --locked --lib -- distance:: kmeans::assign:: --nocapture --test-thre
 # backend (memory, local, S3 on moto) passing; then everything else.
 cargo test --locked --test store_conformance -- --nocapture --test-threads 1
 cargo test --locked "$@" -- --skip on_every_backend
+
+# The Python package: the extension built into the venv (dev profile, the
+# target folder above), then pytest over every function, error and the Ray
+# build. pytest exits 5 when it collects no test, which fails this script.
+(cd python && VIRTUAL_ENV="$VENV" PATH="$VENV/bin:$PATH" "$VENV/bin/maturin" develop --locked --quiet)
+"$VENV/bin/python" -m pytest python/tests -ra -p no:cacheprovider

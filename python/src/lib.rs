@@ -327,9 +327,11 @@ fn query_rows(queries: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, usize)> {
             )));
         }
     };
+    // `as_slice` also accepts Fortran order, whose buffer is column-major:
+    // only a C-ordered buffer is taken as it is.
     let data = match array.as_slice() {
-        Ok(s) => s.to_vec(),
-        Err(_) => array.as_array().iter().copied().collect(),
+        Ok(s) if array.is_c_contiguous() => s.to_vec(),
+        _ => array.as_array().iter().copied().collect(),
     };
     Ok((data, n))
 }
@@ -380,7 +382,7 @@ impl Index {
         )
         .map_err(py_error)?;
         if let Some(first) = results.first() {
-            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(first.stats.clone());
+            *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(first.stats);
         }
         Ok(results)
     }
@@ -524,7 +526,7 @@ impl Index {
     #[getter]
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let (footer_cache_bytes, postings_bytes) = self.inner.cache_bytes();
-        let last = self.last.lock().unwrap_or_else(|e| e.into_inner()).clone();
+        let last = *self.last.lock().unwrap_or_else(|e| e.into_inner());
         let stats = serde_json::json!({
             "last_search": last,
             "footer_cache_bytes": footer_cache_bytes,

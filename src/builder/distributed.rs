@@ -38,6 +38,7 @@ use super::stages::{self, Model, PostingsTarget, SnapshotFolder};
 use crate::format::definition::IndexDefinition;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{CID_COLUMN, postings_schema};
+use crate::format::warehouse::WarehouseError;
 use crate::kmeans::{AssignMode, Hierarchy};
 use crate::quant::Quantizer;
 use crate::store::options::StoreOptions;
@@ -499,7 +500,7 @@ pub async fn publish(
     let commit = match published {
         Ok(c) => c,
         Err(e) => {
-            if !committing {
+            if !committing || lost_race(&store, &folder, &e).await {
                 let _ = super::spill::delete_snapshot(&store, &folder.path).await;
             }
             return Err(e);
@@ -541,6 +542,20 @@ pub async fn publish(
             )),
         },
     })
+}
+
+/// Whether `e` is a commit conflict and no version names `folder`: another
+/// build took the version, so the snapshot can never become current (a
+/// retried commit whose first attempt landed also reports a conflict, but
+/// then a version names it).
+async fn lost_race(store: &Arc<dyn ObjectStore>, folder: &SnapshotFolder, e: &BuildError) -> bool {
+    if !matches!(e, BuildError::Warehouse(WarehouseError::Conflict { .. })) {
+        return false;
+    }
+    match crate::format::warehouse::history(store, &folder.index).await {
+        Ok(commits) => !commits.iter().any(|c| c.snapshot == folder.name),
+        Err(_) => false,
+    }
 }
 
 /// Deletes what a failed distributed build wrote: its snapshot folder,

@@ -1,0 +1,174 @@
+"""Type stubs of the Rust extension (python/src/lib.rs)."""
+
+from typing import Any, Dict, List, Literal, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import numpy.typing as npt
+import pyarrow as pa
+
+__version__: str
+
+StorageOptions = Optional[Dict[str, str]]
+Preload = Literal["none", "codes", "all"]
+
+class ParqivfError(Exception):
+    """Base class of every parqivf error."""
+
+class InvalidArgument(ParqivfError):
+    """A parameter or an input is invalid (the message names it and the numbers)."""
+
+class DimensionMismatch(InvalidArgument):
+    """Query vectors whose dimension differs from the index's."""
+
+class InvalidFilter(InvalidArgument):
+    """A filter that does not parse, names an unknown column, or mixes types."""
+
+class NotFound(ParqivfError):
+    """No index (or no object) at the location."""
+
+class CorruptIndex(ParqivfError):
+    """An index whose documents or postings break the format's rules."""
+
+class Conflict(ParqivfError):
+    """Another writer committed the index first; the operation can be run again."""
+
+class SourceError(ParqivfError):
+    """The source table cannot be read as asked (files, columns, types, values)."""
+
+class StorageError(ParqivfError):
+    """The object store failed (after its retries)."""
+
+def build(
+    source: str,
+    out: str,
+    *,
+    column: str = "embedding",
+    nlist: int = 1024,
+    payload: Optional[Sequence[str]] = None,
+    table: Optional[str] = None,
+    snapshot: Optional[int] = None,
+    data_path: Optional[str] = None,
+    id_column: Optional[str] = None,
+    sort_by: Optional[str] = None,
+    roots: Optional[int] = None,
+    polish: int = 4,
+    metric: Literal["l2", "ip", "cosine"] = "l2",
+    niter: int = 20,
+    max_points_per_centroid: int = 256,
+    seed: int = 1234,
+    assign: str = "exact",
+    codes: Literal["rabitq4", "sq8", "none"] = "rabitq4",
+    memory_limit: int = 2 << 30,
+    skip_invalid: bool = False,
+    storage_options: StorageOptions = None,
+) -> Dict[str, Any]:
+    """Builds an index of ``source`` and publishes it as the next version at ``out``.
+
+    ``source`` is what ``parqivf build --source`` takes: a Parquet table root
+    or ``*`` pattern (path, ``file://``, ``s3://``…), a ``.npy``/``.fvecs``
+    file, or ``ducklake:sqlite:<catalog>`` with ``table="schema.table"``.
+    The other arguments are the CLI's flags, with its defaults. Returns the
+    summary ``parqivf build --json`` prints. Nothing is published on error.
+
+    Raises ``SourceError`` (unreadable source, missing or mistyped column…),
+    ``InvalidArgument`` (bad parameter, ``nlist`` above the rows…),
+    ``Conflict`` (another build committed first), ``StorageError``.
+    """
+
+def verify(location: str, storage_options: StorageOptions = None, orphans: bool = False) -> Dict[str, Any]:
+    """Checks every rule of the format for a postings table, a snapshot or an
+    index (its current snapshot): ``{"ok", "table-root", "files-checked",
+    "violations"}``, each violation with its path and numbers. ``orphans``
+    also lists the table for objects no manifest names."""
+
+class Index:
+    """An opened index snapshot: thread-safe, and every call releases the GIL."""
+
+    @staticmethod
+    def open(
+        location: str,
+        storage_options: StorageOptions = None,
+        preload: Optional[Preload] = None,
+        postings_cache_bytes: int = 0,
+    ) -> "Index":
+        """Opens the current snapshot of the index at ``location`` (one read
+        of the commit log and of each document; never lists). ``preload``
+        holds ``"codes"`` (codes, rowids, page offsets, payload) or
+        ``"all"`` (also the vectors) in memory; ``None`` reads postings from
+        storage per query. Raises ``NotFound`` or ``CorruptIndex``."""
+
+    def search(
+        self,
+        queries: npt.NDArray[np.float32],
+        k: int = 10,
+        nprobe: int = 16,
+        filter: Optional[str] = None,
+        max_nprobe: Optional[int] = None,
+        rerank: Optional[int] = None,
+    ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
+        """The ``k`` nearest rows of each query (``(n, d)`` or ``(d,)``
+        float32): ``(ids, distances)``, both ``(n, k)``, best first, smaller
+        distances closer. A query with fewer than ``k`` results is padded with
+        id ``-1`` and distance ``+inf``. ``filter`` is a SQL ``WHERE``
+        expression over the payload columns; a filtered query probes further
+        until ``k`` rows match or ``max_nprobe`` lists are probed.
+        ``rerank`` (default 4) re-ranks ``rerank × k`` code candidates
+        exactly; 0 returns the codes' estimates. Raises ``DimensionMismatch``,
+        ``InvalidFilter``, ``InvalidArgument``, ``CorruptIndex``, ``StorageError``."""
+
+    def search_table(
+        self,
+        queries: npt.NDArray[np.float32],
+        k: int = 10,
+        nprobe: int = 16,
+        filter: Optional[str] = None,
+        max_nprobe: Optional[int] = None,
+        rerank: Optional[int] = None,
+        payload: bool = True,
+    ) -> pa.Table:
+        """As ``search``, as one row per hit: ``query`` (int64), ``rank``
+        (int32), ``rowid`` (int64), ``distance`` (float32), then the payload
+        columns with their stored types (``payload=True``)."""
+
+    def preload(self, what: Preload) -> Dict[str, Any]:
+        """Loads ``"codes"`` or ``"all"`` into memory; returns the IO it took."""
+
+    @property
+    def info(self) -> Dict[str, Any]:
+        """Location, version, snapshot, dim, nlist, metric, rows, postings
+        files and bytes, codes, what is preloaded, and ``index.json``."""
+
+    @property
+    def stats(self) -> Dict[str, Any]:
+        """``last_search``: the statistics of the last search call (requests,
+        bytes, rounds, lists probed, filter plan…; ``None`` before any), and
+        the bytes held by the footer cache and by preloaded postings."""
+
+# The distributed build's stages (used by parqivf.ray).
+
+def plan_build(source: str, out: str, **kwargs: Any) -> bytes:
+    """Counts, samples and trains on the driver: the plan every task receives."""
+
+def plan_info(plan: bytes) -> Dict[str, Any]:
+    """The plan's parts, roots, index, snapshot folder, shuffle key and definition."""
+
+def publish_build(
+    plan: bytes,
+    files: List[str],
+    storage_options: StorageOptions = None,
+    assign_seconds: float = 0.0,
+    write_seconds: float = 0.0,
+) -> Dict[str, Any]:
+    """Publishes and commits the planned snapshot from every bucket's files."""
+
+def abort_build(plan: bytes, storage_options: StorageOptions = None) -> None:
+    """Deletes the snapshot folder of a failed distributed build."""
+
+class BuildWorker:
+    """One plan's source and model, opened on a worker."""
+
+    def __init__(self, plan: bytes, storage_options: StorageOptions = None) -> None: ...
+    def assign_part(self, part: int) -> pa.RecordBatch:
+        """Part ``part`` read, assigned and encoded, with its root bucket column."""
+    def write_bucket(self, bucket: int, rows: Union[pa.Table, pa.RecordBatch]) -> List[str]:
+        """Writes one root bucket's rows; its files' manifest entries as JSON."""

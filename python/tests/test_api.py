@@ -1,0 +1,303 @@
+"""The Python API over the Rust library: every function, its results
+against brute force and the library's own answers, and every typed error."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import parqivf
+from conftest import DIM, NLIST, ROWS, brute_force, s3_options, vectors, write_table
+
+SUMMARY_KEYS = {
+    "index", "snapshot", "version", "rows", "skipped-rows", "dim", "nlist", "roots", "parts",
+    "sample-rows", "objective", "postings-files", "postings-bytes", "spilled-bytes",
+    "spill-events", "peak-rss-bytes", "seconds",
+}
+
+
+def test_build_returns_the_cli_summary(index):
+    _, summary = index
+    assert set(summary) == SUMMARY_KEYS
+    assert summary["rows"] == ROWS and summary["dim"] == DIM and summary["nlist"] == NLIST
+    assert summary["version"] == 1 and summary["parts"] == 2
+    assert set(summary["seconds"]) == {"count", "sample", "train", "assign", "write", "publish", "total"}
+
+
+def test_search_at_nprobe_nlist_is_exact(index, data):
+    out, _ = index
+    idx = parqivf.Index.open(str(out))
+    q = data[:40] + 0.01
+    ids, dist = idx.search(q, k=10, nprobe=NLIST)
+    assert ids.dtype == np.int64 and dist.dtype == np.float32 and ids.shape == (40, 10)
+    want_ids, want_d = brute_force(data, q, 10)
+    np.testing.assert_array_equal(ids, want_ids)
+    np.testing.assert_allclose(dist, want_d, rtol=1e-4, atol=1e-3)
+
+
+def test_every_serving_mode_gives_the_same_answer(coded_index, data):
+    q = data[100:120]
+    answers = []
+    for preload in [None, "codes", "all"]:
+        idx = parqivf.Index.open(str(coded_index), preload=preload)
+        answers.append(idx.search(q, k=5, nprobe=8))
+        assert idx.info["preloaded"] == (preload or "none")
+    for ids, dist in answers[1:]:
+        np.testing.assert_array_equal(ids, answers[0][0])
+        np.testing.assert_array_equal(dist, answers[0][1])
+
+
+def test_one_query_as_a_vector_and_non_contiguous_queries(index, data):
+    idx = parqivf.Index.open(str(index[0]))
+    one_ids, _ = idx.search(data[5], k=3, nprobe=NLIST)
+    assert one_ids.shape == (1, 3) and one_ids[0, 0] == 5
+    wide = np.zeros((4, DIM * 2), np.float32)
+    wide[:, ::2] = data[:4]
+    ids, _ = idx.search(wide[:, ::2], k=1, nprobe=NLIST)
+    assert ids[:, 0].tolist() == [0, 1, 2, 3]
+    ids, _ = idx.search(np.asfortranarray(data[:4]), k=1, nprobe=NLIST)
+    assert ids[:, 0].tolist() == [0, 1, 2, 3]
+    empty_ids, empty_d = idx.search(np.zeros((0, DIM), np.float32))
+    assert empty_ids.shape == (0, 10) and empty_d.shape == (0, 10)
+
+
+def test_filters_fill_k_and_pad_when_fewer_rows_match(index, data):
+    idx = parqivf.Index.open(str(index[0]))
+    q = data[:8]
+    ids, dist = idx.search(q, k=10, nprobe=2, filter="category = 3")
+    assert (ids % 10 == 3).all() and (ids >= 0).all()
+    ids, _ = idx.search(q, k=10, nprobe=NLIST, filter="category = 3")
+    want, _ = brute_force(data, q, 10, keep=np.arange(ROWS) % 10 == 3)
+    np.testing.assert_array_equal(ids, want)
+    ids, dist = idx.search(q, k=10, nprobe=NLIST, filter="title IN ('doc 1', 'doc 2')")
+    assert sorted(ids[0, :2].tolist()) == [1, 2]
+    assert (ids[:, 2:] == -1).all() and np.isinf(dist[:, 2:]).all()
+    assert idx.stats["last_search"]["filter_plan"] in ("probe", "exhaustive")
+
+
+def test_search_table_carries_typed_payload_and_joins_in_duckdb(index, data, table):
+    duckdb = pytest.importorskip("duckdb")
+    idx = parqivf.Index.open(str(index[0]))
+    hits = idx.search_table(data[:3], k=4, nprobe=NLIST)
+    assert isinstance(hits, pa.Table)
+    assert hits.column_names == ["query", "rank", "rowid", "distance", "category", "title"]
+    assert hits.schema.field("category").type == pa.int64()
+    assert hits.num_rows == 12
+    assert hits.column("rank").to_pylist()[:4] == [0, 1, 2, 3]
+    ids, _ = idx.search(data[:3], k=4, nprobe=NLIST)
+    assert hits.column("rowid").to_pylist() == ids.ravel().tolist()
+    assert all(t == f"doc {r}" for t, r in zip(hits.column("title").to_pylist(), hits.column("rowid").to_pylist()))
+    # rowid = rows of the files before + row number: DuckDB's file_row_number.
+    joined = duckdb.sql(
+        f"""
+        WITH src AS (
+          SELECT row_number() OVER (ORDER BY filename, file_row_number) - 1 AS rowid, title
+          FROM read_parquet('{table}/*.parquet', filename=true, file_row_number=true))
+        SELECT h.query, h.rank, src.title FROM hits h JOIN src USING (rowid) ORDER BY h.query, h.rank
+        """
+    ).fetchall()
+    assert [t for _, _, t in joined] == hits.column("title").to_pylist()
+    bare = idx.search_table(data[:1], k=2, payload=False)
+    assert bare.column_names == ["query", "rank", "rowid", "distance"]
+
+
+def test_search_releases_the_gil(coded_index):
+    idx = parqivf.Index.open(str(coded_index), preload="all")
+    q = vectors(rows=4000, seed=3)
+    ticks = []
+    stop = threading.Event()
+
+    def spin():
+        while not stop.is_set():
+            ticks.append(1)
+            time.sleep(0)
+
+    t = threading.Thread(target=spin)
+    t.start()
+    time.sleep(0.05)
+    before = len(ticks)
+    start = time.perf_counter()
+    idx.search(q, k=10, nprobe=NLIST)
+    took = time.perf_counter() - start
+    during = len(ticks) - before
+    stop.set()
+    t.join()
+    # A call that held the GIL would leave the spinning thread no turn at all.
+    assert took > 0.01, took
+    assert during > 10, (during, took)
+
+
+def test_info_and_stats(coded_index):
+    idx = parqivf.Index.open(str(coded_index))
+    info = idx.info
+    assert info["version"] == 1 and info["dim"] == DIM and info["nlist"] == NLIST
+    assert info["rows"] == ROWS and info["codes"] == "rabitq4" and info["metric"] == "l2"
+    assert info["definition"]["build"]["payload-columns"] == ["category", "title"]
+    assert idx.stats["last_search"] is None
+    idx.search(vectors(rows=2), nprobe=4)
+    last = idx.stats["last_search"]
+    assert last["lists_probed"] == 4 and last["requests"] > 0 and last["bytes"] > 0
+    assert "Index(" in repr(idx)
+
+
+def test_verify(coded_index, tmp_path):
+    report = parqivf.verify(str(coded_index))
+    assert report["ok"] and report["violations"] == [] and report["files-checked"] > 0
+    broken = tmp_path / "broken"
+    shutil.copytree(coded_index, broken)
+    victim = sorted(broken.glob("snapshots/*/postings/*/part-*.parquet"))[0]
+    data = bytearray(victim.read_bytes())
+    middle = len(data) // 3
+    data[middle:middle + 64] = bytes(b ^ 0xFF for b in data[middle:middle + 64])
+    victim.write_bytes(bytes(data))
+    report = parqivf.verify(str(broken))
+    assert not report["ok"]
+    assert any(victim.name in json.dumps(v) for v in report["violations"])
+    with pytest.raises(parqivf.CorruptIndex):
+        idx = parqivf.Index.open(str(broken), preload="all")
+        idx.search(vectors(rows=3), nprobe=NLIST)
+
+
+def test_errors_are_typed_and_name_the_numbers(index, tmp_path, table):
+    idx = parqivf.Index.open(str(index[0]))
+    with pytest.raises(parqivf.DimensionMismatch, match=f"dimension 8, the index has {DIM}"):
+        idx.search(np.zeros((2, 8), np.float32))
+    with pytest.raises(parqivf.DimensionMismatch):
+        idx.search(np.zeros((2, 2, DIM), np.float32))
+    with pytest.raises(TypeError, match="float32"):
+        idx.search(np.zeros((2, DIM), np.float64))
+    with pytest.raises(parqivf.InvalidFilter, match="category, title"):
+        idx.search(np.zeros((1, DIM), np.float32), filter="nope = 1")
+    with pytest.raises(parqivf.InvalidFilter, match="category"):
+        idx.search(np.zeros((1, DIM), np.float32), filter="category = 'x'")
+    with pytest.raises(parqivf.InvalidArgument, match=f"nprobe {NLIST + 1} must be within 1..={NLIST}"):
+        idx.search(np.zeros((1, DIM), np.float32), nprobe=NLIST + 1)
+    with pytest.raises(parqivf.InvalidArgument, match="k must be at least 1"):
+        idx.search(np.zeros((1, DIM), np.float32), k=0)
+    with pytest.raises(parqivf.InvalidArgument, match="non-finite"):
+        idx.search(np.full((1, DIM), np.nan, np.float32))
+    with pytest.raises(parqivf.InvalidArgument, match="max_nprobe"):
+        idx.search(np.zeros((1, DIM), np.float32), nprobe=4, max_nprobe=2, filter="category = 1")
+    with pytest.raises(parqivf.InvalidArgument, match="preload"):
+        parqivf.Index.open(str(index[0]), preload="everything")
+    with pytest.raises(parqivf.NotFound, match="no published snapshot"):
+        parqivf.Index.open(str(tmp_path / "nothing"))
+    with pytest.raises(parqivf.SourceError, match="no source files match"):
+        parqivf.build(str(tmp_path / "nowhere"), str(tmp_path / "o"), nlist=4)
+    with pytest.raises(parqivf.SourceError, match="vec"):
+        parqivf.build(str(table), str(tmp_path / "o"), nlist=4, column="vec")
+    with pytest.raises(parqivf.InvalidArgument, match=f"nlist {ROWS + 1} is larger than the number of rows {ROWS}"):
+        parqivf.build(str(table), str(tmp_path / "o"), nlist=ROWS + 1)
+    with pytest.raises(parqivf.InvalidArgument, match="unknown metric"):
+        parqivf.build(str(table), str(tmp_path / "o"), metric="hamming")
+    with pytest.raises(parqivf.InvalidArgument, match="sort_by|--sort-by"):
+        parqivf.build(str(table), str(tmp_path / "o"), nlist=4, sort_by="missing", payload=["title"])
+    with pytest.raises(TypeError, match="unexpected keyword argument .nlists."):
+        parqivf.build(str(table), str(tmp_path / "o"), nlists=4)
+    assert not (tmp_path / "o").exists(), "a failed build published something"
+    for cls in [parqivf.DimensionMismatch, parqivf.InvalidFilter]:
+        assert issubclass(cls, parqivf.InvalidArgument)
+    for cls in [parqivf.InvalidArgument, parqivf.NotFound, parqivf.CorruptIndex, parqivf.Conflict,
+                parqivf.SourceError, parqivf.StorageError]:
+        assert issubclass(cls, parqivf.ParqivfError)
+
+
+def test_storage_options_are_checked_and_never_echo_values(table, tmp_path):
+    with pytest.raises(parqivf.InvalidArgument, match="AWS_NOT_A_KEY"):
+        parqivf.Index.open(str(tmp_path), storage_options={"AWS_NOT_A_KEY": "x"})
+    with pytest.raises(parqivf.InvalidArgument) as e:
+        parqivf.build(str(table), str(tmp_path / "o"), storage_options={"PARQIVF_RETRY_TIMEOUT": "s3cr3t"})
+    assert "PARQIVF_RETRY_TIMEOUT" in str(e.value) and "s3cr3t" not in str(e.value)
+
+
+def test_storage_options_reach_s3_without_the_environment(table, data, tmp_path):
+    """A build and a search on S3 (moto) configured only by storage_options:
+    run in a child process whose environment holds no AWS_* variable."""
+    options = s3_options()
+    if options is None:
+        if os.environ.get("PARQIVF_REQUIRE_INTEROP"):
+            pytest.fail("scripts/test.sh exports the moto_server settings; they are missing")
+        pytest.skip("no moto_server (run through scripts/test.sh)")
+    bucket = os.environ["PARQIVF_S3_BUCKET"]
+    np.save(tmp_path / "q.npy", data[:5])
+    code = f"""
+import json, numpy as np, parqivf
+opts = json.loads({json.dumps(json.dumps(options))})
+out = "s3://{bucket}/python-{os.getpid()}-{time.time_ns()}/idx"
+s = parqivf.build({str(table)!r}, out, nlist=8, storage_options=opts)
+idx = parqivf.Index.open(out, storage_options=opts)
+ids, _ = idx.search(np.load({str(tmp_path / 'q.npy')!r}), k=1, nprobe=8)
+assert parqivf.verify(out, storage_options=opts)["ok"]
+try:
+    parqivf.Index.open(out)
+except parqivf.ParqivfError as e:
+    print("without options:", type(e).__name__)
+print(json.dumps({{"version": s["version"], "ids": ids[:, 0].tolist()}}))
+"""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    result = json.loads(run.stdout.strip().splitlines()[-1])
+    assert result == {"version": 1, "ids": [0, 1, 2, 3, 4]}
+    assert "without options:" in run.stdout
+    assert options["AWS_SECRET_ACCESS_KEY"] not in run.stdout + run.stderr
+
+
+def test_stage_functions_publish_once_and_a_stale_plan_conflicts(table, data, tmp_path):
+    """The distributed stages without Ray: plan, assign every part, write
+    every bucket, publish. A plan whose parent moved on gets Conflict."""
+    from parqivf import _parqivf
+
+    out = str(tmp_path / "idx")
+    plan = _parqivf.plan_build(str(table), out, nlist=NLIST, codes="none", payload=["category"])
+    info = _parqivf.plan_info(plan)
+    assert info["parts"] == 2 and info["roots"] >= 1
+    worker = _parqivf.BuildWorker(plan)
+    rows = pa.Table.from_batches([worker.assign_part(p) for p in range(info["parts"])])
+    assert rows.num_rows == ROWS and info["root_column"] in rows.column_names
+    files = []
+    for bucket in sorted(set(rows.column(info["root_column"]).to_pylist())):
+        mask = pa.compute.equal(rows.column(info["root_column"]), bucket)
+        files += worker.write_bucket(bucket, rows.filter(mask))
+    with pytest.raises(parqivf.InvalidArgument, match="part 2 is outside 0..2"):
+        worker.assign_part(2)
+    with pytest.raises(parqivf.ParqivfError, match="bucket 99 was given a row of bucket"):
+        worker.write_bucket(99, rows.slice(0, 1))
+    with pytest.raises(parqivf.InvalidArgument, match="plan"):
+        _parqivf.plan_info(b"not a plan")
+    # Another build commits first: this plan's commit must not overwrite it.
+    parqivf.build(str(table), out, nlist=4, codes="none")
+    with pytest.raises(parqivf.Conflict, match="version 1"):
+        _parqivf.publish_build(plan, files)
+    assert parqivf.Index.open(out).info["nlist"] == 4
+    snapshot = tmp_path / "idx" / info["snapshot"]
+    assert not snapshot.exists(), "the losing snapshot folder was left behind"
+    # Planned again, it publishes as version 2 and answers exactly.
+    plan = _parqivf.plan_build(str(table), out, nlist=NLIST, codes="none")
+    worker = _parqivf.BuildWorker(plan)
+    rows = pa.Table.from_batches([worker.assign_part(p) for p in range(2)])
+    files = []
+    for bucket in sorted(set(rows.column(info["root_column"]).to_pylist())):
+        files += worker.write_bucket(bucket, rows.filter(pa.compute.equal(rows.column(info["root_column"]), bucket)))
+    summary = _parqivf.publish_build(plan, files)
+    assert summary["version"] == 2 and summary["rows"] == ROWS
+    ids, _ = parqivf.Index.open(out).search(data[:5], k=1, nprobe=NLIST)
+    assert ids[:, 0].tolist() == [0, 1, 2, 3, 4]
+
+
+def test_a_worker_refuses_a_source_that_changed_after_planning(tmp_path, data):
+    from parqivf import _parqivf
+
+    src = write_table(tmp_path / "t", data[:1000])
+    plan = _parqivf.plan_build(str(src), str(tmp_path / "idx"), nlist=8)
+    write_table(tmp_path / "t", data[:1200], files=3)
+    with pytest.raises(parqivf.SourceError, match="changed since the build was planned"):
+        _parqivf.BuildWorker(plan)
