@@ -3,17 +3,21 @@
 The stages are the Rust functions the single-node build composes
 (``src/builder/distributed.rs``); this module only moves data between them:
 
-1. **plan** (driver): count the source, draw the seeded sample, train the
-   centroid hierarchy and the codes' quantiser. The plan (centroids
-   included, no credentials) is put in Ray's object store once.
-2. **assign** (``map_batches`` over the source's parts, an actor pool): each
+1. **count** (driver): the rows of each part, from metadata.
+2. **sample** (``map_batches`` over the parts, an actor pool): each actor
+   reads whole parts and keeps the rows at the seeded sample positions,
+   which it derives from the counts alone; only the sample travels back.
+3. **train** (driver): the centroid hierarchy and the codes' quantiser, on
+   the parts' samples in part order. The plan (centroids included, no
+   credentials) is put in Ray's object store once.
+4. **assign** (``map_batches`` over the source's parts, an actor pool): each
    actor opens the source and the plan once, then reads, assigns and
    encodes whole parts in Rust, yielding postings rows and their root bucket.
-3. **shuffle** (``groupby`` on the root bucket): Ray's shuffle brings each
+5. **shuffle** (``groupby`` on the root bucket): Ray's shuffle brings each
    bucket's rows together.
-4. **write** (``map_groups``, an actor pool): each bucket's rows are sorted
+6. **write** (``map_groups``, an actor pool): each bucket's rows are sorted
    and written by the Rust postings writer straight to the object store.
-5. **publish** (driver): centroids, manifest and ``index.json``, one commit.
+7. **publish** (driver): centroids, manifest and ``index.json``, one commit.
 
 Nothing is visible before the commit, and a retried task writes the same
 bytes to the same paths, so Ray's task retries are safe. If any stage
@@ -24,7 +28,9 @@ source, parameters and seed, the result equals ``parqivf.build``'s.
 from __future__ import annotations
 
 import time
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
+
+import numpy as np
 
 import pyarrow as pa
 import ray
@@ -37,6 +43,23 @@ __all__ = ["build"]
 def _resolve(plan: Any) -> bytes:
     """The plan's bytes, fetched once per actor from Ray's object store."""
     return ray.get(plan) if isinstance(plan, ray.ObjectRef) else plan
+
+
+class _Sample:
+    """Actor: reads whole parts and keeps their sampled rows."""
+
+    def __init__(self, source: str, part_rows: List[int], kwargs: Dict[str, Any]):
+        self.reader = _parqivf.SampleReader(source, part_rows, **kwargs)
+
+    def __call__(self, batch: pa.Table) -> pa.Table:
+        parts = batch.column("part").to_pylist()
+        samples = [self.reader.sample_part(p) for p in parts]
+        return pa.table({
+            "part": pa.array(parts, pa.int64()),
+            "rows": pa.array([rows for rows, _ in samples], pa.int64()),
+            "dim": pa.array([v.shape[1] for _, v in samples], pa.int64()),
+            "vectors": pa.array([v.tobytes() for _, v in samples], pa.large_binary()),
+        })
 
 
 class _Assign:
@@ -97,14 +120,36 @@ def build(
         ray.init()
     if concurrency is None:
         concurrency = max(1, int(ray.cluster_resources().get("CPU", 1)))
-    plan = _parqivf.plan_build(dataset_or_paths, out, storage_options=storage_options, **kwargs)
+    source = dataset_or_paths
+    options = dict(kwargs, storage_options=storage_options)
+    t = time.perf_counter()
+    part_rows = _parqivf.count_source(source, **options)
+    count_seconds = time.perf_counter() - t
+    t = time.perf_counter()
+    parts = ray.data.from_items(
+        [{"part": p} for p in range(len(part_rows))],
+        override_num_blocks=max(1, min(len(part_rows), 4 * concurrency)),
+    )
+    sampled = parts.map_batches(
+        _Sample,
+        batch_size=1,
+        batch_format="pyarrow",
+        fn_constructor_args=(source, part_rows, options),
+        compute=ray.data.ActorPoolStrategy(min_size=1, max_size=min(concurrency, len(part_rows))),
+    ).take_all()
+    sampled.sort(key=lambda r: r["part"])
+    samples = [
+        (r["rows"], np.frombuffer(r["vectors"], np.float32).reshape(-1, r["dim"]))
+        for r in sampled
+    ]
+    sample_seconds = time.perf_counter() - t
+    plan = _parqivf.plan_from_samples(
+        source, out, part_rows, samples, count_seconds, sample_seconds, **options
+    )
+    del samples, sampled
     info = _parqivf.plan_info(plan)
     try:
         plan_ref = ray.put(plan)
-        parts = ray.data.from_items(
-            [{"part": p} for p in range(info["parts"])],
-            override_num_blocks=max(1, min(info["parts"], 4 * concurrency)),
-        )
         t = time.perf_counter()
         assigned = parts.map_batches(
             _Assign,
@@ -117,7 +162,10 @@ def build(
         shuffled = assigned.size_bytes()
         t = time.perf_counter()
         root = info["root_column"]
-        written = assigned.groupby(root).map_groups(
+        # One shuffle partition per root bucket at most: Ray's default (200)
+        # would split a few buckets' rows into many small blocks.
+        partitions = max(1, min(info["roots"], 4 * concurrency))
+        written = assigned.groupby(root, num_partitions=partitions).map_groups(
             _Write,
             batch_format="pyarrow",
             fn_constructor_args=(plan_ref, storage_options, root),

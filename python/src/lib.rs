@@ -305,16 +305,16 @@ struct Index {
     last: Mutex<Option<SearchStats>>,
 }
 
-/// Queries as one row-major f32 buffer and their count: a `(n, d)` array,
+/// Vectors (queries, a sample) as one row-major f32 buffer and their count: a `(n, d)` array,
 /// or one `(d,)` query.
-fn query_rows(queries: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, usize)> {
+fn f32_rows(queries: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<f32>, usize)> {
     let array: PyReadonlyArrayDyn<'_, f32> = queries.extract().map_err(|_| {
         let dtype = queries
             .getattr("dtype")
             .map(|d| d.to_string())
             .unwrap_or_else(|_| queries.get_type().to_string());
         PyTypeError::new_err(format!(
-            "queries must be a float32 numpy array of shape (n, d) or (d,), not {dtype}; \
+            "{what} must be a float32 numpy array of shape (n, d) or (d,), not {dtype}; \
              convert with numpy.asarray(q, dtype=numpy.float32)"
         ))
     })?;
@@ -323,7 +323,7 @@ fn query_rows(queries: &Bound<'_, PyAny>) -> PyResult<(Vec<f32>, usize)> {
         2 => array.shape()[0],
         d => {
             return Err(DimensionMismatch::new_err(format!(
-                "queries must have 1 or 2 dimensions, not {d}"
+                "{what} must have 1 or 2 dimensions, not {d}"
             )));
         }
     };
@@ -364,7 +364,7 @@ impl Index {
         queries: &Bound<'_, PyAny>,
         params: &SearchParams,
     ) -> PyResult<Vec<SearchResult>> {
-        let (data, n) = query_rows(queries)?;
+        let (data, n) = f32_rows(queries, "queries")?;
         let dim = self.inner.hierarchy().dim;
         if n == 0 {
             return Ok(Vec::new());
@@ -578,8 +578,107 @@ fn hits_table(results: &[SearchResult]) -> Result<RecordBatch, arrow::error::Arr
     RecordBatch::try_new(Arc::new(Schema::new(fields)), columns)
 }
 
-/// Trains on the source and plans a distributed build (`parqivf.ray`): the
-/// plan's bytes, shipped to every task.
+/// The declared rows of each part of the source (the first step of a
+/// distributed build).
+#[pyfunction]
+#[pyo3(signature = (source, **kwargs))]
+fn count_source(
+    py: Python<'_>,
+    source: String,
+    kwargs: Option<&Bound<'_, PyDict>>,
+) -> PyResult<Vec<u64>> {
+    let args = build_args(source, kwargs)?;
+    block_on(py, || distributed::count_source(&args.spec, &args.store)).map_err(py_build_error)
+}
+
+/// A worker's reader of the training sample (`parqivf.ray`).
+#[pyclass(frozen, module = "parqivf._parqivf")]
+struct SampleReader {
+    inner: Arc<distributed::SampleReader>,
+}
+
+#[pymethods]
+impl SampleReader {
+    #[new]
+    #[pyo3(signature = (source, part_rows, **kwargs))]
+    fn new(
+        py: Python<'_>,
+        source: String,
+        part_rows: Vec<u64>,
+        kwargs: Option<&Bound<'_, PyDict>>,
+    ) -> PyResult<SampleReader> {
+        let args = build_args(source, kwargs)?;
+        let inner = block_on(py, || {
+            distributed::SampleReader::open(&args.spec, &args.params, part_rows, &args.store)
+        })
+        .map_err(py_build_error)?;
+        Ok(SampleReader {
+            inner: Arc::new(inner),
+        })
+    }
+
+    /// Part `part` read: `(rows it yielded, its sampled vectors (m, d) float32)`.
+    fn sample_part<'py>(
+        &self,
+        py: Python<'py>,
+        part: usize,
+    ) -> PyResult<(u64, Bound<'py, PyArray2<f32>>)> {
+        let inner = self.inner.clone();
+        let sample = block_on(py, || async move { inner.sample_part(part).await })
+            .map_err(py_build_error)?;
+        let dim = self.inner.dim();
+        let n = sample.vectors.len() / dim.max(1);
+        let vectors = Array2::from_shape_vec((n, dim), sample.vectors)
+            .map_err(|e| ParqivfError::new_err(e.to_string()))?;
+        Ok((sample.rows, vectors.into_pyarray(py)))
+    }
+}
+
+/// Trains on every part's sample (in part order: `(rows, vectors)` from
+/// `SampleReader.sample_part`) and plans a distributed build: the plan's
+/// bytes, shipped to every task.
+#[pyfunction]
+#[pyo3(signature = (source, out, part_rows, samples, count_seconds=0.0, sample_seconds=0.0, **kwargs))]
+#[allow(clippy::too_many_arguments)]
+fn plan_from_samples<'py>(
+    py: Python<'py>,
+    source: String,
+    out: String,
+    part_rows: Vec<u64>,
+    samples: Vec<(u64, Bound<'py, PyAny>)>,
+    count_seconds: f64,
+    sample_seconds: f64,
+    kwargs: Option<&Bound<'py, PyDict>>,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let args = build_args(source, kwargs)?;
+    let samples = samples
+        .iter()
+        .map(|(rows, vectors)| {
+            let (vectors, _) = f32_rows(vectors, "sample vectors")?;
+            Ok(parqivf::builder::stages::PartSample {
+                rows: *rows,
+                vectors,
+            })
+        })
+        .collect::<PyResult<Vec<_>>>()?;
+    let seconds = (count_seconds, sample_seconds);
+    let plan = block_on(py, || {
+        distributed::plan_from_samples(
+            &args.spec,
+            &out,
+            &args.params,
+            &args.store,
+            part_rows,
+            samples,
+            seconds,
+        )
+    })
+    .map_err(py_build_error)?;
+    Ok(PyBytes::new(py, &plan.to_bytes()))
+}
+
+/// Counts, samples and trains on this machine and plans a distributed
+/// build: the plan's bytes, shipped to every task.
 #[pyfunction]
 #[pyo3(signature = (source, out, **kwargs))]
 fn plan_build<'py>(
@@ -727,6 +826,9 @@ fn _parqivf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("StorageError", py.get_type::<StorageError>())?;
     m.add_class::<Index>()?;
     m.add_class::<BuildWorker>()?;
+    m.add_class::<SampleReader>()?;
+    m.add_function(wrap_pyfunction!(count_source, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_from_samples, m)?)?;
     m.add_function(wrap_pyfunction!(build, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(plan_build, m)?)?;

@@ -74,19 +74,19 @@ def test_a_failed_ray_build_publishes_nothing_and_cleans_up(local_ray, tmp_path,
     # every actor refuses the source it finds, and nothing is committed.
     from parqivf import _parqivf
 
-    real_plan = _parqivf.plan_build
+    real_plan = _parqivf.plan_from_samples
 
     def plan_then_change(*args, **kwargs):
         plan = real_plan(*args, **kwargs)
         write_table(tmp_path / "t", data[:1100], files=3)
         return plan
 
-    _parqivf.plan_build = plan_then_change
+    _parqivf.plan_from_samples = plan_then_change
     try:
         with pytest.raises(Exception, match="changed since the build was planned"):
             parqivf.ray.build(str(src), str(out), nlist=8)
     finally:
-        _parqivf.plan_build = real_plan
+        _parqivf.plan_from_samples = real_plan
     with pytest.raises(parqivf.NotFound):
         parqivf.Index.open(str(out))
     snapshots = out / "snapshots"

@@ -2,17 +2,23 @@
 //! engine (Python's `parqivf.ray`): the same [`stages`] the single-node
 //! [`super::job::build`] composes, cut where data changes hands.
 //!
-//! 1. [`plan`] (driver): count the source, draw the seeded sample, train the
-//!    hierarchy and the codes' quantiser, name the snapshot folder. The
-//!    [`BuildPlan`] is a self-contained byte string (centroids and quantiser
-//!    included, no credentials) that every task receives.
-//! 2. [`Worker::assign_part`] (any worker): read one part of the source,
+//! 1. [`count_source`] (driver): the declared rows of each part, from
+//!    metadata.
+//! 2. [`SampleReader::sample_part`] (any worker): one part read, and its
+//!    rows at the seeded sample positions, which every worker derives from
+//!    the counts alone.
+//! 3. [`plan_from_samples`] (driver): train the hierarchy and the codes'
+//!    quantiser on the parts' samples in part order, name the snapshot
+//!    folder. The [`BuildPlan`] is a self-contained byte string (centroids
+//!    and quantiser included, no credentials) that every task receives.
+//!    ([`plan`] does steps 1 to 3 on one machine.)
+//! 4. [`Worker::assign_part`] (any worker): read one part of the source,
 //!    assign and encode its rows: postings rows plus their root bucket
 //!    ([`ROOT_COLUMN`]), the key the engine shuffles on.
-//! 3. [`Worker::write_bucket`] (any worker): one root bucket's rows, in any
+//! 5. [`Worker::write_bucket`] (any worker): one root bucket's rows, in any
 //!    split and order, sorted and written as its postings files straight to
 //!    the object store; returns their manifest entries.
-//! 4. [`publish`] (driver): centroids, manifest, `index.json`, one commit.
+//! 6. [`publish`] (driver): centroids, manifest, `index.json`, one commit.
 //!
 //! Nothing is visible before the commit. A retried part or bucket gives the
 //! same rows and writes the same bytes to the same paths, so an engine's
@@ -34,7 +40,7 @@ use super::BuildError;
 use super::job::{BuildParams, BuildSummary, PhaseTimes, blocking, secs};
 use super::source::VectorSource;
 use super::source_spec::{SourceSpec, open_source};
-use super::stages::{self, Model, PostingsTarget, SnapshotFolder};
+use super::stages::{self, Model, PartSample, PostingsTarget, SnapshotFolder};
 use crate::format::definition::IndexDefinition;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{CID_COLUMN, postings_schema};
@@ -196,24 +202,188 @@ impl BuildPlan {
     }
 }
 
-/// The driver's first step: opens the source `spec` names, counts it, draws
-/// the seeded sample, trains the model and names a fresh snapshot folder
-/// below the index at `index`. Writes nothing.
+/// The driver's first step: the declared rows of each part of the source
+/// `spec` names (metadata only where the source allows it).
 ///
 /// # Errors
-/// As the single-node build's first steps: bad parameters, an empty source,
-/// `nlist` larger than the rows, too few distinct vectors, source errors,
-/// and an unreadable commit log at `index`.
+/// The errors of opening the source and reading its metadata.
+pub async fn count_source(
+    spec: &SourceSpec,
+    options: &StoreOptions,
+) -> Result<Vec<u64>, BuildError> {
+    let source = open_source(spec, options).await?;
+    stages::count(source.as_ref()).await
+}
+
+/// A worker's reader of the training sample: the source opened again and
+/// the seeded sample positions (the same on every worker, from the counts).
+pub struct SampleReader {
+    source: Arc<dyn VectorSource>,
+    part_rows: Vec<u64>,
+    /// First declared row of each part.
+    starts: Vec<u64>,
+    chosen: Vec<u64>,
+    metric: crate::distance::Metric,
+    skip_invalid: bool,
+}
+
+impl SampleReader {
+    /// Opens `spec` and draws the sample positions of a source with
+    /// `part_rows` declared rows per part, for `params` (seed, `nlist`,
+    /// points per centroid).
+    ///
+    /// # Errors
+    /// [`BuildError::SourceChanged`] when the source has other parts; the
+    /// errors of opening it.
+    pub async fn open(
+        spec: &SourceSpec,
+        params: &BuildParams,
+        part_rows: Vec<u64>,
+        options: &StoreOptions,
+    ) -> Result<SampleReader, BuildError> {
+        let source = open_source(spec, options).await?;
+        check_parts(source.as_ref(), &spec.source, part_rows.len(), None)?;
+        let starts = part_rows
+            .iter()
+            .scan(0u64, |at, &n| {
+                let start = *at;
+                *at += n;
+                Some(start)
+            })
+            .collect();
+        let chosen = stages::sample_positions(part_rows.iter().sum(), params);
+        Ok(SampleReader {
+            source,
+            part_rows,
+            starts,
+            chosen,
+            metric: params.metric,
+            skip_invalid: spec.skip_invalid,
+        })
+    }
+
+    /// The vector dimension of the source.
+    pub fn dim(&self) -> usize {
+        self.source.dim()
+    }
+
+    /// Part `part` read (prepared for the metric) and its sampled rows.
+    ///
+    /// # Errors
+    /// As [`Worker::assign_part`]: a part out of range, a part that changed
+    /// since it was counted, and the source's errors.
+    pub async fn sample_part(&self, part: usize) -> Result<PartSample, BuildError> {
+        let declared = check_part(self.source.as_ref(), &self.part_rows, part).await?;
+        let batch =
+            stages::read_part(self.source.as_ref(), part, self.metric, self.skip_invalid).await?;
+        let (chosen, start, dim) = (&self.chosen, self.starts[part], self.source.dim());
+        Ok(stages::part_sample(chosen, start, declared, dim, &batch))
+    }
+}
+
+/// `source`'s declared rows of `part` after checking them against what the
+/// driver counted.
+async fn check_part(
+    source: &dyn VectorSource,
+    part_rows: &[u64],
+    part: usize,
+) -> Result<u64, BuildError> {
+    let Some(&declared) = part_rows.get(part) else {
+        return Err(BuildError::BadParameter {
+            name: "part",
+            reason: format!("part {part} is outside 0..{}", part_rows.len()),
+        });
+    };
+    let found = source.part_rows(part).await?;
+    if found != declared {
+        return Err(BuildError::SourceChanged {
+            source_name: source.part_name(part),
+            detail: format!("the driver counted {declared} rows, this worker finds {found}"),
+        });
+    }
+    Ok(declared)
+}
+
+/// Checks that `source` still has the `parts` parts (and the dimension,
+/// when given) the driver found.
+fn check_parts(
+    source: &dyn VectorSource,
+    name: &str,
+    parts: usize,
+    dim: Option<usize>,
+) -> Result<(), BuildError> {
+    if source.parts() != parts || dim.is_some_and(|d| d != source.dim()) {
+        return Err(BuildError::SourceChanged {
+            source_name: name.to_string(),
+            detail: format!(
+                "the driver counted {parts} parts{}, this worker finds {} of dimension {}",
+                dim.map_or(String::new(), |d| format!(" of dimension {d}")),
+                source.parts(),
+                source.dim()
+            ),
+        });
+    }
+    Ok(())
+}
+
+/// Plans the build on one machine: [`count_source`], every part's
+/// [`SampleReader::sample_part`], then [`plan_from_samples`].
+///
+/// # Errors
+/// As those steps.
 pub async fn plan(
     spec: &SourceSpec,
     index: &str,
     params: &BuildParams,
     options: &StoreOptions,
 ) -> Result<BuildPlan, BuildError> {
+    let t = Instant::now();
+    let part_rows = count_source(spec, options).await?;
+    let count_seconds = secs(t.elapsed());
+    let t = Instant::now();
+    let reader = SampleReader::open(spec, params, part_rows.clone(), options).await?;
+    let mut samples = Vec::with_capacity(part_rows.len());
+    for part in 0..part_rows.len() {
+        samples.push(reader.sample_part(part).await?);
+    }
+    let timing = (count_seconds, secs(t.elapsed()));
+    plan_from_samples(spec, index, params, options, part_rows, samples, timing).await
+}
+
+/// The driver's training step: the sample from every part's
+/// [`PartSample`] (in part order, as the single-node sample), the model
+/// trained on it, and a fresh snapshot folder below the index at `index`.
+/// `seconds` are the count and sample stages' wall times, for the summary.
+/// Writes nothing.
+///
+/// # Errors
+/// Bad parameters, an empty source, `nlist` larger than the rows, too few
+/// distinct vectors, a sort column that is not payload, samples that do not
+/// match the parts, and an unreadable commit log at `index`.
+pub async fn plan_from_samples(
+    spec: &SourceSpec,
+    index: &str,
+    params: &BuildParams,
+    options: &StoreOptions,
+    part_rows: Vec<u64>,
+    samples: Vec<PartSample>,
+    seconds: (f64, f64),
+) -> Result<BuildPlan, BuildError> {
+    let (count_seconds, sample_seconds) = seconds;
     if params.nlist == 0 {
         return Err(BuildError::BadParameter {
             name: "nlist",
             reason: "must be at least 1".into(),
+        });
+    }
+    if samples.len() != part_rows.len() {
+        return Err(BuildError::BadParameter {
+            name: "samples",
+            reason: format!(
+                "{} part samples for {} parts",
+                samples.len(),
+                part_rows.len()
+            ),
         });
     }
     let (store, index_path) = crate::store::location::open_with(index, options)
@@ -222,21 +392,23 @@ pub async fn plan(
         .await?
         .map(|c| c.version);
     let source = open_source(spec, options).await?;
+    check_parts(source.as_ref(), &spec.source, part_rows.len(), None)?;
     let payload: Vec<Field> = source
         .payload_fields()
         .iter()
         .map(|f| f.as_ref().clone())
         .collect();
     stages::check_sort_by(params.sort_by.as_deref(), &payload)?;
-
-    let t = Instant::now();
-    let part_rows = stages::count(source.as_ref()).await?;
     stages::check_rows(params.nlist, part_rows.iter().sum())?;
-    let count_seconds = secs(t.elapsed());
-    let t = Instant::now();
-    let sample = stages::sample(source.as_ref(), &part_rows, params, |_, _, _| {}).await?;
+    let dim = source.dim();
+    if let Some(bad) = samples.iter().find(|s| s.vectors.len() % dim.max(1) != 0) {
+        return Err(BuildError::BadShape {
+            len: bad.vectors.len(),
+            dim,
+        });
+    }
+    let sample = stages::Sample::from_parts(dim, &part_rows, samples);
     stages::check_rows(params.nlist, sample.rows)?;
-    let sample_seconds = secs(t.elapsed());
     let (rows, skipped_rows, sample_rows) = (sample.rows, sample.skipped_rows, sample.len());
 
     let t = Instant::now();
@@ -304,18 +476,13 @@ impl Worker {
     pub async fn open(plan: BuildPlan, options: &StoreOptions) -> Result<Worker, BuildError> {
         let (store, folder) = plan.folder(options)?;
         let source = open_source(&plan.header.source, options).await?;
-        if source.parts() != plan.parts() || source.dim() != plan.definition.dim as usize {
-            return Err(BuildError::SourceChanged {
-                source_name: plan.header.source.source.clone(),
-                detail: format!(
-                    "the driver counted {} parts of dimension {}, this worker finds {} of dimension {}",
-                    plan.parts(),
-                    plan.definition.dim,
-                    source.parts(),
-                    source.dim()
-                ),
-            });
-        }
+        let dim = plan.definition.dim as usize;
+        check_parts(
+            source.as_ref(),
+            &plan.header.source.source,
+            plan.parts(),
+            Some(dim),
+        )?;
         let (hierarchy, quantizer) = plan.model()?;
         let payload: Vec<Field> = source
             .payload_fields()
@@ -361,19 +528,7 @@ impl Worker {
     /// [`BuildError::SourceChanged`] when the part no longer declares the
     /// rows the driver counted; the source's and the assignment's errors.
     pub async fn assign_part(&self, part: usize) -> Result<RecordBatch, BuildError> {
-        let Some(&declared) = self.plan.header.part_rows.get(part) else {
-            return Err(BuildError::BadParameter {
-                name: "part",
-                reason: format!("part {part} is outside 0..{}", self.plan.parts()),
-            });
-        };
-        let found = self.source.part_rows(part).await?;
-        if found != declared {
-            return Err(BuildError::SourceChanged {
-                source_name: self.source.part_name(part),
-                detail: format!("the driver counted {declared} rows, this worker finds {found}"),
-            });
-        }
+        check_part(self.source.as_ref(), &self.plan.header.part_rows, part).await?;
         let metric = self.plan.definition.metric;
         let skip_invalid = self.plan.header.source.skip_invalid;
         let batch = stages::read_part(self.source.as_ref(), part, metric, skip_invalid).await?;

@@ -141,36 +141,77 @@ pub async fn sample(
     params: &BuildParams,
     mut keep: impl FnMut(usize, u64, VectorBatch) + Send,
 ) -> Result<Sample, BuildError> {
-    let dim = source.dim();
     let chosen = sample_positions(part_rows.iter().sum(), params);
     let skip_invalid = source.definition().skip_invalid;
-    let mut vectors: Vec<f32> = Vec::with_capacity(chosen.len() * dim);
-    let mut next = 0usize;
+    let mut parts = Vec::with_capacity(part_rows.len());
     let mut base = 0u64;
-    let mut rows = 0u64;
-    let mut skipped_rows = 0u64;
     for (p, &declared) in part_rows.iter().enumerate() {
         let batch = read_part(source, p, params.metric, skip_invalid).await?;
-        let end = base + declared;
-        while next < chosen.len() && chosen[next] < end {
-            let i = (chosen[next] - base) as usize;
-            if i < batch.len() {
-                vectors.extend_from_slice(&batch.vectors[i * dim..(i + 1) * dim]);
-            }
-            next += 1;
-        }
-        base = end;
-        rows += batch.len() as u64;
-        // Sources declare rows before invalid ones are skipped.
-        skipped_rows += declared.saturating_sub(batch.len() as u64);
+        parts.push(part_sample(&chosen, base, declared, source.dim(), &batch));
+        base += declared;
         keep(p, declared, batch);
     }
-    Ok(Sample {
+    Ok(Sample::from_parts(source.dim(), part_rows, parts))
+}
+
+/// What one part gives the sample: its valid rows, and the sampled rows'
+/// vectors, in position order.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PartSample {
+    /// Rows the part yielded (valid rows).
+    pub rows: u64,
+    /// Row-major, `dim` values a sampled row.
+    pub vectors: Vec<f32>,
+}
+
+/// The rows of `batch` (part rows `base..base + declared` of the source)
+/// at the `chosen` global positions (ascending, from [`sample_positions`]).
+/// A position past the rows the part yielded (an invalid row skipped at the
+/// end) is left out, as the single-node sample does.
+pub fn part_sample(
+    chosen: &[u64],
+    base: u64,
+    declared: u64,
+    dim: usize,
+    batch: &VectorBatch,
+) -> PartSample {
+    let from = chosen.partition_point(|&c| c < base);
+    let to = chosen.partition_point(|&c| c < base + declared);
+    let mut vectors = Vec::with_capacity((to - from) * dim);
+    for &c in &chosen[from..to] {
+        let i = (c - base) as usize;
+        if i < batch.len() {
+            vectors.extend_from_slice(&batch.vectors[i * dim..(i + 1) * dim]);
+        }
+    }
+    PartSample {
+        rows: batch.len() as u64,
         vectors,
-        dim,
-        rows,
-        skipped_rows,
-    })
+    }
+}
+
+impl Sample {
+    /// The sample of a source of `part_rows` declared rows from each part's
+    /// [`PartSample`], in part order.
+    pub fn from_parts(dim: usize, part_rows: &[u64], parts: Vec<PartSample>) -> Sample {
+        let rows: u64 = parts.iter().map(|p| p.rows).sum();
+        // Sources declare rows before invalid ones are skipped.
+        let skipped_rows = part_rows
+            .iter()
+            .zip(&parts)
+            .map(|(&declared, p)| declared.saturating_sub(p.rows))
+            .sum();
+        let mut vectors = Vec::with_capacity(parts.iter().map(|p| p.vectors.len()).sum());
+        for p in parts {
+            vectors.extend(p.vectors);
+        }
+        Sample {
+            vectors,
+            dim,
+            rows,
+            skipped_rows,
+        }
+    }
 }
 
 /// Trains the two-level hierarchy on `sample`: deterministic for
