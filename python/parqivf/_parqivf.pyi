@@ -147,7 +147,7 @@ class Index:
 # The distributed build's stages (used by parqivf.ray).
 
 def plan_build(source: str, out: str, **kwargs: Any) -> bytes:
-    """Counts, samples and trains on the driver: the plan every task receives."""
+    """Counts, samples and trains on this machine: the plan every task receives."""
 
 def plan_info(plan: bytes) -> Dict[str, Any]:
     """The plan's parts, roots, index, snapshot folder, shuffle key and definition."""
@@ -172,3 +172,25 @@ class BuildWorker:
         """Part ``part`` read, assigned and encoded, with its root bucket column."""
     def write_bucket(self, bucket: int, rows: Union[pa.Table, pa.RecordBatch]) -> List[str]:
         """Writes one root bucket's rows; its files' manifest entries as JSON."""
+
+def count_source(source: str, **kwargs: Any) -> List[int]:
+    """The declared rows of each part of the source (the driver's first step)."""
+
+class SampleReader:
+    """One worker's reader of the training sample: the source, and the seeded
+    sample positions derived from the counts."""
+
+    def __init__(self, source: str, part_rows: List[int], **kwargs: Any) -> None: ...
+    def sample_part(self, part: int) -> Tuple[int, npt.NDArray[np.float32]]:
+        """Part ``part`` read: the rows it yielded and its sampled vectors ``(m, d)``."""
+
+def plan_from_samples(
+    source: str,
+    out: str,
+    part_rows: List[int],
+    samples: List[Tuple[int, npt.NDArray[np.float32]]],
+    count_seconds: float = 0.0,
+    sample_seconds: float = 0.0,
+    **kwargs: Any,
+) -> bytes:
+    """Trains on every part's sample, in part order, and returns the plan."""
