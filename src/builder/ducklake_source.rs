@@ -5,7 +5,6 @@
 //! by the catalog layer. A file without a rowid is an error here: every
 //! posting must join back.
 
-use std::path::Path as FsPath;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, Int64Array, RecordBatch, UInt32Array};
@@ -18,7 +17,7 @@ use super::source::{
     SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
 };
 use crate::catalog::CatalogError;
-use crate::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
+use crate::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use crate::catalog::lineage::MissingRowId;
 use crate::format::definition::IndexSource;
 
@@ -38,14 +37,15 @@ fn lake(e: DuckLakeError) -> BuildError {
 }
 
 impl DuckLakeSource {
-    /// Open `table` (`schema.table`) of the catalog at `catalog` for the
-    /// vector column `column`, carrying the `payload` columns.
+    /// Open `table` (`schema.table`) of `catalog` for the vector column
+    /// `column`, carrying the `payload` columns. The catalog is read on a
+    /// blocking thread, never on the async worker.
     ///
     /// # Errors
     /// Catalog, mapping and path errors; a column that is not in the table.
     #[allow(clippy::too_many_arguments)]
     pub async fn open(
-        catalog: &str,
+        catalog: &Catalog,
         table: &str,
         column: &str,
         payload: &[String],
@@ -58,7 +58,11 @@ impl DuckLakeSource {
             data_path: data_path.map(str::to_string),
             store: None,
         };
-        let table = DuckLakeTable::open(FsPath::new(catalog), table, &options).map_err(lake)?;
+        let (catalog, name) = (catalog.clone(), table.to_string());
+        let table = tokio::task::spawn_blocking(move || DuckLakeTable::open(catalog, &name, &options))
+            .await
+            .map_err(|e| BuildError::Internal(format!("catalog task failed: {e}")))?
+            .map_err(lake)?;
         table.columns().field(column).map_err(lake)?;
         let payload = payload
             .iter()

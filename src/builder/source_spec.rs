@@ -5,7 +5,7 @@
 //!
 //! | `source` | opened as |
 //! |---|---|
-//! | `ducklake:sqlite:<catalog>` (with `table`) | [`DuckLakeSource`] |
+//! | `ducklake:sqlite:<catalog>`, `ducklake:postgres:<conninfo>` (with `table`) | [`DuckLakeSource`] |
 //! | `<file>.npy`, `<file>.fvecs` | [`ArraySource`] (rowid = row number) |
 //! | anything else: a Parquet root, file or `*` pattern (path or URI) | [`ParquetSource`] |
 
@@ -16,10 +16,13 @@ use serde::{Deserialize, Serialize};
 use super::BuildError;
 use super::ducklake_source::DuckLakeSource;
 use super::{ArraySource, ParquetSource, ParquetSourceOptions, VectorSource};
+use crate::catalog::CatalogError;
+use crate::catalog::ducklake::Catalog;
 use crate::store::options::StoreOptions;
 
-/// The DuckLake source prefix (the SQLite catalog's path follows).
-pub const DUCKLAKE_SQLITE: &str = "ducklake:sqlite:";
+/// The DuckLake source prefix; `sqlite:<catalog file>` or
+/// `postgres:<conninfo>` follows ([`Catalog::parse`]).
+pub const DUCKLAKE: &str = "ducklake:";
 
 /// What a build reads. Serialisable, so that a distributed build's workers
 /// open the very source its driver trained on.
@@ -27,7 +30,9 @@ pub const DUCKLAKE_SQLITE: &str = "ducklake:sqlite:";
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct SourceSpec {
     /// A Parquet table root or `*` pattern (path, `file://`, `s3://`…), a
-    /// `.npy`/`.fvecs` file, or `ducklake:sqlite:<catalog>`.
+    /// `.npy`/`.fvecs` file, `ducklake:sqlite:<catalog>` or
+    /// `ducklake:postgres:<conninfo>` (libpq `key=value` pairs or a
+    /// `postgresql://` URI; its password is never recorded or shown).
     pub source: String,
     /// The vector column.
     pub column: String,
@@ -64,7 +69,9 @@ pub async fn open_source(
     options: &StoreOptions,
 ) -> Result<Arc<dyn VectorSource>, BuildError> {
     let src = spec.source.as_str();
-    if let Some(catalog) = src.strip_prefix(DUCKLAKE_SQLITE) {
+    if let Some(catalog) = src.strip_prefix(DUCKLAKE) {
+        let catalog = Catalog::parse(catalog).map_err(|e| BuildError::Catalog(CatalogError::from(e)))?;
+        let src = format!("{DUCKLAKE}{}", catalog.spec());
         let table = spec
             .table
             .as_deref()
@@ -85,7 +92,7 @@ pub async fn open_source(
             other => other.map(str::to_string),
         };
         let s = DuckLakeSource::open(
-            catalog,
+            &catalog,
             table,
             &spec.column,
             &spec.payload,

@@ -13,7 +13,11 @@ use parqivf::store::options::StoreOptions;
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The source: a Parquet table root or `*` pattern (path, file://, s3://…),
-    /// a `.npy`/`.fvecs` file, or `ducklake:sqlite:<meta.sqlite>` with `--table`.
+    /// a `.npy`/`.fvecs` file, or a DuckLake catalog with `--table`:
+    /// `ducklake:sqlite:<meta.sqlite>` or `ducklake:postgres:<conninfo>`
+    /// (libpq `key=value` pairs, e.g. `dbname=lake host=db user=u`, or a
+    /// postgresql:// URI; PGPASSWORD supplies a missing password; the password
+    /// is never shown or recorded in index.json).
     #[arg(long)]
     pub source: String,
     /// The index location (a folder, file://, memory://, s3://…). Snapshots and

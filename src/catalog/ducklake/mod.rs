@@ -1,20 +1,21 @@
-//! The DuckLake provider: a table of a DuckLake catalog (SQLite metadata,
-//! Parquet data) read at a snapshot, through the column-mapping model, with
+//! The DuckLake provider: a table of a DuckLake catalog (metadata in SQLite
+//! or PostgreSQL, Parquet data) read at a snapshot, through the column-mapping model, with
 //! deletes applied and row lineage attached.
 //!
 //! ```text
-//! meta.sqlite ──metadata──► snapshot, table, columns, files, deletes, mappings
+//! meta.sqlite / PostgreSQL ──db + metadata──► snapshot, table, columns, files, deletes, mappings
 //!                              │ files::plan (paths resolved, partial_file_info)
 //!                              ▼
 //! Arc<dyn ObjectStore> ──scan──► per file: footer → ColumnMapping::resolve →
 //!                                 batches → logical columns + lineage → minus deleted rows
 //! ```
 //!
-//! [`DuckLakeTable::open`] does all catalog work up front (the catalog is
-//! opened read-only and closed again); [`DuckLakeTable::scan`] and
+//! [`DuckLakeTable::open`] does all catalog work up front, on a dedicated
+//! thread (the catalog is opened read-only and closed again); [`DuckLakeTable::scan`] and
 //! [`DuckLakeTable::scan_file`] read only the files the catalog lists.
 
 mod columns;
+mod db;
 mod files;
 mod metadata;
 mod scan;
@@ -22,11 +23,14 @@ mod scan;
 use std::path::Path;
 use std::sync::Arc;
 
+use metadata::{DataFileRow, DeleteFileRow, TableEntry};
+
 use object_store::ObjectStore;
 use thiserror::Error;
 use url::Url;
 
 pub use columns::LogicalColumns;
+pub use db::{Catalog, PgCatalog};
 pub use files::{DeleteFile, LiveFile, visible_rows};
 pub use metadata::CatalogReader;
 
@@ -43,6 +47,22 @@ pub enum DuckLakeError {
         #[source]
         source: rusqlite::Error,
     },
+    /// `catalog` is the conninfo without its password.
+    #[error("catalog {catalog}: {source}")]
+    Postgres {
+        catalog: String,
+        #[source]
+        source: postgres::Error,
+    },
+    /// `conninfo` has its password removed.
+    #[error("PostgreSQL conninfo `{conninfo}` does not parse: {reason}")]
+    Conninfo { conninfo: String, reason: String },
+    #[error("unknown DuckLake catalog kind `{kind}` (expected `sqlite:<file>` or `postgres:<conninfo>`)")]
+    CatalogKind { kind: String },
+    #[error(
+        "catalog {catalog} has the relative data_path `{data_path}`, and a PostgreSQL catalog has no folder to resolve it against; pass an absolute data path"
+    )]
+    RelativeDataPath { catalog: String, data_path: String },
     #[error("catalog {catalog} has no snapshots")]
     NoSnapshots { catalog: String },
     #[error("catalog {catalog} has no snapshot {requested} (latest is {latest})")]
@@ -170,18 +190,22 @@ pub struct DuckLakeTable {
 }
 
 impl DuckLakeTable {
-    /// Opens `table` (`schema.table`, or `table` in schema `main`) of the
-    /// catalog at `catalog_path`, at `options.snapshot` (default: latest).
+    /// Opens `table` (`schema.table`, or `table` in schema `main`) of
+    /// `catalog` (a SQLite file's path, or a [`Catalog`]) at
+    /// `options.snapshot` (default: latest). The catalog is read on a
+    /// dedicated thread; call this off async workers (it blocks).
     ///
     /// # Errors
-    /// Catalog errors ([`DuckLakeError::Sqlite`], [`DuckLakeError::SnapshotNotFound`],
-    /// [`DuckLakeError::TableNotFound`], [`DuckLakeError::InlinedData`], …),
-    /// mapping validation errors ([`DuckLakeError::Mapping`]) and path errors.
+    /// Catalog errors ([`DuckLakeError::Sqlite`], [`DuckLakeError::Postgres`],
+    /// [`DuckLakeError::SnapshotNotFound`], [`DuckLakeError::TableNotFound`],
+    /// [`DuckLakeError::InlinedData`], …), mapping validation errors
+    /// ([`DuckLakeError::Mapping`]) and path errors.
     pub fn open(
-        catalog_path: &Path,
+        catalog: impl Into<Catalog>,
         table: &str,
         options: &DuckLakeOptions,
     ) -> Result<Self, DuckLakeError> {
+        let catalog: Catalog = catalog.into();
         let (schema_name, table_name) = match table.split_once('.') {
             Some((s, t)) if !s.is_empty() && !t.is_empty() => (s, t),
             None if !table.is_empty() => ("main", table),
@@ -191,36 +215,47 @@ impl DuckLakeTable {
                 });
             }
         };
-        let catalog = catalog_path.display().to_string();
-        let reader = CatalogReader::open(catalog_path)?;
-        let snapshot = reader.snapshot(options.snapshot)?;
-        let entry = reader.table(schema_name, table_name, snapshot)?;
         let name = format!("{schema_name}.{table_name}");
-        if reader.has_inlined_data(entry.table_id)? {
-            return Err(DuckLakeError::InlinedData { table: name });
-        }
-        let data_root = match &options.data_path {
-            Some(path) => paths::resolve(
-                &paths::absolute(path)?,
-                PathPart {
-                    path: "",
-                    is_relative: true,
+        let wants_data_path = options.data_path.is_none();
+        let rows = catalog.read(|reader| {
+            let snapshot = reader.snapshot(options.snapshot)?;
+            let entry = reader.table(schema_name, table_name, snapshot)?;
+            if reader.has_inlined_data(entry.table_id)? {
+                return Err(DuckLakeError::InlinedData { table: name.clone() });
+            }
+            Ok(CatalogRows {
+                data_path: if wants_data_path {
+                    Some(reader.data_path()?)
+                } else {
+                    None
                 },
-            )?,
-            None => {
-                let folder = std::fs::canonicalize(catalog_path)
-                    .map(|p| p.parent().map_or_else(|| p.clone(), Path::to_path_buf))
-                    .map_err(|source| DuckLakeError::CatalogFolder {
-                        catalog: catalog.clone(),
-                        source,
-                    })?;
-                let base = paths::local_dir_url(&folder)?;
-                let data_path = reader.data_path()?;
+                columns: reader.columns(entry.table_id, snapshot)?,
+                data_files: reader.data_files(entry.table_id, snapshot)?,
+                delete_files: reader.delete_files(entry.table_id, snapshot)?,
+                mappings: reader.mappings()?,
+                snapshot,
+                entry,
+            })
+        })?;
+        let snapshot = rows.snapshot;
+        let data_root = match (&options.data_path, &rows.data_path) {
+            (Some(path), _) => {
+                paths::resolve(
+                    &paths::absolute(path)?,
+                    PathPart {
+                        path: "",
+                        is_relative: true,
+                    },
+                )?
+            }
+            (None, data_path) => {
+                let data_path = data_path.as_deref().unwrap_or_default();
+                let base = catalog_base(&catalog, data_path)?;
                 let root = paths::resolve(
                     &base,
                     PathPart {
-                        path: &data_path,
-                        is_relative: !is_absolute(&data_path),
+                        path: data_path,
+                        is_relative: !is_absolute(data_path),
                     },
                 )?;
                 paths::resolve(
@@ -232,33 +267,33 @@ impl DuckLakeTable {
                 )?
             }
         };
-        let columns = LogicalColumns::new(&name, reader.columns(entry.table_id, snapshot)?);
+        let columns = LogicalColumns::new(&name, rows.columns);
         let files = files::plan(
             &data_root,
-            &entry,
+            &rows.entry,
             snapshot,
-            reader.data_files(entry.table_id, snapshot)?,
-            reader.delete_files(entry.table_id, snapshot)?,
+            rows.data_files,
+            rows.delete_files,
         )?;
-        let mappings = reader.mappings()?;
         let store = match &options.store {
             Some(store) => store.clone(),
             None => default_store(&data_root, &files)?,
         };
         Ok(Self {
-            catalog,
+            catalog: catalog.to_string(),
             name,
-            table_id: entry.table_id,
+            table_id: rows.entry.table_id,
             snapshot,
             data_root,
             columns,
             files,
-            mappings,
+            mappings: rows.mappings,
             store,
         })
     }
 
-    /// The catalog file this table was read from.
+    /// The catalog this table was read from: the SQLite file's path, or
+    /// `postgres:<conninfo without password>`.
     pub fn catalog(&self) -> &str {
         &self.catalog
     }
@@ -364,6 +399,40 @@ impl DuckLakeTable {
         let file = self.file(file_index)?;
         let request = scan::Request::new(self, columns, missing)?;
         scan::read_file(self, &request, file).await
+    }
+}
+
+/// What one catalog read returns (the reader thread's result).
+struct CatalogRows {
+    snapshot: i64,
+    entry: TableEntry,
+    data_path: Option<String>,
+    columns: Vec<metadata::ColumnRow>,
+    data_files: Vec<DataFileRow>,
+    delete_files: Vec<DeleteFileRow>,
+    mappings: MappingSet,
+}
+
+/// The base a catalog's `data_path` resolves against: the SQLite file's
+/// folder. A PostgreSQL catalog has none, so its `data_path` must be
+/// absolute (DuckDB would use its working directory; this reader never
+/// reads relative to the process's).
+fn catalog_base(catalog: &Catalog, data_path: &str) -> Result<Url, DuckLakeError> {
+    match catalog {
+        Catalog::Sqlite(path) => {
+            let folder = std::fs::canonicalize(path)
+                .map(|p| p.parent().map_or_else(|| p.clone(), Path::to_path_buf))
+                .map_err(|source| DuckLakeError::CatalogFolder {
+                    catalog: catalog.to_string(),
+                    source,
+                })?;
+            Ok(paths::local_dir_url(&folder)?)
+        }
+        Catalog::Postgres(_) if is_absolute(data_path) => paths::absolute(data_path).map_err(Into::into),
+        Catalog::Postgres(_) => Err(DuckLakeError::RelativeDataPath {
+            catalog: catalog.to_string(),
+            data_path: data_path.to_string(),
+        }),
     }
 }
 
