@@ -3,6 +3,10 @@
 #  - a Python venv (.venv-test) with pyarrow, duckdb and moto: the independent
 #    readers of our Parquet, and moto_server as a real S3 API on loopback;
 #  - moto_server on 127.0.0.1 with a free port and a bucket, stopped by PID at exit;
+#  - PostgreSQL (scripts/postgres.sh: apt's `postgresql` when missing, a
+#    throwaway server on 127.0.0.1, destroyed at exit) for the DuckLake
+#    suite's PostgreSQL catalogs (PARQIVF_PG_CONNINFO); the log lists every
+#    DuckLake test as `<test>::sqlite` and `<test>::postgres`;
 #  - `cargo test` over the whole crate (unit, integration, doc tests);
 #  - the Python package (python/): built by maturin into the venv from the
 #    same target folder and profile as the tests (only the extension crate
@@ -14,10 +18,13 @@ VENV="${PARQIVF_VENV:-$PWD/.venv-test}"
 if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
-if ! "$VENV/bin/python" -c "import pyarrow, duckdb, moto, flask_cors, pytest, ray.data" 2>/dev/null \
+# DuckDB is pinned: the ducklake and postgres extension wheels exist per
+# DuckDB release (tests/ducklake/pg_lake.py loads them, nothing is downloaded).
+if ! "$VENV/bin/python" -c "import pyarrow, duckdb, moto, flask_cors, pytest, ray.data, duckdb_extension_ducklake, duckdb_extension_postgres_scanner; assert duckdb.__version__ == '1.4.4'" 2>/dev/null \
   || [ ! -x "$VENV/bin/maturin" ]; then
   "$VENV/bin/pip" install --quiet --disable-pip-version-check \
-    "pyarrow>=15" "duckdb>=1.1" "moto[server]>=5" numpy \
+    "pyarrow>=15" "duckdb==1.4.4" "duckdb-extension-ducklake==1.4.4" \
+    "duckdb-extension-postgres-scanner==1.4.4" "moto[server]>=5" numpy \
     "maturin>=1.9,<2" "pytest>=8" "ray[data]>=2.40"
 fi
 export PARQIVF_PYTHON="$VENV/bin/python"
@@ -27,7 +34,8 @@ export PARQIVF_REQUIRE_INTEROP=1
 PORT="$("$VENV/bin/python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 "$VENV/bin/moto_server" -H 127.0.0.1 -p "$PORT" >"${TMPDIR:-/tmp}/parqivf-moto-$PORT.log" 2>&1 &
 MOTO_PID=$!
-trap 'kill "$MOTO_PID" 2>/dev/null || true; wait "$MOTO_PID" 2>/dev/null || true' EXIT
+PG_DIR="${TMPDIR:-/tmp}/parqivf-pg-$$"
+trap 'kill "$MOTO_PID" 2>/dev/null || true; wait "$MOTO_PID" 2>/dev/null || true; PGPREP_DIR="$PG_DIR" bash scripts/postgres.sh destroy 2>/dev/null || true' EXIT
 for _ in $(seq 1 100); do
   "$VENV/bin/python" -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:$PORT/')" 2>/dev/null && break
   sleep 0.1
@@ -41,6 +49,13 @@ req = urllib.request.Request("http://127.0.0.1:$PORT/parqivf-test", method="PUT"
 urllib.request.urlopen(req)
 print("moto_server on 127.0.0.1:$PORT (pid $MOTO_PID), bucket parqivf-test")
 PY
+
+# PostgreSQL for the DuckLake catalogs (every DuckLake test runs on SQLite and
+# on PostgreSQL; each PostgreSQL case uses a schema of its own).
+eval "$(PGPREP_DIR="$PG_DIR" bash scripts/postgres.sh)"
+export PARQIVF_PG_CONNINFO="$PG_CONNINFO"
+unset PGPASSWORD PG_URL PG_CONNINFO
+echo "PostgreSQL on 127.0.0.1:$PGPORT ($PG_DIR)"
 
 # The distance and assignment kernels first, with their output: the log names
 # the SIMD path simsimd dispatches to on this CPU (haswell, skylake, sapphire,

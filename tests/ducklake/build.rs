@@ -4,6 +4,7 @@
 //! back with `SELECT * FROM lake.s1.docs WHERE rowid IN (…)`.
 
 use std::collections::HashMap;
+use std::str::FromStr;
 use std::sync::Arc;
 
 use object_store::ObjectStore;
@@ -11,8 +12,12 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use parqivf::builder::ducklake_source::DuckLakeSource;
 use parqivf::builder::{BuildError, BuildParams, ProgressMode, VectorSource, build};
+use parqivf::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::format::definition::IndexSource;
 use parqivf::index::{Index, SearchParams};
+
+use crate::on_both_catalogs;
+use crate::support::ducklake::{Kind, Lake, pg_conninfo};
 
 fn params(nlist: u32) -> BuildParams {
     BuildParams {
@@ -22,11 +27,11 @@ fn params(nlist: u32) -> BuildParams {
     }
 }
 
-#[tokio::test]
-async fn docs_index_returns_duckdb_rowids() {
+on_both_catalogs!(async docs_index_returns_duckdb_rowids);
+async fn docs_index_returns_duckdb_rowids(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = crate::support::ducklake::copy_fixture(dir.path());
-    let catalog = catalog.to_str().unwrap();
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
 
     // Row 150 has a NULL embedding: a typed error unless asked to skip it.
     let strict = DuckLakeSource::open(catalog, "s1.docs", "embedding", &[], None, None, false)
@@ -103,13 +108,14 @@ async fn docs_index_returns_duckdb_rowids() {
 
 /// Lake columns carried as payload: a filter on them returns exactly the
 /// rows DuckDB holds with those values, and each hit's payload is DuckDB's.
-#[tokio::test]
-async fn lake_columns_carried_as_payload_filter_the_search() {
+on_both_catalogs!(async lake_columns_carried_as_payload_filter_the_search);
+async fn lake_columns_carried_as_payload_filter_the_search(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = crate::support::ducklake::copy_fixture(dir.path());
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
     let payload = ["id".to_string(), "title".to_string()];
     let source = DuckLakeSource::open(
-        catalog.to_str().unwrap(),
+        catalog,
         "s1.docs",
         "embedding",
         &payload,
@@ -121,7 +127,7 @@ async fn lake_columns_carried_as_payload_filter_the_search() {
     .unwrap();
     assert_eq!(source.definition().payload_columns, payload.to_vec());
     let unknown = DuckLakeSource::open(
-        catalog.to_str().unwrap(),
+        catalog,
         "s1.docs",
         "embedding",
         &["colour".to_string()],
@@ -172,5 +178,68 @@ async fn lake_columns_carried_as_payload_filter_the_search() {
         let p = h.payload.as_ref().unwrap();
         assert_eq!(p["id"], row["id"], "rowid {}", h.rowid);
         assert_eq!(p["title"], row["title"], "rowid {}", h.rowid);
+    }
+}
+
+/// A PostgreSQL conninfo's password shows nowhere: not in the error of a
+/// failed connection (nor its `Debug`), not in the catalog's name, and not in
+/// the `index.json` of an index built from a PostgreSQL catalog.
+#[test]
+fn postgres_password_never_shows() {
+    let secret = "pw-never-shown-71";
+    let catalog = Catalog::parse(&format!(
+        "postgres:host=127.0.0.1 port=1 user=u password={secret} dbname=lake connect_timeout=5"
+    ))
+    .unwrap();
+    assert!(!format!("{catalog} {catalog:?}").contains(secret));
+    let err = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
+    assert!(matches!(err, DuckLakeError::Postgres { .. }), "{err}");
+    let shown = format!("{err} {err:?}");
+    assert!(!shown.contains(secret), "{shown}");
+    assert!(shown.contains("dbname=lake"), "the error names the database: {shown}");
+}
+
+#[tokio::test]
+async fn postgres_index_json_has_no_password() {
+    let Some(conninfo) = pg_conninfo() else {
+        return;
+    };
+    let password = postgres::Config::from_str(&conninfo)
+        .unwrap()
+        .get_password()
+        .map(|p| String::from_utf8_lossy(p).into_owned());
+    let dir = tempfile::tempdir().unwrap();
+    let lake = Lake::copy(Kind::Postgres, &dir.path().join("lake"));
+    let source = DuckLakeSource::open(&lake.catalog, "s1.docs", "embedding", &[], None, None, true)
+        .await
+        .unwrap();
+    let out_dir = dir.path().join("index");
+    std::fs::create_dir_all(&out_dir).unwrap();
+    let out: Arc<dyn ObjectStore> =
+        Arc::new(object_store::local::LocalFileSystem::new_with_prefix(&out_dir).unwrap());
+    build(Arc::new(source), out, &Path::from("idx"), &params(8))
+        .await
+        .unwrap();
+    let mut documents = Vec::new();
+    let mut stack = vec![out_dir];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(d).unwrap() {
+            let path = e.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if path.file_name().is_some_and(|n| n == "index.json") {
+                documents.push(std::fs::read_to_string(path).unwrap());
+            }
+        }
+    }
+    assert!(!documents.is_empty(), "index.json written");
+    for doc in documents {
+        assert!(doc.contains("postgres:"), "{doc}");
+        assert!(!doc.contains("password"), "{doc}");
+        if let Some(p) = &password
+            && !conninfo.replace(&format!("password={p}"), "").contains(p.as_str())
+        {
+            assert!(!doc.contains(p.as_str()), "{doc}");
+        }
     }
 }

@@ -5,6 +5,10 @@
 //! DuckLake tests are modules of this one test binary: `build` (an index over
 //! a DuckLake table), `mapping` (RFC 0018 mapping validation), `orphans`
 //! (orphan files are never opened) and `store` (the lake on an object store).
+//!
+//! Every test runs on the fixture with its catalog in SQLite and, when
+//! `PARQIVF_PG_CONNINFO` names a PostgreSQL server, in PostgreSQL
+//! (`<test>::sqlite`, `<test>::postgres`; see `on_both_catalogs!`).
 
 mod build;
 mod mapping;
@@ -15,13 +19,13 @@ mod support;
 
 use std::path::Path;
 
-use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
+use parqivf::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::lineage::{LineageError, MissingRowId};
 use parqivf::catalog::paths::PathError;
 use support::ducklake::*;
 
 fn open(
-    catalog: &Path,
+    catalog: &Catalog,
     table: &str,
     snapshot: Option<u64>,
     data_path: Option<String>,
@@ -35,30 +39,33 @@ fn open(
         .unwrap_or_else(|e| panic!("{table}@{snapshot:?}: {e}"))
 }
 
-#[tokio::test]
-async fn moved_fixture_reads_duckdb_answers() {
+on_both_catalogs!(async moved_fixture_reads_duckdb_answers);
+async fn moved_fixture_reads_duckdb_answers(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
-    check_all_tables(&catalog, &DuckLakeOptions::default(), true).await;
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    lake.rewrite_outside(&dir.path().join("outside/o.parquet"));
+    check_all_tables(catalog, &DuckLakeOptions::default(), true).await;
 }
 
-#[tokio::test]
-async fn data_path_override_reads_duckdb_answers() {
+on_both_catalogs!(async data_path_override_reads_duckdb_answers);
+async fn data_path_override_reads_duckdb_answers(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let lake = dir.path().join("lake");
-    let catalog = copy_fixture(&lake);
+    let lake_dir = lake;
+    let lake = Lake::copy(kind, &lake_dir);
+    let catalog = &lake.catalog;
     // Catalog and data live apart; the catalog's own data_path would point at nothing.
     let moved = dir.path().join("elsewhere/lake-files");
     std::fs::create_dir_all(moved.parent().unwrap()).unwrap();
-    std::fs::rename(lake.join("data"), &moved).unwrap();
-    rewrite_outside(&catalog, &lake.join("outside/o.parquet"));
-    let without = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
+    std::fs::rename(lake_dir.join("data"), &moved).unwrap();
+    lake.rewrite_outside(&lake_dir.join("outside/o.parquet"));
+    let without = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
     // data/ is gone from the catalog folder: the catalog's own data_path finds nothing.
     let err = without.scan(&["rowid"]).await.unwrap_err();
     assert!(matches!(err, DuckLakeError::Parquet { .. }), "{err}");
     check_all_tables(
-        &catalog,
+        catalog,
         &DuckLakeOptions {
             data_path: Some(moved.display().to_string()),
             ..Default::default()
@@ -68,11 +75,24 @@ async fn data_path_override_reads_duckdb_answers() {
     .await;
 }
 
-#[tokio::test]
-async fn relative_data_path_resolves_against_the_catalog_folder_not_the_cwd() {
+on_both_catalogs!(async relative_data_path_resolves_against_the_catalog_folder_not_the_cwd);
+async fn relative_data_path_resolves_against_the_catalog_folder_not_the_cwd(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    let t = open(&catalog, "s1.docs", None, None);
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    if kind == Kind::Postgres {
+        // No catalog folder: a relative data_path is refused, never read from the cwd.
+        lake.execute(
+            "UPDATE ducklake_metadata SET value = 'data/' WHERE key = 'data_path' AND scope IS NULL",
+        );
+        let err = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
+        assert!(
+            matches!(&err, DuckLakeError::RelativeDataPath { data_path, .. } if data_path == "data/"),
+            "{err}"
+        );
+        return;
+    }
+    let t = open(catalog, "s1.docs", None, None);
     let folder = dir.path().canonicalize().unwrap();
     assert_eq!(t.data_root().to_file_path().unwrap(), folder.join("data"));
     for location in t.locations() {
@@ -89,37 +109,40 @@ async fn relative_data_path_resolves_against_the_catalog_folder_not_the_cwd() {
     assert!(!t.scan(&["rowid", "embedding"]).await.unwrap().is_empty());
 }
 
-#[tokio::test]
-async fn verbatim_relative_path_is_refused_not_read_from_the_cwd() {
+on_both_catalogs!(async verbatim_relative_path_is_refused_not_read_from_the_cwd);
+async fn verbatim_relative_path_is_refused_not_read_from_the_cwd(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    let err = DuckLakeTable::open(&catalog, "s1.outside", &DuckLakeOptions::default()).unwrap_err();
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    let err = DuckLakeTable::open(catalog, "s1.outside", &DuckLakeOptions::default()).unwrap_err();
     assert!(
         matches!(&err, DuckLakeError::Path(PathError::NotAbsolute { path }) if path == "outside/o.parquet"),
         "{err}"
     );
 }
 
-#[tokio::test]
-async fn relative_override_is_refused() {
+on_both_catalogs!(async relative_override_is_refused);
+async fn relative_override_is_refused(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
     let options = DuckLakeOptions {
         data_path: Some("data/".into()),
         ..Default::default()
     };
-    let err = DuckLakeTable::open(&catalog, "s1.docs", &options).unwrap_err();
+    let err = DuckLakeTable::open(catalog, "s1.docs", &options).unwrap_err();
     assert!(
         matches!(err, DuckLakeError::Path(PathError::NotAbsolute { .. })),
         "{err}"
     );
 }
 
-#[tokio::test]
-async fn lineage_columns_under_one_mechanism() {
+on_both_catalogs!(async lineage_columns_under_one_mechanism);
+async fn lineage_columns_under_one_mechanism(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    let t = open(&catalog, "s1.docs", None, None);
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    let t = open(catalog, "s1.docs", None, None);
     let all = [
         "rowid",
         "id",
@@ -156,7 +179,7 @@ async fn lineage_columns_under_one_mechanism() {
     assert_ne!(file.lineage.row_id_start, Some(5));
 
     // merge_adjacent_files embedded each row's snapshot: ids 40k0..40k9 came in 30, 31, 32, 33.
-    let merged = open(&catalog, "s1.merged", None, None);
+    let merged = open(catalog, "s1.merged", None, None);
     for row in rows(&merged.scan(&["rowid", "id", "snapshot_id"]).await.unwrap()) {
         let id = row["id"].as_i64().unwrap();
         let want = if id >= 4100 {
@@ -168,15 +191,15 @@ async fn lineage_columns_under_one_mechanism() {
     }
 }
 
-#[tokio::test]
-async fn missing_row_id_start_is_null_or_a_clear_error() {
+on_both_catalogs!(async missing_row_id_start_is_null_or_a_clear_error);
+async fn missing_row_id_start_is_null_or_a_clear_error(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    execute(
-        &catalog,
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    lake.execute(
         "UPDATE ducklake_data_file SET row_id_start = NULL WHERE data_file_id = 9",
     );
-    let t = open(&catalog, "s1.docs", None, None);
+    let t = open(catalog, "s1.docs", None, None);
     let got = rows(&t.scan(&["rowid", "id"]).await.unwrap());
     let nulls: Vec<i64> = got
         .iter()
@@ -197,15 +220,15 @@ async fn missing_row_id_start_is_null_or_a_clear_error() {
     );
 }
 
-#[tokio::test]
-async fn rowid_overflow_is_a_typed_error() {
+on_both_catalogs!(async rowid_overflow_is_a_typed_error);
+async fn rowid_overflow_is_a_typed_error(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    execute(
-        &catalog,
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    lake.execute(
         "UPDATE ducklake_data_file SET row_id_start = 9223372036854775800 WHERE data_file_id = 9",
     );
-    let t = open(&catalog, "s1.docs", None, None);
+    let t = open(catalog, "s1.docs", None, None);
     let err = t.scan(&["rowid"]).await.unwrap_err();
     assert!(
         matches!(
@@ -219,12 +242,13 @@ async fn rowid_overflow_is_a_typed_error() {
     );
 }
 
-#[tokio::test]
-async fn snapshot_selection_and_table_lookup() {
+on_both_catalogs!(async snapshot_selection_and_table_lookup);
+async fn snapshot_selection_and_table_lookup(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
     let err = DuckLakeTable::open(
-        &catalog,
+        catalog,
         "s1.docs",
         &DuckLakeOptions {
             snapshot: Some(46),
@@ -243,33 +267,34 @@ async fn snapshot_selection_and_table_lookup() {
         ),
         "{err}"
     );
-    let err = DuckLakeTable::open(&catalog, "s1.nope", &DuckLakeOptions::default()).unwrap_err();
+    let err = DuckLakeTable::open(catalog, "s1.nope", &DuckLakeOptions::default()).unwrap_err();
     assert!(matches!(err, DuckLakeError::TableNotFound { .. }), "{err}");
-    let err = DuckLakeTable::open(&catalog, "docs", &DuckLakeOptions::default()).unwrap_err();
+    let err = DuckLakeTable::open(catalog, "docs", &DuckLakeOptions::default()).unwrap_err();
     assert!(
         matches!(err, DuckLakeError::TableNotFound { ref table, .. } if table == "main.docs"),
         "{err}"
     );
-    let t = open(&catalog, "s1.docs", None, None);
+    let t = open(catalog, "s1.docs", None, None);
     let err = t.scan(&["nope"]).await.unwrap_err();
     assert!(matches!(err, DuckLakeError::UnknownColumn { .. }), "{err}");
     // All of insert D (ids 180..189) was deleted at 9: its file ended there.
-    let at8 = open(&catalog, "s1.docs", Some(8), None);
-    let at9 = open(&catalog, "s1.docs", Some(9), None);
+    let at8 = open(catalog, "s1.docs", Some(8), None);
+    let at9 = open(catalog, "s1.docs", Some(9), None);
     assert_eq!(at8.files().len(), at9.files().len() + 1);
 }
 
-#[tokio::test]
-async fn the_catalog_is_never_written() {
+on_both_catalogs!(async the_catalog_is_never_written);
+async fn the_catalog_is_never_written(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
-    let before = std::fs::read(&catalog).unwrap();
+    let lake = Lake::copy(kind, dir.path());
+    let catalog = &lake.catalog;
+    lake.rewrite_outside(&dir.path().join("outside/o.parquet"));
+    let before = lake.contents();
     for table in TABLES {
-        let t = open(&catalog, table, None, None);
+        let t = open(catalog, table, None, None);
         t.scan(&["rowid", "id"]).await.unwrap();
     }
-    assert_eq!(std::fs::read(&catalog).unwrap(), before);
+    assert!(lake.contents() == before, "the catalog changed");
     let entries: Vec<_> = std::fs::read_dir(dir.path())
         .unwrap()
         .map(|e| e.unwrap().file_name())
@@ -282,18 +307,19 @@ async fn the_catalog_is_never_written() {
     );
 }
 
-#[tokio::test]
-async fn corrupt_catalogs_give_typed_errors() {
+on_both_catalogs!(async corrupt_catalogs_give_typed_errors);
+async fn corrupt_catalogs_give_typed_errors(kind: Kind) {
     let case = |sql: &str| {
         let dir = tempfile::tempdir().unwrap();
-        let catalog = copy_fixture(dir.path());
-        execute(&catalog, sql);
-        (dir, catalog)
+        let lake = Lake::copy(kind, dir.path());
+        lake.execute(sql);
+        (dir, lake)
     };
     // Two visible delete files for one data file.
-    let (_d, catalog) =
+    let (_d, lake) =
         case("UPDATE ducklake_delete_file SET end_snapshot = NULL WHERE delete_file_id = 4");
-    let err = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
+    let catalog = &lake.catalog;
+    let err = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
     assert!(
         matches!(
             err,
@@ -305,14 +331,16 @@ async fn corrupt_catalogs_give_typed_errors() {
         "{err}"
     );
     // Inlined data is refused rather than silently missed.
-    let (_d, catalog) =
+    let (_d, lake) =
         case("INSERT INTO ducklake_inlined_data_tables VALUES (2, 'ducklake_inlined_data_2_2', 2)");
-    let err = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
+    let catalog = &lake.catalog;
+    let err = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
     assert!(matches!(err, DuckLakeError::InlinedData { .. }), "{err}");
     // The catalog's record_count disagrees with the file.
-    let (_d, catalog) =
+    let (_d, lake) =
         case("UPDATE ducklake_data_file SET record_count = 61 WHERE data_file_id = 0");
-    let t = open(&catalog, "s1.docs", None, None);
+    let catalog = &lake.catalog;
+    let t = open(catalog, "s1.docs", None, None);
     let err = t.scan(&["rowid"]).await.unwrap_err();
     assert!(
         matches!(
@@ -326,10 +354,11 @@ async fn corrupt_catalogs_give_typed_errors() {
         "{err}"
     );
     // A column type this reader does not read fails only when that column is asked for.
-    let (_d, catalog) = case(
+    let (_d, lake) = case(
         "UPDATE ducklake_column SET column_type = 'timestamp_ns' WHERE table_id = 2 AND column_id = 2",
     );
-    let t = open(&catalog, "s1.docs", None, None);
+    let catalog = &lake.catalog;
+    let t = open(catalog, "s1.docs", None, None);
     assert!(!t.scan(&["rowid", "id"]).await.unwrap().is_empty());
     let err = t.scan(&["title"]).await.unwrap_err();
     assert!(
@@ -337,9 +366,10 @@ async fn corrupt_catalogs_give_typed_errors() {
         "{err}"
     );
     // A malformed partial_file_info.
-    let (_d, catalog) =
+    let (_d, lake) =
         case("UPDATE ducklake_data_file SET partial_file_info = '30-10' WHERE data_file_id = 38");
-    let err = DuckLakeTable::open(&catalog, "s1.merged", &DuckLakeOptions::default()).unwrap_err();
+    let catalog = &lake.catalog;
+    let err = DuckLakeTable::open(catalog, "s1.merged", &DuckLakeOptions::default()).unwrap_err();
     assert!(
         matches!(err, DuckLakeError::PartialFileInfo { .. }),
         "{err}"

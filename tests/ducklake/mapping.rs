@@ -3,35 +3,38 @@
 //! deliberately not enforced, and column resolution details (element/item,
 //! hive partitions, missing columns, INT32 widening) on the fixture.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
+use crate::on_both_catalogs;
 use crate::support::ducklake::*;
-use parqivf::catalog::ducklake::{DuckLakeError, DuckLakeOptions, DuckLakeTable};
+use parqivf::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::mapping::MappingError;
 use serde_json::json;
 
-fn corrupted(dir: &Path, sql: &str) -> PathBuf {
-    let catalog = copy_fixture(dir);
-    execute(&catalog, sql);
-    catalog
+fn corrupted(kind: Kind, dir: &Path, sql: &str) -> Lake {
+    let lake = Lake::copy(kind, dir);
+    lake.execute(sql);
+    lake
 }
 
-fn open_err(catalog: &Path) -> MappingError {
+fn open_err(lake: &Lake) -> MappingError {
+    let catalog = &lake.catalog;
     match DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()) {
         Err(DuckLakeError::Mapping(e)) => e,
         other => panic!("expected a mapping error, got {other:?}"),
     }
 }
 
-#[test]
-fn mapping_without_name_rows() {
+on_both_catalogs!(mapping_without_name_rows);
+fn mapping_without_name_rows(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "DELETE FROM ducklake_name_mapping WHERE mapping_id = 16",
     );
     assert!(matches!(
-        open_err(&catalog),
+        open_err(&lake),
         MappingError::EmptyMapping {
             table_id: 2,
             mapping_id: 16
@@ -39,15 +42,16 @@ fn mapping_without_name_rows() {
     ));
 }
 
-#[test]
-fn orphan_name_rows() {
+on_both_catalogs!(orphan_name_rows);
+fn orphan_name_rows(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
-        "INSERT INTO ducklake_name_mapping VALUES (77, 0, 'id', 1, NULL, 0), (77, 1, 'title', 2, NULL, 0)",
+        "INSERT INTO ducklake_name_mapping VALUES (77, 0, 'id', 1, NULL, false), (77, 1, 'title', 2, NULL, false)",
     );
     assert!(matches!(
-        open_err(&catalog),
+        open_err(&lake),
         MappingError::OrphanNameRows {
             mapping_id: 77,
             rows: 2
@@ -55,15 +59,16 @@ fn orphan_name_rows() {
     ));
 }
 
-#[test]
-fn duplicate_column_id() {
+on_both_catalogs!(duplicate_column_id);
+fn duplicate_column_id(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
-        "INSERT INTO ducklake_name_mapping VALUES (12, 1, 'again', 2, NULL, 0)",
+        "INSERT INTO ducklake_name_mapping VALUES (12, 1, 'again', 2, NULL, false)",
     );
     assert!(matches!(
-        open_err(&catalog),
+        open_err(&lake),
         MappingError::DuplicateColumnId {
             table_id: 2,
             mapping_id: 12,
@@ -72,16 +77,17 @@ fn duplicate_column_id() {
     ));
 }
 
-#[test]
-fn parent_column_not_before_child() {
+on_both_catalogs!(parent_column_not_before_child);
+fn parent_column_not_before_child(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     // Mapping 31 (nested): `tags` (4) sits under `meta` (2); point it at a later node.
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "UPDATE ducklake_name_mapping SET parent_column = 5 WHERE mapping_id = 31 AND column_id = 4",
     );
     assert!(matches!(
-        open_err(&catalog),
+        open_err(&lake),
         MappingError::ParentNotBeforeChild {
             table_id: 5,
             mapping_id: 31,
@@ -90,12 +96,13 @@ fn parent_column_not_before_child() {
         }
     ));
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "UPDATE ducklake_name_mapping SET parent_column = 3 WHERE mapping_id = 12 AND column_id = 3",
     );
     assert!(matches!(
-        open_err(&catalog),
+        open_err(&lake),
         MappingError::ParentNotBeforeChild {
             mapping_id: 12,
             column_id: 3,
@@ -104,15 +111,16 @@ fn parent_column_not_before_child() {
     ));
 }
 
-#[test]
-fn duplicate_table_and_mapping_id() {
+on_both_catalogs!(duplicate_table_and_mapping_id);
+fn duplicate_table_and_mapping_id(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "INSERT INTO ducklake_column_mapping VALUES (12, 2, 'map_by_name')",
     );
     assert!(matches!(
-        open_err(&catalog),
+        open_err(&lake),
         MappingError::DuplicateMapping {
             table_id: 2,
             mapping_id: 12
@@ -120,7 +128,7 @@ fn duplicate_table_and_mapping_id() {
     ));
 }
 
-async fn docs_rows(catalog: &Path) -> Vec<serde_json::Value> {
+async fn docs_rows(catalog: &Catalog) -> Vec<serde_json::Value> {
     let t = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
     rows(
         &t.scan(&["rowid", "id", "title", "embedding"])
@@ -129,25 +137,26 @@ async fn docs_rows(catalog: &Path) -> Vec<serde_json::Value> {
     )
 }
 
-#[tokio::test]
-async fn contiguity_and_map_type_are_not_enforced() {
+on_both_catalogs!(async contiguity_and_map_type_are_not_enforced);
+async fn contiguity_and_map_type_are_not_enforced(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     // Ordinals 0,1,2,3 → 0,10,20,30 (parent < child kept) and a future map type.
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "UPDATE ducklake_name_mapping SET column_id = column_id * 10, parent_column = parent_column * 10 \
            WHERE mapping_id = 12; \
          UPDATE ducklake_column_mapping SET type = 'map_by_future' WHERE mapping_id = 12;",
     );
     let want = expected()["tables"]["s1.docs"]["rows"].clone();
-    assert_eq!(json!(docs_rows(&catalog).await), want);
+    assert_eq!(json!(docs_rows(&lake.catalog).await), want);
 }
 
-#[tokio::test]
-async fn resolution_rules_on_registered_files() {
+on_both_catalogs!(async resolution_rules_on_registered_files);
+async fn resolution_rules_on_registered_files(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let catalog = copy_fixture(dir.path());
-    let got = docs_rows(&catalog).await;
+    let got = docs_rows(&lake.catalog).await;
     let by_id = |id: i64| {
         got.iter()
             .find(|r| r["id"] == id)
@@ -166,7 +175,7 @@ async fn resolution_rules_on_registered_files() {
     assert_eq!(by_id(1200)["title"], "xtra 1200");
 
     // parted: `part` is a partition node, its value comes from the hive path.
-    let t = DuckLakeTable::open(&catalog, "s1.parted", &DuckLakeOptions::default()).unwrap();
+    let t = DuckLakeTable::open(&lake.catalog, "s1.parted", &DuckLakeOptions::default()).unwrap();
     let parted = rows(&t.scan(&["rowid", "id", "part"]).await.unwrap());
     for r in &parted {
         let id = r["id"].as_i64().unwrap();
@@ -181,14 +190,15 @@ async fn resolution_rules_on_registered_files() {
     }
 }
 
-#[tokio::test]
-async fn partition_node_without_hive_value_is_typed() {
+on_both_catalogs!(async partition_node_without_hive_value_is_typed);
+async fn partition_node_without_hive_value_is_typed(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "UPDATE ducklake_name_mapping SET source_name = 'region' WHERE mapping_id = 25 AND column_id = 4",
     );
-    let t = DuckLakeTable::open(&catalog, "s1.parted", &DuckLakeOptions::default()).unwrap();
+    let t = DuckLakeTable::open(&lake.catalog, "s1.parted", &DuckLakeOptions::default()).unwrap();
     let err = t.scan(&["rowid", "part"]).await.unwrap_err();
     assert!(
         matches!(&err, DuckLakeError::Mapping(MappingError::PartitionValueMissing { column, .. }) if column == "region"),
@@ -196,15 +206,16 @@ async fn partition_node_without_hive_value_is_typed() {
     );
 }
 
-#[tokio::test]
-async fn incompatible_physical_type_is_typed() {
+on_both_catalogs!(async incompatible_physical_type_is_typed);
+async fn incompatible_physical_type_is_typed(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     // Map the table's BIGINT id onto the file's VARCHAR title.
-    let catalog = corrupted(
+    let lake = corrupted(
+        kind,
         dir.path(),
         "UPDATE ducklake_name_mapping SET source_name = 'title' WHERE mapping_id = 12 AND column_id = 0",
     );
-    let t = DuckLakeTable::open(&catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
+    let t = DuckLakeTable::open(&lake.catalog, "s1.docs", &DuckLakeOptions::default()).unwrap();
     let err = t.scan(&["rowid", "id"]).await.unwrap_err();
     assert!(
         matches!(&err, DuckLakeError::Mapping(MappingError::TypeMismatch { column, .. }) if column == "id"),

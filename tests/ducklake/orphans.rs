@@ -6,28 +6,25 @@
 
 use std::sync::Arc;
 
+use crate::on_both_catalogs;
 use crate::support::ducklake::*;
 use parqivf::catalog::ducklake::{DuckLakeOptions, DuckLakeTable};
 use parqivf::catalog::paths;
 use parqivf::store::counting::CountingStore;
 
-#[tokio::test]
-async fn orphan_files_are_never_opened() {
+on_both_catalogs!(async orphan_files_are_never_opened);
+async fn orphan_files_are_never_opened(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
-    rewrite_outside(&catalog, &dir.path().join("outside/o.parquet"));
+    let lake = Lake::copy(kind, dir.path());
+    lake.rewrite_outside(&dir.path().join("outside/o.parquet"));
     let root = dir.path().canonicalize().unwrap().join("data");
 
     // The orphans, from the catalog's own list; they are on disk.
-    let conn = rusqlite::Connection::open(&catalog).unwrap();
-    let mut stmt = conn
-        .prepare("SELECT path FROM ducklake_files_scheduled_for_deletion")
-        .unwrap();
-    let orphans: Vec<String> = stmt
-        .query_map([], |r| r.get::<_, String>(0))
-        .unwrap()
+    let orphans: Vec<String> = lake
+        .strings("SELECT path FROM ducklake_files_scheduled_for_deletion")
+        .into_iter()
         .map(|p| {
-            object_store::path::Path::from_filesystem_path(root.join(p.unwrap()))
+            object_store::path::Path::from_filesystem_path(root.join(p))
                 .unwrap()
                 .to_string()
         })
@@ -50,7 +47,7 @@ async fn orphan_files_are_never_opened() {
                 store: Some(store.clone()),
                 ..Default::default()
             };
-            let Ok(t) = DuckLakeTable::open(&catalog, table, &options) else {
+            let Ok(t) = DuckLakeTable::open(&lake.catalog, table, &options) else {
                 continue;
             };
             for location in t.locations() {

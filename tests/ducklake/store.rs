@@ -7,6 +7,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use crate::on_both_catalogs;
 use crate::support::ducklake::*;
 use object_store::memory::InMemory;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -32,37 +33,31 @@ async fn upload(store: &dyn ObjectStore, dir: &Path, prefix: &str) {
 
 /// A catalog copy whose data lives at `s3://<bucket>/lake/` and whose
 /// outside file is the absolute `s3://<bucket>/outside/o.parquet`.
-async fn lake_on(store: &dyn ObjectStore, bucket: &str, dir: &Path) -> std::path::PathBuf {
-    let catalog = copy_fixture(dir);
+async fn lake_on(kind: Kind, store: &dyn ObjectStore, bucket: &str, dir: &Path) -> Lake {
+    let lake = Lake::copy(kind, dir);
     upload(store, &dir.join("data"), "lake").await;
     upload(store, &dir.join("outside"), "outside").await;
     std::fs::remove_dir_all(dir.join("data")).unwrap();
     std::fs::remove_dir_all(dir.join("outside")).unwrap();
-    execute(
-        &catalog,
-        &format!(
-            "UPDATE ducklake_data_file SET path = 's3://{bucket}/outside/o.parquet' \
-             WHERE path = 'outside/o.parquet' AND path_is_relative = 0"
-        ),
-    );
-    catalog
+    lake.set_outside(&format!("s3://{bucket}/outside/o.parquet"));
+    lake
 }
 
-#[tokio::test]
-async fn lake_on_an_object_store_reads_duckdb_answers() {
+on_both_catalogs!(async lake_on_an_object_store_reads_duckdb_answers);
+async fn lake_on_an_object_store_reads_duckdb_answers(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(InMemory::new());
-    let catalog = lake_on(store.as_ref(), "lake-bucket", dir.path()).await;
+    let lake = lake_on(kind, store.as_ref(), "lake-bucket", dir.path()).await;
     let options = DuckLakeOptions {
         data_path: Some("s3://lake-bucket/lake/".into()),
         store: Some(store),
         ..Default::default()
     };
-    check_all_tables(&catalog, &options, true).await;
+    check_all_tables(&lake.catalog, &options, true).await;
 }
 
-#[tokio::test]
-async fn lake_on_s3_reads_duckdb_answers() {
+on_both_catalogs!(async lake_on_s3_reads_duckdb_answers);
+async fn lake_on_s3_reads_duckdb_answers(kind: Kind) {
     let Ok(bucket) = std::env::var("PARQIVF_S3_BUCKET") else {
         assert!(
             std::env::var("PARQIVF_REQUIRE_INTEROP").is_err(),
@@ -75,12 +70,12 @@ async fn lake_on_s3_reads_duckdb_answers() {
     let env = std::env::vars().filter(|(k, _)| k.starts_with("AWS_"));
     let (store, _) = object_store::parse_url_opts(&url, env).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let catalog = lake_on(store.as_ref(), &bucket, dir.path()).await;
+    let lake = lake_on(kind, store.as_ref(), &bucket, dir.path()).await;
     // No injected store: the reader builds its own S3 client from the URL and AWS_* variables.
     let options = DuckLakeOptions {
         data_path: Some(format!("s3://{bucket}/lake/")),
         ..Default::default()
     };
     // Latest and the listed snapshots: every snapshot is covered locally, and moto is slow.
-    check_all_tables(&catalog, &options, false).await;
+    check_all_tables(&lake.catalog, &options, false).await;
 }
