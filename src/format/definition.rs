@@ -303,7 +303,8 @@ pub enum IndexSource {
     /// A DuckLake table at one snapshot.
     #[serde(rename_all = "kebab-case")]
     Ducklake {
-        /// The catalog metadata location (e.g. the SQLite file).
+        /// The catalog metadata location: the SQLite file, or
+        /// `postgres:<conninfo>` with the password removed.
         catalog: String,
         schema: String,
         table: String,
