@@ -59,10 +59,11 @@ impl DuckLakeSource {
             store: None,
         };
         let (catalog, name) = (catalog.clone(), table.to_string());
-        let table = tokio::task::spawn_blocking(move || DuckLakeTable::open(catalog, &name, &options))
-            .await
-            .map_err(|e| BuildError::Internal(format!("catalog task failed: {e}")))?
-            .map_err(lake)?;
+        let table =
+            tokio::task::spawn_blocking(move || DuckLakeTable::open(catalog, &name, &options))
+                .await
+                .map_err(|e| BuildError::Internal(format!("catalog task failed: {e}")))?
+                .map_err(lake)?;
         table.columns().field(column).map_err(lake)?;
         let payload = payload
             .iter()

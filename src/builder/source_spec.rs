@@ -70,7 +70,8 @@ pub async fn open_source(
 ) -> Result<Arc<dyn VectorSource>, BuildError> {
     let src = spec.source.as_str();
     if let Some(catalog) = src.strip_prefix(DUCKLAKE) {
-        let catalog = Catalog::parse(catalog).map_err(|e| BuildError::Catalog(CatalogError::from(e)))?;
+        let catalog =
+            Catalog::parse(catalog).map_err(|e| BuildError::Catalog(CatalogError::from(e)))?;
         let src = format!("{DUCKLAKE}{}", catalog.spec());
         let table = spec
             .table

@@ -106,25 +106,17 @@ async fn docs_index_returns_duckdb_rowids(kind: Kind) {
     }
 }
 
+on_both_catalogs!(async lake_columns_carried_as_payload_filter_the_search);
 /// Lake columns carried as payload: a filter on them returns exactly the
 /// rows DuckDB holds with those values, and each hit's payload is DuckDB's.
-on_both_catalogs!(async lake_columns_carried_as_payload_filter_the_search);
 async fn lake_columns_carried_as_payload_filter_the_search(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let lake = Lake::copy(kind, dir.path());
     let catalog = &lake.catalog;
     let payload = ["id".to_string(), "title".to_string()];
-    let source = DuckLakeSource::open(
-        catalog,
-        "s1.docs",
-        "embedding",
-        &payload,
-        None,
-        None,
-        true,
-    )
-    .await
-    .unwrap();
+    let source = DuckLakeSource::open(catalog, "s1.docs", "embedding", &payload, None, None, true)
+        .await
+        .unwrap();
     assert_eq!(source.definition().payload_columns, payload.to_vec());
     let unknown = DuckLakeSource::open(
         catalog,
@@ -196,7 +188,10 @@ fn postgres_password_never_shows() {
     assert!(matches!(err, DuckLakeError::Postgres { .. }), "{err}");
     let shown = format!("{err} {err:?}");
     assert!(!shown.contains(secret), "{shown}");
-    assert!(shown.contains("dbname=lake"), "the error names the database: {shown}");
+    assert!(
+        shown.contains("dbname=lake"),
+        "the error names the database: {shown}"
+    );
 }
 
 #[tokio::test]
@@ -237,7 +232,9 @@ async fn postgres_index_json_has_no_password() {
         assert!(doc.contains("postgres:"), "{doc}");
         assert!(!doc.contains("password"), "{doc}");
         if let Some(p) = &password
-            && !conninfo.replace(&format!("password={p}"), "").contains(p.as_str())
+            && !conninfo
+                .replace(&format!("password={p}"), "")
+                .contains(p.as_str())
         {
             assert!(!doc.contains(p.as_str()), "{doc}");
         }

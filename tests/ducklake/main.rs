@@ -196,9 +196,7 @@ async fn missing_row_id_start_is_null_or_a_clear_error(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
     let lake = Lake::copy(kind, dir.path());
     let catalog = &lake.catalog;
-    lake.execute(
-        "UPDATE ducklake_data_file SET row_id_start = NULL WHERE data_file_id = 9",
-    );
+    lake.execute("UPDATE ducklake_data_file SET row_id_start = NULL WHERE data_file_id = 9");
     let t = open(catalog, "s1.docs", None, None);
     let got = rows(&t.scan(&["rowid", "id"]).await.unwrap());
     let nulls: Vec<i64> = got
@@ -337,8 +335,7 @@ async fn corrupt_catalogs_give_typed_errors(kind: Kind) {
     let err = DuckLakeTable::open(catalog, "s1.docs", &DuckLakeOptions::default()).unwrap_err();
     assert!(matches!(err, DuckLakeError::InlinedData { .. }), "{err}");
     // The catalog's record_count disagrees with the file.
-    let (_d, lake) =
-        case("UPDATE ducklake_data_file SET record_count = 61 WHERE data_file_id = 0");
+    let (_d, lake) = case("UPDATE ducklake_data_file SET record_count = 61 WHERE data_file_id = 0");
     let catalog = &lake.catalog;
     let t = open(catalog, "s1.docs", None, None);
     let err = t.scan(&["rowid"]).await.unwrap_err();

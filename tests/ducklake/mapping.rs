@@ -155,7 +155,7 @@ async fn contiguity_and_map_type_are_not_enforced(kind: Kind) {
 on_both_catalogs!(async resolution_rules_on_registered_files);
 async fn resolution_rules_on_registered_files(kind: Kind) {
     let dir = tempfile::tempdir().unwrap();
-    let catalog = copy_fixture(dir.path());
+    let lake = Lake::copy(kind, dir.path());
     let got = docs_rows(&lake.catalog).await;
     let by_id = |id: i64| {
         got.iter()

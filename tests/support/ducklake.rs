@@ -72,7 +72,9 @@ pub fn pg_conninfo() -> Option<String> {
         !required,
         "PARQIVF_REQUIRE_INTEROP=1 but PARQIVF_PG_CONNINFO is unset (scripts/test.sh starts PostgreSQL)"
     );
-    eprintln!("skipping the PostgreSQL catalog case: PARQIVF_PG_CONNINFO is unset (run scripts/test.sh)");
+    eprintln!(
+        "skipping the PostgreSQL catalog case: PARQIVF_PG_CONNINFO is unset (run scripts/test.sh)"
+    );
     None
 }
 
@@ -132,7 +134,11 @@ impl Lake {
                 );
                 let data = format!("{}/", dir.canonicalize().unwrap().join("data").display());
                 let script = include_str!("../ducklake/pg_lake.py");
-                run_python(&python, script, &[&base, &schema, sqlite.to_str().unwrap(), &data]);
+                run_python(
+                    &python,
+                    script,
+                    &[&base, &schema, sqlite.to_str().unwrap(), &data],
+                );
                 let target = format!("{base} options=-csearch_path={schema}");
                 Lake {
                     kind,

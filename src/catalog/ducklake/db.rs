@@ -310,7 +310,8 @@ impl CatalogDb {
             }
             Catalog::Postgres(pg) => {
                 let mut client = pg.config.connect(postgres::NoTls)?;
-                client.batch_execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
+                client
+                    .batch_execute("START TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")?;
                 Ok(Self::Postgres(Box::new(client)))
             }
         }
@@ -390,11 +391,7 @@ mod tests {
             "postgresql://u@127.0.0.1/lake?password=s3cret",
         ] {
             let catalog = Catalog::parse(&format!("postgres:{conninfo}")).unwrap();
-            for shown in [
-                catalog.to_string(),
-                format!("{catalog:?}"),
-                catalog.spec(),
-            ] {
+            for shown in [catalog.to_string(), format!("{catalog:?}"), catalog.spec()] {
                 assert!(!shown.contains("s3cret"), "{shown}");
                 assert!(shown.contains("lake"), "{shown}");
             }
@@ -405,7 +402,10 @@ mod tests {
             catalog.to_string(),
             "postgres:host=h port=1 user=u dbname='my lake'"
         );
-        for bad in ["host=h password=s3cret bogus=1", "postgresql://u:s3cret@h:notaport/d"] {
+        for bad in [
+            "host=h password=s3cret bogus=1",
+            "postgresql://u:s3cret@h:notaport/d",
+        ] {
             let err = Catalog::parse(&format!("postgres:{bad}")).unwrap_err();
             let shown = format!("{err} {err:?}");
             assert!(!shown.contains("s3cret"), "{shown}");

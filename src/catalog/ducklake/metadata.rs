@@ -93,11 +93,7 @@ impl CatalogReader {
     }
 
     /// A statement returning exactly one `bigint` (`COUNT`, `MAX`).
-    fn query_int(
-        &mut self,
-        sql: &str,
-        params: &[Param<'_>],
-    ) -> Result<Option<i64>, DuckLakeError> {
+    fn query_int(&mut self, sql: &str, params: &[Param<'_>]) -> Result<Option<i64>, DuckLakeError> {
         Ok(self
             .query(sql, params, |r| r.get::<Option<i64>>(0))?
             .into_iter()
@@ -117,8 +113,9 @@ impl CatalogReader {
         let Some(requested) = requested else {
             return Ok(latest);
         };
+        let catalog = self.catalog.clone();
         let not_found = || DuckLakeError::SnapshotNotFound {
-            catalog: self.catalog.clone(),
+            catalog: catalog.clone(),
             requested,
             latest,
         };
@@ -166,7 +163,11 @@ impl CatalogReader {
              WHERE s.schema_name = ?2 AND t.table_name = ?3 \
                AND s.begin_snapshot <= ?1 AND (s.end_snapshot IS NULL OR s.end_snapshot > ?1) \
                AND t.begin_snapshot <= ?1 AND (t.end_snapshot IS NULL OR t.end_snapshot > ?1)";
-        let params = [Param::Int(snapshot), Param::Text(schema), Param::Text(table)];
+        let params = [
+            Param::Int(snapshot),
+            Param::Text(schema),
+            Param::Text(table),
+        ];
         // A NULL flag counts as relative.
         let rows = self.query(sql, &params, |r| {
             Ok(TableEntry {

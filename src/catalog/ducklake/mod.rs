@@ -57,7 +57,9 @@ pub enum DuckLakeError {
     /// `conninfo` has its password removed.
     #[error("PostgreSQL conninfo `{conninfo}` does not parse: {reason}")]
     Conninfo { conninfo: String, reason: String },
-    #[error("unknown DuckLake catalog kind `{kind}` (expected `sqlite:<file>` or `postgres:<conninfo>`)")]
+    #[error(
+        "unknown DuckLake catalog kind `{kind}` (expected `sqlite:<file>` or `postgres:<conninfo>`)"
+    )]
     CatalogKind { kind: String },
     #[error(
         "catalog {catalog} has the relative data_path `{data_path}`, and a PostgreSQL catalog has no folder to resolve it against; pass an absolute data path"
@@ -221,7 +223,9 @@ impl DuckLakeTable {
             let snapshot = reader.snapshot(options.snapshot)?;
             let entry = reader.table(schema_name, table_name, snapshot)?;
             if reader.has_inlined_data(entry.table_id)? {
-                return Err(DuckLakeError::InlinedData { table: name.clone() });
+                return Err(DuckLakeError::InlinedData {
+                    table: name.clone(),
+                });
             }
             Ok(CatalogRows {
                 data_path: if wants_data_path {
@@ -239,15 +243,13 @@ impl DuckLakeTable {
         })?;
         let snapshot = rows.snapshot;
         let data_root = match (&options.data_path, &rows.data_path) {
-            (Some(path), _) => {
-                paths::resolve(
-                    &paths::absolute(path)?,
-                    PathPart {
-                        path: "",
-                        is_relative: true,
-                    },
-                )?
-            }
+            (Some(path), _) => paths::resolve(
+                &paths::absolute(path)?,
+                PathPart {
+                    path: "",
+                    is_relative: true,
+                },
+            )?,
             (None, data_path) => {
                 let data_path = data_path.as_deref().unwrap_or_default();
                 let base = catalog_base(&catalog, data_path)?;
@@ -428,7 +430,9 @@ fn catalog_base(catalog: &Catalog, data_path: &str) -> Result<Url, DuckLakeError
                 })?;
             Ok(paths::local_dir_url(&folder)?)
         }
-        Catalog::Postgres(_) if is_absolute(data_path) => paths::absolute(data_path).map_err(Into::into),
+        Catalog::Postgres(_) if is_absolute(data_path) => {
+            paths::absolute(data_path).map_err(Into::into)
+        }
         Catalog::Postgres(_) => Err(DuckLakeError::RelativeDataPath {
             catalog: catalog.to_string(),
             data_path: data_path.to_string(),
