@@ -45,7 +45,7 @@ pub enum Catalog {
 /// their password-free form, the only one ever shown.
 #[derive(Clone)]
 pub struct PgCatalog {
-    config: postgres::Config,
+    config: Box<postgres::Config>,
     redacted: String,
 }
 
@@ -168,7 +168,10 @@ impl PgCatalog {
             config.connect_timeout(DEFAULT_CONNECT_TIMEOUT);
         }
         let redacted = redacted(&config);
-        Ok(Self { config, redacted })
+        Ok(Self {
+            config: Box::new(config),
+            redacted,
+        })
     }
 
     /// The conninfo without its password (`host=… port=… user=… dbname=…`).
