@@ -1071,6 +1071,16 @@ pub fn payload_rows(
     if batches.is_empty() {
         return Ok(None);
     }
+    if batches[0].num_columns() == 0 {
+        // No payload columns: a row per hit, and nothing in it.
+        let options = arrow::array::RecordBatchOptions::new().with_row_count(Some(at.len()));
+        return RecordBatch::try_new_with_options(batches[0].schema(), Vec::new(), &options)
+            .map(Some)
+            .map_err(|e| ProbeError::PayloadMismatch {
+                path: paths.get(file).map_or_else(String::new, Path::to_string),
+                detail: e.to_string(),
+            });
+    }
     arrow::compute::interleave_record_batch(&batches, &at)
         .map(Some)
         .map_err(|e| ProbeError::PayloadMismatch {
