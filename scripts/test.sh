@@ -65,7 +65,7 @@ cargo test --locked --lib -- distance:: kmeans::assign:: --nocapture --test-thre
 
 # The store-conformance suite next, with its output, so the log shows each
 # backend (memory, local, S3 on moto) passing; then everything else.
-cargo test --locked --test store_conformance -- --nocapture --test-threads 1
+cargo test --locked --test it -- store_conformance:: --nocapture --test-threads 1
 cargo test --locked "$@" -- --skip on_every_backend
 
 # The Python package: the extension built into the venv (dev profile, the

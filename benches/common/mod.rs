@@ -1,12 +1,12 @@
 //! Shared bench setup: seeded, clustered f32 data (a Gaussian-ish mixture with
 //! uniform noise), so every bench measures the same bytes on every run, and
 //! the index the search benches read, written by the test fixture
-//! (`tests/support/fixtures.rs`: the library's k-means and postings writer).
+//! (`tests/it/support/fixtures.rs`: the library's k-means and postings writer).
 
 // Each bench uses a different part of this module and of the fixtures.
 #![allow(dead_code)]
 
-#[path = "../../tests/support/fixtures.rs"]
+#[path = "../../tests/it/support/fixtures.rs"]
 pub mod fixtures;
 
 use object_store::ObjectStore;

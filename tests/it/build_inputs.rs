@@ -4,7 +4,7 @@
 //! rows, and the clean-up of spill and snapshot folders when a build is
 //! interrupted or killed.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

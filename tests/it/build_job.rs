@@ -2,7 +2,7 @@
 //! (pyarrow), every bad-input case with its typed error and nothing published,
 //! fault injection at every write of a build, reproducibility and spilling.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

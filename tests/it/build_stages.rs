@@ -3,7 +3,7 @@
 //! seed, whatever the batch split and the order buckets are written in, and a
 //! retried bucket writes the same bytes.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

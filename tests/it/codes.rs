@@ -4,7 +4,7 @@
 //! pages holding candidates; bounded rounds; `rerank 0` reads no f32; a
 //! corrupted code or page is a typed error, never a wrong answer.
 
-mod support;
+use crate::support;
 
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
@@ -322,7 +322,7 @@ async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index() {
         let file = dir.path().join(path.as_ref());
         let text = support::python::run_python(
             &python,
-            include_str!("interop/codes_readers.py"),
+            include_str!("../interop/codes_readers.py"),
             &[file.to_str().unwrap(), &width, &entry.rows.to_string()],
         );
         assert!(text.contains(", 0 failures"), "{text}");

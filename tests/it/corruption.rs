@@ -7,7 +7,7 @@
 //! the uncorrupted answer. Plus one test per defect of issue #17 item 3, and
 //! the page CRCs checked by an independent reader (pyarrow) when available.
 
-mod support;
+use crate::support;
 
 use bytes::Bytes;
 use object_store::memory::InMemory;

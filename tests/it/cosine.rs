@@ -3,7 +3,7 @@
 //! error (never a row at distance 0 that takes over every answer), and with
 //! every list probed the answers equal brute force by the f64 cosine.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

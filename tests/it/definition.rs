@@ -12,15 +12,15 @@ use parqivf::format::definition::{
 use parqivf::store::uri::{LocationUri, UriError};
 use serde_json::{Value, json};
 
-const TABLE_SCHEMA: &str = include_str!("../manifests/table-definition.schema.json");
-const INDEX_SCHEMA: &str = include_str!("../manifests/index-definition.schema.json");
+const TABLE_SCHEMA: &str = include_str!("../../manifests/table-definition.schema.json");
+const INDEX_SCHEMA: &str = include_str!("../../manifests/index-definition.schema.json");
 const TABLE_EXAMPLES: &[&str] = &[
-    include_str!("../manifests/examples/table-definition.json"),
-    include_str!("../manifests/examples/table-definition-pattern.json"),
+    include_str!("../../manifests/examples/table-definition.json"),
+    include_str!("../../manifests/examples/table-definition-pattern.json"),
 ];
 const INDEX_EXAMPLES: &[&str] = &[
-    include_str!("../manifests/examples/index-definition.json"),
-    include_str!("../manifests/examples/index-definition-ducklake.json"),
+    include_str!("../../manifests/examples/index-definition.json"),
+    include_str!("../../manifests/examples/index-definition-ducklake.json"),
 ];
 
 fn validator(schema: &str) -> jsonschema::Validator {

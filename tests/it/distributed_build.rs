@@ -4,7 +4,7 @@
 //! order and split), publish on the driver. The snapshot is byte for byte
 //! the single-node build's, and a worker refuses a source that changed.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 //! has a case. Pruning by the file's row-group statistics is checked to
 //! keep every row group that holds a selected row.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::fs::File;
@@ -324,7 +324,7 @@ fn filters_select_what_pyarrow_and_duckdb_select() {
     let cases = serde_json::to_string(&cases).expect("cases JSON");
     let out = support::python::run_python(
         &python,
-        include_str!("interop/filter_eval.py"),
+        include_str!("../interop/filter_eval.py"),
         &[path.to_str().expect("utf-8 path"), &cases],
     );
     let answer: serde_json::Value =

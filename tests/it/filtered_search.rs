@@ -7,7 +7,7 @@
 //! read, and the re-rank never fetches a `vector` page without a match;
 //! bad filters are typed errors naming the column and the types.
 
-mod support;
+use crate::support;
 
 use arrow::array::TimestampMicrosecondArray;
 use arrow::array::{

@@ -1,7 +1,7 @@
 //! The strict manifest: one hand-made broken manifest per rule, each caught
 //! with its own typed error; determinism; the JSON Schema and its examples.
 
-mod support;
+use crate::support;
 
 use parqivf::format::manifest::{FORMAT_VERSION, Manifest, ManifestError};
 use serde_json::{Value, json};
@@ -348,7 +348,7 @@ fn files_hold_at_least_one_row() {
 #[test]
 fn schema_accepts_the_examples_and_they_parse() {
     let schema: Value =
-        serde_json::from_str(include_str!("../manifests/manifest.schema.json")).unwrap();
+        serde_json::from_str(include_str!("../../manifests/manifest.schema.json")).unwrap();
     let mut documents: Vec<Value> = schema["examples"].as_array().unwrap().clone();
     for entry in
         std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/manifests/examples")).unwrap()

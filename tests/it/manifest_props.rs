@@ -3,7 +3,7 @@
 //! bytes that parse back to the same value, re-serialise to the same bytes,
 //! and satisfy the JSON Schema.
 
-mod support;
+use crate::support;
 
 use parqivf::format::manifest::{FORMAT_VERSION, FileEntry, Manifest};
 use parqivf::format::postings_table::part_path;

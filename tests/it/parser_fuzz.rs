@@ -25,14 +25,14 @@ use proptest::prelude::*;
 use serde_json::Value;
 
 const MANIFESTS: [&str; 2] = [
-    include_str!("../manifests/examples/manifest-empty.json"),
-    include_str!("../manifests/examples/manifest-spanning-cid.json"),
+    include_str!("../../manifests/examples/manifest-empty.json"),
+    include_str!("../../manifests/examples/manifest-spanning-cid.json"),
 ];
 const DEFINITIONS: [&str; 2] = [
-    include_str!("../manifests/examples/index-definition.json"),
-    include_str!("../manifests/examples/index-definition-ducklake.json"),
+    include_str!("../../manifests/examples/index-definition.json"),
+    include_str!("../../manifests/examples/index-definition-ducklake.json"),
 ];
-const COMMIT: &str = include_str!("../manifests/examples/commit.json");
+const COMMIT: &str = include_str!("../../manifests/examples/commit.json");
 
 fn cases() -> u32 {
     std::env::var("PARQIVF_FUZZ_CASES")

@@ -7,7 +7,7 @@
 //! The table covers multi-CID files, a CID spanning row groups and files, and
 //! a payload column.
 
-mod support;
+use crate::support;
 
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
@@ -41,7 +41,7 @@ async fn write_table_for_the_independent_reader() {
     let Some(python) = support::python::python_with("pyarrow") else {
         return;
     };
-    let script = include_str!("interop/pyarrow_postings.py");
+    let script = include_str!("../interop/pyarrow_postings.py");
     let text = support::python::run_python(&python, script, &[dir.to_str().unwrap()]);
     assert!(
         text.contains(&format!(

@@ -3,7 +3,7 @@
 //! large CIDs spanning row groups and files, streaming size and sha256,
 //! typed errors for bad input, and its manifest against the JSON Schema.
 
-mod support;
+use crate::support;
 
 use arrow::array::{AsArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Int32Type, Int64Type};

@@ -3,7 +3,7 @@
 //! two dependent rounds cold and one warm; a row group whose cid differs from
 //! its statistics is `CorruptIndex`; a missing postings object is named.
 
-mod support;
+use crate::support;
 
 use object_store::memory::InMemory;
 use object_store::path::Path;

@@ -2,7 +2,7 @@
 //! publishers on LocalFileSystem and InMemory give exactly one success and 15
 //! typed conflicts, and the stored manifest is the winner's.
 
-mod support;
+use crate::support;
 
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;

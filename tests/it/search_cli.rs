@@ -1,7 +1,7 @@
 //! `parqivf search` end to end on a local folder: JSON lines with rowids and
 //! distances equal to the library's answer; exit code 2 for bad input.
 
-mod support;
+use crate::support;
 
 use arrow::array::{FixedSizeBinaryArray, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};

@@ -2,7 +2,7 @@
 //! rowid), recall at a partial nprobe, payloads, and typed errors for bad
 //! input and unknown format versions.
 
-mod support;
+use crate::support;
 
 use object_store::ObjectStore;
 use object_store::memory::InMemory;

@@ -4,7 +4,7 @@
 //! bearer token (every request here carries it); `server_auth.rs` tests what
 //! happens without it.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -646,7 +646,7 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
 
 /// A validator for one schema of `manifests/openapi.json`.
 fn openapi_schema(name: &str) -> jsonschema::Validator {
-    let mut doc: Value = serde_json::from_str(include_str!("../manifests/openapi.json"))
+    let mut doc: Value = serde_json::from_str(include_str!("../../manifests/openapi.json"))
         .expect("openapi.json parses");
     doc["$schema"] = json!("https://json-schema.org/draft/2020-12/schema");
     doc["$ref"] = json!(format!("#/components/schemas/{name}"));

@@ -6,7 +6,7 @@
 //! holders, and concurrent reloads of an unchanged index open nothing while
 //! reloads are coalesced and rate-limited.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;

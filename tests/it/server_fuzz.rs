@@ -6,7 +6,7 @@
 //! afterwards. `PARQIVF_FUZZ_CASES` sets the cases (default 300: each case
 //! is a round trip).
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -7,7 +7,7 @@
 //! The slow-client test prints what it did:
 //! `cargo test --test server_hostile -- --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! answer. Prints p50/p99 latency and QPS (recorded in docs/benchmarks.md):
 //! `cargo test --release --test server_load -- --nocapture`.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! and equals that snapshot's direct answer. A request already running when a
 //! swap happens finishes on the old snapshot.
 
-mod support;
+use crate::support;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -7,7 +7,7 @@
 //! same vectors (values exact in every element type). Each is built for
 //! real and must answer queries exactly like the `list<float32>` file.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

@@ -3,7 +3,7 @@
 //! `scripts/test.sh` started one; required in CI). The same build, publish,
 //! verify and search calls must give the same bytes and the same answers.
 
-mod support;
+use crate::support;
 
 use std::sync::Arc;
 

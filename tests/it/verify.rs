@@ -3,7 +3,7 @@
 //! only for `--orphans`; the CLI's exit codes (0 ok, 1 violations, 2 could
 //! not run) and `--json` output.
 
-mod support;
+use crate::support;
 
 use arrow::array::{ArrayRef, Int64Array, RecordBatch};
 use arrow::datatypes::{DataType, Field, Schema};

@@ -2,7 +2,7 @@
 //! latest snapshot and at every snapshot since its creation, reads exactly
 //! DuckDB's answers (`expected.json`), for the moved fixture and for a
 //! data-path override; plus path, lineage and read-only rules. The other
-//! DuckLake tests are modules of this one test binary: `build` (an index over
+//! DuckLake tests are its submodules: `build` (an index over
 //! a DuckLake table), `mapping` (RFC 0018 mapping validation), `orphans`
 //! (orphan files are never opened) and `store` (the lake on an object store).
 //!
@@ -14,8 +14,8 @@ mod build;
 mod mapping;
 mod orphans;
 mod store;
-#[path = "../support/mod.rs"]
-mod support;
+use crate::on_both_catalogs;
+use crate::support;
 
 use std::path::Path;
 

@@ -133,7 +133,7 @@ impl Lake {
                     NEXT.fetch_add(1, Ordering::Relaxed)
                 );
                 let data = format!("{}/", dir.canonicalize().unwrap().join("data").display());
-                let script = include_str!("../ducklake/pg_lake.py");
+                let script = include_str!("../../ducklake/pg_lake.py");
                 run_python(
                     &python,
                     script,

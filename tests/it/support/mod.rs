@@ -1,5 +1,5 @@
-//! The one test support module: every test binary includes it as
-//! `mod support;` and reaches its helpers by concept, e.g.
+//! The one test support module: every test module imports it as
+//! `use crate::support;` and reaches its helpers by concept, e.g.
 //! `support::fixtures::write_index`.
 //!
 //! - [`fixtures`]: seeded data and whole snapshots written by the library's
@@ -14,9 +14,6 @@
 //! - [`server`]: an in-memory search backend and loader, and an in-process
 //!   server.
 //! - [`ducklake`]: the DuckLake fixture catalog and DuckDB's expected answers.
-
-// Each test binary uses a different part of this module.
-#![allow(dead_code)]
 
 pub mod ducklake;
 pub mod files;
