@@ -30,6 +30,7 @@ use crate::probe::filtered::{
     FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, filter_budget, pruned_pages,
 };
 use crate::probe::footer::FooterCache;
+use crate::probe::live::LiveRows;
 use crate::probe::quantized::{
     CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
 };
@@ -219,8 +220,13 @@ pub struct SearchResult {
 pub struct Index {
     store: Arc<dyn ObjectStore>,
     definition: IndexDefinition,
+    /// The base postings manifest.
     manifest: Manifest,
-    /// The footer pin of each manifest file (`footers.json`).
+    /// Every postings file (the base's, then each delta table's).
+    files: Vec<crate::format::manifest::FileEntry>,
+    /// Which rows are live: the deletions and where each layer starts.
+    live: LiveRows,
+    /// The footer pin of each postings file (`footers.json`).
     footer_pins: Vec<FooterPin>,
     /// The object path of each manifest file, resolved once at open.
     postings_paths: Arc<[Path]>,
@@ -288,6 +294,11 @@ impl Index {
             postings_paths: snapshot.postings_paths.into(),
             definition: snapshot.definition,
             manifest: snapshot.manifest,
+            files: snapshot.files,
+            live: LiveRows {
+                deletions: snapshot.deletions,
+                layer_starts: snapshot.layer_starts.into(),
+            },
             footer_pins: snapshot.footer_pins,
             hierarchy: Arc::new(snapshot.hierarchy),
             footers: FooterCache::new(options.footer_cache_bytes),
@@ -349,7 +360,8 @@ impl Index {
         Postings {
             store: self.store.as_ref(),
             paths: &self.postings_paths,
-            files: &self.manifest.files,
+            files: &self.files,
+            layer_starts: &self.live.layer_starts,
             footer_pins: &self.footer_pins,
             dim: self.hierarchy.dim,
             code_bytes: self.quantizer().map(Quantizer::code_bytes),
@@ -367,7 +379,7 @@ impl Index {
     /// # Errors
     /// [`ProbeError`] for a missing or invalid postings file.
     pub async fn warm(&self) -> crate::Result<SearchStats> {
-        let all: Vec<usize> = (0..self.manifest.files.len()).collect();
+        let all: Vec<usize> = (0..self.files.len()).collect();
         let mut stats = SearchStats {
             candidate_files: all.len() as u64,
             ..SearchStats::default()
@@ -530,11 +542,12 @@ impl Index {
         let mut stats = SearchStats::default();
         let want = self.want(params.include_payload);
         let loaded = self.postings().load(&union, want, &mut stats).await?;
+        let masks = self.live.masks(&loaded);
         let input = ScanInput {
             queries,
             selected: selected.into(),
             loaded: loaded.into(),
-            masks: Vec::new().into(),
+            masks: masks.into(),
         };
         let tops = self.rank(&input, want, params, &mut stats).await?;
         let per_query = input
@@ -564,7 +577,7 @@ impl Index {
     /// The payload columns of the postings (an empty schema for an index
     /// without rows).
     async fn payload_schema(&self) -> crate::Result<arrow::datatypes::Schema> {
-        if self.manifest.files.is_empty() {
+        if self.files.is_empty() {
             return Ok(arrow::datatypes::Schema::empty());
         }
         let mut stats = SearchStats::default();
@@ -642,8 +655,16 @@ impl Index {
                     .await?;
                 let whole = budget.in_memory && need.len() * WHOLE_TABLE_SHARE >= nlist;
                 let table = self.payload_table.get().filter(|_| whole);
-                rows.add(&need, fresh, pruned, &filter, table, &self.postings_paths)
-                    .await?;
+                rows.add(
+                    &need,
+                    fresh,
+                    pruned,
+                    &filter,
+                    table,
+                    &self.postings_paths,
+                    &self.live,
+                )
+                .await?;
             }
             let mut changed = false;
             for (s, (cids, _)) in queries_state.iter_mut().zip(&ranked) {

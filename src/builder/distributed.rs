@@ -648,6 +648,7 @@ pub async fn publish(
             quantizer: quantizer.as_ref(),
         },
         &plan.definition,
+        None,
         plan.header.parent,
         || committing = true,
     )

@@ -11,6 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use arrow::array::AsArray;
 use arrow::datatypes::Field;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -23,6 +24,7 @@ use super::spill::BucketSpill;
 use super::stages;
 use crate::distance::Metric;
 use crate::format::postings_table::postings_schema;
+use crate::format::source_files::SOURCE_FILES_FILE;
 use crate::kmeans::AssignMode;
 use crate::postings::writer::WriterOptions;
 use crate::quant::Scheme;
@@ -168,7 +170,6 @@ pub async fn build(
     let mut times = PhaseTimes::default();
     let dim = source.dim();
     let parts = source.parts();
-    let skip_invalid = source.definition().skip_invalid;
     if params.nlist == 0 {
         return Err(BuildError::BadParameter {
             name: "nlist",
@@ -232,42 +233,29 @@ pub async fn build(
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;
     let phase = Phase::start(params.progress, "assign", rows, "rows");
-    // Ids from the data must be unique: collected here (8 bytes a row, no
-    // extra reads) and checked once all are assigned.
-    let mut ids: Vec<i64> = Vec::new();
-    for (p, slot) in cached.iter_mut().enumerate() {
-        let batch = match slot.take() {
-            Some(b) => b,
-            None => stages::read_part(source.as_ref(), p, params.metric, skip_invalid).await?,
-        };
-        if source.ids_may_repeat() {
-            ids.extend_from_slice(&batch.rowids);
-        }
-        let n = batch.len() as u64;
-        let h = hierarchy.clone();
-        let q = quantizer.clone();
-        let mode = params.assign;
-        let schema = schema.clone();
-        let grouped = blocking(move || {
-            let assigned = stages::assign(&h, mode, q.as_deref(), &schema, batch)?;
-            stages::group_by_root(&h.cid_offsets, &assigned)
-        })
-        .await?;
-        for (bucket, b) in grouped {
-            spill.push(bucket as usize, b)?;
-        }
-        phase.inc(n);
-    }
-    if let Some(id) = blocking(move || Ok(first_repeated(ids))).await? {
-        return Err(duplicate_id(source.as_ref(), id).await);
-    }
+    let error = assign_all(
+        source.as_ref(),
+        cached,
+        &hierarchy,
+        quantizer.as_ref(),
+        &schema,
+        params,
+        &mut spill,
+        |n| phase.inc(n),
+    )
+    .await?;
     times.assign = secs(phase.finish());
 
     // 5. Write postings bucket by bucket into a fresh snapshot folder, then
     // 6. publish it.
     let folder = stages::SnapshotFolder::new(index)?;
-    let definition =
+    let mut definition =
         stages::definition(source.definition(), params, dim, nroots as u32, sample_rows);
+    definition.build.quantization_error = Some(error.mean());
+    let source_files = source.source_files();
+    if source_files.is_some() {
+        definition.source_files = Some(SOURCE_FILES_FILE.to_string());
+    }
     let target = stages::PostingsTarget::new(
         &definition,
         &folder,
@@ -279,13 +267,7 @@ pub async fn build(
     let mut committing = false;
     let published = async {
         let phase = Phase::start(params.progress, "write", nroots as u64, "buckets");
-        let mut files = Vec::new();
-        for bucket in 0..nroots {
-            if let Some(sorted) = spill.take_sorted(bucket, params.sort_by.as_deref())? {
-                files.extend(stages::write_bucket(&store, &target, bucket as u32, sorted).await?);
-            }
-            phase.inc(1);
-        }
+        let files = write_all(&store, &target, &mut spill, params, |n| phase.inc(n)).await?;
         times.write = secs(phase.finish());
         let postings = (files.len(), files.iter().map(|f| f.size).sum::<u64>());
         let phase = Phase::start(params.progress, "publish", 1, "snapshots");
@@ -298,6 +280,7 @@ pub async fn build(
                 quantizer: quantizer.as_deref(),
             },
             &definition,
+            source_files.as_ref(),
             parent,
             || {
                 // From here the snapshot may become current: never sweep it.
@@ -347,6 +330,116 @@ pub async fn build(
         peak_rss_bytes: peak_rss_bytes(),
         seconds: times,
     })
+}
+
+/// The squared L2 distance of assigned rows to their leaf centroids: what
+/// `refresh` compares with the build's to report drift.
+#[derive(Debug, Clone, Default)]
+pub struct AssignError {
+    pub sum: f64,
+    pub rows: u64,
+    /// Rows assigned to each list.
+    pub lists: Vec<u64>,
+}
+
+impl AssignError {
+    /// Mean per row (0 for no rows).
+    pub fn mean(&self) -> f64 {
+        if self.rows == 0 {
+            0.0
+        } else {
+            self.sum / self.rows as f64
+        }
+    }
+}
+
+/// Step 4 of a build with a trained `model`: assign every row of `source`
+/// (the `cached` parts as they are, the others read again) to its leaf,
+/// encode its code, and group the rows by root bucket into `spill`. Ids
+/// from the data must be unique: checked once all are assigned.
+/// `on_rows` is told the rows of each part assigned.
+///
+/// # Errors
+/// The source's errors, [`BuildError::DuplicateId`], and spill failures.
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn assign_all(
+    source: &dyn VectorSource,
+    mut cached: Vec<Option<VectorBatch>>,
+    hierarchy: &Arc<crate::kmeans::Hierarchy>,
+    quantizer: Option<&Arc<crate::quant::Quantizer>>,
+    schema: &arrow::datatypes::SchemaRef,
+    params: &BuildParams,
+    spill: &mut BucketSpill,
+    on_rows: impl Fn(u64),
+) -> Result<AssignError, BuildError> {
+    let skip_invalid = source.definition().skip_invalid;
+    cached.resize_with(source.parts(), || None);
+    let mut ids: Vec<i64> = Vec::new();
+    let mut error = AssignError::default();
+    for (p, slot) in cached.iter_mut().enumerate() {
+        let batch = match slot.take() {
+            Some(b) => b,
+            None => stages::read_part(source, p, params.metric, skip_invalid).await?,
+        };
+        if source.ids_may_repeat() {
+            ids.extend_from_slice(&batch.rowids);
+        }
+        let n = batch.len() as u64;
+        let (h, q) = (Arc::clone(hierarchy), quantizer.cloned());
+        let (mode, schema) = (params.assign, schema.clone());
+        let (grouped, sum, cids) = blocking(move || {
+            let assigned = stages::assign(&h, mode, q.as_deref(), &schema, batch)?;
+            let sum = stages::quantization_error(&h, &assigned)?;
+            let cids = assigned
+                .column(0)
+                .as_primitive::<arrow::datatypes::Int32Type>()
+                .values()
+                .to_vec();
+            Ok((stages::group_by_root(&h.cid_offsets, &assigned)?, sum, cids))
+        })
+        .await?;
+        error.sum += sum;
+        error.rows += n;
+        error
+            .lists
+            .resize(hierarchy.leaves.len() / hierarchy.dim.max(1), 0);
+        for c in cids {
+            if let Some(l) = error.lists.get_mut(c as usize) {
+                *l += 1;
+            }
+        }
+        for (bucket, b) in grouped {
+            spill.push(bucket as usize, b)?;
+        }
+        on_rows(n);
+    }
+    if let Some(id) = blocking(move || Ok(first_repeated(ids))).await? {
+        return Err(duplicate_id(source, id).await);
+    }
+    Ok(error)
+}
+
+/// Step 5: write every root bucket of `spill` (sorted by `params.sort_by`,
+/// then rowid) as postings files of `target`; `on_bucket` is told each
+/// bucket done.
+///
+/// # Errors
+/// Spill, writer and storage failures.
+pub(super) async fn write_all(
+    store: &Arc<dyn ObjectStore>,
+    target: &stages::PostingsTarget,
+    spill: &mut BucketSpill,
+    params: &BuildParams,
+    on_bucket: impl Fn(u64),
+) -> Result<Vec<crate::format::manifest::FileEntry>, BuildError> {
+    let mut files = Vec::new();
+    for bucket in 0..spill.buckets() {
+        if let Some(sorted) = spill.take_sorted(bucket, params.sort_by.as_deref())? {
+            files.extend(stages::write_bucket(store, target, bucket as u32, sorted).await?);
+        }
+        on_bucket(1);
+    }
+    Ok(files)
 }
 
 /// The smallest id that occurs more than once, if any.

@@ -11,6 +11,7 @@ pub mod ducklake_source;
 pub mod job;
 pub mod parquet_source;
 pub mod progress;
+pub mod refresh;
 pub mod source;
 pub mod source_spec;
 pub mod spill;
@@ -164,4 +165,17 @@ pub enum BuildError {
     Location(#[from] crate::store::uri::UriError),
     #[error(transparent)]
     Definition(#[from] crate::format::definition::DefinitionError),
+    /// The index cannot be refreshed or compacted as it is.
+    #[error("index {index}: cannot refresh: {reason}")]
+    Refresh { index: String, reason: String },
+    /// The source's columns are no longer the index's.
+    #[error(
+        "index {index}: the source's {what} changed: the index has {expected}, the source now {found}; rebuild the index"
+    )]
+    SchemaChanged {
+        index: String,
+        what: String,
+        expected: String,
+        found: String,
+    },
 }

@@ -288,10 +288,11 @@ fn resolve_files(
     logical: &[FieldRef],
     by_id: bool,
     options: &ParquetSourceOptions,
+    first_rowid: i64,
 ) -> Result<Vec<SourceFile>, BuildError> {
     let logical_schema = Schema::new(logical.to_vec());
     let mut files = Vec::with_capacity(metas.len());
-    let mut next_rowid: i64 = 0;
+    let mut next_rowid: i64 = first_rowid;
     for (meta, footer) in metas.into_iter().zip(footers) {
         let path = meta.location.to_string();
         let physical = footer.schema();
@@ -411,6 +412,71 @@ impl ParquetSource {
         let location =
             LocationUri::from_store_path(location).map_err(|e| BuildError::Catalog(e.into()))?;
         let metas = expand(store.as_ref(), &location).await?;
+        Self::open_listed(store, location, metas, 0, options).await
+    }
+
+    /// The files a `refresh` found new or changed (listed by [`expand`]),
+    /// numbered in path order from `first_rowid` on (see
+    /// [`crate::format::source_files`]).
+    ///
+    /// # Errors
+    /// As [`ParquetSource::open`]; [`BuildError::NoFiles`] for no files.
+    pub async fn open_files(
+        store: Arc<dyn ObjectStore>,
+        location: &str,
+        mut metas: Vec<ObjectMeta>,
+        first_rowid: i64,
+        options: ParquetSourceOptions,
+    ) -> Result<Self, BuildError> {
+        let location =
+            LocationUri::from_store_path(location).map_err(|e| BuildError::Catalog(e.into()))?;
+        if metas.is_empty() {
+            return Err(BuildError::NoFiles {
+                location: location.to_string(),
+            });
+        }
+        metas.sort_by(|a, b| a.location.cmp(&b.location));
+        Self::open_listed(store, location, metas, first_rowid, options).await
+    }
+
+    /// The store and location of the table, as opened.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
+    /// The files read and the rowids each was given (what `source-files.json`
+    /// records).
+    pub fn source_files(&self) -> crate::format::source_files::SourceFiles {
+        use crate::format::source_files::{SOURCE_FILES_FORMAT_VERSION, SourceFile, SourceFiles};
+        let files: Vec<SourceFile> = self
+            .files
+            .iter()
+            .map(|f| SourceFile {
+                path: f.meta.location.to_string(),
+                size: f.meta.size,
+                etag: f.meta.e_tag.clone(),
+                first_rowid: f.first_rowid,
+                rows: f.rows,
+            })
+            .collect();
+        SourceFiles {
+            format_version: SOURCE_FILES_FORMAT_VERSION,
+            next_rowid: files
+                .iter()
+                .map(|f| f.first_rowid + f.rows as i64)
+                .max()
+                .unwrap_or(0),
+            files,
+        }
+    }
+
+    async fn open_listed(
+        store: Arc<dyn ObjectStore>,
+        location: LocationUri,
+        metas: Vec<ObjectMeta>,
+        first_rowid: i64,
+        options: ParquetSourceOptions,
+    ) -> Result<Self, BuildError> {
         let footers = read_footers(&store, &metas).await?;
         let wanted = wanted_columns(&options);
         let by_id = resolve_by_field_id(&footers, &wanted);
@@ -421,7 +487,7 @@ impl ParquetSource {
             by_id,
             &options,
         )?;
-        let files = resolve_files(metas, footers, &logical, by_id, &options)?;
+        let files = resolve_files(metas, footers, &logical, by_id, &options, first_rowid)?;
         let payload_fields = logical[1 + usize::from(options.id_column.is_some())..]
             .iter()
             .map(|f| Arc::new(Field::new(f.name(), f.data_type().clone(), true)) as FieldRef)
@@ -595,6 +661,10 @@ impl VectorSource for ParquetSource {
 
     fn payload_fields(&self) -> Vec<FieldRef> {
         self.payload_fields.clone()
+    }
+
+    fn source_files(&self) -> Option<crate::format::source_files::SourceFiles> {
+        Some(ParquetSource::source_files(self))
     }
 
     fn definition(&self) -> SourceDefinition {

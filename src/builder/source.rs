@@ -219,6 +219,12 @@ pub trait VectorSource: Send + Sync {
 
     /// What the index definition records about the source and its columns.
     fn definition(&self) -> SourceDefinition;
+
+    /// The files read and their rowids, for a source that `refresh`
+    /// follows by its file set (Parquet); `None` otherwise.
+    fn source_files(&self) -> Option<crate::format::source_files::SourceFiles> {
+        None
+    }
 }
 
 /// The source as recorded in `index.json`.

@@ -59,6 +59,11 @@ pub struct BucketSpill {
 }
 
 impl BucketSpill {
+    /// Number of root buckets.
+    pub fn buckets(&self) -> usize {
+        self.buckets.len()
+    }
+
     /// `budget` bytes of record batches are kept in memory before spilling.
     ///
     /// # Errors

@@ -44,6 +44,7 @@ use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinit
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::CID_COLUMN;
 use crate::format::quantizer::QUANTIZER_FILE;
+use crate::format::source_files::SourceFiles;
 use crate::format::warehouse::Commit;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams};
 use crate::postings::writer::{PostingsWriter, WriterOptions};
@@ -491,6 +492,40 @@ pub fn assign(
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| BuildError::Arrow(e.to_string()))
 }
 
+/// The sum over assigned `rows` (the postings schema: `cid`, `rowid`,
+/// `vector`, …) of each row's squared L2 distance to its leaf centroid: the
+/// k-means objective of the rows as indexed, whatever the metric. CPU only.
+///
+/// # Errors
+/// [`BuildError::Arrow`] when the columns are not the postings schema's.
+pub fn quantization_error(hierarchy: &Hierarchy, rows: &RecordBatch) -> Result<f64, BuildError> {
+    let dim = hierarchy.dim;
+    let bad =
+        || BuildError::Arrow("assigned rows lack the postings schema's cid and vector".into());
+    let cids = rows
+        .column(0)
+        .as_primitive_opt::<Int32Type>()
+        .ok_or_else(bad)?;
+    let vectors = rows.column(2).as_fixed_size_binary_opt().ok_or_else(bad)?;
+    let mut sum = 0f64;
+    let mut v = vec![0f32; dim];
+    for (i, &cid) in cids.values().iter().enumerate() {
+        let leaf = hierarchy
+            .leaves
+            .get(cid as usize * dim..(cid as usize + 1) * dim)
+            .ok_or_else(bad)?;
+        for (x, b) in v.iter_mut().zip(vectors.value(i).chunks_exact(4)) {
+            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        }
+        sum += v
+            .iter()
+            .zip(leaf)
+            .map(|(a, b)| f64::from(a - b) * f64::from(a - b))
+            .sum::<f64>();
+    }
+    Ok(sum)
+}
+
 /// Splits assigned rows by root bucket (root `r` owns the CIDs
 /// `cid_offsets[r]..cid_offsets[r + 1]`): one batch per non-empty bucket,
 /// ascending by bucket, rows in input order. CPU only.
@@ -596,6 +631,7 @@ pub fn definition(
             threads: rayon::current_num_threads() as u32,
             skip_invalid: source.skip_invalid,
             sort_by: params.sort_by.clone(),
+            quantization_error: None,
         },
     );
     if params.codes.is_some() {
@@ -693,6 +729,7 @@ pub async fn publish(
     files: Vec<FileEntry>,
     model: Model<'_>,
     definition: &IndexDefinition,
+    source_files: Option<&SourceFiles>,
     parent: Option<u64>,
     before_commit: impl FnOnce() + Send,
 ) -> Result<Commit, BuildError> {
@@ -722,6 +759,7 @@ pub async fn publish(
             )));
         }
     }
+    put_source_files(store, folder, definition, source_files).await?;
     let manifest = crate::postings::writer::manifest_of(
         files,
         definition.nlist,
@@ -743,6 +781,31 @@ pub async fn publish(
         crate::format::warehouse::commit(store, &folder.index, &folder.name, parent, now_ms())
             .await?,
     )
+}
+
+/// Writes `source-files.json` where `definition` names it.
+///
+/// # Errors
+/// [`BuildError::Internal`] when `definition` and `source_files` disagree
+/// on whether there is one; storage failures.
+pub async fn put_source_files(
+    store: &Arc<dyn ObjectStore>,
+    folder: &SnapshotFolder,
+    definition: &IndexDefinition,
+    source_files: Option<&SourceFiles>,
+) -> Result<(), BuildError> {
+    match (&definition.source_files, source_files) {
+        (Some(rel), Some(files)) => {
+            let path = RelativeLocation::parse(rel)?.resolve_path(&folder.path);
+            put_if_absent(store.as_ref(), &path, Bytes::from(files.to_json_bytes())).await?;
+            Ok(())
+        }
+        (None, None) => Ok(()),
+        (rel, _) => Err(BuildError::Internal(format!(
+            "index.json names source files {rel:?}, but the build has {} file set",
+            if source_files.is_some() { "a" } else { "no" }
+        ))),
+    }
 }
 
 #[cfg(test)]

@@ -10,6 +10,7 @@ use std::time::Duration;
 pub mod build;
 pub mod gc;
 pub mod quickstart;
+pub mod refresh;
 pub mod search;
 pub mod serve;
 pub mod train;
@@ -90,6 +91,10 @@ pub enum Command {
     Verify(verify::Args),
     /// Delete unreferenced snapshots of an index after a grace period.
     Gc(gc::Args),
+    /// Bring an index up to date with its table: new rows as a delta table, deletions.
+    Refresh(refresh::Args),
+    /// Merge an index's delta tables and deletions into a new base (same centroids).
+    Compact(refresh::CompactArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -102,5 +107,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Train(a) => train::run(a),
         Command::Verify(a) => verify::run(a, &store),
         Command::Gc(a) => gc::run(a, &store),
+        Command::Refresh(a) => refresh::run(a, &store),
+        Command::Compact(a) => refresh::run_compact(a, &store),
     }
 }

@@ -30,8 +30,12 @@ use crate::store::uri::{LocationUri, RelativeLocation, UriError};
 pub const DEFINITION_VERSION: &str = "1";
 /// The `format-version` of `index.json` this crate writes. Version 2 stores
 /// the vectors of a cosine index unit-normalised (the scan's cosine is
-/// `1 − dot`); otherwise it equals version 1.
-pub const INDEX_FORMAT_VERSION: u32 = 2;
+/// `1 − dot`); otherwise it equals version 1. Version 3 adds the optional
+/// `layers` (a refreshed snapshot: [`crate::format::layers`]) and
+/// `source-files` ([`crate::format::source_files`]); a reader that knows
+/// only version 2 must not open a refreshed snapshot, as it would return
+/// deleted rows.
+pub const INDEX_FORMAT_VERSION: u32 = 3;
 /// The oldest `format-version` of `index.json` this reader opens: version 1
 /// indexes are read as before, except cosine ones, which stored raw vectors
 /// and must be rebuilt.
@@ -108,6 +112,8 @@ pub enum DefinitionError {
     Zero { key: &'static str, found: u64 },
     #[error("index.json: roots {roots} exceed nlist {nlist}")]
     RootsExceedNlist { roots: u32, nlist: u32 },
+    #[error(transparent)]
+    Layers(#[from] crate::format::layers::LayersError),
     #[error("{document}: {key} must not be empty")]
     EmptyValue {
         document: &'static str,
@@ -263,6 +269,16 @@ pub struct IndexDefinition {
     /// has no codes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantizer: Option<String>,
+    /// The indexed files of a Parquet source (`source-files.json`, relative
+    /// to `index.json`), which `refresh` compares with a new listing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source_files: Option<String>,
+    /// A refreshed snapshot's layers: the base snapshot (whose centroids,
+    /// quantiser and postings the `tables` and `quantizer` locations then
+    /// name, relative to the base folder), the delta postings tables and the
+    /// deletions. Absent in a built snapshot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub layers: Option<crate::format::layers::Layers>,
     /// What the index was built from.
     pub source: IndexSource,
     /// How it was built (enough to rebuild it byte-identically).
@@ -316,7 +332,7 @@ pub enum IndexSource {
 }
 
 /// The build parameters recorded in `index.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct BuildRecord {
     pub vector_column: String,
@@ -334,6 +350,11 @@ pub struct BuildRecord {
     /// rowid); absent: by rowid.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sort_by: Option<String>,
+    /// The mean squared L2 distance of the indexed rows to their leaf
+    /// centroids at build time (format version 3): the baseline of
+    /// `refresh`'s drift report.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantization_error: Option<f64>,
 }
 
 impl IndexTableDefinition {
@@ -450,6 +471,8 @@ impl IndexDefinition {
                 ivf_postings: IndexTableDefinition::new(POSTINGS_LOCATION, Some(ARTIFACT_MANIFEST)),
             },
             quantizer: None,
+            source_files: None,
+            layers: None,
             source,
             build,
         }
@@ -611,6 +634,27 @@ impl IndexDefinition {
             .validate("ivf_postings", Some(ARTIFACT_MANIFEST))?;
         self.quantizer_path(&Path::default())?;
         self.source.validate()?;
+        if self.format_version < 3 && (self.layers.is_some() || self.source_files.is_some()) {
+            return Err(DefinitionError::Incompatible {
+                document: INDEX_DOC,
+                key: "format-version",
+                found: format!("{} with layers or source-files", self.format_version),
+                supported: "3".to_string(),
+            });
+        }
+        if let Some(location) = &self.source_files {
+            RelativeLocation::parse(location).map_err(|source| DefinitionError::Location {
+                document: INDEX_DOC,
+                key: "source-files".to_string(),
+                source,
+            })?;
+        }
+        if let Some(layers) = &self.layers {
+            let mut base = self.clone();
+            base.layers = None;
+            base.source_files = None;
+            layers.validate(&crate::format::warehouse::snapshot_documents(&base))?;
+        }
         if self.build.vector_column.is_empty() {
             return Err(DefinitionError::EmptyValue {
                 document: INDEX_DOC,

@@ -10,6 +10,8 @@
 //! | `centroids/centroids.parquet` | [`centroids`] |
 //! | `quantizer.json` (the parameters of the postings' `code` column) | [`quantizer`] |
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
+//! | a refreshed snapshot's layers and `deletions.parquet` | [`layers`] |
+//! | `source-files.json` (the indexed files of a Parquet source) | [`source_files`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
 //! | all of one snapshot's documents, read and checked together | [`snapshot`] |
 //!
@@ -19,11 +21,13 @@
 pub mod centroids;
 pub mod definition;
 pub mod footers;
+pub mod layers;
 pub mod manifest;
 pub mod page_crc;
 pub mod postings_table;
 pub mod quantizer;
 pub mod snapshot;
+pub mod source_files;
 pub mod warehouse;
 
 /// Why a versioned JSON document was refused before its keys were read.

@@ -14,11 +14,17 @@
 //! values); this module checks only what no single document can: that the
 //! documents agree (nlist, roots, cid-offsets, leaf count) and match their
 //! pins. Never lists.
+//!
+//! A refreshed snapshot ([`crate::format::layers`]) reads its base's
+//! documents from the base folder, and every delta table's `manifest.json`
+//! and `footers.json` and its deletion object, all in the same round as the
+//! base's, each checked against the pins in its `index.json`.
 
 use crate::format::centroids::{self, CentroidsError};
 use crate::format::definition::{DefinitionError, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, FootersError};
-use crate::format::manifest::{Manifest, ManifestError};
+use crate::format::layers::{Deletions, LayersError};
+use crate::format::manifest::{FileEntry, Manifest, ManifestError};
 use crate::format::quantizer::{self, QuantizerDocError};
 use crate::format::warehouse::{self, Commit, PinError, WarehouseError, check_pin};
 use crate::kmeans::Hierarchy;
@@ -77,6 +83,9 @@ pub enum SnapshotError {
     /// holds no `index.json` either.
     #[error(transparent)]
     Warehouse(#[from] WarehouseError),
+    /// The deletion object of a refreshed snapshot is invalid.
+    #[error(transparent)]
+    Layers(#[from] LayersError),
 }
 
 /// Every small document of one snapshot, validated and in agreement.
@@ -88,12 +97,21 @@ pub struct Snapshot {
     /// the commit log; its pins were checked.
     pub commit: Option<Commit>,
     pub definition: IndexDefinition,
-    /// The `ivf_postings` table root (the folder holding `manifest.json`).
+    /// The base `ivf_postings` table root (the folder holding `manifest.json`).
     pub postings_root: Path,
+    /// The base postings manifest (`nlist`, `cid-offsets`, the base files).
     pub manifest: Manifest,
-    /// The object path of each manifest file, in manifest order.
+    /// Every postings file a reader probes: the base manifest's files, then
+    /// each delta table's ([`Snapshot::layer_starts`]), each in manifest order.
+    pub files: Vec<FileEntry>,
+    /// Where each layer's files start in [`Snapshot::files`]: `[0]` for a
+    /// built snapshot, then one entry per delta table.
+    pub layer_starts: Vec<usize>,
+    /// The deleted rowids (empty for a built snapshot).
+    pub deletions: Arc<Deletions>,
+    /// The object path of each file of [`Snapshot::files`], same order.
     pub postings_paths: Vec<Path>,
-    /// The footer pin of each manifest file (`footers.json`), in manifest order.
+    /// The footer pin of each file of [`Snapshot::files`], same order.
     pub footer_pins: Vec<FooterPin>,
     pub hierarchy: Hierarchy,
     /// The quantiser of the postings' `code` column (`quantizer.json`), in
@@ -182,88 +200,249 @@ impl Snapshot {
         folder: &Path,
         commit: Option<Commit>,
     ) -> Result<Snapshot, SnapshotError> {
-        let pinned = |rel: &str, path: &Path, bytes: &[u8]| match &commit {
-            Some(c) => check_pin(&c.pins, rel, path.as_ref(), bytes),
-            None => Ok(()),
-        };
         let def_path = folder.clone().join(INDEX_DEFINITION_FILE);
         let bytes = get(store, &def_path).await?;
-        pinned(INDEX_DEFINITION_FILE, &def_path, &bytes)?;
+        if let Some(c) = &commit {
+            check_pin(&c.pins, INDEX_DEFINITION_FILE, def_path.as_ref(), &bytes)?;
+        }
         let definition_err = |source| SnapshotError::Definition {
             path: def_path.to_string(),
             source,
         };
         let definition = IndexDefinition::from_json(&bytes).map_err(definition_err)?;
+        // A built snapshot is its own base, pinned by its commit; a refreshed
+        // one names its base, pinned in `layers`.
+        let (base_folder, base_pins): (Path, Option<&[warehouse::Pin]>) = match &definition.layers {
+            Some(layers) => (
+                sibling(folder, &layers.base.snapshot)?,
+                Some(&layers.base.pins),
+            ),
+            None => (folder.clone(), commit.as_ref().map(|c| c.pins.as_slice())),
+        };
+        let mut base_definition = definition.clone();
+        base_definition.layers = None;
+        base_definition.source_files = None;
+        let documents = warehouse::snapshot_documents(&base_definition);
         let manifest_path = definition
-            .postings_manifest_path(folder)
+            .postings_manifest_path(&base_folder)
             .map_err(definition_err)?;
-        let centroids_path = definition.centroids_path(folder).map_err(definition_err)?;
-        let postings_root = definition.postings_root(folder).map_err(definition_err)?;
-        let footers_path = postings_root.clone().join(FOOTERS_FILE);
-        let quantizer_path = definition.quantizer_path(folder).map_err(definition_err)?;
-        let documents = warehouse::snapshot_documents(&definition);
-        let (m, c, f, q) = futures::join!(
-            get(store, &manifest_path),
-            get(store, &centroids_path),
-            get(store, &footers_path),
-            async {
-                match &quantizer_path {
-                    Some(path) => get(store, path).await.map(Some),
-                    None => Ok(None),
-                }
-            },
-        );
-        let (m, c, f, q) = (m?, c?, f?, q?);
-        pinned(&documents[1], &manifest_path, &m)?;
-        pinned(&documents[2], &footers_path, &f)?;
-        pinned(&documents[3], &centroids_path, &c)?;
-        let quantizer = match (&quantizer_path, q, documents.get(4)) {
-            (Some(path), Some(bytes), Some(rel)) => {
-                pinned(rel, path, &bytes)?;
-                Some(quantizer::decode(
-                    path.as_ref(),
-                    &bytes,
-                    definition.dim as usize,
-                )?)
-            }
+        let centroids_path = definition
+            .centroids_path(&base_folder)
+            .map_err(definition_err)?;
+        let postings_root = definition
+            .postings_root(&base_folder)
+            .map_err(definition_err)?;
+        let quantizer_path = definition
+            .quantizer_path(&base_folder)
+            .map_err(definition_err)?;
+        let base = async {
+            let (table, c, q) = futures::join!(
+                read_table(
+                    store,
+                    &manifest_path,
+                    &documents[1],
+                    &documents[2],
+                    base_pins
+                ),
+                get_pinned(store, &base_folder, &documents[3], base_pins),
+                async {
+                    match (&definition.quantizer, documents.get(4)) {
+                        (Some(_), Some(rel)) => get_pinned(store, &base_folder, rel, base_pins)
+                            .await
+                            .map(Some),
+                        _ => Ok(None),
+                    }
+                },
+            );
+            Ok::<_, SnapshotError>((table?, c?, q?))
+        };
+        let layered = read_layers(store, folder, &definition);
+        let ((base_table, c, q), (deltas, deletions)) = futures::try_join!(base, layered)?;
+        let quantizer = match (&quantizer_path, q) {
+            (Some(path), Some(bytes)) => Some(quantizer::decode(
+                path.as_ref(),
+                &bytes,
+                definition.dim as usize,
+            )?),
             _ => None,
         };
-        let manifest = Manifest::parse(&m).map_err(|source| SnapshotError::Manifest {
-            path: manifest_path.to_string(),
-            source,
-        })?;
-        let footer_pins = Footers::parse(footers_path.as_ref(), &f, &manifest)?.files;
-        let postings_paths = manifest
-            .files
-            .iter()
-            .enumerate()
-            .map(|(i, file)| file.object_path(i, &postings_root))
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(|source| SnapshotError::Manifest {
-                path: manifest_path.to_string(),
-                source,
-            })?;
         let dim = definition.dim as usize;
         let hierarchy = centroids::decode(centroids_path.as_ref(), c, dim, definition.metric)?;
         check_agreement(
             &definition,
             &manifest_path,
-            &manifest,
+            &base_table.manifest,
             &centroids_path,
             &hierarchy,
         )?;
+        let mut files = base_table.manifest.files.clone();
+        let mut postings_paths = base_table.paths;
+        let mut footer_pins = base_table.footer_pins;
+        let mut layer_starts = vec![0];
+        for delta in deltas {
+            let delta_manifest = delta.root.clone().join("manifest.json");
+            if delta.manifest.nlist != base_table.manifest.nlist
+                || delta.manifest.cid_offsets != base_table.manifest.cid_offsets
+            {
+                return Err(SnapshotError::Mismatch {
+                    path: delta_manifest.to_string(),
+                    what: "nlist or cid-offsets of a delta table",
+                    expected: u64::from(base_table.manifest.nlist),
+                    found: u64::from(delta.manifest.nlist),
+                });
+            }
+            layer_starts.push(files.len());
+            files.extend(delta.manifest.files);
+            postings_paths.extend(delta.paths);
+            footer_pins.extend(delta.footer_pins);
+        }
         Ok(Snapshot {
             folder: folder.clone(),
             commit,
             definition,
             postings_root,
             postings_paths,
-            manifest,
+            manifest: base_table.manifest,
+            files,
+            layer_starts,
+            deletions: Arc::new(deletions),
             footer_pins,
             hierarchy,
             quantizer,
         })
     }
+}
+
+/// One postings table read: its manifest, the object path and footer pin
+/// of each file.
+struct Table {
+    root: Path,
+    manifest: Manifest,
+    paths: Vec<Path>,
+    footer_pins: Vec<FooterPin>,
+}
+
+/// GET `folder/rel`, checked against its pin in `pins` when given.
+async fn get_pinned(
+    store: &dyn ObjectStore,
+    folder: &Path,
+    rel: &str,
+    pins: Option<&[warehouse::Pin]>,
+) -> Result<Bytes, SnapshotError> {
+    let path = crate::store::uri::RelativeLocation::parse(rel)
+        .map_err(|_| WarehouseError::BadSnapshotPath {
+            path: folder.to_string(),
+            snapshot: rel.to_string(),
+        })?
+        .resolve_path(folder);
+    let bytes = get(store, &path).await?;
+    if let Some(pins) = pins {
+        check_pin(pins, rel, path.as_ref(), &bytes)?;
+    }
+    Ok(bytes)
+}
+
+/// The postings table at `root` (its `manifest.json` and `footers.json`,
+/// named `manifest_rel` and `footers_rel` relative to the pins' folder).
+async fn read_table(
+    store: &dyn ObjectStore,
+    manifest_path: &Path,
+    manifest_rel: &str,
+    footers_rel: &str,
+    pins: Option<&[warehouse::Pin]>,
+) -> Result<Table, SnapshotError> {
+    let root = &manifest_path.parent().unwrap_or_default();
+    let footers_path = root.clone().join(FOOTERS_FILE);
+    let check = |rel: &str, path: &Path, bytes: &[u8]| match pins {
+        Some(pins) => check_pin(pins, rel, path.as_ref(), bytes),
+        None => Ok(()),
+    };
+    let (m, f) = futures::join!(get(store, manifest_path), get(store, &footers_path));
+    let (m, f) = (m?, f?);
+    check(manifest_rel, manifest_path, &m)?;
+    check(footers_rel, &footers_path, &f)?;
+    let manifest = Manifest::parse(&m).map_err(|source| SnapshotError::Manifest {
+        path: manifest_path.to_string(),
+        source,
+    })?;
+    let footer_pins = Footers::parse(footers_path.as_ref(), &f, &manifest)?.files;
+    let paths = manifest
+        .files
+        .iter()
+        .enumerate()
+        .map(|(i, file)| file.object_path(i, root))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|source| SnapshotError::Manifest {
+            path: manifest_path.to_string(),
+            source,
+        })?;
+    Ok(Table {
+        root: root.clone(),
+        manifest,
+        paths,
+        footer_pins,
+    })
+}
+
+/// The folder of `snapshot` (`snapshots/<id>`, index-relative) beside the
+/// snapshot `folder` (`<index>/snapshots/<id>`).
+fn sibling(folder: &Path, snapshot: &str) -> Result<Path, SnapshotError> {
+    let parts: Vec<_> = folder.parts().collect();
+    let bad = || WarehouseError::BadSnapshotPath {
+        path: folder.to_string(),
+        snapshot: snapshot.to_string(),
+    };
+    if parts.len() < 2 || parts[parts.len() - 2].as_ref() != "snapshots" {
+        return Err(bad().into());
+    }
+    let index = Path::from_iter(parts[..parts.len() - 2].iter().cloned());
+    Ok(warehouse::snapshot_folder(&index, snapshot).map_err(|_| bad())?)
+}
+
+/// The delta tables and deletions a refreshed snapshot names (none for a
+/// built one), read concurrently.
+async fn read_layers(
+    store: &dyn ObjectStore,
+    folder: &Path,
+    definition: &IndexDefinition,
+) -> Result<(Vec<Table>, Deletions), SnapshotError> {
+    let Some(layers) = &definition.layers else {
+        return Ok((Vec::new(), Deletions::new()));
+    };
+    let documents = crate::format::layers::delta_documents();
+    let deltas = futures::future::try_join_all(layers.deltas.iter().map(|d| {
+        let documents = &documents;
+        async move {
+            let delta = sibling(folder, &d.snapshot)?;
+            let manifest = delta.clone().join("postings").join("manifest.json");
+            let table = read_table(
+                store,
+                &manifest,
+                &documents[0],
+                &documents[1],
+                Some(&d.pins),
+            )
+            .await?;
+            let rows: u64 = table.manifest.files.iter().map(|f| f.rows).sum();
+            if rows != d.rows {
+                return Err(SnapshotError::Mismatch {
+                    path: manifest.to_string(),
+                    what: "rows of a delta table",
+                    expected: d.rows,
+                    found: rows,
+                });
+            }
+            Ok(table)
+        }
+    }));
+    let deletions = async {
+        let pin = &layers.deletions.pin;
+        let bytes = get_pinned(store, folder, &pin.path, Some(std::slice::from_ref(pin))).await?;
+        let path = folder.clone().join(pin.path.as_str());
+        Deletions::decode(path.as_ref(), bytes, layers.deletions.rows, layers.count())
+            .map_err(SnapshotError::from)
+    };
+    futures::try_join!(deltas, deletions)
 }
 
 /// What no single parser can check: `index.json`, the manifest and the

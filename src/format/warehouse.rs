@@ -141,6 +141,24 @@ pub fn check_pin(pins: &[Pin], path: &str, object: &str, bytes: &[u8]) -> Result
 /// `manifest.json`, its sibling `footers.json`, and the centroids object.
 /// These are what a commit pins and [`crate::Index`] checks.
 pub fn snapshot_documents(definition: &IndexDefinition) -> Vec<String> {
+    let mut documents = match &definition.layers {
+        // A refreshed snapshot holds index.json, its delta postings table
+        // (maybe empty) and the deletions; the rest is pinned in `layers`.
+        Some(_) => {
+            let mut d = vec![INDEX_DEFINITION_FILE.to_string()];
+            d.extend(crate::format::layers::delta_documents());
+            d.push(crate::format::layers::DELETIONS_FILE.to_string());
+            d
+        }
+        None => built_documents(definition),
+    };
+    documents.extend(definition.source_files.clone());
+    documents
+}
+
+/// The documents of a built snapshot that readers open (what a refreshed
+/// snapshot pins of its base).
+fn built_documents(definition: &IndexDefinition) -> Vec<String> {
     let manifest = definition.tables.ivf_postings.location.clone();
     let footers = match manifest.rsplit_once('/') {
         Some((dir, _)) => format!("{dir}/{FOOTERS_FILE}"),

@@ -3,7 +3,7 @@
 //! compute never mix:
 //!
 //! 1. **Footers** (IO, round 1): candidate files from the manifest
-//!    ([`candidate_files`]); their footers from the cache or, for the uncached
+//!    ([`candidate_files_layered`]: the base's and every delta table's); their footers from the cache or, for the uncached
 //!    ones, ALL AT ONCE ([`Postings::footers`]).
 //! 2. **Plan** (pure, [`Postings::plan`]): one [`AccessPlan`] per file from the
 //!    footer's cid statistics, checked against the footer's row-group count;
@@ -27,7 +27,7 @@ use super::ProbeError;
 use super::access_plan::AccessPlan;
 use super::cache::ByteLru;
 use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
-use super::planner::{candidate_files, plan_row_groups};
+use super::planner::{candidate_files_layered, plan_row_groups};
 use super::stats::{SearchStats, micros};
 use crate::distance::Metric;
 use crate::filter::{ContainerStats, Filter};
@@ -153,7 +153,10 @@ pub struct Postings<'a> {
     pub store: &'a dyn ObjectStore,
     /// The object path of each manifest file (`format::snapshot::Snapshot::postings_paths`).
     pub paths: &'a [Path],
+    /// Every postings file: the base table's, then each delta table's.
     pub files: &'a [FileEntry],
+    /// Where each table's files start in `files` (`[0]` without deltas).
+    pub layer_starts: &'a [usize],
     pub dim: usize,
     /// Width of the `code` column, in an index with codes.
     pub code_bytes: Option<usize>,
@@ -496,7 +499,7 @@ impl<'a> Postings<'a> {
         stats: &mut SearchStats,
     ) -> Result<(Vec<Arc<DecodedRowGroup>>, Vec<(u32, u64)>), ProbeError> {
         let t = Instant::now();
-        let files = candidate_files(self.files, cids);
+        let files = candidate_files_layered(self.files, self.layer_starts, cids);
         stats.candidate_files += files.len() as u64;
         let footers = self.footers(&files, stats).await?;
         let mut plan = self.plan(cids, &files, &footers, want, filter, stats)?;

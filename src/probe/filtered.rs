@@ -12,6 +12,7 @@
 
 use super::ProbeError;
 use super::executor::{DecodedRowGroup, on_rayon};
+use super::live::LiveRows;
 use crate::filter::Filter;
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -98,7 +99,7 @@ impl PayloadTable {
 
 impl FilteredRows {
     /// Take the row groups `fresh` loaded for `cids`, evaluating `filter`
-    /// on each one's payload (on rayon).
+    /// on each one's payload (on rayon); deleted rows never match.
     ///
     /// # Errors
     /// [`ProbeError::Filter`] for a row group read without its payload or
@@ -111,6 +112,7 @@ impl FilteredRows {
         filter: &Arc<Filter>,
         table: Option<&Arc<PayloadTable>>,
         paths: &Arc<[Path]>,
+        live: &LiveRows,
     ) -> Result<(), ProbeError> {
         self.read.extend(cids);
         for (cid, rows) in pruned {
@@ -118,6 +120,7 @@ impl FilteredRows {
         }
         let table = table.cloned();
         let (filter, paths, groups) = (Arc::clone(filter), Arc::clone(paths), fresh.clone());
+        let live = live.clone();
         let whole = self.whole.take();
         let (masks, whole) =
             on_rayon(move || {
@@ -143,7 +146,9 @@ impl FilteredRows {
                                     .map(|&(s, n)| w.slice(s, n))
                             })
                             .filter(|m| m.len() == rg.rowids.len());
-                        slice.map_or_else(|| mask(&filter, &paths, rg), Ok)
+                        slice
+                            .map_or_else(|| mask(&filter, &paths, rg), Ok)
+                            .map(|m| live.and(rg, m))
                     })
                     .collect::<Result<Vec<_>, _>>()?;
                 Ok::<_, ProbeError>((masks, whole))

@@ -17,6 +17,7 @@ pub mod cache;
 pub mod executor;
 pub mod filtered;
 pub mod footer;
+pub mod live;
 pub mod planner;
 pub mod quantized;
 pub mod select;

@@ -28,6 +28,19 @@ pub fn candidate_files(files: &[FileEntry], cids: &[u32]) -> Vec<usize> {
     out
 }
 
+/// [`candidate_files`] over several postings tables whose files are
+/// concatenated in `files`, table `t` starting at `starts[t]` (ascending,
+/// `starts[0] = 0`): indices into `files`, table by table.
+pub fn candidate_files_layered(files: &[FileEntry], starts: &[usize], cids: &[u32]) -> Vec<usize> {
+    let mut out = Vec::new();
+    for (t, &start) in starts.iter().enumerate() {
+        let end = starts.get(t + 1).copied().unwrap_or(files.len());
+        let table = files.get(start..end).unwrap_or_default();
+        out.extend(candidate_files(table, cids).into_iter().map(|i| start + i));
+    }
+    out
+}
+
 /// Scan exactly the row groups whose cid is in `selected` (sorted ascending).
 pub fn plan_row_groups(row_group_cids: &[u32], selected: &[u32]) -> AccessPlan {
     let mut plan = AccessPlan::skip_all(row_group_cids.len());
@@ -70,6 +83,15 @@ mod tests {
         assert_eq!(candidate_files(&files, &[0, 1, 5, 8]), vec![0, 3]);
         assert_eq!(candidate_files(&files, &[8]), Vec::<usize>::new());
         assert_eq!(candidate_files(&files, &[3, 9, 10]), vec![1, 2, 4]);
+    }
+
+    #[test]
+    fn layered_candidates_search_each_table_on_its_own() {
+        // A base [0,1] [2,3] [4,7] and a delta [1,5]: unsorted when concatenated.
+        let files = vec![entry(0, 1), entry(2, 3), entry(4, 7), entry(1, 5)];
+        assert_eq!(candidate_files_layered(&files, &[0, 3], &[3]), vec![1, 3]);
+        assert_eq!(candidate_files_layered(&files, &[0, 3], &[6]), vec![2]);
+        assert_eq!(candidate_files_layered(&files, &[0], &[3]), vec![1]);
     }
 
     #[test]

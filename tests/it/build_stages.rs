@@ -131,6 +131,7 @@ async fn by_hand(
         },
         &definition,
         None,
+        None,
         || committing = true,
     )
     .await
@@ -287,6 +288,7 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
             quantizer: None,
         },
         &definition,
+        None,
         None,
         || committing = true,
     )

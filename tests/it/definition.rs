@@ -21,6 +21,7 @@ const TABLE_EXAMPLES: &[&str] = &[
 const INDEX_EXAMPLES: &[&str] = &[
     include_str!("../../manifests/examples/index-definition.json"),
     include_str!("../../manifests/examples/index-definition-ducklake.json"),
+    include_str!("../../manifests/examples/index-definition-refreshed.json"),
 ];
 
 fn validator(schema: &str) -> jsonschema::Validator {
@@ -52,6 +53,7 @@ fn build_params() -> BuildRecord {
         threads: 2,
         skip_invalid: true,
         sort_by: None,
+        quantization_error: None,
     }
 }
 

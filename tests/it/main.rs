@@ -32,6 +32,7 @@ mod postings_writer;
 mod probe_io;
 mod publish;
 mod query_path;
+mod refresh;
 mod search_cli;
 mod search_exact;
 mod server;

@@ -207,6 +207,7 @@ pub async fn write_index(
             threads: 1,
             skip_invalid: false,
             sort_by: None,
+            quantization_error: None,
         },
     );
     let centroids = parqivf::format::centroids::encode(h).unwrap();

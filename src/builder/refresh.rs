@@ -1,0 +1,960 @@
+//! `refresh` and `compact`: keep an index in step with its table without a
+//! full rebuild.
+//!
+//! ```text
+//! refresh  current snapshot ─▶ what changed in the source since it was indexed
+//!            DuckLake: row versions between the indexed snapshot and the target one
+//!            Parquet:  the file set (path, size, ETag) against `source-files.json`
+//!          ─▶ new rows: assigned to the EXISTING centroids (the build's assign and
+//!             write stages) as a delta postings table in a fresh snapshot folder
+//!          ─▶ removed rowids: merged into the snapshot's deletion object
+//!          ─▶ index.json with `layers` (base, deltas, deletions), then the commit
+//! compact  every live row of every layer ─▶ assigned again to the same centroids,
+//!          written as a new base by the build's own stages (the bytes a fresh
+//!          build given those centroids writes) ─▶ commit
+//! ```
+//!
+//! Both publish like a build: nothing is visible before the commit, a lost
+//! race is [`crate::format::warehouse::WarehouseError::Conflict`] (run again),
+//! and a failure deletes the new folder. A source that is gone or whose
+//! vector or payload columns changed type is a typed error, and nothing is
+//! published. The drift report compares the new rows' quantisation error
+//! with the build's; `retrain_above` rebuilds instead when it grew more.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use arrow::array::{AsArray, RecordBatch};
+use arrow::datatypes::{Field, FieldRef, Int64Type};
+use async_trait::async_trait;
+use bytes::Bytes;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use serde::Serialize;
+
+use super::BuildError;
+use super::job::{AssignError, BuildParams, BuildSummary, assign_all, write_all};
+use super::progress::Phase;
+use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use super::source_spec::{DUCKLAKE, SourceSpec};
+use super::spill::BucketSpill;
+use super::stages::{self, PostingsTarget, SnapshotFolder};
+use crate::format::definition::{IndexDefinition, IndexSource};
+use crate::format::layers::{
+    DELETIONS_FILE, DeletionsRef, DeltaRef, LayerRef, Layers, delta_documents,
+};
+use crate::format::postings_table::{
+    RESERVED_COLUMNS, ROWID_COLUMN, VECTOR_COLUMN, postings_schema,
+};
+use crate::format::snapshot::Snapshot;
+use crate::format::source_files::{SOURCE_FILES_FILE, SourceFiles};
+use crate::format::warehouse::{self, Pin};
+use crate::store::commit::put_if_absent;
+use crate::store::options::StoreOptions;
+
+/// What `refresh` reads besides the index.
+#[derive(Debug, Clone, Default)]
+pub struct RefreshParams {
+    /// The source to read, when it differs from what `index.json` records
+    /// (e.g. a DuckLake catalog with its credentials, or a moved table).
+    /// Its columns must be the index's.
+    pub source: Option<String>,
+    /// DuckLake: the snapshot to bring the index to (default: the latest).
+    pub snapshot: Option<u64>,
+    /// DuckLake: the catalog's `data_path` override.
+    pub data_path: Option<String>,
+    /// Rebuild from scratch (new centroids) instead, when the new rows'
+    /// quantisation error exceeds the build's by more than this fraction
+    /// (0.1: 10 % more).
+    pub retrain_above: Option<f64>,
+    /// Store settings of the source.
+    pub store_options: StoreOptions,
+}
+
+/// How far the index's centroids have drifted from its rows.
+#[derive(Debug, Clone, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct Drift {
+    /// Mean squared L2 distance of the built rows to their leaf centroids
+    /// (absent for an index built before it was recorded).
+    pub build_error: Option<f64>,
+    /// The same for the rows this refresh added.
+    pub new_error: Option<f64>,
+    /// `new_error / build_error − 1`: 0 when new rows fit the centroids as
+    /// well as the built ones.
+    pub error_growth: Option<f64>,
+    /// Imbalance factor `nlist · Σh² / (Σh)²` of the new rows over the
+    /// lists (1 is perfectly even; a shifted distribution crowds a few lists).
+    pub new_rows_imbalance: Option<f64>,
+    /// Delta tables after the refresh (each adds files every cold probe reads).
+    pub deltas: usize,
+    /// Deleted rowids after the refresh.
+    pub deletions: u64,
+}
+
+/// What a refresh did (printed by `parqivf refresh --json`).
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct RefreshSummary {
+    pub index: String,
+    /// The version the refresh started from.
+    pub from_version: u64,
+    /// The version it committed (`None`: the index was up to date).
+    pub version: Option<u64>,
+    pub snapshot: Option<String>,
+    /// The source state indexed before and after (a DuckLake snapshot id,
+    /// or the number of Parquet files).
+    pub source_before: String,
+    pub source_after: String,
+    pub rows_added: u64,
+    pub rows_removed: u64,
+    pub drift: Drift,
+    /// When `retrain_above` was passed: the full rebuild made instead.
+    pub rebuilt: Option<BuildSummary>,
+    pub seconds: f64,
+}
+
+/// What changed in the source: the new rows (as a source) and the rowids
+/// that are gone, with the source state after.
+struct Changes {
+    added: Option<Arc<dyn VectorSource>>,
+    removed: Vec<i64>,
+    source: IndexSource,
+    source_files: Option<SourceFiles>,
+    before: String,
+    after: String,
+}
+
+/// The current snapshot of `index`, through its commit.
+async fn current(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<(warehouse::Commit, Snapshot), BuildError> {
+    let commit = warehouse::current(store, index).await?.ok_or_else(|| {
+        warehouse::WarehouseError::NoSnapshot {
+            index: index.to_string(),
+            first: warehouse::version_path(index, 1).to_string(),
+        }
+    })?;
+    let snapshot = Snapshot::open_commit(store.as_ref(), index, commit.clone())
+        .await
+        .map_err(|e| BuildError::Refresh {
+            index: index.to_string(),
+            reason: e.to_string(),
+        })?;
+    Ok((commit, snapshot))
+}
+
+/// The source `definition` records, as a [`SourceSpec`] (`source` overrides
+/// its location).
+fn spec_of(definition: &IndexDefinition, params: &RefreshParams) -> SourceSpec {
+    let b = &definition.build;
+    let mut spec = SourceSpec {
+        column: b.vector_column.clone(),
+        id_column: b.id_column.clone(),
+        payload: b.payload_columns.clone(),
+        skip_invalid: b.skip_invalid,
+        data_path: params.data_path.clone(),
+        snapshot: params.snapshot,
+        ..SourceSpec::default()
+    };
+    match &definition.source {
+        IndexSource::Parquet { location, .. } => spec.source = location.clone(),
+        IndexSource::Ducklake {
+            catalog,
+            schema,
+            table,
+            ..
+        } => {
+            spec.source = if catalog.starts_with("postgres:") || catalog.starts_with("sqlite:") {
+                format!("{DUCKLAKE}{catalog}")
+            } else {
+                format!("{DUCKLAKE}sqlite:{catalog}")
+            };
+            spec.table = Some(format!("{schema}.{table}"));
+        }
+        IndexSource::VectorFile { location } => spec.source = location.clone(),
+    }
+    if let Some(source) = &params.source {
+        spec.source = source.clone();
+    }
+    spec
+}
+
+/// What changed in `spec`'s source since `snapshot` indexed it.
+async fn changes(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Snapshot,
+    spec: &SourceSpec,
+    params: &RefreshParams,
+) -> Result<Changes, BuildError> {
+    let index = snapshot.folder.to_string();
+    let refuse = |reason: String| BuildError::Refresh {
+        index: index.clone(),
+        reason,
+    };
+    match &snapshot.definition.source {
+        IndexSource::Ducklake { snapshot_id, .. } => {
+            let catalog = spec
+                .source
+                .strip_prefix(DUCKLAKE)
+                .ok_or_else(|| refuse(format!("{} is not a DuckLake source", spec.source)))?;
+            let catalog = crate::catalog::ducklake::Catalog::parse(catalog)
+                .map_err(|e| BuildError::Catalog(e.into()))?;
+            let table = spec.table.clone().unwrap_or_default();
+            let from = u64::try_from(*snapshot_id).unwrap_or(0);
+            let (source, removed) = super::ducklake_source::DuckLakeSource::open_changes(
+                &catalog,
+                &table,
+                &spec.column,
+                &spec.payload,
+                from,
+                params.snapshot,
+                spec.data_path.as_deref(),
+                spec.skip_invalid,
+            )
+            .await?;
+            let definition = source.definition();
+            let to = match &definition.source {
+                IndexSource::Ducklake { snapshot_id, .. } => *snapshot_id,
+                _ => *snapshot_id,
+            };
+            Ok(Changes {
+                added: (source.parts() > 0 && source.dim() > 0)
+                    .then(|| Arc::new(source) as Arc<dyn VectorSource>),
+                removed,
+                source: definition.source,
+                source_files: None,
+                before: format!("ducklake snapshot {snapshot_id}"),
+                after: format!("ducklake snapshot {to}"),
+            })
+        }
+        IndexSource::Parquet { .. } => {
+            let rel = snapshot.definition.source_files.as_deref().ok_or_else(|| {
+                refuse(
+                    "the snapshot records no source-files.json (built before format version 3, \
+                     or by a distributed build): rebuild it once to refresh it later"
+                        .into(),
+                )
+            })?;
+            let path =
+                crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
+            let bytes = store
+                .get(&path)
+                .await
+                .map_err(|e| BuildError::Unreadable {
+                    path: path.to_string(),
+                    reason: e.to_string(),
+                })?
+                .bytes()
+                .await
+                .map_err(|e| BuildError::Unreadable {
+                    path: path.to_string(),
+                    reason: e.to_string(),
+                })?;
+            if let Some(c) = &snapshot.commit {
+                warehouse::check_pin(&c.pins, rel, path.as_ref(), &bytes)
+                    .map_err(|e| refuse(e.to_string()))?;
+            }
+            let recorded =
+                SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
+            let (src_store, pattern) =
+                crate::store::location::open_pattern(&spec.source, &params.store_options)
+                    .map_err(|e| BuildError::Store(e.into()))?;
+            let location = crate::store::uri::LocationUri::from_store_path(&pattern)
+                .map_err(|e| BuildError::Catalog(e.into()))?;
+            let listed = super::parquet_source::expand(src_store.as_ref(), &location).await?;
+            let diff = recorded.diff(&listed);
+            if spec.id_column.is_some() && !diff.removed.is_empty() {
+                return Err(refuse(format!(
+                    "{} files are gone or changed ({}…), and with an id column their ids are \
+                     not recorded: rebuild the index",
+                    diff.removed.len(),
+                    diff.removed[0].path
+                )));
+            }
+            let removed: Vec<i64> = diff.removed.iter().flat_map(|f| f.rowids()).collect();
+            let (added, source_files) = if diff.added.is_empty() {
+                let mut kept = recorded.clone();
+                kept.files = diff.kept.clone();
+                (None, kept)
+            } else {
+                let source = super::parquet_source::ParquetSource::open_files(
+                    src_store,
+                    &pattern,
+                    diff.added.clone(),
+                    recorded.next_rowid,
+                    super::parquet_source::ParquetSourceOptions {
+                        column: spec.column.clone(),
+                        id_column: spec.id_column.clone(),
+                        payload: spec.payload.clone(),
+                        skip_invalid: spec.skip_invalid,
+                        table_uri: spec.source.contains("://").then(|| spec.source.clone()),
+                    },
+                )
+                .await?;
+                let new = source.source_files();
+                let mut files = diff.kept.clone();
+                files.extend(new.files);
+                files.sort_by(|a, b| a.path.cmp(&b.path));
+                let record = SourceFiles {
+                    next_rowid: new.next_rowid.max(recorded.next_rowid),
+                    files,
+                    ..recorded.clone()
+                };
+                (Some(Arc::new(source) as Arc<dyn VectorSource>), record)
+            };
+            Ok(Changes {
+                added,
+                removed,
+                source: snapshot.definition.source.clone(),
+                before: format!("{} files", recorded.files.len()),
+                after: format!("{} files", source_files.files.len()),
+                source_files: Some(source_files),
+            })
+        }
+        IndexSource::VectorFile { location } => Err(refuse(format!(
+            "{location} is a vector file, not a table: there is nothing to follow; rebuild"
+        ))),
+    }
+}
+
+/// The new rows' columns must be the index's: same dimension, same payload
+/// columns and types.
+fn check_schema(
+    index: &str,
+    definition: &IndexDefinition,
+    payload: &[FieldRef],
+    source: &dyn VectorSource,
+) -> Result<(), BuildError> {
+    let changed = |what: &str, expected: String, found: String| BuildError::SchemaChanged {
+        index: index.to_string(),
+        what: what.to_string(),
+        expected,
+        found,
+    };
+    if source.dim() != definition.dim as usize {
+        return Err(changed(
+            "vector dimension",
+            definition.dim.to_string(),
+            source.dim().to_string(),
+        ));
+    }
+    let names = |f: &[FieldRef]| {
+        f.iter()
+            .map(|f| format!("{} {}", f.name(), f.data_type()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let found = source.payload_fields();
+    if found.len() != payload.len()
+        || found
+            .iter()
+            .zip(payload)
+            .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
+    {
+        return Err(changed("payload columns", names(payload), names(&found)));
+    }
+    Ok(())
+}
+
+/// The payload columns of the index's postings (from a footer of its base).
+async fn payload_fields(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Snapshot,
+) -> Result<Vec<FieldRef>, BuildError> {
+    let Some(path) = snapshot.postings_paths.first() else {
+        return Ok(Vec::new());
+    };
+    let meta = store.head(path).await.map_err(|e| BuildError::Unreadable {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })?;
+    let mut reader = crate::store::parquet_reader::StoreReader::new(
+        store.clone(),
+        path.clone(),
+        Some(meta.size),
+    );
+    let footer = parquet::arrow::arrow_reader::ArrowReaderMetadata::load_async(
+        &mut reader,
+        Default::default(),
+    )
+    .await
+    .map_err(|e| BuildError::Unreadable {
+        path: path.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(footer
+        .schema()
+        .fields()
+        .iter()
+        .filter(|f| !RESERVED_COLUMNS.contains(&f.name().as_str()))
+        .cloned()
+        .collect())
+}
+
+/// Bring the index at `index` up to date with its source, as the next
+/// version: a delta postings table for the new rows, the removed rowids in
+/// the deletion object. `build` supplies the progress mode, memory limit
+/// and writer options (its model parameters are the index's own).
+///
+/// # Errors
+/// [`BuildError::Refresh`] for an index that cannot be refreshed (no
+/// snapshot, a vector-file source, no recorded file set), [`BuildError::SchemaChanged`],
+/// the source's errors (gone: `NoFiles`, `Unreadable`, catalog errors),
+/// storage errors, and [`crate::format::warehouse::WarehouseError::Conflict`]
+/// when another refresh or build committed first. Nothing is published on
+/// any error.
+pub async fn refresh(
+    store: Arc<dyn ObjectStore>,
+    index: &Path,
+    params: &RefreshParams,
+    build: &BuildParams,
+) -> Result<RefreshSummary, BuildError> {
+    let t0 = Instant::now();
+    let (commit, snapshot) = current(&store, index).await?;
+    let spec = spec_of(&snapshot.definition, params);
+    let changes = changes(&store, &snapshot, &spec, params).await?;
+    let payload = payload_fields(&store, &snapshot).await?;
+    if let Some(added) = &changes.added {
+        check_schema(
+            index.as_ref(),
+            &snapshot.definition,
+            &payload,
+            added.as_ref(),
+        )?;
+    }
+    let layers_now = snapshot.layer_starts.len() as u32;
+    let mut drift = Drift {
+        build_error: snapshot.definition.build.quantization_error,
+        deltas: snapshot.layer_starts.len() - 1,
+        deletions: snapshot.deletions.len() as u64,
+        ..Drift::default()
+    };
+    let mut summary = RefreshSummary {
+        index: index.to_string(),
+        from_version: commit.version,
+        version: None,
+        snapshot: None,
+        source_before: changes.before.clone(),
+        source_after: changes.after.clone(),
+        rows_added: 0,
+        rows_removed: changes.removed.len() as u64,
+        drift: drift.clone(),
+        rebuilt: None,
+        seconds: 0.0,
+    };
+    if changes.added.is_none()
+        && changes.removed.is_empty()
+        && changes.source == snapshot.definition.source
+    {
+        summary.seconds = super::job::secs(t0.elapsed());
+        return Ok(summary);
+    }
+
+    let hierarchy = Arc::new(snapshot.hierarchy.clone());
+    let quantizer = snapshot.quantizer.clone().map(Arc::new);
+    let dim = snapshot.definition.dim as usize;
+    let payload_plain: Vec<Field> = payload.iter().map(|f| f.as_ref().clone()).collect();
+    let code_bytes = quantizer
+        .as_deref()
+        .map(crate::quant::Quantizer::code_bytes);
+    let schema = postings_schema(dim, code_bytes, &payload_plain);
+    let build = BuildParams {
+        metric: snapshot.definition.metric,
+        sort_by: snapshot.definition.build.sort_by.clone(),
+        ..build.clone()
+    };
+    let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
+    let error = match &changes.added {
+        Some(source) => {
+            let phase = Phase::start(build.progress, "assign", 0, "rows");
+            let e = assign_all(
+                source.as_ref(),
+                Vec::new(),
+                &hierarchy,
+                quantizer.as_ref(),
+                &schema,
+                &build,
+                &mut spill,
+                |n| phase.inc(n),
+            )
+            .await?;
+            phase.finish();
+            e
+        }
+        None => AssignError::default(),
+    };
+    summary.rows_added = error.rows;
+    if error.rows > 0 {
+        drift.new_error = Some(error.mean());
+        drift.error_growth = drift
+            .build_error
+            .filter(|&b| b > 0.0)
+            .map(|b| error.mean() / b - 1.0);
+        drift.new_rows_imbalance = Some(imbalance(&error.lists));
+    }
+    if let (Some(limit), Some(growth)) = (params.retrain_above, drift.error_growth)
+        && growth > limit
+    {
+        let source = super::source_spec::open_source(
+            &SourceSpec {
+                snapshot: params.snapshot,
+                ..spec.clone()
+            },
+            &params.store_options,
+        )
+        .await?;
+        let rebuild = BuildParams {
+            nlist: snapshot.definition.nlist,
+            roots: Some(snapshot.definition.roots),
+            seed: snapshot.definition.build.seed,
+            niter: snapshot.definition.build.max_iterations as usize,
+            codes: snapshot.quantizer.as_ref().map(|q| q.scheme()),
+            ..build.clone()
+        };
+        let built = super::job::build(source, store, index, &rebuild).await?;
+        summary.version = Some(built.version);
+        summary.snapshot = Some(built.snapshot.clone());
+        summary.rebuilt = Some(built);
+        drift.deltas = 0;
+        drift.deletions = 0;
+        summary.drift = drift;
+        summary.seconds = super::job::secs(t0.elapsed());
+        return Ok(summary);
+    }
+
+    // The new snapshot folder: the delta table (maybe empty), the
+    // deletions, the file set, then index.json and the commit.
+    let folder = SnapshotFolder::new(index)?;
+    let mut definition = snapshot.definition.clone();
+    definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
+    definition.source = changes.source.clone();
+    definition.source_files = changes
+        .source_files
+        .as_ref()
+        .map(|_| SOURCE_FILES_FILE.to_string());
+    let deletions = snapshot.deletions.with(&changes.removed, layers_now);
+    let (base, mut deltas) = match &snapshot.definition.layers {
+        Some(l) => (l.base.clone(), l.deltas.clone()),
+        None => (
+            LayerRef {
+                snapshot: commit.snapshot.clone(),
+                pins: commit.pins.clone(),
+            },
+            Vec::new(),
+        ),
+    };
+    let mut committing = false;
+    let published = async {
+        let mut plain = definition.clone();
+        plain.layers = None;
+        plain.source_files = None;
+        let target = PostingsTarget::new(
+            &plain,
+            &folder,
+            quantizer.as_deref(),
+            payload_plain.clone(),
+            build.writer.clone(),
+        )?;
+        // The delta table lives at the default postings location of the folder.
+        let target = PostingsTarget {
+            root: folder.path.clone().join("postings"),
+            ..target
+        };
+        let files = write_all(&store, &target, &mut spill, &build, |_| {}).await?;
+        let rows: u64 = files.iter().map(|f| f.rows).sum();
+        let manifest = crate::postings::writer::manifest_of(
+            files,
+            definition.nlist,
+            hierarchy.cid_offsets.clone(),
+        )?;
+        crate::postings::writer::publish(&store, &target.root, &manifest).await?;
+        if rows > 0 {
+            let mut pins = Vec::new();
+            for rel in delta_documents() {
+                let path =
+                    crate::store::uri::RelativeLocation::parse(&rel)?.resolve_path(&folder.path);
+                let bytes = get(&store, &path).await?;
+                pins.push(Pin::of(&rel, &bytes));
+            }
+            deltas.push(DeltaRef {
+                snapshot: folder.name.clone(),
+                rows,
+                pins,
+            });
+        }
+        let bytes = deletions.encode();
+        let pin = Pin::of(DELETIONS_FILE, &bytes);
+        put_if_absent(
+            store.as_ref(),
+            &folder.path.clone().join(DELETIONS_FILE),
+            bytes,
+        )
+        .await?;
+        stages::put_source_files(&store, &folder, &definition, changes.source_files.as_ref())
+            .await?;
+        definition.layers = Some(Layers {
+            base,
+            deltas: deltas.clone(),
+            deletions: DeletionsRef {
+                rows: deletions.len() as u64,
+                pin,
+            },
+        });
+        definition.validate()?;
+        put_if_absent(
+            store.as_ref(),
+            &folder
+                .path
+                .clone()
+                .join(crate::format::definition::INDEX_DEFINITION_FILE),
+            Bytes::from(definition.to_json()),
+        )
+        .await?;
+        committing = true;
+        Ok::<_, BuildError>(
+            warehouse::commit(&store, index, &folder.name, Some(commit.version), now_ms()).await?,
+        )
+    }
+    .await;
+    let committed = match published {
+        Ok(c) => c,
+        Err(e) => {
+            // A conflict means another version took ours: nothing names
+            // this folder, whatever step failed.
+            let lost = matches!(
+                e,
+                BuildError::Warehouse(warehouse::WarehouseError::Conflict { .. })
+            );
+            if !committing || lost {
+                let _ = super::spill::delete_snapshot(&store, &folder.path).await;
+            }
+            return Err(e);
+        }
+    };
+    drift.deltas = deltas.len();
+    drift.deletions = deletions.len() as u64;
+    summary.version = Some(committed.version);
+    summary.snapshot = Some(folder.path.to_string());
+    summary.drift = drift;
+    summary.seconds = super::job::secs(t0.elapsed());
+    Ok(summary)
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+async fn get(store: &Arc<dyn ObjectStore>, path: &Path) -> Result<Bytes, BuildError> {
+    let unreadable = |e: object_store::Error| BuildError::Unreadable {
+        path: path.to_string(),
+        reason: e.to_string(),
+    };
+    store
+        .get(path)
+        .await
+        .map_err(unreadable)?
+        .bytes()
+        .await
+        .map_err(unreadable)
+}
+
+/// `k · Σh² / (Σh)²` over the `k` lists (1: even).
+fn imbalance(lists: &[u64]) -> f64 {
+    let total: f64 = lists.iter().map(|&h| h as f64).sum();
+    if total == 0.0 {
+        return 1.0;
+    }
+    let squares: f64 = lists.iter().map(|&h| (h as f64) * (h as f64)).sum();
+    lists.len() as f64 * squares / (total * total)
+}
+
+/// What a compaction did.
+#[derive(Debug, Clone, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub struct CompactSummary {
+    pub index: String,
+    pub from_version: u64,
+    /// `None`: nothing to compact (no delta, no deletion).
+    pub version: Option<u64>,
+    pub snapshot: Option<String>,
+    /// Live rows written to the new base.
+    pub rows: u64,
+    /// Delta tables and deletions folded in.
+    pub deltas: usize,
+    pub deletions: u64,
+    pub seconds: f64,
+}
+
+/// Every live row of a snapshot, postings file by file (base, then each
+/// delta), deleted rows left out: the input of `compact`.
+struct LiveSource {
+    store: Arc<dyn ObjectStore>,
+    paths: Vec<Path>,
+    rows: Vec<u64>,
+    live: crate::probe::live::LiveRows,
+    dim: usize,
+    payload: Vec<FieldRef>,
+    definition: SourceDefinition,
+}
+
+#[async_trait]
+impl VectorSource for LiveSource {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn parts(&self) -> usize {
+        self.paths.len()
+    }
+
+    async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
+        Ok(self.rows.get(part).copied().unwrap_or(0))
+    }
+
+    async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
+        let path = &self.paths[part];
+        let bytes = get(&self.store, path).await?;
+        let layer = self.live.layer_of(part);
+        let (deletions, dim, payload) = (
+            Arc::clone(&self.live.deletions),
+            self.dim,
+            self.payload.clone(),
+        );
+        let name = path.to_string();
+        super::job::blocking(move || read_live(&name, bytes, dim, &payload, layer, &deletions))
+            .await
+    }
+
+    fn payload_fields(&self) -> Vec<FieldRef> {
+        self.payload.clone()
+    }
+
+    fn definition(&self) -> SourceDefinition {
+        self.definition.clone()
+    }
+
+    fn part_name(&self, part: usize) -> String {
+        self.paths
+            .get(part)
+            .map_or_else(String::new, ToString::to_string)
+    }
+}
+
+/// The live rows of one postings file (all row groups), as the build reads
+/// a source: rowid, vector, payload.
+fn read_live(
+    path: &str,
+    bytes: Bytes,
+    dim: usize,
+    payload: &[FieldRef],
+    layer: u32,
+    deletions: &crate::format::layers::Deletions,
+) -> Result<VectorBatch, BuildError> {
+    let bad = |e: String| BuildError::Unreadable {
+        path: path.to_string(),
+        reason: e,
+    };
+    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
+        .map_err(|e| bad(e.to_string()))?
+        .build()
+        .map_err(|e| bad(e.to_string()))?;
+    let mut out = VectorBatch {
+        rowids: Vec::new(),
+        vectors: Vec::new(),
+        payload: None,
+    };
+    let mut payloads: Vec<RecordBatch> = Vec::new();
+    for batch in reader {
+        let batch = batch.map_err(|e| bad(e.to_string()))?;
+        let column = |name: &str| {
+            batch
+                .column_by_name(name)
+                .cloned()
+                .ok_or_else(|| bad(format!("no {name} column")))
+        };
+        let rowids = column(ROWID_COLUMN)?;
+        let rowids = rowids.as_primitive::<Int64Type>();
+        let vectors = column(VECTOR_COLUMN)?;
+        let vectors = vectors
+            .as_fixed_size_binary_opt()
+            .ok_or_else(|| bad("vector is not fixed-size binary".into()))?;
+        let keep: Vec<u32> = (0..batch.num_rows())
+            .filter(|&i| !deletions.is_deleted(rowids.value(i), layer))
+            .map(|i| i as u32)
+            .collect();
+        for &i in &keep {
+            out.rowids.push(rowids.value(i as usize));
+            let v = vectors.value(i as usize);
+            if v.len() != dim * 4 {
+                return Err(bad(format!(
+                    "a vector of {} bytes, expected {}",
+                    v.len(),
+                    dim * 4
+                )));
+            }
+            out.vectors.extend(
+                v.chunks_exact(4)
+                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
+            );
+        }
+        if !payload.is_empty() {
+            let columns = payload
+                .iter()
+                .map(|f| column(f.name()))
+                .collect::<Result<Vec<_>, _>>()?;
+            let schema = Arc::new(arrow::datatypes::Schema::new(payload.to_vec()));
+            let all = RecordBatch::try_new(schema, columns).map_err(|e| bad(e.to_string()))?;
+            payloads.push(
+                arrow::compute::take_record_batch(&all, &arrow::array::UInt32Array::from(keep))
+                    .map_err(|e| bad(e.to_string()))?,
+            );
+        }
+    }
+    if !payload.is_empty() {
+        let schema = Arc::new(arrow::datatypes::Schema::new(payload.to_vec()));
+        out.payload = Some(
+            arrow::compute::concat_batches(&schema, &payloads).map_err(|e| bad(e.to_string()))?,
+        );
+    }
+    Ok(out)
+}
+
+/// Merge every delta table and the deletions of the index at `index` into a
+/// new base with the same centroids (and quantiser), published as the next
+/// version: the build's assign and write stages over the live rows, so the
+/// postings are the bytes a fresh build given those centroids writes.
+///
+/// # Errors
+/// As [`refresh`]: storage errors, corrupt postings, and
+/// [`crate::format::warehouse::WarehouseError::Conflict`].
+pub async fn compact(
+    store: Arc<dyn ObjectStore>,
+    index: &Path,
+    build: &BuildParams,
+) -> Result<CompactSummary, BuildError> {
+    let t0 = Instant::now();
+    let (commit, snapshot) = current(&store, index).await?;
+    let mut summary = CompactSummary {
+        index: index.to_string(),
+        from_version: commit.version,
+        version: None,
+        snapshot: None,
+        rows: 0,
+        deltas: snapshot.layer_starts.len() - 1,
+        deletions: snapshot.deletions.len() as u64,
+        seconds: 0.0,
+    };
+    if snapshot.definition.layers.is_none() {
+        summary.seconds = super::job::secs(t0.elapsed());
+        return Ok(summary);
+    }
+    let payload = payload_fields(&store, &snapshot).await?;
+    let b = &snapshot.definition.build;
+    let source = LiveSource {
+        store: store.clone(),
+        paths: snapshot.postings_paths.clone(),
+        rows: snapshot.files.iter().map(|f| f.rows).collect(),
+        live: crate::probe::live::LiveRows {
+            deletions: Arc::clone(&snapshot.deletions),
+            layer_starts: snapshot.layer_starts.clone().into(),
+        },
+        dim: snapshot.definition.dim as usize,
+        payload: payload.clone(),
+        definition: SourceDefinition {
+            source: snapshot.definition.source.clone(),
+            vector_column: b.vector_column.clone(),
+            id_column: b.id_column.clone(),
+            payload_columns: b.payload_columns.clone(),
+            skip_invalid: b.skip_invalid,
+        },
+    };
+    let hierarchy = Arc::new(snapshot.hierarchy.clone());
+    let quantizer = snapshot.quantizer.clone().map(Arc::new);
+    let payload_plain: Vec<Field> = payload.iter().map(|f| f.as_ref().clone()).collect();
+    let code_bytes = quantizer
+        .as_deref()
+        .map(crate::quant::Quantizer::code_bytes);
+    let dim = snapshot.definition.dim as usize;
+    let schema = postings_schema(dim, code_bytes, &payload_plain);
+    let build = BuildParams {
+        metric: snapshot.definition.metric,
+        sort_by: b.sort_by.clone(),
+        ..build.clone()
+    };
+    let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
+    let error = assign_all(
+        &source,
+        Vec::new(),
+        &hierarchy,
+        quantizer.as_ref(),
+        &schema,
+        &build,
+        &mut spill,
+        |_| {},
+    )
+    .await?;
+    let mut definition = snapshot.definition.clone();
+    definition.layers = None;
+    definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
+    // The source file set of the current snapshot carries over unchanged.
+    let source_files = match &definition.source_files {
+        Some(rel) => {
+            let path =
+                crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
+            let bytes = get(&store, &path).await?;
+            Some(
+                SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| BuildError::Refresh {
+                    index: index.to_string(),
+                    reason: e.to_string(),
+                })?,
+            )
+        }
+        None => None,
+    };
+    let folder = SnapshotFolder::new(index)?;
+    let target = PostingsTarget::new(
+        &definition,
+        &folder,
+        quantizer.as_deref(),
+        payload_plain,
+        build.writer.clone(),
+    )?;
+    let mut committing = false;
+    let published = async {
+        let files = write_all(&store, &target, &mut spill, &build, |_| {}).await?;
+        stages::publish(
+            &store,
+            &folder,
+            files,
+            stages::Model {
+                hierarchy: &hierarchy,
+                quantizer: quantizer.as_deref(),
+            },
+            &definition,
+            source_files.as_ref(),
+            Some(commit.version),
+            || committing = true,
+        )
+        .await
+    }
+    .await;
+    let committed = match published {
+        Ok(c) => c,
+        Err(e) => {
+            if !committing {
+                let _ = super::spill::delete_snapshot(&store, &folder.path).await;
+            }
+            return Err(e);
+        }
+    };
+    summary.rows = error.rows;
+    summary.version = Some(committed.version);
+    summary.snapshot = Some(folder.path.to_string());
+    summary.seconds = super::job::secs(t0.elapsed());
+    Ok(summary)
+}

@@ -1,0 +1,431 @@
+//! `refresh` and `compact` on a Parquet source that gains, loses and
+//! changes files: exhaustive answers equal brute force over the table as it
+//! is now (deleted rows never come back, changed rows return their new
+//! vectors), every layer and deletion is read back through the commit's
+//! pins, compaction gives the same postings bytes however the index got to
+//! the same rows, and a refresh that loses a race, dies part-way or finds its
+//! source gone or changed publishes nothing — on local disk and on S3 (moto).
+
+use std::sync::Arc;
+
+use arrow::array::{ArrayRef, FixedSizeListArray, Float32Array, Int64Array, RecordBatch};
+use arrow::datatypes::{DataType, Field, Schema};
+use object_store::ObjectStore;
+use object_store::path::Path;
+use parqivf::builder::refresh::{RefreshParams, compact, refresh};
+use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec, build, open_source};
+use parqivf::format::warehouse::{self, WarehouseError};
+use parqivf::index::{Index, SearchParams};
+use parqivf::store::options::StoreOptions;
+
+use crate::support;
+use crate::support::files::write_parquet;
+
+const DIM: usize = 8;
+const NLIST: u32 = 8;
+
+/// Rows `ids` with vectors from `seed` (id, embedding).
+fn rows(ids: std::ops::Range<i64>, seed: u64) -> RecordBatch {
+    let n = (ids.end - ids.start) as usize;
+    let values = support::fixtures::dataset(n, DIM, seed);
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    let emb = FixedSizeListArray::new(
+        item.clone(),
+        DIM as i32,
+        Arc::new(Float32Array::from(values)),
+        None,
+    );
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("id", DataType::Int64, false),
+        Field::new("emb", DataType::FixedSizeList(item, DIM as i32), true),
+    ]));
+    RecordBatch::try_new(
+        schema,
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids)) as ArrayRef,
+            Arc::new(emb),
+        ],
+    )
+    .unwrap()
+}
+
+fn query(seed: u64) -> Vec<f32> {
+    support::fixtures::dataset(1, DIM, seed)
+}
+
+fn params() -> BuildParams {
+    BuildParams {
+        nlist: NLIST,
+        codes: None,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    }
+}
+
+fn spec(dir: &std::path::Path) -> SourceSpec {
+    SourceSpec {
+        source: dir.to_str().unwrap().to_string(),
+        column: "emb".into(),
+        payload: vec!["id".into()],
+        ..SourceSpec::default()
+    }
+}
+
+async fn build_index(dir: &std::path::Path, store: &Arc<dyn ObjectStore>, index: &Path) {
+    let source = open_source(&spec(dir), &StoreOptions::default())
+        .await
+        .unwrap();
+    build(source, store.clone(), index, &params())
+        .await
+        .unwrap();
+}
+
+/// Every (id, vector) of the table now.
+fn table(dir: &std::path::Path) -> Vec<(i64, Vec<f32>)> {
+    let mut out = Vec::new();
+    let mut paths: Vec<_> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    paths.sort();
+    for p in paths {
+        let f = std::fs::File::open(p).unwrap();
+        let r = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(f)
+            .unwrap()
+            .build()
+            .unwrap();
+        for b in r {
+            let b = b.unwrap();
+            let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+            let emb = b
+                .column(1)
+                .as_any()
+                .downcast_ref::<FixedSizeListArray>()
+                .unwrap();
+            let vals = emb
+                .values()
+                .as_any()
+                .downcast_ref::<Float32Array>()
+                .unwrap();
+            for i in 0..b.num_rows() {
+                out.push((ids.value(i), vals.values()[i * DIM..(i + 1) * DIM].to_vec()));
+            }
+        }
+    }
+    out
+}
+
+/// The ids of the `k` nearest rows of the table (brute force, squared L2).
+fn truth(table: &[(i64, Vec<f32>)], q: &[f32], k: usize) -> Vec<i64> {
+    let mut d: Vec<(f32, i64)> = table
+        .iter()
+        .map(|(id, v)| (v.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum(), *id))
+        .collect();
+    d.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    d.into_iter().take(k).map(|(_, id)| id).collect()
+}
+
+/// The ids an exhaustive search (nprobe = nlist) of the current version returns.
+async fn answer(store: &Arc<dyn ObjectStore>, index: &Path, q: &[f32], k: usize) -> Vec<i64> {
+    let idx = Index::open_current(store.clone(), index).await.unwrap();
+    let r = idx
+        .search(
+            q,
+            &SearchParams {
+                k,
+                nprobe: NLIST as usize,
+                include_payload: true,
+                ..SearchParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    r.hits
+        .iter()
+        .map(|h| h.payload.as_ref().unwrap()["id"].as_i64().unwrap())
+        .collect()
+}
+
+/// Exhaustive answers equal brute force for a few queries, and a k larger
+/// than the table returns every live row once.
+async fn check_exact(store: &Arc<dyn ObjectStore>, index: &Path, dir: &std::path::Path) {
+    let t = table(dir);
+    for (i, q) in support::fixtures::dataset(5, DIM, 99)
+        .chunks(DIM)
+        .enumerate()
+    {
+        assert_eq!(
+            answer(store, index, q, 10).await,
+            truth(&t, q, 10),
+            "query {i}"
+        );
+    }
+    let mut all = answer(store, index, &t[0].1, t.len() + 50).await;
+    all.sort_unstable();
+    let mut ids: Vec<i64> = t.iter().map(|(id, _)| *id).collect();
+    ids.sort_unstable();
+    assert_eq!(all, ids, "every live row exactly once, no deleted row");
+}
+
+fn local_index() -> (tempfile::TempDir, Arc<dyn ObjectStore>, Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, root) = parqivf::store::location::open(dir.path().to_str().unwrap()).unwrap();
+    (dir, store, root)
+}
+
+/// The index stores of the race, kill and bad-source tests: local disk,
+/// and S3 on moto when the test script started it.
+fn index_stores() -> Vec<(
+    &'static str,
+    Arc<dyn ObjectStore>,
+    Path,
+    Option<tempfile::TempDir>,
+)> {
+    let (dir, store, root) = local_index();
+    let mut out = vec![("local", store, root, Some(dir))];
+    match std::env::var("PARQIVF_S3_BUCKET") {
+        Ok(bucket) if std::env::var("AWS_ENDPOINT").is_ok() => {
+            let prefix = format!(
+                "refresh-{}-{}",
+                std::process::id(),
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .unwrap()
+                    .as_nanos()
+            );
+            let (store, root) =
+                parqivf::store::location::open(&format!("s3://{bucket}/{prefix}")).unwrap();
+            out.push(("s3", store, root, None));
+        }
+        _ => assert!(
+            std::env::var("PARQIVF_REQUIRE_INTEROP").is_err(),
+            "CI must run the refresh tests on S3"
+        ),
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_follows_files_gained_lost_and_changed_then_compact_restores_one_base() {
+    let src = tempfile::tempdir().unwrap();
+    write_parquet(src.path(), "a.parquet", &rows(0..300, 1));
+    write_parquet(src.path(), "b.parquet", &rows(300..600, 2));
+    let (_i, store, index) = local_index();
+    build_index(src.path(), &store, &index).await;
+    check_exact(&store, &index, src.path()).await;
+
+    // Up to date: nothing is committed.
+    let none = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!(none.version, None);
+
+    // Gain c, lose a, change b (same ids, new vectors: an update).
+    write_parquet(src.path(), "c.parquet", &rows(600..660, 3));
+    std::fs::remove_file(src.path().join("a.parquet")).unwrap();
+    write_parquet(src.path(), "b.parquet", &rows(300..600, 4));
+    let r = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!(r.version, Some(2));
+    assert_eq!((r.rows_added, r.rows_removed), (360, 600));
+    assert_eq!((r.drift.deltas, r.drift.deletions), (1, 600));
+    assert!(r.drift.error_growth.is_some() && r.drift.new_rows_imbalance.unwrap() >= 1.0);
+    check_exact(&store, &index, src.path()).await;
+
+    // A second delta, deleting part of the first one.
+    write_parquet(src.path(), "d.parquet", &rows(660..700, 5));
+    std::fs::remove_file(src.path().join("c.parquet")).unwrap();
+    let r = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!((r.version, r.drift.deltas), (Some(3), 2));
+    check_exact(&store, &index, src.path()).await;
+    let idx = Index::open_current(store.clone(), &index).await.unwrap();
+    let cold = idx
+        .search(
+            &query(9),
+            &SearchParams {
+                k: 5,
+                nprobe: 2,
+                ..SearchParams::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        cold.stats.rounds <= 2,
+        "footers of every layer in one round: {:?}",
+        cold.stats
+    );
+
+    // Compact: one base, the same answers, the base's centroids.
+    let c = compact(store.clone(), &index, &params()).await.unwrap();
+    assert_eq!((c.version, c.rows, c.deltas), (Some(4), 340, 2));
+    let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+    let first = warehouse::history(&store, &index).await.unwrap().remove(0);
+    let centroids = |c: &warehouse::Commit| {
+        c.pins
+            .iter()
+            .find(|p| p.path.starts_with("centroids/"))
+            .unwrap()
+            .sha256
+            .clone()
+    };
+    assert_eq!(centroids(&current), centroids(&first));
+    check_exact(&store, &index, src.path()).await;
+    let again = compact(store.clone(), &index, &params()).await.unwrap();
+    assert_eq!(again.version, None, "nothing left to compact");
+}
+
+/// The postings of a compaction depend only on the centroids and the live
+/// rows: two indexes that reach the same rows by different refreshes
+/// compact to the same postings bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compaction_writes_the_same_bytes_however_the_rows_arrived() {
+    let src = tempfile::tempdir().unwrap();
+    write_parquet(src.path(), "a.parquet", &rows(0..200, 1));
+    let (_x, sx, ix) = local_index();
+    let (_y, sy, iy) = local_index();
+    build_index(src.path(), &sx, &ix).await;
+    build_index(src.path(), &sy, &iy).await;
+    write_parquet(src.path(), "b.parquet", &rows(200..260, 2));
+    refresh(sx.clone(), &ix, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    write_parquet(src.path(), "c.parquet", &rows(260..300, 3));
+    refresh(sx.clone(), &ix, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    refresh(sy.clone(), &iy, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    compact(sx.clone(), &ix, &params()).await.unwrap();
+    compact(sy.clone(), &iy, &params()).await.unwrap();
+    let postings = |store: Arc<dyn ObjectStore>, index: Path| async move {
+        let c = warehouse::current(&store, &index).await.unwrap().unwrap();
+        c.pins
+            .iter()
+            .filter(|p| p.path.starts_with("postings/"))
+            .map(|p| (p.path.clone(), p.sha256.clone()))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(postings(sx, ix).await, postings(sy, iy).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_refreshes_one_commits_the_other_conflicts_and_can_rerun() {
+    for (name, store, index, _dir) in index_stores() {
+        let src = tempfile::tempdir().unwrap();
+        write_parquet(src.path(), "a.parquet", &rows(0..200, 1));
+        build_index(src.path(), &store, &index).await;
+        write_parquet(src.path(), "b.parquet", &rows(200..240, 2));
+        let (p, bp) = (RefreshParams::default(), params());
+        let (a, b) = tokio::join!(
+            refresh(store.clone(), &index, &p, &bp),
+            refresh(store.clone(), &index, &p, &bp)
+        );
+        let (ok, err) = match (a, b) {
+            (Ok(s), Err(e)) | (Err(e), Ok(s)) => (s, e),
+            other => panic!("{name}: expected one winner, got {other:?}"),
+        };
+        assert_eq!(ok.version, Some(2), "{name}");
+        assert!(
+            matches!(
+                err,
+                BuildError::Warehouse(WarehouseError::Conflict { version: 2, .. })
+            ),
+            "{name}: {err}"
+        );
+        // Re-run: up to date now.
+        let again = refresh(store.clone(), &index, &p, &bp).await.unwrap();
+        assert_eq!(again.version, None, "{name}");
+        check_exact(&store, &index, src.path()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_killed_at_any_write_leaves_the_previous_version_current() {
+    for (name, store, index, _dir) in index_stores() {
+        let src = tempfile::tempdir().unwrap();
+        write_parquet(src.path(), "a.parquet", &rows(0..200, 1));
+        build_index(src.path(), &store, &index).await;
+        let before = answer(&store, &index, &query(7), 10).await;
+        write_parquet(src.path(), "b.parquet", &rows(200..260, 2));
+        std::fs::remove_file(src.path().join("a.parquet")).unwrap();
+        write_parquet(src.path(), "a2.parquet", &rows(0..100, 1));
+        let mut n = 0;
+        loop {
+            let failing: Arc<dyn ObjectStore> =
+                Arc::new(support::store::FailNthPut::new(store.clone(), n));
+            match refresh(failing, &index, &RefreshParams::default(), &params()).await {
+                Err(e) => {
+                    assert!(
+                        n < 100,
+                        "{name}: a refresh fails without an injected failure: {e}"
+                    );
+                    let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+                    assert_eq!(current.version, 1, "{name}: write {n} failed");
+                    assert_eq!(answer(&store, &index, &query(7), 10).await, before);
+                    n += 1;
+                }
+                Ok(s) => {
+                    assert_eq!(s.version, Some(2), "{name}");
+                    break;
+                }
+            }
+        }
+        assert!(
+            n >= 5,
+            "{name}: a refresh writes at least 5 objects, failed at {n}"
+        );
+        check_exact(&store, &index, src.path()).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_source_gone_or_changed_in_schema_fails_typed_and_publishes_nothing() {
+    for (name, store, index, _dir) in index_stores() {
+        let src = tempfile::tempdir().unwrap();
+        write_parquet(src.path(), "a.parquet", &rows(0..200, 1));
+        build_index(src.path(), &store, &index).await;
+        // A new file with another vector dimension.
+        let wide = {
+            let item = Arc::new(Field::new("item", DataType::Float32, false));
+            let emb = FixedSizeListArray::new(
+                item.clone(),
+                4,
+                Arc::new(Float32Array::from(vec![0.5f32; 40])),
+                None,
+            );
+            RecordBatch::try_new(
+                Arc::new(Schema::new(vec![
+                    Field::new("id", DataType::Int64, false),
+                    Field::new("emb", DataType::FixedSizeList(item, 4), true),
+                ])),
+                vec![
+                    Arc::new(Int64Array::from_iter_values(900..910)) as ArrayRef,
+                    Arc::new(emb),
+                ],
+            )
+            .unwrap()
+        };
+        write_parquet(src.path(), "z.parquet", &wide);
+        let e = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, BuildError::SchemaChanged { what, .. } if what == "vector dimension"),
+            "{name}: {e}"
+        );
+        // The whole table gone.
+        std::fs::remove_file(src.path().join("z.parquet")).unwrap();
+        std::fs::remove_file(src.path().join("a.parquet")).unwrap();
+        let e = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+            .await
+            .unwrap_err();
+        assert!(matches!(e, BuildError::NoFiles { .. }), "{name}: {e}");
+        let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+        assert_eq!(current.version, 1, "{name}: nothing published");
+    }
+}
