@@ -1,0 +1,48 @@
+//! The integration tests: one test binary, one module per concept.
+//!
+//! One binary rather than one per file: the crate and its dependencies are
+//! linked once, not forty times (disk and link time in CI). Run one module
+//! with a name filter, e.g. `cargo test --test it store_conformance::`.
+//! Shared helpers live in [`support`]; the DuckLake suite is [`ducklake`]
+//! with its submodules.
+
+mod support;
+
+mod build_inputs;
+mod build_job;
+mod build_stages;
+mod codes;
+mod corruption;
+mod cosine;
+mod definition;
+mod distributed_build;
+mod ducklake;
+mod filter_interop;
+mod filtered_search;
+mod gc;
+mod kmeans;
+mod kmeans_cli;
+mod location;
+mod manifest;
+mod manifest_props;
+mod parser_fuzz;
+mod partitions;
+mod postings_interop;
+mod postings_writer;
+mod probe_io;
+mod publish;
+mod query_path;
+mod search_cli;
+mod search_exact;
+mod server;
+mod server_auth;
+mod server_fuzz;
+mod server_hostile;
+mod server_index;
+mod server_load;
+mod server_reload;
+mod snapshot;
+mod source_shapes;
+mod store_conformance;
+mod uri;
+mod verify;
