@@ -4,7 +4,13 @@
 //! vector column and the payload columns, with deleted rows already excluded
 //! by the catalog layer. A file without a rowid is an error here: every
 //! posting must join back.
+//!
+//! [`DuckLakeSource::open_changes`] opens only the row versions a table gained
+//! between two snapshots ([`DuckLakeTable::changes_since`]): its parts are the
+//! files holding such rows, each read keeps only rows with
+//! `snapshot_id > from`, and the rowids removed come back beside it.
 
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use arrow::array::{Array, Int64Array, RecordBatch, UInt32Array};
@@ -17,19 +23,31 @@ use super::source::{
     SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
 };
 use crate::catalog::CatalogError;
-use crate::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};
+use crate::catalog::ducklake::{
+    Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable, NewRowFile,
+};
 use crate::catalog::lineage::MissingRowId;
 use crate::format::definition::IndexSource;
 
-/// A DuckLake table at one snapshot, read file by file.
+/// A DuckLake table at one snapshot, read file by file: all its rows, or
+/// only the row versions newer than an earlier snapshot.
 pub struct DuckLakeSource {
-    table: DuckLakeTable,
+    table: Arc<DuckLakeTable>,
     column: String,
     /// Columns carried into the postings, with their logical types.
     payload: Vec<FieldRef>,
     dim: usize,
     skip_invalid: bool,
     skipped: AtomicU64,
+    parts: Parts,
+}
+
+/// Which rows of which files the parts are.
+enum Parts {
+    /// Every live file, every live row: part `i` is file `i`.
+    All,
+    /// The files holding rows with `snapshot_id > since`, only those rows.
+    Since { since: i64, files: Vec<NewRowFile> },
 }
 
 fn lake(e: DuckLakeError) -> BuildError {
@@ -64,6 +82,78 @@ impl DuckLakeSource {
                 .await
                 .map_err(|e| BuildError::Internal(format!("catalog task failed: {e}")))?
                 .map_err(lake)?;
+        Self::new(Arc::new(table), column, payload, skip_invalid, Parts::All).await
+    }
+
+    /// Open the row versions `table` (`schema.table`) of `catalog` gained from
+    /// snapshot `from_snapshot` to `to_snapshot` (default: the latest), with
+    /// the rowids it lost (ascending); see [`DuckLakeTable::changes_since`].
+    /// Both snapshots are read from the catalog on a blocking thread. The
+    /// definition records the `to` snapshot. When no new row carries a
+    /// vector, the source has dimension 0.
+    ///
+    /// # Errors
+    /// As [`Self::open`] (also for the table at `from_snapshot`), and the
+    /// errors of [`DuckLakeTable::changes_since`].
+    #[allow(clippy::too_many_arguments)]
+    pub async fn open_changes(
+        catalog: &Catalog,
+        table: &str,
+        column: &str,
+        payload: &[String],
+        from_snapshot: u64,
+        to_snapshot: Option<u64>,
+        data_path: Option<&str>,
+        skip_invalid: bool,
+    ) -> Result<(Self, Vec<i64>), BuildError> {
+        let options = |snapshot| DuckLakeOptions {
+            snapshot,
+            data_path: data_path.map(str::to_string),
+            store: None,
+        };
+        let (older_options, options) = (options(Some(from_snapshot)), options(to_snapshot));
+        let (catalog, name) = (catalog.clone(), table.to_string());
+        let (older, table) = tokio::task::spawn_blocking(move || {
+            Ok::<_, DuckLakeError>((
+                DuckLakeTable::open(catalog.clone(), &name, &older_options)?,
+                DuckLakeTable::open(catalog, &name, &options)?,
+            ))
+        })
+        .await
+        .map_err(|e| BuildError::Internal(format!("catalog task failed: {e}")))?
+        .map_err(lake)?;
+        Self::changes(Arc::new(table), &older, column, payload, skip_invalid).await
+    }
+
+    /// [`Self::open_changes`] for tables already open: the row versions
+    /// `table` gained since `older` (the same table at an earlier snapshot),
+    /// and the rowids it lost.
+    ///
+    /// # Errors
+    /// As [`Self::open_changes`].
+    pub async fn changes(
+        table: Arc<DuckLakeTable>,
+        older: &DuckLakeTable,
+        column: &str,
+        payload: &[String],
+        skip_invalid: bool,
+    ) -> Result<(Self, Vec<i64>), BuildError> {
+        let changes = table.changes_since(older).await.map_err(lake)?;
+        let parts = Parts::Since {
+            since: changes.from,
+            files: changes.new_row_files,
+        };
+        let source = Self::new(table, column, payload, skip_invalid, parts).await?;
+        Ok((source, changes.removed))
+    }
+
+    async fn new(
+        table: Arc<DuckLakeTable>,
+        column: &str,
+        payload: &[String],
+        skip_invalid: bool,
+        parts: Parts,
+    ) -> Result<Self, BuildError> {
         table.columns().field(column).map_err(lake)?;
         let payload = payload
             .iter()
@@ -76,9 +166,39 @@ impl DuckLakeSource {
             dim: 0,
             skip_invalid,
             skipped: AtomicU64::new(0),
+            parts,
         };
-        source.dim = source.detect_dim().await?;
+        source.dim = match source.detect_dim().await {
+            Err(BuildError::EmptySource) if matches!(source.parts, Parts::Since { .. }) => 0,
+            other => other?,
+        };
         Ok(source)
+    }
+
+    /// For a source of changes, the snapshot whose newer row versions it
+    /// yields (`snapshot_id > since`); `None` for a whole table.
+    pub fn since(&self) -> Option<i64> {
+        match &self.parts {
+            Parts::All => None,
+            Parts::Since { since, .. } => Some(*since),
+        }
+    }
+
+    /// The index in [`DuckLakeTable::files`] of part `part`'s file.
+    pub fn part_file(&self, part: usize) -> Option<usize> {
+        match &self.parts {
+            Parts::All => (part < self.table.files().len()).then_some(part),
+            Parts::Since { files, .. } => files.get(part).map(|f| f.file_index),
+        }
+    }
+
+    fn file_index(&self, part: usize) -> Result<usize, BuildError> {
+        self.part_file(part).ok_or_else(|| {
+            BuildError::Internal(format!(
+                "part {part} of a source with {} parts",
+                self.parts()
+            ))
+        })
     }
 
     /// The catalog table being read.
@@ -97,11 +217,20 @@ impl DuckLakeSource {
             .into_iter()
             .chain(self.payload.iter().map(|f| f.name().as_str()))
             .collect();
-        let batches = self
-            .table
-            .scan_file(part, &columns, MissingRowId::Error)
-            .await
-            .map_err(lake)?;
+        let file = self.file_index(part)?;
+        let batches = match &self.parts {
+            Parts::All => {
+                self.table
+                    .scan_file(file, &columns, MissingRowId::Error)
+                    .await
+            }
+            Parts::Since { since, .. } => {
+                self.table
+                    .scan_file_since(file, &columns, MissingRowId::Error, *since)
+                    .await
+            }
+        }
+        .map_err(lake)?;
         let schema = match batches.first() {
             Some(b) => b.schema(),
             None => {
@@ -129,9 +258,8 @@ impl DuckLakeSource {
     }
 
     fn part_name(&self, part: usize) -> String {
-        self.table
-            .files()
-            .get(part)
+        self.part_file(part)
+            .and_then(|i| self.table.files().get(i))
             .map_or_else(|| format!("file {part}"), |f| f.location.to_string())
     }
 }
@@ -143,11 +271,20 @@ impl VectorSource for DuckLakeSource {
     }
 
     fn parts(&self) -> usize {
-        self.table.files().len()
+        match &self.parts {
+            Parts::All => self.table.files().len(),
+            Parts::Since { files, .. } => files.len(),
+        }
     }
 
     async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
-        self.table.live_rows(part).await.map_err(lake)
+        match &self.parts {
+            Parts::All => self.table.live_rows(part).await.map_err(lake),
+            Parts::Since { files, .. } => match files.get(part) {
+                Some(f) => Ok(f.rows),
+                None => self.file_index(part).map(|_| 0),
+            },
+        }
     }
 
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
@@ -161,9 +298,10 @@ impl VectorSource for DuckLakeSource {
             });
         }
         // NULL vectors are rows without an embedding: skip them only when asked.
+        // Dimension 0: no new row of a changes source carries a vector.
         let decoded = decode_vectors(
             batch.column(1).as_ref(),
-            Some(self.dim),
+            (self.dim > 0).then_some(self.dim),
             self.skip_invalid,
             &path,
         )?;

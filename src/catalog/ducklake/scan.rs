@@ -1,12 +1,15 @@
 //! Reading one live file: its footer through the object store, its columns
 //! through the column-mapping model, its lineage columns, and its delete
 //! file's positions; rows beyond the snapshot's `partial_file_info` count and
-//! deleted rows are dropped after lineage is computed.
+//! deleted rows are dropped after lineage is computed. A request may also keep
+//! only the row versions written after a snapshot (`snapshot_id > after`, for
+//! changes between snapshots); the row's snapshot id is then read from the
+//! file (embedded) or taken from its catalog entry, whether asked for or not.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
+use arrow::array::{Array, ArrayRef, AsArray, BooleanArray, RecordBatch, RecordBatchOptions};
 use arrow::compute::filter_record_batch;
 use arrow::datatypes::{DataType, Field, FieldRef, Schema, SchemaRef};
 use futures::TryStreamExt;
@@ -35,6 +38,8 @@ pub(super) struct Request {
     logical: Vec<FieldRef>,
     schema: SchemaRef,
     missing: MissingRowId,
+    /// Keep only rows with `snapshot_id > after`.
+    after: Option<i64>,
 }
 
 impl Request {
@@ -70,7 +75,15 @@ impl Request {
             logical,
             schema: Arc::new(Schema::new(fields)),
             missing,
+            after: None,
         })
+    }
+
+    /// Keep only the row versions written after snapshot `after`
+    /// (`snapshot_id > after`).
+    pub(super) fn after(mut self, after: i64) -> Self {
+        self.after = Some(after);
+        self
     }
 }
 
@@ -212,8 +225,20 @@ pub(super) async fn read_file(
             Wanted::Table(_) => None,
         })
         .collect();
+    // The row's snapshot id, when the request keeps only newer row versions.
+    let snapshot_root = request
+        .after
+        .and_then(|_| lineage::embedded_root(&physical, LineageColumn::SnapshotId));
+    if let Some(after) = request.after
+        && snapshot_root.is_none()
+        && file.lineage.begin_snapshot <= after
+    {
+        // Every row of the file has the file's snapshot: none is newer.
+        return Ok(Vec::new());
+    }
     let mut roots: Vec<usize> = resolved.physical_roots().to_vec();
     roots.extend(embedded.iter().map(|(_, i)| *i));
+    roots.extend(snapshot_root);
     roots.sort_unstable();
     roots.dedup();
     let slot = |i: usize| roots.partition_point(|&r| r < i);
@@ -266,8 +291,30 @@ pub(super) async fn read_file(
                 }
             });
         }
+        let newer = match request.after {
+            Some(after) => {
+                let ids = lineage::materialize(
+                    LineageColumn::SnapshotId,
+                    &file.lineage,
+                    snapshot_root.map(|i| batch.column(slot(i))),
+                    first_row,
+                    len,
+                    request.missing,
+                )?;
+                let ids = ids.as_primitive::<arrow::datatypes::Int64Type>();
+                Some(
+                    (0..len)
+                        .map(|i| ids.is_valid(i) && ids.value(i) > after)
+                        .collect::<Vec<_>>(),
+                )
+            }
+            None => None,
+        };
         let keep: BooleanArray = (first_row..first_row + len as u64)
-            .map(|r| Some(r < visible && !deleted.contains(&r)))
+            .enumerate()
+            .map(|(i, r)| {
+                Some(r < visible && !deleted.contains(&r) && newer.as_ref().is_none_or(|n| n[i]))
+            })
             .collect();
         first_row += len as u64;
         let options = RecordBatchOptions::new().with_row_count(Some(len));

@@ -3,7 +3,8 @@
 //! DuckDB's answers (`expected.json`), for the moved fixture and for a
 //! data-path override; plus path, lineage and read-only rules. The other
 //! DuckLake tests are its submodules: `build` (an index over
-//! a DuckLake table), `mapping` (RFC 0018 mapping validation), `orphans`
+//! a DuckLake table), `changes` (what changed between two snapshots, by row
+//! version), `mapping` (RFC 0018 mapping validation), `orphans`
 //! (orphan files are never opened) and `store` (the lake on an object store).
 //!
 //! Every test runs on the fixture with its catalog in SQLite and, when
@@ -11,8 +12,10 @@
 //! (`<test>::sqlite`, `<test>::postgres`; see `on_both_catalogs!`).
 
 mod build;
+mod changes;
 mod mapping;
 mod orphans;
+mod refresh;
 mod store;
 use crate::on_both_catalogs;
 use crate::support;
