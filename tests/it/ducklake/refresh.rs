@@ -28,11 +28,27 @@ fn params() -> BuildParams {
     }
 }
 
-async fn build_at(lake: &Lake, table: &str, snapshot: u64, store: &Arc<dyn ObjectStore>, at: &Path) {
-    let source = DuckLakeSource::open(&lake.catalog, table, "embedding", &[], Some(snapshot), None, true)
+async fn build_at(
+    lake: &Lake,
+    table: &str,
+    snapshot: u64,
+    store: &Arc<dyn ObjectStore>,
+    at: &Path,
+) {
+    let source = DuckLakeSource::open(
+        &lake.catalog,
+        table,
+        "embedding",
+        &[],
+        Some(snapshot),
+        None,
+        true,
+    )
+    .await
+    .unwrap();
+    build(Arc::new(source), store.clone(), at, &params())
         .await
         .unwrap();
-    build(Arc::new(source), store.clone(), at, &params()).await.unwrap();
 }
 
 /// Every row of the current version, ranked for a few queries.
@@ -52,7 +68,12 @@ async fn everything(store: &Arc<dyn ObjectStore>, at: &Path) -> Vec<Vec<(i64, u3
             )
             .await
             .unwrap();
-        out.push(r.hits.iter().map(|h| (h.rowid, h.distance.to_bits())).collect());
+        out.push(
+            r.hits
+                .iter()
+                .map(|h| (h.rowid, h.distance.to_bits()))
+                .collect(),
+        );
     }
     out
 }
@@ -90,15 +111,25 @@ async fn refresh_equals_a_fresh_build_at_the_target_snapshot(kind: Kind) {
         let r = refresh(store.clone(), &idx, &p, &params()).await.unwrap();
         build_at(&lake, table, to, &store, &fresh).await;
         let case = format!("{table} {from} → {to}: {r:?}");
-        if (table, from, to) == ("s1.merged", 33, 34) || (table, from, to) == ("s1.compacted", 40, 42) {
+        if (table, from, to) == ("s1.merged", 33, 34)
+            || (table, from, to) == ("s1.compacted", 40, 42)
+        {
             assert_eq!((r.rows_added, r.rows_removed), (0, 0), "{case}");
         } else {
             assert!(r.rows_added + r.rows_removed > 0, "{case}");
         }
-        assert_eq!(everything(&store, &idx).await, everything(&store, &fresh).await, "{case}");
+        assert_eq!(
+            everything(&store, &idx).await,
+            everything(&store, &fresh).await,
+            "{case}"
+        );
         if r.version.is_some() {
             compact(store.clone(), &idx, &params()).await.unwrap();
-            assert_eq!(everything(&store, &idx).await, everything(&store, &fresh).await, "{case}: compacted");
+            assert_eq!(
+                everything(&store, &idx).await,
+                everything(&store, &fresh).await,
+                "{case}: compacted"
+            );
         }
     }
 }
