@@ -80,6 +80,9 @@ struct PlanHeader {
     skipped_rows: u64,
     sample_rows: usize,
     objective: f64,
+    /// `source-files.json`, as it will be published (Parquet sources).
+    #[serde(default)]
+    source_files: Option<String>,
     count_seconds: f64,
     sample_seconds: f64,
     train_seconds: f64,
@@ -415,12 +418,14 @@ pub async fn plan_from_samples(
     let p = params.clone();
     let (hierarchy, report, quantizer) = blocking(move || stages::train_model(&sample, &p)).await?;
     let train_seconds = secs(t.elapsed());
+    let source_files = source.source_files();
     let definition = stages::definition(
         source.definition(),
         params,
         source.dim(),
-        hierarchy.nroots() as u32,
+        &report,
         sample_rows,
+        source_files.is_some(),
     );
     let folder = SnapshotFolder::new(&index_path)?;
     let centroids = crate::format::centroids::encode(&hierarchy)
@@ -442,6 +447,8 @@ pub async fn plan_from_samples(
             skipped_rows,
             sample_rows,
             objective: report.objective,
+            source_files: source_files
+                .map(|f| String::from_utf8_lossy(&f.to_json_bytes()).into_owned()),
             count_seconds,
             sample_seconds,
             train_seconds,
@@ -637,6 +644,18 @@ pub async fn publish(
     let t = Instant::now();
     let (store, folder) = plan.folder(options)?;
     let (hierarchy, quantizer) = plan.model()?;
+    let source_files = plan
+        .header
+        .source_files
+        .as_deref()
+        .map(|json| {
+            crate::format::source_files::SourceFiles::parse(
+                "the plan's source files",
+                json.as_bytes(),
+            )
+            .map_err(|e| BuildError::Internal(e.to_string()))
+        })
+        .transpose()?;
     let (postings_files, postings_bytes) = (files.len(), files.iter().map(|f| f.size).sum());
     let mut committing = false;
     let published = stages::publish(
@@ -648,7 +667,7 @@ pub async fn publish(
             quantizer: quantizer.as_ref(),
         },
         &plan.definition,
-        None,
+        source_files.as_ref(),
         plan.header.parent,
         || committing = true,
     )
@@ -751,6 +770,7 @@ mod tests {
                 skipped_rows: 0,
                 sample_rows: 30,
                 objective: 1.5,
+                source_files: None,
                 count_seconds: 0.1,
                 sample_seconds: 0.2,
                 train_seconds: 0.3,

@@ -24,7 +24,6 @@ use super::spill::BucketSpill;
 use super::stages;
 use crate::distance::Metric;
 use crate::format::postings_table::postings_schema;
-use crate::format::source_files::SOURCE_FILES_FILE;
 use crate::kmeans::AssignMode;
 use crate::postings::writer::WriterOptions;
 use crate::quant::Scheme;
@@ -233,7 +232,7 @@ pub async fn build(
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;
     let phase = Phase::start(params.progress, "assign", rows, "rows");
-    let error = assign_all(
+    assign_all(
         source.as_ref(),
         cached,
         &hierarchy,
@@ -249,13 +248,15 @@ pub async fn build(
     // 5. Write postings bucket by bucket into a fresh snapshot folder, then
     // 6. publish it.
     let folder = stages::SnapshotFolder::new(index)?;
-    let mut definition =
-        stages::definition(source.definition(), params, dim, nroots as u32, sample_rows);
-    definition.build.quantization_error = Some(error.mean());
     let source_files = source.source_files();
-    if source_files.is_some() {
-        definition.source_files = Some(SOURCE_FILES_FILE.to_string());
-    }
+    let definition = stages::definition(
+        source.definition(),
+        params,
+        dim,
+        &report,
+        sample_rows,
+        source_files.is_some(),
+    );
     let target = stages::PostingsTarget::new(
         &definition,
         &folder,

@@ -607,14 +607,19 @@ fn now_ms() -> u64 {
 
 /// The `index.json` a build of `source` with `params` records: `roots` roots,
 /// trained on `sample_rows` rows with this process's rayon thread count,
-/// naming `quantizer.json` when `params` asks for codes.
+/// naming `quantizer.json` when `params` asks for codes and
+/// `source-files.json` when the source has a file set. The recorded
+/// quantisation error is the training's: `report`'s objective per sample
+/// point (the same on one machine and on many).
 pub fn definition(
     source: SourceDefinition,
     params: &BuildParams,
     dim: usize,
-    roots: u32,
+    report: &HierarchyReport,
     sample_rows: usize,
+    source_files: bool,
 ) -> IndexDefinition {
+    let roots = report.leaves_per_root.len() as u32;
     let mut definition = IndexDefinition::new(
         params.metric,
         dim as u32,
@@ -631,11 +636,15 @@ pub fn definition(
             threads: rayon::current_num_threads() as u32,
             skip_invalid: source.skip_invalid,
             sort_by: params.sort_by.clone(),
-            quantization_error: None,
+            quantization_error: (report.train_points > 0)
+                .then(|| report.objective / report.train_points as f64),
         },
     );
     if params.codes.is_some() {
         definition.quantizer = Some(QUANTIZER_FILE.to_string());
+    }
+    if source_files {
+        definition.source_files = Some(crate::format::source_files::SOURCE_FILES_FILE.to_string());
     }
     definition
 }
@@ -723,6 +732,7 @@ pub struct Model<'a> {
 /// snapshot may have been committed, e.g. a lost response); any other error
 /// means nothing was committed. [`crate::format::warehouse::WarehouseError::Conflict`]
 /// when another build committed first.
+#[allow(clippy::too_many_arguments)]
 pub async fn publish(
     store: &Arc<dyn ObjectStore>,
     folder: &SnapshotFolder,

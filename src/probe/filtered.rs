@@ -104,6 +104,7 @@ impl FilteredRows {
     /// # Errors
     /// [`ProbeError::Filter`] for a row group read without its payload or
     /// one the filter's kernels fail on.
+    #[allow(clippy::too_many_arguments)]
     pub async fn add(
         &mut self,
         cids: &[u32],

@@ -69,7 +69,7 @@ async fn by_hand(
     let sample = stages::sample(source, &part_rows, &params, |_, _, _| {})
         .await
         .unwrap();
-    let (hierarchy, _) = stages::train(&sample, &params).unwrap();
+    let (hierarchy, report) = stages::train(&sample, &params).unwrap();
     let quantizer = params
         .codes
         .map(|s| stages::train_quantizer(&sample, &hierarchy, s, params.seed).unwrap());
@@ -98,8 +98,9 @@ async fn by_hand(
         source.definition(),
         &params,
         DIM,
-        hierarchy.nroots() as u32,
+        &report,
         sample.len(),
+        false,
     );
     let target = PostingsTarget::new(
         &definition,
@@ -221,7 +222,7 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
     let p = params();
     let rows = stages::count(&src).await.unwrap();
     let sample = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
-    let (h, _) = stages::train(&sample, &p).unwrap();
+    let (h, report) = stages::train(&sample, &p).unwrap();
     let q = stages::train_quantizer(&sample, &h, Scheme::Sq8, p.seed).unwrap();
     let schema = postings_schema(DIM, Some(q.code_bytes()), &[]);
     let part = stages::read_part(&src, 0, p.metric, false).await.unwrap();
@@ -233,7 +234,7 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
 
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let folder = SnapshotFolder::at(&Path::from("i"), "snapshots/s").unwrap();
-    let definition = stages::definition(src.definition(), &p, DIM, h.nroots() as u32, 0);
+    let definition = stages::definition(src.definition(), &p, DIM, &report, 0, false);
     let target =
         PostingsTarget::new(&definition, &folder, Some(&q), Vec::new(), p.writer.clone()).unwrap();
     let first = stages::write_bucket(&store, &target, bucket, sorted.clone())
@@ -262,11 +263,11 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
     };
     let rows = stages::count(&src).await.unwrap();
     let sample = stages::sample(&src, &rows, &p, |_, _, _| {}).await.unwrap();
-    let (h, _) = stages::train(&sample, &p).unwrap();
+    let (h, report) = stages::train(&sample, &p).unwrap();
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let index = Path::from("i");
     let folder = SnapshotFolder::new(&index).unwrap();
-    let definition = stages::definition(src.definition(), &p, DIM, h.nroots() as u32, 0);
+    let definition = stages::definition(src.definition(), &p, DIM, &report, 0, false);
     // The manifest names a postings file that was never written: its footer
     // cannot be read, so publish fails before the commit.
     let missing = FileEntry {

@@ -175,12 +175,15 @@ fn local_index() -> (tempfile::TempDir, Arc<dyn ObjectStore>, Path) {
 
 /// The index stores of the race, kill and bad-source tests: local disk,
 /// and S3 on moto when the test script started it.
-fn index_stores() -> Vec<(
+/// A named index store (the temporary folder kept alive with it).
+type IndexStore = (
     &'static str,
     Arc<dyn ObjectStore>,
     Path,
     Option<tempfile::TempDir>,
-)> {
+);
+
+fn index_stores() -> Vec<IndexStore> {
     let (dir, store, root) = local_index();
     let mut out = vec![("local", store, root, Some(dir))];
     match std::env::var("PARQIVF_S3_BUCKET") {
