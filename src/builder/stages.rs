@@ -637,7 +637,7 @@ pub fn definition(
             skip_invalid: source.skip_invalid,
             sort_by: params.sort_by.clone(),
             quantization_error: (report.train_points > 0)
-                .then(|| report.objective / report.train_points as f64),
+                .then(|| six_digits(report.objective / report.train_points as f64)),
         },
     );
     if params.codes.is_some() {
@@ -647,6 +647,13 @@ pub fn definition(
         definition.source_files = Some(crate::format::source_files::SOURCE_FILES_FILE.to_string());
     }
     definition
+}
+
+/// `x` to six significant digits: the k-means objective is a sum of
+/// distances whose last bits depend on how the work was split, and
+/// `index.json` must be byte-identical on one machine and on many.
+fn six_digits(x: f64) -> f64 {
+    format!("{x:.5e}").parse().unwrap_or(x)
 }
 
 /// Where and how postings files are written: the same for every bucket of
