@@ -451,13 +451,7 @@ impl ParquetSource {
         let files: Vec<SourceFile> = self
             .files
             .iter()
-            .map(|f| SourceFile {
-                path: f.meta.location.to_string(),
-                size: f.meta.size,
-                etag: f.meta.e_tag.clone(),
-                first_rowid: f.first_rowid,
-                rows: f.rows,
-            })
+            .map(|f| SourceFile::of(&f.meta, f.first_rowid, f.rows))
             .collect();
         SourceFiles {
             format_version: SOURCE_FILES_FORMAT_VERSION,

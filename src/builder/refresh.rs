@@ -293,15 +293,7 @@ async fn changes(
                     },
                 )
                 .await?;
-                let new = source.source_files();
-                let mut files = diff.kept.clone();
-                files.extend(new.files);
-                files.sort_by(|a, b| a.path.cmp(&b.path));
-                let record = SourceFiles {
-                    next_rowid: new.next_rowid.max(recorded.next_rowid),
-                    files,
-                    ..recorded.clone()
-                };
+                let record = recorded.after(diff.kept.clone(), source.source_files());
                 (Some(Arc::new(source) as Arc<dyn VectorSource>), record)
             };
             Ok(Changes {

@@ -65,6 +65,18 @@ pub struct FileChanges {
 }
 
 impl SourceFile {
+    /// The record of the file `meta` whose `rows` rows were given the rowids
+    /// from `first_rowid` on.
+    pub fn of(meta: &ObjectMeta, first_rowid: i64, rows: u64) -> SourceFile {
+        SourceFile {
+            path: meta.location.to_string(),
+            size: meta.size,
+            etag: meta.e_tag.clone(),
+            first_rowid,
+            rows,
+        }
+    }
+
     /// Whether `meta` is this file unchanged: same path and size, and the
     /// same ETag where both have one.
     pub fn matches(&self, meta: &ObjectMeta) -> bool {
@@ -83,31 +95,6 @@ impl SourceFile {
 }
 
 impl SourceFiles {
-    /// The record of files in path order, numbered from 0 (as a build
-    /// numbers them): `(meta, rows)` each.
-    pub fn numbered(files: &[(ObjectMeta, u64)]) -> SourceFiles {
-        let mut next = 0i64;
-        let files = files
-            .iter()
-            .map(|(meta, rows)| {
-                let f = SourceFile {
-                    path: meta.location.to_string(),
-                    size: meta.size,
-                    etag: meta.e_tag.clone(),
-                    first_rowid: next,
-                    rows: *rows,
-                };
-                next += *rows as i64;
-                f
-            })
-            .collect();
-        SourceFiles {
-            format_version: SOURCE_FILES_FORMAT_VERSION,
-            next_rowid: next,
-            files,
-        }
-    }
-
     /// Parse and check.
     ///
     /// # Errors
@@ -185,25 +172,16 @@ impl SourceFiles {
         changes
     }
 
-    /// The record after `changes`: kept files, then the added ones numbered
-    /// from `next-rowid` on (`rows` each, in `changes.added` order).
-    pub fn apply(&self, changes: &FileChanges, added_rows: &[u64]) -> SourceFiles {
-        let mut next = self.next_rowid;
-        let mut files = changes.kept.clone();
-        for (meta, rows) in changes.added.iter().zip(added_rows) {
-            files.push(SourceFile {
-                path: meta.location.to_string(),
-                size: meta.size,
-                etag: meta.e_tag.clone(),
-                first_rowid: next,
-                rows: *rows,
-            });
-            next += *rows as i64;
-        }
+    /// The record after a refresh: the `kept` files and the `added`
+    /// ones (as the source that read them numbered them, from this
+    /// record's `next-rowid` on), in path order.
+    pub fn after(&self, kept: Vec<SourceFile>, added: SourceFiles) -> SourceFiles {
+        let mut files = kept;
+        files.extend(added.files);
         files.sort_by(|a, b| a.path.cmp(&b.path));
         SourceFiles {
             format_version: SOURCE_FILES_FORMAT_VERSION,
-            next_rowid: next,
+            next_rowid: added.next_rowid.max(self.next_rowid),
             files,
         }
     }
@@ -224,9 +202,26 @@ mod tests {
         }
     }
 
+    /// `files` numbered in order from `first` on, as a source numbers them.
+    fn numbered(files: &[(ObjectMeta, u64)], first: i64) -> SourceFiles {
+        let mut next = first;
+        let files = files
+            .iter()
+            .map(|(m, rows)| {
+                next += *rows as i64;
+                SourceFile::of(m, next - *rows as i64, *rows)
+            })
+            .collect();
+        SourceFiles {
+            format_version: SOURCE_FILES_FORMAT_VERSION,
+            next_rowid: next,
+            files,
+        }
+    }
+
     #[test]
     fn new_gone_and_changed_files_are_told_apart_and_rowids_never_reused() {
-        let record = SourceFiles::numbered(&[(meta("a", 10, "1"), 5), (meta("b", 10, "1"), 7)]);
+        let record = numbered(&[(meta("a", 10, "1"), 5), (meta("b", 10, "1"), 7)], 0);
         assert_eq!(record.next_rowid, 12);
         let listed = [meta("b", 11, "2"), meta("c", 3, "1"), meta("a", 10, "1")];
         let changes = record.diff(&listed);
@@ -241,7 +236,8 @@ mod tests {
             .map(|m| m.location.to_string())
             .collect();
         assert_eq!(added, ["b", "c"]);
-        let next = record.apply(&changes, &[4, 2]);
+        let added = [(changes.added[0].clone(), 4), (changes.added[1].clone(), 2)];
+        let next = record.after(changes.kept.clone(), numbered(&added, record.next_rowid));
         assert_eq!(next.next_rowid, 18);
         assert_eq!(
             next.files
@@ -256,7 +252,7 @@ mod tests {
 
     #[test]
     fn overlapping_or_escaping_ranges_are_refused() {
-        let mut r = SourceFiles::numbered(&[(meta("a", 1, "1"), 5), (meta("b", 1, "1"), 5)]);
+        let mut r = numbered(&[(meta("a", 1, "1"), 5), (meta("b", 1, "1"), 5)], 0);
         r.files[1].first_rowid = 3;
         let e = SourceFiles::parse("s", &r.to_json_bytes()).unwrap_err();
         assert!(e.to_string().contains("overlap"), "{e}");

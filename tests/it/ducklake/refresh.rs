@@ -100,7 +100,7 @@ async fn refresh_equals_a_fresh_build_at_the_target_snapshot(kind: Kind) {
         build_at(&lake, table, from, &store, &idx).await;
         // A PostgreSQL catalog's credentials never reach index.json: give them.
         let source = match kind {
-            Kind::Postgres => Some(format!("ducklake:{}", lake.catalog.spec())),
+            Kind::Postgres => Some(format!("ducklake:postgres:{}", lake.target)),
             Kind::Sqlite => None,
         };
         let p = RefreshParams {

@@ -97,8 +97,9 @@ pub fn with_pg<T: Send>(conninfo: &str, f: impl FnOnce(&mut postgres::Client) ->
 pub struct Lake {
     pub kind: Kind,
     pub catalog: Catalog,
-    /// The SQLite file, or the conninfo with `search_path` set to the schema.
-    target: String,
+    /// The SQLite file, or the conninfo (with its password) with
+    /// `search_path` set to the schema.
+    pub target: String,
     schema: Option<String>,
 }
 
