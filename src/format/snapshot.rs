@@ -109,6 +109,8 @@ pub struct Snapshot {
     pub layer_starts: Vec<usize>,
     /// The deleted rowids (empty for a built snapshot).
     pub deletions: Arc<Deletions>,
+    /// The folder of each postings table (the base's, then each delta's).
+    pub table_roots: Vec<Path>,
     /// The object path of each file of [`Snapshot::files`], same order.
     pub postings_paths: Vec<Path>,
     /// The footer pin of each file of [`Snapshot::files`], same order.
@@ -279,7 +281,9 @@ impl Snapshot {
         let mut postings_paths = base_table.paths;
         let mut footer_pins = base_table.footer_pins;
         let mut layer_starts = vec![0];
+        let mut table_roots = vec![base_table.root.clone()];
         for delta in deltas {
+            table_roots.push(delta.root.clone());
             let delta_manifest = delta.root.clone().join("manifest.json");
             if delta.manifest.nlist != base_table.manifest.nlist
                 || delta.manifest.cid_offsets != base_table.manifest.cid_offsets
@@ -306,6 +310,7 @@ impl Snapshot {
             files,
             layer_starts,
             deletions: Arc::new(deletions),
+            table_roots,
             footer_pins,
             hierarchy,
             quantizer,

@@ -364,7 +364,8 @@ async fn check_pages(
 /// centroids, quantizer.json and their agreement: dim, nlist, roots,
 /// cid-offsets, code width; every pin) and every footer's reader validation;
 /// in an index with codes, the vectors of a sample of lists re-encoded to
-/// their stored codes; then [`verify`] of its postings table. With [`VerifyOptions::orphans`] on an index, also LISTs
+/// their stored codes; then [`verify`] of its postings table, and of every
+/// delta table of a refreshed snapshot. With [`VerifyOptions::orphans`] on an index, also LISTs
 /// `snapshots/` for folders no version names.
 ///
 /// # Errors
@@ -400,7 +401,7 @@ pub async fn verify_location(
         Err(object_store::Error::NotFound { .. }) => is_index,
         Err(source) => return Err(store_error(&definition, source)),
     };
-    let mut table = folder.clone();
+    let mut tables = vec![folder.clone()];
     if has_definition {
         let opened = match commit {
             Some(commit) => Snapshot::open_commit(store.as_ref(), location, commit).await,
@@ -408,7 +409,8 @@ pub async fn verify_location(
         };
         let checked = match opened {
             Ok(snapshot) => {
-                table = snapshot.postings_root.clone();
+                // A refreshed snapshot: the base table and every delta table.
+                tables = snapshot.table_roots.clone();
                 let index = Index::from_snapshot(store.clone(), snapshot, IndexOptions::default());
                 match index.warm().await {
                     Ok(_) => index.reencode_sample(CODE_SAMPLE_LISTS).await.map(|bad| {
@@ -424,9 +426,11 @@ pub async fn verify_location(
             }
             Err(e) => {
                 // Still check the postings table where a snapshot keeps it.
-                table = POSTINGS_LOCATION
-                    .rsplit_once('/')
-                    .map_or(folder.clone(), |(dir, _)| folder.clone().join(dir));
+                tables = vec![
+                    POSTINGS_LOCATION
+                        .rsplit_once('/')
+                        .map_or(folder.clone(), |(dir, _)| folder.clone().join(dir)),
+                ];
                 Err(IndexError::from(e).into())
             }
         };
@@ -437,8 +441,13 @@ pub async fn verify_location(
             });
         }
     }
-    let mut report = verify(store.clone(), &table, options).await?;
+    let mut report = verify(store.clone(), &tables[0], options).await?;
     early.append(&mut report.violations);
+    for table in &tables[1..] {
+        let mut delta = verify(store.clone(), table, options).await?;
+        report.files_checked += delta.files_checked;
+        early.append(&mut delta.violations);
+    }
     report.violations = early;
     if options.orphans && is_index {
         match warehouse::unreferenced_snapshots(&store, location).await {

@@ -256,6 +256,16 @@ async fn refresh_follows_files_gained_lost_and_changed_then_compact_restores_one
         )
         .await
         .unwrap();
+    // verify checks the base and every delta table.
+    let report = parqivf::postings::verify::verify_location(
+        store.clone(),
+        &index,
+        parqivf::postings::verify::VerifyOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(report.is_ok(), "{:?}", report.violations);
+    assert_eq!(report.files_checked, idx.postings_paths().len());
     assert!(
         cold.stats.rounds <= 2,
         "footers of every layer in one round: {:?}",
@@ -431,4 +441,67 @@ async fn a_source_gone_or_changed_in_schema_fails_typed_and_publishes_nothing() 
         let current = warehouse::current(&store, &index).await.unwrap().unwrap();
         assert_eq!(current.version, 1, "{name}: nothing published");
     }
+}
+
+/// Rows `ids` like [`rows`], moved far from every centroid of a build of
+/// [`rows`].
+fn moved(ids: std::ops::Range<i64>, seed: u64) -> RecordBatch {
+    let b = rows(ids, seed);
+    let emb = b
+        .column(1)
+        .as_any()
+        .downcast_ref::<FixedSizeListArray>()
+        .unwrap();
+    let vals = emb
+        .values()
+        .as_any()
+        .downcast_ref::<Float32Array>()
+        .unwrap();
+    let shifted: Vec<f32> = vals.values().iter().map(|v| v + 50.0).collect();
+    let item = Arc::new(Field::new("item", DataType::Float32, false));
+    let emb = FixedSizeListArray::new(
+        item,
+        DIM as i32,
+        Arc::new(Float32Array::from(shifted)),
+        None,
+    );
+    RecordBatch::try_new(b.schema(), vec![b.column(0).clone(), Arc::new(emb)]).unwrap()
+}
+
+/// New rows far from every centroid: the drift report shows it; below the
+/// limit a delta is written, above it `retrain_above` rebuilds (new
+/// centroids, one base) instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retrain_above_rebuilds_when_the_new_rows_drift() {
+    let src = tempfile::tempdir().unwrap();
+    write_parquet(src.path(), "a.parquet", &rows(0..300, 1));
+    let (_i, store, index) = local_index();
+    build_index(src.path(), &store, &index).await;
+    write_parquet(src.path(), "b.parquet", &moved(300..400, 2));
+    let lenient = RefreshParams {
+        retrain_above: Some(1e9),
+        ..RefreshParams::default()
+    };
+    let delta = refresh(store.clone(), &index, &lenient, &params())
+        .await
+        .unwrap();
+    assert!(delta.rebuilt.is_none() && delta.drift.deltas == 1);
+    let growth = delta.drift.error_growth.unwrap();
+    assert!(growth > 1.0, "far rows grow the error: {growth}");
+    write_parquet(src.path(), "c.parquet", &moved(400..450, 3));
+    let strict = RefreshParams {
+        retrain_above: Some(0.1),
+        ..RefreshParams::default()
+    };
+    let r = refresh(store.clone(), &index, &strict, &params())
+        .await
+        .unwrap();
+    let rebuilt = r.rebuilt.as_ref().expect("a rebuild");
+    assert_eq!((r.version, rebuilt.rows), (Some(3), 450));
+    let current = Index::open_current(store.clone(), &index).await.unwrap();
+    assert!(
+        current.definition().layers.is_none(),
+        "one base, new centroids"
+    );
+    check_exact(&store, &index, src.path()).await;
 }
