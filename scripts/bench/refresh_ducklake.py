@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """refresh against a full rebuild on a DuckLake table (SQLite catalog),
 built the way the shared fixture was: by DuckDB 1.4.4 with its ducklake
-extension from PyPI (`pip install duckdb==1.4.4
-duckdb-extension-ducklake==1.4.4`, loaded from site-packages).
+and sqlite extensions from PyPI (`pip install duckdb==1.4.4
+duckdb-extension-ducklake==1.4.4 duckdb-extension-sqlite-scanner==1.4.4`,
+loaded from site-packages, nothing downloaded).
 
 1. The table `s1.docs(id BIGINT, embedding FLOAT[])` gets the first 95 % of
    --rows vectors of a bench data set in inserts of --batch rows.
@@ -73,6 +74,7 @@ def main():
     catalog = os.path.join(a.work, "meta.sqlite")
     con = duckdb.connect()
     con.execute(f"LOAD '{ext_path('duckdb_extension_ducklake', 'ducklake')}'")
+    con.execute(f"LOAD '{ext_path('duckdb_extension_sqlite_scanner', 'sqlite_scanner')}'")
     con.execute(f"ATTACH 'ducklake:sqlite:{catalog}' AS lake (DATA_PATH '{a.work}/data/')")
     con.execute("CREATE SCHEMA lake.s1")
     con.execute("CREATE TABLE lake.s1.docs(id BIGINT, embedding FLOAT[])")
