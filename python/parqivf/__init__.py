@@ -27,6 +27,8 @@ from ._parqivf import (
     StorageError,
     __version__,
     build,
+    compact,
+    refresh,
     verify,
 )
 
@@ -43,5 +45,7 @@ __all__ = [
     "StorageError",
     "__version__",
     "build",
+    "compact",
+    "refresh",
     "verify",
 ]

@@ -75,6 +75,27 @@ def build(
     ``Conflict`` (another build committed first), ``StorageError``.
     """
 
+def refresh(
+    index: str,
+    source: Optional[str] = None,
+    snapshot: Optional[int] = None,
+    data_path: Optional[str] = None,
+    retrain_above: Optional[float] = None,
+    storage_options: StorageOptions = None,
+) -> Dict[str, Any]:
+    """Brings the index up to date with its table as the next version (the
+    summary of ``parqivf refresh --json``): new rows as a delta table
+    assigned to the existing centroids, removed rowids as deletions, and the
+    drift. ``source`` overrides the recorded source (e.g. a PostgreSQL
+    catalog with its credentials), ``snapshot`` is the DuckLake snapshot to
+    reach, ``retrain_above`` rebuilds instead when the new rows' error grows
+    by more than that fraction. A lost race raises ``Conflict``; a source
+    gone or changed raises ``SourceError``."""
+
+def compact(index: str, storage_options: StorageOptions = None) -> Dict[str, Any]:
+    """Merges the delta tables and deletions into a new base with the same
+    centroids, as the next version (``parqivf compact --json``)."""
+
 def verify(location: str, storage_options: StorageOptions = None, orphans: bool = False) -> Dict[str, Any]:
     """Checks every rule of the format for a postings table, a snapshot or an
     index (its current snapshot): ``{"ok", "table-root", "files-checked",

@@ -270,6 +270,63 @@ fn build<'py>(
     to_py(py, &summary)
 }
 
+/// Brings the index at `index` up to date with its table, as the next
+/// version: new rows as a delta table, removed rowids as deletions.
+#[pyfunction]
+#[pyo3(signature = (index, source=None, snapshot=None, data_path=None, retrain_above=None, storage_options=None))]
+fn refresh<'py>(
+    py: Python<'py>,
+    index: String,
+    source: Option<String>,
+    snapshot: Option<u64>,
+    data_path: Option<String>,
+    retrain_above: Option<f64>,
+    storage_options: Option<HashMap<String, String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options = store_options(storage_options)?;
+    let params = parqivf::builder::refresh::RefreshParams {
+        source,
+        snapshot,
+        data_path,
+        retrain_above,
+        store_options: options.clone(),
+    };
+    let summary = block_on(py, || async {
+        let (store, path) = parqivf::store::location::open_with(&index, &options)
+            .map_err(|e| BuildError::Store(e.into()))?;
+        let build = parqivf::builder::BuildParams {
+            progress: parqivf::builder::ProgressMode::Quiet,
+            ..parqivf::builder::BuildParams::default()
+        };
+        parqivf::builder::refresh::refresh(store, &path, &params, &build).await
+    })
+    .map_err(py_build_error)?;
+    to_py(py, &summary)
+}
+
+/// Merges the index's delta tables and deletions into a new base with the
+/// same centroids, as the next version.
+#[pyfunction]
+#[pyo3(signature = (index, storage_options=None))]
+fn compact<'py>(
+    py: Python<'py>,
+    index: String,
+    storage_options: Option<HashMap<String, String>>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options = store_options(storage_options)?;
+    let summary = block_on(py, || async {
+        let (store, path) = parqivf::store::location::open_with(&index, &options)
+            .map_err(|e| BuildError::Store(e.into()))?;
+        let build = parqivf::builder::BuildParams {
+            progress: parqivf::builder::ProgressMode::Quiet,
+            ..parqivf::builder::BuildParams::default()
+        };
+        parqivf::builder::refresh::compact(store, &path, &build).await
+    })
+    .map_err(py_build_error)?;
+    to_py(py, &summary)
+}
+
 /// Checks every rule of the format for a postings table, snapshot or index.
 #[pyfunction]
 #[pyo3(signature = (location, storage_options=None, orphans=false))]
@@ -831,6 +888,8 @@ fn _parqivf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_from_samples, m)?)?;
     m.add_function(wrap_pyfunction!(build, m)?)?;
     m.add_function(wrap_pyfunction!(verify, m)?)?;
+    m.add_function(wrap_pyfunction!(refresh, m)?)?;
+    m.add_function(wrap_pyfunction!(compact, m)?)?;
     m.add_function(wrap_pyfunction!(plan_build, m)?)?;
     m.add_function(wrap_pyfunction!(plan_info, m)?)?;
     m.add_function(wrap_pyfunction!(publish_build, m)?)?;

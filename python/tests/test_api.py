@@ -301,3 +301,46 @@ def test_a_worker_refuses_a_source_that_changed_after_planning(tmp_path, data):
     write_table(tmp_path / "t", data[:1200], files=3)
     with pytest.raises(parqivf.SourceError, match="changed since the build was planned"):
         _parqivf.BuildWorker(plan)
+
+
+def test_refresh_and_compact_follow_the_table(tmp_path, data):
+    """A file added and one removed: refresh answers like brute force over
+    the table as it is now (rowids of a Parquet source are numbered per file,
+    so answers are compared by the carried `title`), compact folds the
+    delta and the deletions into one base, and an index that does not exist
+    is NotFound."""
+    folder = write_table(tmp_path / "t", data[:600], files=3)
+    out = tmp_path / "idx"
+    parqivf.build(str(folder), str(out), nlist=NLIST, codes="none", payload=["title"])
+    up_to_date = parqivf.refresh(str(out))
+    assert up_to_date["version"] is None
+    extra = vectors(rows=100, seed=11)
+    pq.write_table(
+        pa.table({
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(extra.ravel()), DIM),
+            "category": pa.array(np.arange(100) % 10, pa.int64()),
+            "title": pa.array([f"new {i}" for i in range(100)]),
+        }),
+        folder / "part-9.parquet",
+    )
+    (folder / "part-0.parquet").unlink()
+    summary = parqivf.refresh(str(out))
+    assert summary["version"] == 2 and summary["rows-added"] == 100 and summary["rows-removed"] == 200
+    assert summary["drift"]["deltas"] == 1 and summary["drift"]["deletions"] == 200
+
+    now = pq.read_table(folder)
+    x = np.stack(now.column("embedding").to_numpy(zero_copy_only=False)).astype(np.float32)
+    titles = now.column("title").to_pylist()
+    q = data[:20] + 0.01
+
+    def answer():
+        t = parqivf.Index.open(str(out)).search_table(q, k=5, nprobe=NLIST)
+        return [t.column("title").to_pylist()[i * 5:(i + 1) * 5] for i in range(len(q))]
+
+    want, _ = brute_force(x, q, 5)
+    assert answer() == [[titles[j] for j in row] for row in want]
+    compacted = parqivf.compact(str(out))
+    assert compacted["version"] == 3 and compacted["rows"] == 500
+    assert answer() == [[titles[j] for j in row] for row in want]
+    with pytest.raises(parqivf.NotFound):
+        parqivf.refresh(str(tmp_path / "nothing-here"))
