@@ -407,15 +407,6 @@ pub async fn refresh(
     let (commit, snapshot) = current(&store, index).await?;
     let spec = spec_of(&snapshot.definition, params);
     let changes = changes(&store, &snapshot, &spec, params).await?;
-    let payload = payload_fields(&store, &snapshot).await?;
-    if let Some(added) = &changes.added {
-        check_schema(
-            index.as_ref(),
-            &snapshot.definition,
-            &payload,
-            added.as_ref(),
-        )?;
-    }
     let layers_now = snapshot.layer_starts.len() as u32;
     let mut drift = Drift {
         build_error: snapshot.definition.build.quantization_error,
@@ -442,6 +433,17 @@ pub async fn refresh(
     {
         summary.seconds = super::job::secs(t0.elapsed());
         return Ok(summary);
+    }
+
+    // Only now a footer of the base: its payload columns, which new rows must match.
+    let payload = payload_fields(&store, &snapshot).await?;
+    if let Some(added) = &changes.added {
+        check_schema(
+            index.as_ref(),
+            &snapshot.definition,
+            &payload,
+            added.as_ref(),
+        )?;
     }
 
     let hierarchy = Arc::new(snapshot.hierarchy.clone());
