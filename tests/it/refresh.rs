@@ -27,7 +27,11 @@ const NLIST: u32 = 8;
 /// Rows `ids` with vectors from `seed` (id, embedding).
 fn rows(ids: std::ops::Range<i64>, seed: u64) -> RecordBatch {
     let n = (ids.end - ids.start) as usize;
-    let values = support::fixtures::dataset(n, DIM, seed);
+    rows_of(ids, support::fixtures::dataset(n, DIM, seed))
+}
+
+/// Rows `ids` with the row-major `values` as their vectors.
+fn rows_of(ids: std::ops::Range<i64>, values: Vec<f32>) -> RecordBatch {
     let item = Arc::new(Field::new("item", DataType::Float32, false));
     let emb = FixedSizeListArray::new(
         item.clone(),
@@ -446,26 +450,9 @@ async fn a_source_gone_or_changed_in_schema_fails_typed_and_publishes_nothing() 
 /// Rows `ids` like [`rows`], moved far from every centroid of a build of
 /// [`rows`].
 fn moved(ids: std::ops::Range<i64>, seed: u64) -> RecordBatch {
-    let b = rows(ids, seed);
-    let emb = b
-        .column(1)
-        .as_any()
-        .downcast_ref::<FixedSizeListArray>()
-        .unwrap();
-    let vals = emb
-        .values()
-        .as_any()
-        .downcast_ref::<Float32Array>()
-        .unwrap();
-    let shifted: Vec<f32> = vals.values().iter().map(|v| v + 50.0).collect();
-    let item = Arc::new(Field::new("item", DataType::Float32, false));
-    let emb = FixedSizeListArray::new(
-        item,
-        DIM as i32,
-        Arc::new(Float32Array::from(shifted)),
-        None,
-    );
-    RecordBatch::try_new(b.schema(), vec![b.column(0).clone(), Arc::new(emb)]).unwrap()
+    let n = (ids.end - ids.start) as usize;
+    let values = support::fixtures::dataset(n, DIM, seed);
+    rows_of(ids, values.into_iter().map(|v| v + 50.0).collect())
 }
 
 /// New rows far from every centroid: the drift report shows it; below the
