@@ -239,19 +239,7 @@ async fn changes(
             })?;
             let path =
                 crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
-            let bytes = store
-                .get(&path)
-                .await
-                .map_err(|e| BuildError::Unreadable {
-                    path: path.to_string(),
-                    reason: e.to_string(),
-                })?
-                .bytes()
-                .await
-                .map_err(|e| BuildError::Unreadable {
-                    path: path.to_string(),
-                    reason: e.to_string(),
-                })?;
+            let bytes = get(store, &path).await?;
             if let Some(c) = &snapshot.commit {
                 warehouse::check_pin(&c.pins, rel, path.as_ref(), &bytes)
                     .map_err(|e| refuse(e.to_string()))?;
@@ -608,7 +596,14 @@ pub async fn refresh(
         .await?;
         committing = true;
         Ok::<_, BuildError>(
-            warehouse::commit(&store, index, &folder.name, Some(commit.version), now_ms()).await?,
+            warehouse::commit(
+                &store,
+                index,
+                &folder.name,
+                Some(commit.version),
+                stages::now_ms(),
+            )
+            .await?,
         )
     }
     .await;
@@ -634,13 +629,6 @@ pub async fn refresh(
     summary.drift = drift;
     summary.seconds = super::job::secs(t0.elapsed());
     Ok(summary)
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
 }
 
 async fn get(store: &Arc<dyn ObjectStore>, path: &Path) -> Result<Bytes, BuildError> {

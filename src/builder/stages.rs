@@ -598,7 +598,8 @@ impl SnapshotFolder {
     }
 }
 
-fn now_ms() -> u64 {
+/// Milliseconds since the Unix epoch (commit times, snapshot names).
+pub(crate) fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as u64)
