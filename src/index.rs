@@ -372,6 +372,39 @@ impl Index {
         }
     }
 
+    /// Every row group of postings file `file` (manifest order), read and
+    /// checked as a query reads them: the footer against its pin in
+    /// `footers.json`, every fetched page against its CRC32, every row's cid
+    /// against its row group's statistics; vectors, codes (checked, though
+    /// not returned for use) and payload. The reader of whole files
+    /// (compaction), so no reader of postings checks less than the probe.
+    ///
+    /// # Errors
+    /// [`ProbeError`]: a footer pin, page checksum, cid or store failure,
+    /// naming the object, row group and page.
+    pub async fn read_file(&self, file: usize) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+        let postings = self.postings();
+        let mut stats = SearchStats::default();
+        let footers = postings.footers(&[file], &mut stats).await?;
+        let mut cids: Vec<u32> = footers
+            .iter()
+            .flat_map(|f| f.facts.row_group_cids.iter().copied())
+            .collect();
+        cids.sort_unstable();
+        cids.dedup();
+        let want = Want {
+            vectors: true,
+            codes: self.codes.is_some(),
+            payload: true,
+        };
+        let mut plan = postings.plan(&cids, &[file], &footers, want, None, &mut stats)?;
+        let fetched = postings.fetch(plan.requests(), &mut stats).await?;
+        let mut groups = std::mem::take(&mut plan.cached);
+        let dim = self.hierarchy.dim;
+        groups.extend(on_rayon(move || plan.decode(fetched, dim)).await?);
+        Ok(groups)
+    }
+
     /// Read every footer not yet cached, all at once (one round), so later
     /// cold queries cost one round. The footer cache must be large enough to
     /// hold them (see [`IndexOptions::footer_cache_bytes`]).

@@ -114,3 +114,45 @@ def test_ray_build_on_a_three_node_cluster(table, data, single, tmp_path):
 def test_ray_build_takes_only_a_source_location(local_ray, tmp_path):
     with pytest.raises(TypeError, match="source location"):
         parqivf.ray.build(ray.data.range(10), str(tmp_path / "idx"), nlist=2)
+
+
+def test_ray_publish_succeeds_when_the_answer_to_its_commit_is_lost(local_ray, table, data):
+    """The lost-commit defect (issue 24) on the Ray publish: moto behind
+    scripts/fault_proxy.py, which forwards the PUT of versions/N.json, reads
+    moto's 200 and closes the connection; the client retries and gets 412.
+    The build succeeds, its version is current, opens, verifies and answers
+    like brute force."""
+    import os
+    import time
+
+    from conftest import brute_force, s3_options
+
+    options = s3_options()
+    if options is None:
+        if os.environ.get("PARQIVF_REQUIRE_INTEROP"):
+            pytest.fail("scripts/test.sh exports the moto_server settings; they are missing")
+        pytest.skip("no moto_server (run through scripts/test.sh)")
+    proxy = subprocess.Popen(
+        [sys.executable, str(REPO / "scripts" / "fault_proxy.py"), "--upstream", options["AWS_ENDPOINT"],
+         "--lose-response", r"PUT .*/versions/\d{20}\.json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    out = f"s3://{os.environ['PARQIVF_S3_BUCKET']}/ray-lost-{os.getpid()}-{time.time_ns()}/idx"
+    try:
+        endpoint = proxy.stdout.readline().strip().removeprefix("listening on ")
+        assert endpoint.startswith("http://127.0.0.1:"), endpoint
+        summary = parqivf.ray.build(str(table), out, nlist=NLIST, codes="none", concurrency=2,
+                                    storage_options={**options, "AWS_ENDPOINT": endpoint})
+    finally:
+        proxy.terminate()
+        log = proxy.communicate(timeout=10)[1]
+    assert "lose-response" in log, log
+    assert summary["version"] == 1
+    idx = parqivf.Index.open(out, storage_options=options)
+    assert idx.info["version"] == 1
+    assert parqivf.verify(out, storage_options=options)["ok"]
+    q = data[::97]
+    ids, distances = idx.search(q, k=10, nprobe=NLIST)
+    truth, truth_d = brute_force(data, q, 10)
+    np.testing.assert_array_equal(ids, truth)
+    np.testing.assert_allclose(distances, truth_d, rtol=1e-4, atol=1e-3)

@@ -34,6 +34,7 @@ use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, UInt32Array};
 use arrow::datatypes::{DataType, Field, Int32Type, Schema, SchemaRef};
 use bytes::Bytes;
 use object_store::ObjectStore;
+use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::BuildError;
@@ -44,7 +45,7 @@ use super::stages::{self, Model, PartSample, PostingsTarget, SnapshotFolder};
 use crate::format::definition::IndexDefinition;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{CID_COLUMN, postings_schema};
-use crate::format::warehouse::WarehouseError;
+use crate::format::snapshot_writer::{Publisher, SnapshotWriter};
 use crate::kmeans::{AssignMode, Hierarchy};
 use crate::quant::Quantizer;
 use crate::store::options::StoreOptions;
@@ -632,8 +633,9 @@ fn postings_rows(
 /// the summary.
 ///
 /// # Errors
-/// As [`stages::publish`]: a conflict when another build committed first.
-/// On any error before the commit, the snapshot folder is deleted.
+/// As [`stages::publish`] and [`SnapshotWriter::commit`]: a conflict when
+/// another build committed first. The snapshot folder is deleted on any
+/// error unless a version may name it.
 pub async fn publish(
     plan: &BuildPlan,
     files: Vec<FileEntry>,
@@ -641,46 +643,67 @@ pub async fn publish(
     assign_seconds: f64,
     write_seconds: f64,
 ) -> Result<BuildSummary, BuildError> {
-    let t = Instant::now();
     let (store, folder) = plan.folder(options)?;
-    let (hierarchy, quantizer) = plan.model()?;
-    let source_files = plan
-        .header
-        .source_files
-        .as_deref()
-        .map(|json| {
-            crate::format::source_files::SourceFiles::parse(
-                "the plan's source files",
-                json.as_bytes(),
-            )
-            .map_err(|e| BuildError::Internal(e.to_string()))
-        })
-        .transpose()?;
+    publish_to(store, plan, files, folder, assign_seconds, write_seconds).await
+}
+
+/// [`publish`] on `store`, whose location `index` is the plan's index (the
+/// plan's store, perhaps wrapped).
+///
+/// # Errors
+/// As [`publish`].
+pub async fn publish_on(
+    store: Arc<dyn ObjectStore>,
+    index: &Path,
+    plan: &BuildPlan,
+    files: Vec<FileEntry>,
+    assign_seconds: f64,
+    write_seconds: f64,
+) -> Result<BuildSummary, BuildError> {
+    let folder = SnapshotFolder::at(index, &plan.header.snapshot)?;
+    publish_to(store, plan, files, folder, assign_seconds, write_seconds).await
+}
+
+async fn publish_to(
+    store: Arc<dyn ObjectStore>,
+    plan: &BuildPlan,
+    files: Vec<FileEntry>,
+    folder: SnapshotFolder,
+    assign_seconds: f64,
+    write_seconds: f64,
+) -> Result<BuildSummary, BuildError> {
+    let t = Instant::now();
+    let writer = SnapshotWriter::resume(store, folder.clone(), Publisher::Build);
     let (postings_files, postings_bytes) = (files.len(), files.iter().map(|f| f.size).sum());
-    let mut committing = false;
-    let published = stages::publish(
-        &store,
-        &folder,
-        files,
-        Model {
+    let written = async {
+        let (hierarchy, quantizer) = plan.model()?;
+        let source_files = plan
+            .header
+            .source_files
+            .as_deref()
+            .map(|json| {
+                crate::format::source_files::SourceFiles::parse(
+                    "the plan's source files",
+                    json.as_bytes(),
+                )
+                .map_err(|e| BuildError::Internal(e.to_string()))
+            })
+            .transpose()?;
+        let model = Model {
             hierarchy: &hierarchy,
             quantizer: quantizer.as_ref(),
-        },
-        &plan.definition,
-        source_files.as_ref(),
-        plan.header.parent,
-        || committing = true,
-    )
+        };
+        stages::publish(
+            &writer,
+            files,
+            model,
+            &plan.definition,
+            source_files.as_ref(),
+        )
+        .await
+    }
     .await;
-    let commit = match published {
-        Ok(c) => c,
-        Err(e) => {
-            if !committing || lost_race(&store, &folder, &e).await {
-                let _ = super::spill::delete_snapshot(&store, &folder.path).await;
-            }
-            return Err(e);
-        }
-    };
+    let ((), commit) = writer.publish(plan.header.parent, written).await?;
     let h = &plan.header;
     let publish_seconds = secs(t.elapsed());
     Ok(BuildSummary {
@@ -719,28 +742,17 @@ pub async fn publish(
     })
 }
 
-/// Whether `e` is a commit conflict and no version names `folder`: another
-/// build took the version, so the snapshot can never become current (a
-/// retried commit whose first attempt landed also reports a conflict, but
-/// then a version names it).
-async fn lost_race(store: &Arc<dyn ObjectStore>, folder: &SnapshotFolder, e: &BuildError) -> bool {
-    if !matches!(e, BuildError::Warehouse(WarehouseError::Conflict { .. })) {
-        return false;
-    }
-    match crate::format::warehouse::history(store, &folder.index).await {
-        Ok(commits) => !commits.iter().any(|c| c.snapshot == folder.name),
-        Err(_) => false,
-    }
-}
-
 /// Deletes what a failed distributed build wrote: its snapshot folder,
-/// which nothing references before the commit.
+/// unless a version names it.
 ///
 /// # Errors
-/// Listing or deleting fails.
+/// Reading the commit log, listing or deleting fails.
 pub async fn abort(plan: &BuildPlan, options: &StoreOptions) -> Result<(), BuildError> {
     let (store, folder) = plan.folder(options)?;
-    super::spill::delete_snapshot(&store, &folder.path).await
+    SnapshotWriter::resume(store, folder, Publisher::Build)
+        .abort()
+        .await?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -24,6 +24,7 @@ use super::spill::BucketSpill;
 use super::stages;
 use crate::distance::Metric;
 use crate::format::postings_table::postings_schema;
+use crate::format::snapshot_writer::{Publisher, SnapshotWriter};
 use crate::kmeans::AssignMode;
 use crate::postings::writer::WriterOptions;
 use crate::quant::Scheme;
@@ -247,7 +248,8 @@ pub async fn build(
 
     // 5. Write postings bucket by bucket into a fresh snapshot folder, then
     // 6. publish it.
-    let folder = stages::SnapshotFolder::new(index)?;
+    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Build)?;
+    let folder = writer.folder().clone();
     let source_files = source.source_files();
     let definition = stages::definition(
         source.definition(),
@@ -264,51 +266,28 @@ pub async fn build(
         payload_fields,
         params.writer.clone(),
     )?;
+    // Recorded until the commit, so a later build sweeps it if this one is killed.
     spill.record_snapshot(store.as_ref(), &folder.path)?;
-    let mut committing = false;
-    let published = async {
+    let written = async {
         let phase = Phase::start(params.progress, "write", nroots as u64, "buckets");
         let files = write_all(&store, &target, &mut spill, params, |n| phase.inc(n)).await?;
         times.write = secs(phase.finish());
         let postings = (files.len(), files.iter().map(|f| f.size).sum::<u64>());
         let phase = Phase::start(params.progress, "publish", 1, "snapshots");
-        let commit = stages::publish(
-            &store,
-            &folder,
-            files,
-            stages::Model {
-                hierarchy: &hierarchy,
-                quantizer: quantizer.as_deref(),
-            },
-            &definition,
-            source_files.as_ref(),
-            parent,
-            || {
-                // From here the snapshot may become current: never sweep it.
-                spill.forget_snapshot();
-                committing = true;
-            },
-        )
-        .await?;
-        phase.inc(1);
-        times.publish = secs(phase.finish());
-        Ok::<_, BuildError>((commit, postings))
+        let model = stages::Model {
+            hierarchy: &hierarchy,
+            quantizer: quantizer.as_deref(),
+        };
+        stages::publish(&writer, files, model, &definition, source_files.as_ref()).await?;
+        Ok::<_, BuildError>((postings, phase))
     }
     .await;
-    let (commit, (postings_files, postings_bytes)) = match published {
-        Ok(p) => p,
-        Err(e) => {
-            // Nothing refers to the snapshot yet: delete what was written.
-            if !committing
-                && super::spill::delete_snapshot(&store, &folder.path)
-                    .await
-                    .is_ok()
-            {
-                spill.forget_snapshot();
-            }
-            return Err(e);
-        }
-    };
+    // From here the folder is committed or deleted by the writer's rule.
+    spill.forget_snapshot();
+    let (((postings_files, postings_bytes), phase), commit) =
+        writer.publish(parent, written).await?;
+    phase.inc(1);
+    times.publish = secs(phase.finish());
     times.total = secs(t0.elapsed());
 
     let (spilled_bytes, spill_events) = spill.spilled();

@@ -155,6 +155,9 @@ pub enum BuildError {
     KMeans(#[from] crate::kmeans::KMeansError),
     #[error(transparent)]
     Postings(#[from] crate::postings::PostingsError),
+    /// Reading an index's postings failed its checks (pins, page CRCs, cids).
+    #[error(transparent)]
+    Probe(#[from] crate::probe::ProbeError),
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
     #[error(transparent)]

@@ -14,9 +14,13 @@
 //!          build given those centroids writes) ─▶ commit
 //! ```
 //!
-//! Both publish like a build: nothing is visible before the commit, a lost
-//! race is [`crate::format::warehouse::WarehouseError::Conflict`] (run again),
-//! and a failure deletes the new folder. A source that is gone or whose
+//! Both publish like a build, through the one
+//! [`crate::format::snapshot_writer::SnapshotWriter`]: nothing is visible
+//! before the commit, a commit whose answer was lost is a success, a lost
+//! race is [`crate::format::warehouse::WarehouseError::Conflict`] (run
+//! again), and a failure deletes the new folder unless a version may name it.
+//! Compaction reads the postings through the probe's reader
+//! ([`crate::index::Index::read_file`]), so a corrupt page fails it. A source that is gone or whose
 //! vector or payload columns changed type is a typed error, and nothing is
 //! published. The drift report compares the new rows' quantisation error
 //! with the build's; `retrain_above` rebuilds instead when it grew more.
@@ -24,8 +28,8 @@
 use std::sync::Arc;
 use std::time::Instant;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::datatypes::{Field, FieldRef, Int64Type};
+use arrow::array::RecordBatch;
+use arrow::datatypes::{Field, FieldRef};
 use async_trait::async_trait;
 use bytes::Bytes;
 use object_store::path::Path;
@@ -38,18 +42,18 @@ use super::progress::Phase;
 use super::source::{SourceDefinition, VectorBatch, VectorSource};
 use super::source_spec::{DUCKLAKE, SourceSpec};
 use super::spill::BucketSpill;
-use super::stages::{self, PostingsTarget, SnapshotFolder};
+use super::stages::{self, PostingsTarget};
 use crate::format::definition::{IndexDefinition, IndexSource};
 use crate::format::layers::{
     DELETIONS_FILE, DeletionsRef, DeltaRef, LayerRef, Layers, delta_documents,
 };
-use crate::format::postings_table::{
-    RESERVED_COLUMNS, ROWID_COLUMN, VECTOR_COLUMN, postings_schema,
-};
+use crate::format::postings_table::{RESERVED_COLUMNS, postings_schema};
 use crate::format::snapshot::Snapshot;
-use crate::format::source_files::{SOURCE_FILES_FILE, SourceFiles};
+use crate::format::snapshot_writer::{Publisher, SnapshotWriter};
+use crate::format::source_files::{SOURCE_FILES_FILE, SourceFile, SourceFiles};
 use crate::format::warehouse::{self, Pin};
-use crate::store::commit::put_if_absent;
+use crate::index::{Index, IndexOptions};
+use crate::probe::executor::DecodedRowGroup;
 use crate::store::options::StoreOptions;
 
 /// What `refresh` reads besides the index.
@@ -108,6 +112,8 @@ pub struct RefreshSummary {
     pub source_after: String,
     pub rows_added: u64,
     pub rows_removed: u64,
+    /// New source files with no rows: recorded, nothing to index.
+    pub empty_files: u64,
     pub drift: Drift,
     /// When `retrain_above` was passed: the full rebuild made instead.
     pub rebuilt: Option<BuildSummary>,
@@ -118,6 +124,8 @@ pub struct RefreshSummary {
 /// that are gone, with the source state after.
 struct Changes {
     added: Option<Arc<dyn VectorSource>>,
+    /// New source files with no rows (recorded, nothing to index).
+    empty_files: u64,
     removed: Vec<i64>,
     source: IndexSource,
     source_files: Option<SourceFiles>,
@@ -222,6 +230,7 @@ async fn changes(
             Ok(Changes {
                 added: (source.parts() > 0 && source.dim() > 0)
                     .then(|| Arc::new(source) as Arc<dyn VectorSource>),
+                empty_files: 0,
                 removed,
                 source: definition.source,
                 source_files: None,
@@ -262,12 +271,12 @@ async fn changes(
                 )));
             }
             let removed: Vec<i64> = diff.removed.iter().flat_map(|f| f.rowids()).collect();
-            let (added, source_files) = if diff.added.is_empty() {
+            let (added, source_files, empty_files) = if diff.added.is_empty() {
                 let mut kept = recorded.clone();
                 kept.files = diff.kept.clone();
-                (None, kept)
+                (None, kept, 0)
             } else {
-                let source = super::parquet_source::ParquetSource::open_files(
+                let opened = super::parquet_source::ParquetSource::open_files(
                     src_store,
                     &pattern,
                     diff.added.clone(),
@@ -280,12 +289,35 @@ async fn changes(
                         table_uri: spec.source.contains("://").then(|| spec.source.clone()),
                     },
                 )
-                .await?;
-                let record = recorded.after(diff.kept.clone(), source.source_files());
-                (Some(Arc::new(source) as Arc<dyn VectorSource>), record)
+                .await;
+                match opened {
+                    Ok(source) => {
+                        let files = source.source_files();
+                        let empty = files.files.iter().filter(|f| f.rows == 0).count();
+                        let record = recorded.after(diff.kept.clone(), files);
+                        let source = Arc::new(source) as Arc<dyn VectorSource>;
+                        (Some(source), record, empty as u64)
+                    }
+                    // Every new file has 0 rows: nothing to index, but they are
+                    // recorded, so the next refresh does not see them again.
+                    Err(BuildError::EmptySource) => {
+                        let empty = SourceFiles {
+                            files: diff
+                                .added
+                                .iter()
+                                .map(|m| SourceFile::of(m, recorded.next_rowid, 0))
+                                .collect(),
+                            ..recorded.clone()
+                        };
+                        let record = recorded.after(diff.kept.clone(), empty);
+                        (None, record, diff.added.len() as u64)
+                    }
+                    Err(e) => return Err(e),
+                }
             };
             Ok(Changes {
                 added,
+                empty_files,
                 removed,
                 source: snapshot.definition.source.clone(),
                 before: format!("{} files", recorded.files.len()),
@@ -411,6 +443,7 @@ pub async fn refresh(
         source_after: changes.after.clone(),
         rows_added: 0,
         rows_removed: changes.removed.len() as u64,
+        empty_files: changes.empty_files,
         drift: drift.clone(),
         rebuilt: None,
         seconds: 0.0,
@@ -508,7 +541,8 @@ pub async fn refresh(
 
     // The new snapshot folder: the delta table (maybe empty), the
     // deletions, the file set, then index.json and the commit.
-    let folder = SnapshotFolder::new(index)?;
+    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Refresh)?;
+    let folder = writer.folder().clone();
     let mut definition = snapshot.definition.clone();
     definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
     definition.source = changes.source.clone();
@@ -527,8 +561,7 @@ pub async fn refresh(
             Vec::new(),
         ),
     };
-    let mut committing = false;
-    let published = async {
+    let written = async {
         let mut plain = definition.clone();
         plain.layers = None;
         plain.source_files = None;
@@ -555,9 +588,7 @@ pub async fn refresh(
         if rows > 0 {
             let mut pins = Vec::new();
             for rel in delta_documents() {
-                let path =
-                    crate::store::uri::RelativeLocation::parse(&rel)?.resolve_path(&folder.path);
-                let bytes = get(&store, &path).await?;
+                let bytes = get(&store, &folder.child(&rel)?).await?;
                 pins.push(Pin::of(&rel, &bytes));
             }
             deltas.push(DeltaRef {
@@ -566,16 +597,8 @@ pub async fn refresh(
                 pins,
             });
         }
-        let bytes = deletions.encode();
-        let pin = Pin::of(DELETIONS_FILE, &bytes);
-        put_if_absent(
-            store.as_ref(),
-            &folder.path.clone().join(DELETIONS_FILE),
-            bytes,
-        )
-        .await?;
-        stages::put_source_files(&store, &folder, &definition, changes.source_files.as_ref())
-            .await?;
+        let pin = writer.put(DELETIONS_FILE, deletions.encode()).await?;
+        stages::put_source_files(&writer, &definition, changes.source_files.as_ref()).await?;
         definition.layers = Some(Layers {
             base,
             deltas: deltas.clone(),
@@ -585,43 +608,16 @@ pub async fn refresh(
             },
         });
         definition.validate()?;
-        put_if_absent(
-            store.as_ref(),
-            &folder
-                .path
-                .clone()
-                .join(crate::format::definition::INDEX_DEFINITION_FILE),
-            Bytes::from(definition.to_json()),
-        )
-        .await?;
-        committing = true;
-        Ok::<_, BuildError>(
-            warehouse::commit(
-                &store,
-                index,
-                &folder.name,
-                Some(commit.version),
-                stages::now_ms(),
+        writer
+            .put(
+                crate::format::definition::INDEX_DEFINITION_FILE,
+                Bytes::from(definition.to_json()),
             )
-            .await?,
-        )
+            .await?;
+        Ok::<_, BuildError>(())
     }
     .await;
-    let committed = match published {
-        Ok(c) => c,
-        Err(e) => {
-            // A conflict means another version took ours: nothing names
-            // this folder, whatever step failed.
-            let lost = matches!(
-                e,
-                BuildError::Warehouse(warehouse::WarehouseError::Conflict { .. })
-            );
-            if !committing || lost {
-                let _ = super::spill::delete_snapshot(&store, &folder.path).await;
-            }
-            return Err(e);
-        }
-    };
+    let ((), committed) = writer.publish(Some(commit.version), written).await?;
     drift.deltas = deltas.len();
     drift.deletions = deletions.len() as u64;
     summary.version = Some(committed.version);
@@ -673,13 +669,15 @@ pub struct CompactSummary {
 }
 
 /// Every live row of a snapshot, postings file by file (base, then each
-/// delta), deleted rows left out: the input of `compact`.
+/// delta), deleted rows left out: the input of `compact`. Files are read
+/// through the probe's reader ([`Index::read_file`]), so every footer is
+/// checked against its pin, every page against its CRC32 and every row's
+/// cid against its row group: a corrupt table fails compaction with the
+/// object, row group and page named, instead of becoming a new base.
 struct LiveSource {
-    store: Arc<dyn ObjectStore>,
-    paths: Vec<Path>,
+    reader: Arc<Index>,
     rows: Vec<u64>,
     live: crate::probe::live::LiveRows,
-    dim: usize,
     payload: Vec<FieldRef>,
     definition: SourceDefinition,
 }
@@ -687,11 +685,11 @@ struct LiveSource {
 #[async_trait]
 impl VectorSource for LiveSource {
     fn dim(&self) -> usize {
-        self.dim
+        self.reader.hierarchy().dim
     }
 
     fn parts(&self) -> usize {
-        self.paths.len()
+        self.rows.len()
     }
 
     async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
@@ -699,17 +697,14 @@ impl VectorSource for LiveSource {
     }
 
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
-        let path = &self.paths[part];
-        let bytes = get(&self.store, path).await?;
+        let groups = self.reader.read_file(part).await?;
         let layer = self.live.layer_of(part);
-        let (deletions, dim, payload) = (
+        let (deletions, payload, name) = (
             Arc::clone(&self.live.deletions),
-            self.dim,
             self.payload.clone(),
+            self.part_name(part),
         );
-        let name = path.to_string();
-        super::job::blocking(move || read_live(&name, bytes, dim, &payload, layer, &deletions))
-            .await
+        super::job::blocking(move || live_rows(&name, groups, &payload, layer, &deletions)).await
     }
 
     fn payload_fields(&self) -> Vec<FieldRef> {
@@ -721,18 +716,18 @@ impl VectorSource for LiveSource {
     }
 
     fn part_name(&self, part: usize) -> String {
-        self.paths
+        self.reader
+            .postings_paths()
             .get(part)
             .map_or_else(String::new, ToString::to_string)
     }
 }
 
-/// The live rows of one postings file (all row groups), as the build reads
-/// a source: rowid, vector, payload.
-fn read_live(
+/// The live rows of one postings file's row groups (in row-group order), as
+/// the build reads a source: rowid, vector, payload.
+fn live_rows(
     path: &str,
-    bytes: Bytes,
-    dim: usize,
+    mut groups: Vec<Arc<DecodedRowGroup>>,
     payload: &[FieldRef],
     layer: u32,
     deletions: &crate::format::layers::Deletions,
@@ -741,56 +736,41 @@ fn read_live(
         path: path.to_string(),
         reason: e,
     };
-    let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .map_err(|e| bad(e.to_string()))?
-        .build()
-        .map_err(|e| bad(e.to_string()))?;
+    groups.sort_by_key(|g| g.row_group);
     let mut out = VectorBatch {
         rowids: Vec::new(),
         vectors: Vec::new(),
         payload: None,
     };
+    let schema = Arc::new(arrow::datatypes::Schema::new(payload.to_vec()));
     let mut payloads: Vec<RecordBatch> = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| bad(e.to_string()))?;
-        let column = |name: &str| {
-            batch
-                .column_by_name(name)
-                .cloned()
-                .ok_or_else(|| bad(format!("no {name} column")))
-        };
-        let rowids = column(ROWID_COLUMN)?;
-        let rowids = rowids.as_primitive::<Int64Type>();
-        let vectors = column(VECTOR_COLUMN)?;
-        let vectors = vectors
-            .as_fixed_size_binary_opt()
-            .ok_or_else(|| bad("vector is not fixed-size binary".into()))?;
-        let keep: Vec<u32> = (0..batch.num_rows())
-            .filter(|&i| !deletions.is_deleted(rowids.value(i), layer))
+    for g in &groups {
+        let dim = g.vectors.len() / g.rowids.len().max(1);
+        let keep: Vec<u32> = (0..g.rowids.len())
+            .filter(|&i| !deletions.is_deleted(g.rowids[i], layer))
             .map(|i| i as u32)
             .collect();
         for &i in &keep {
-            out.rowids.push(rowids.value(i as usize));
-            let v = vectors.value(i as usize);
-            if v.len() != dim * 4 {
-                return Err(bad(format!(
-                    "a vector of {} bytes, expected {}",
-                    v.len(),
-                    dim * 4
-                )));
-            }
-            out.vectors.extend(
-                v.chunks_exact(4)
-                    .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])),
-            );
+            let i = i as usize;
+            out.rowids.push(g.rowids[i]);
+            out.vectors
+                .extend_from_slice(&g.vectors[i * dim..(i + 1) * dim]);
         }
         if !payload.is_empty() {
+            let all = g
+                .payload
+                .as_ref()
+                .ok_or_else(|| bad(format!("row group {} has no payload columns", g.row_group)))?;
             let columns = payload
                 .iter()
-                .map(|f| column(f.name()))
+                .map(|f| {
+                    all.column_by_name(f.name())
+                        .cloned()
+                        .ok_or_else(|| bad(format!("no {} column", f.name())))
+                })
                 .collect::<Result<Vec<_>, _>>()?;
-            let schema = Arc::new(arrow::datatypes::Schema::new(payload.to_vec()));
-            let all = RecordBatch::try_new(schema, columns).map_err(|e| bad(e.to_string()))?;
+            let all =
+                RecordBatch::try_new(schema.clone(), columns).map_err(|e| bad(e.to_string()))?;
             payloads.push(
                 arrow::compute::take_record_batch(&all, &arrow::array::UInt32Array::from(keep))
                     .map_err(|e| bad(e.to_string()))?,
@@ -798,7 +778,6 @@ fn read_live(
         }
     }
     if !payload.is_empty() {
-        let schema = Arc::new(arrow::datatypes::Schema::new(payload.to_vec()));
         out.payload = Some(
             arrow::compute::concat_batches(&schema, &payloads).map_err(|e| bad(e.to_string()))?,
         );
@@ -836,25 +815,7 @@ pub async fn compact(
         return Ok(summary);
     }
     let payload = payload_fields(&store, &snapshot).await?;
-    let b = &snapshot.definition.build;
-    let source = LiveSource {
-        store: store.clone(),
-        paths: snapshot.postings_paths.clone(),
-        rows: snapshot.files.iter().map(|f| f.rows).collect(),
-        live: crate::probe::live::LiveRows {
-            deletions: Arc::clone(&snapshot.deletions),
-            layer_starts: snapshot.layer_starts.clone().into(),
-        },
-        dim: snapshot.definition.dim as usize,
-        payload: payload.clone(),
-        definition: SourceDefinition {
-            source: snapshot.definition.source.clone(),
-            vector_column: b.vector_column.clone(),
-            id_column: b.id_column.clone(),
-            payload_columns: b.payload_columns.clone(),
-            skip_invalid: b.skip_invalid,
-        },
-    };
+    let b = snapshot.definition.build.clone();
     let hierarchy = Arc::new(snapshot.hierarchy.clone());
     let quantizer = snapshot.quantizer.clone().map(Arc::new);
     let payload_plain: Vec<Field> = payload.iter().map(|f| f.as_ref().clone()).collect();
@@ -868,18 +829,6 @@ pub async fn compact(
         sort_by: b.sort_by.clone(),
         ..build.clone()
     };
-    let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
-    let error = assign_all(
-        &source,
-        Vec::new(),
-        &hierarchy,
-        quantizer.as_ref(),
-        &schema,
-        &build,
-        &mut spill,
-        |_| {},
-    )
-    .await?;
     let mut definition = snapshot.definition.clone();
     definition.layers = None;
     definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
@@ -898,45 +847,60 @@ pub async fn compact(
         }
         None => None,
     };
-    let folder = SnapshotFolder::new(index)?;
+    let source = LiveSource {
+        rows: snapshot.files.iter().map(|f| f.rows).collect(),
+        live: crate::probe::live::LiveRows {
+            deletions: Arc::clone(&snapshot.deletions),
+            layer_starts: snapshot.layer_starts.clone().into(),
+        },
+        payload: payload.clone(),
+        definition: SourceDefinition {
+            source: snapshot.definition.source.clone(),
+            vector_column: b.vector_column.clone(),
+            id_column: b.id_column.clone(),
+            payload_columns: b.payload_columns.clone(),
+            skip_invalid: b.skip_invalid,
+        },
+        reader: Arc::new(Index::from_snapshot(
+            store.clone(),
+            snapshot,
+            IndexOptions::default(),
+        )),
+    };
+    let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
+    let error = assign_all(
+        &source,
+        Vec::new(),
+        &hierarchy,
+        quantizer.as_ref(),
+        &schema,
+        &build,
+        &mut spill,
+        |_| {},
+    )
+    .await?;
+    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Compact)?;
     let target = PostingsTarget::new(
         &definition,
-        &folder,
+        writer.folder(),
         quantizer.as_deref(),
         payload_plain,
         build.writer.clone(),
     )?;
-    let mut committing = false;
-    let published = async {
+    let written = async {
         let files = write_all(&store, &target, &mut spill, &build, |_| {}).await?;
-        stages::publish(
-            &store,
-            &folder,
-            files,
-            stages::Model {
-                hierarchy: &hierarchy,
-                quantizer: quantizer.as_deref(),
-            },
-            &definition,
-            source_files.as_ref(),
-            Some(commit.version),
-            || committing = true,
-        )
-        .await
+        let model = stages::Model {
+            hierarchy: &hierarchy,
+            quantizer: quantizer.as_deref(),
+        };
+        stages::publish(&writer, files, model, &definition, source_files.as_ref()).await
     }
     .await;
-    let committed = match published {
-        Ok(c) => c,
-        Err(e) => {
-            if !committing {
-                let _ = super::spill::delete_snapshot(&store, &folder.path).await;
-            }
-            return Err(e);
-        }
-    };
+    let folder = writer.folder().path.to_string();
+    let ((), committed) = writer.publish(Some(commit.version), written).await?;
     summary.rows = error.rows;
     summary.version = Some(committed.version);
-    summary.snapshot = Some(folder.path.to_string());
+    summary.snapshot = Some(folder);
     summary.seconds = super::job::secs(t0.elapsed());
     Ok(summary)
 }

@@ -24,7 +24,6 @@ use std::io::{BufReader, BufWriter};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
 use object_store::ObjectStore;
 use object_store::path::Path;
 
@@ -38,6 +37,7 @@ use arrow::record_batch::RecordBatch;
 
 use super::BuildError;
 use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN};
+use crate::format::snapshot_writer::{SnapshotFolder, delete_unreferenced};
 
 struct Bucket {
     memory: Vec<RecordBatch>,
@@ -309,72 +309,6 @@ impl Drop for WorkDir {
     }
 }
 
-/// Delete every object below `prefix` (best effort: errors are returned).
-///
-/// # Errors
-/// Listing or deleting fails.
-pub async fn delete_prefix(store: &Arc<dyn ObjectStore>, prefix: &Path) -> Result<(), BuildError> {
-    let locations = store.list(Some(prefix)).map_ok(|m| m.location).boxed();
-    store
-        .delete_stream(locations)
-        .try_collect::<Vec<_>>()
-        .await
-        .map_err(|source| {
-            BuildError::Store(crate::store::StoreError::ObjectStore {
-                path: prefix.to_string(),
-                source,
-            })
-        })?;
-    Ok(())
-}
-
-/// Delete the snapshot folder `snapshot` of a build that did not commit:
-/// every object below it, and, on a local file system, the folder itself with
-/// any `object_store` staging files (`part-N.parquet#1`, which listing does
-/// not show) and the emptied directories.
-///
-/// # Errors
-/// Listing or deleting fails.
-pub async fn delete_snapshot(
-    store: &Arc<dyn ObjectStore>,
-    snapshot: &Path,
-) -> Result<(), BuildError> {
-    delete_prefix(store, snapshot).await?;
-    if let Some(dir) = local_folder(&store.to_string(), snapshot) {
-        let removed = tokio::task::spawn_blocking(move || match std::fs::remove_dir_all(&dir) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(BuildError::Spill {
-                path: dir.display().to_string(),
-                reason: e.to_string(),
-            }),
-            _ => Ok(()),
-        })
-        .await
-        .map_err(|e| BuildError::Internal(format!("clean-up task failed: {e}")))?;
-        removed?;
-    }
-    Ok(())
-}
-
-/// The local folder of `location` when `store_display` is a
-/// `LocalFileSystem(file:///root/)` store, possibly inside wrappers (their
-/// `Display` nests the inner store's); `None` for other stores.
-fn local_folder(store_display: &str, location: &Path) -> Option<PathBuf> {
-    const LOCAL: &str = "LocalFileSystem(";
-    let at = store_display.find(LOCAL)? + LOCAL.len();
-    let end = at + store_display[at..].find(')')?;
-    let mut dir = url::Url::parse(&store_display[at..end])
-        .ok()?
-        .to_file_path()
-        .ok()?;
-    for part in location.parts() {
-        let name = percent_encoding::percent_decode_str(part.as_ref())
-            .decode_utf8()
-            .ok()?;
-        dir.push(name.as_ref());
-    }
-    Some(dir)
-}
-
 /// What a sweep found in one abandoned work folder.
 enum Abandoned {
     /// Removed; nothing recorded.
@@ -459,10 +393,15 @@ async fn sweep_abandoned_in(
         if record.store != ours || !under_index {
             continue;
         }
-        let Ok(snapshot) = Path::parse(&record.snapshot) else {
+        let name = match record.snapshot.strip_prefix(&format!("{index}/")) {
+            Some(name) if !index.as_ref().is_empty() => name,
+            _ => record.snapshot.as_str(),
+        };
+        let Ok(folder) = SnapshotFolder::at(index, name) else {
             continue;
         };
-        if delete_snapshot(store, &snapshot).await.is_ok() {
+        // A folder a version names stays, whatever the record says.
+        if delete_unreferenced(store, &folder).await.is_ok() {
             let _ = std::fs::remove_dir_all(&dir);
             deleted += 1;
         }
@@ -580,6 +519,7 @@ mod tests {
     }
     #[tokio::test]
     async fn sweep_removes_dead_builds_and_their_snapshot_but_not_live_ones() {
+        use futures::TryStreamExt;
         use object_store::memory::InMemory;
         use object_store::{ObjectStoreExt, PutPayload};
         let parent = tempfile::tempdir().unwrap();

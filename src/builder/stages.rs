@@ -11,7 +11,7 @@
 //! | [`read_part`] + [`assign`] | a batch of (rowid, vector[, payload]) + the hierarchy (+ quantizer) | `(cid, rowid, vector[, code][, payload])` rows | IO, then CPU |
 //! | [`group_by_root`] + [`sort_run`] | assigned rows | per-root-bucket runs sorted by (cid, rowid) | CPU |
 //! | [`write_bucket`] | one bucket's sorted run | its postings files ([`FileEntry`]s) | IO |
-//! | [`publish`] | every bucket's files | centroids, `quantizer.json`, `footers.json`, `manifest.json`, `index.json`, then the commit | IO |
+//! | [`publish`] | every bucket's files | centroids, `quantizer.json`, `footers.json`, `manifest.json`, `index.json` (the commit: [`SnapshotWriter`]) | IO |
 //!
 //! The CPU stages are synchronous and do no IO: callers on a tokio runtime
 //! run them on the blocking pool. Every stage is deterministic: the same
@@ -21,10 +21,9 @@
 //! grouping under a memory limit is [`super::spill::BucketSpill`]; a
 //! distributed driver groups with [`group_by_root`] and sorts each bucket's
 //! rows with [`sort_run`] instead. Nothing is visible to readers until
-//! [`publish`]'s final commit.
+//! the [`SnapshotWriter`]'s commit after [`publish`].
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use arrow::array::{ArrayRef, AsArray, FixedSizeBinaryArray, Int32Array, Int64Array, UInt32Array};
 use arrow::compute::take_record_batch;
@@ -44,15 +43,15 @@ use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinit
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::CID_COLUMN;
 use crate::format::quantizer::QUANTIZER_FILE;
+use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::SourceFiles;
-use crate::format::warehouse::Commit;
 use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams};
 use crate::postings::writer::{PostingsWriter, WriterOptions};
 use crate::quant::{Quantizer, Scheme};
 use crate::store::commit::put_if_absent;
-use crate::store::uri::RelativeLocation;
 
 pub use super::spill::sort_run;
+pub use crate::format::snapshot_writer::SnapshotFolder;
 
 /// Rows per part, in part order (metadata only where the source allows it).
 ///
@@ -561,51 +560,6 @@ pub fn group_by_root(
         .collect()
 }
 
-/// A snapshot folder being written: `<index>/snapshots/<id>`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SnapshotFolder {
-    /// The index location.
-    pub index: Path,
-    /// The folder relative to `index`, as the commit records it
-    /// (`snapshots/<id>`).
-    pub name: String,
-    /// The folder itself.
-    pub path: Path,
-}
-
-impl SnapshotFolder {
-    /// A fresh folder below `index`, named by the time and a random number.
-    ///
-    /// # Errors
-    /// Never for the names it makes; as [`SnapshotFolder::at`].
-    pub fn new(index: &Path) -> Result<Self, BuildError> {
-        let name = format!("snapshots/{:013}-{:016x}", now_ms(), rand::random::<u64>());
-        Self::at(index, &name)
-    }
-
-    /// The folder `name` (relative, e.g. `snapshots/<id>`) below `index`, as
-    /// every worker of one distributed build names it.
-    ///
-    /// # Errors
-    /// [`BuildError::Location`] when `name` is not a valid relative location.
-    pub fn at(index: &Path, name: &str) -> Result<Self, BuildError> {
-        let path = RelativeLocation::parse(name)?.resolve_path(index);
-        Ok(Self {
-            index: index.clone(),
-            name: name.to_string(),
-            path,
-        })
-    }
-}
-
-/// Milliseconds since the Unix epoch (commit times, snapshot names).
-pub(crate) fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0)
-}
-
 /// The `index.json` a build of `source` with `params` records: `roots` roots,
 /// trained on `sample_rows` rows with this process's rayon thread count,
 /// naming `quantizer.json` when `params` asks for codes and
@@ -728,33 +682,29 @@ pub struct Model<'a> {
     pub quantizer: Option<&'a Quantizer>,
 }
 
-/// Publishes the snapshot in `folder` as the version after `parent`: the
-/// centroids of the model's hierarchy, `quantizer.json` when `definition` names one,
-/// `footers.json` and `manifest.json` for `files`
-/// (every bucket's, in any order), `definition` as `index.json`, each
-/// create-if-absent; then `before_commit` runs (from this point the snapshot
-/// may become current and must not be deleted) and the commit is made.
+/// Writes the documents of a built snapshot through `writer`: the centroids
+/// of the model's hierarchy, `quantizer.json` when `definition` names one,
+/// `source-files.json`, `footers.json` and `manifest.json` for `files`
+/// (every bucket's, in any order) and `definition` as `index.json`, each
+/// create-if-absent. The commit is the caller's
+/// ([`SnapshotWriter::publish`]): nothing is visible before it.
 ///
 /// # Errors
-/// A [`BuildError::Warehouse`] error comes from the commit step (the
-/// snapshot may have been committed, e.g. a lost response); any other error
-/// means nothing was committed. [`crate::format::warehouse::WarehouseError::Conflict`]
-/// when another build committed first.
-#[allow(clippy::too_many_arguments)]
+/// [`BuildError::Internal`] when `definition` and the model disagree on the
+/// quantiser; manifest and storage errors.
 pub async fn publish(
-    store: &Arc<dyn ObjectStore>,
-    folder: &SnapshotFolder,
+    writer: &SnapshotWriter,
     files: Vec<FileEntry>,
     model: Model<'_>,
     definition: &IndexDefinition,
     source_files: Option<&SourceFiles>,
-    parent: Option<u64>,
-    before_commit: impl FnOnce() + Send,
-) -> Result<Commit, BuildError> {
+) -> Result<(), BuildError> {
     let Model {
         hierarchy,
         quantizer,
     } = model;
+    let folder = writer.folder();
+    let store = writer.store();
     let centroids = crate::format::centroids::encode(hierarchy)
         .map_err(|e| BuildError::Internal(e.to_string()))?;
     put_if_absent(
@@ -763,21 +713,21 @@ pub async fn publish(
         centroids,
     )
     .await?;
-    match (definition.quantizer_path(&folder.path)?, quantizer) {
-        (Some(path), Some(q)) => {
-            let bytes = Bytes::from(crate::format::quantizer::encode(q));
-            put_if_absent(store.as_ref(), &path, bytes).await?;
+    match (&definition.quantizer, quantizer) {
+        (Some(rel), Some(q)) => {
+            writer
+                .put(rel, Bytes::from(crate::format::quantizer::encode(q)))
+                .await?;
         }
         (None, None) => {}
-        (path, _) => {
+        (rel, _) => {
             return Err(BuildError::Internal(format!(
-                "index.json names quantizer {:?}, but the build has {} quantizer",
-                path.map(|p| p.to_string()),
+                "index.json names quantizer {rel:?}, but the build has {} quantizer",
                 if quantizer.is_some() { "a" } else { "no" }
             )));
         }
     }
-    put_source_files(store, folder, definition, source_files).await?;
+    put_source_files(writer, definition, source_files).await?;
     let manifest = crate::postings::writer::manifest_of(
         files,
         definition.nlist,
@@ -788,17 +738,10 @@ pub async fn publish(
         .parent()
         .unwrap_or_default();
     crate::postings::writer::publish(store, &postings_root, &manifest).await?;
-    put_if_absent(
-        store.as_ref(),
-        &folder.path.clone().join(INDEX_DEFINITION_FILE),
-        Bytes::from(definition.to_json()),
-    )
-    .await?;
-    before_commit();
-    Ok(
-        crate::format::warehouse::commit(store, &folder.index, &folder.name, parent, now_ms())
-            .await?,
-    )
+    writer
+        .put(INDEX_DEFINITION_FILE, Bytes::from(definition.to_json()))
+        .await?;
+    Ok(())
 }
 
 /// Writes `source-files.json` where `definition` names it.
@@ -807,15 +750,13 @@ pub async fn publish(
 /// [`BuildError::Internal`] when `definition` and `source_files` disagree
 /// on whether there is one; storage failures.
 pub async fn put_source_files(
-    store: &Arc<dyn ObjectStore>,
-    folder: &SnapshotFolder,
+    writer: &SnapshotWriter,
     definition: &IndexDefinition,
     source_files: Option<&SourceFiles>,
 ) -> Result<(), BuildError> {
     match (&definition.source_files, source_files) {
         (Some(rel), Some(files)) => {
-            let path = RelativeLocation::parse(rel)?.resolve_path(&folder.path);
-            put_if_absent(store.as_ref(), &path, Bytes::from(files.to_json_bytes())).await?;
+            writer.put(rel, Bytes::from(files.to_json_bytes())).await?;
             Ok(())
         }
         (None, None) => Ok(()),

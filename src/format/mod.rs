@@ -10,6 +10,7 @@
 //! | `centroids/centroids.parquet` | [`centroids`] |
 //! | `quantizer.json` (the parameters of the postings' `code` column) | [`quantizer`] |
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
+//! | writing a new snapshot, its commit and rollback | [`snapshot_writer`] |
 //! | a refreshed snapshot's layers and `deletions.parquet` | [`layers`] |
 //! | `source-files.json` (the indexed files of a Parquet source) | [`source_files`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
@@ -27,6 +28,7 @@ pub mod page_crc;
 pub mod postings_table;
 pub mod quantizer;
 pub mod snapshot;
+pub mod snapshot_writer;
 pub mod source_files;
 pub mod warehouse;
 

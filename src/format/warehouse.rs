@@ -33,7 +33,7 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use futures::{StreamExt, TryStreamExt};
+use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use serde::{Deserialize, Serialize};
@@ -41,6 +41,7 @@ use thiserror::Error;
 
 use crate::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::footers::FOOTERS_FILE;
+use crate::format::snapshot_writer::Publisher;
 use crate::store::StoreError;
 use crate::store::uri::RelativeLocation;
 use sha2::{Digest, Sha256};
@@ -234,12 +235,19 @@ struct Hint {
 /// Errors of the commit protocol.
 #[derive(Debug, Error)]
 pub enum WarehouseError {
-    /// Another build committed version `version` first.
+    /// Another publisher's version took `version` (it names `theirs`): this
+    /// publisher's snapshot can never become current.
     #[error(
-        "index {index}: version {version} was committed by another build first; \
-         nothing was overwritten (rebuild to publish on top of it)"
+        "index {index}: version {version} was committed first by another publisher (it names \
+         {theirs}); nothing was overwritten and this {publisher}'s snapshot was removed: {}",
+        publisher.advice()
     )]
-    Conflict { index: String, version: u64 },
+    Conflict {
+        index: String,
+        version: u64,
+        theirs: String,
+        publisher: Publisher,
+    },
     #[error("index {index}: no published snapshot (no {first} and no index.json)")]
     NoSnapshot { index: String, first: String },
     #[error("{path}: invalid commit document: {reason}")]
@@ -382,13 +390,13 @@ pub async fn current_snapshot(
 }
 
 /// Make `snapshot` (relative to `index`) current as version `parent + 1`,
-/// pinning its documents (read back from storage, see [`snapshot_pins`]).
-/// `parent` is the version the build started from (`None` for a new index).
+/// pinning its documents (read back from storage, see [`snapshot_pins`]):
+/// what test fixtures call; publishers go through
+/// [`crate::format::snapshot_writer::SnapshotWriter::commit`].
 ///
 /// # Errors
-/// [`WarehouseError::Conflict`] when another build committed that version
-/// first; nothing is overwritten. [`WarehouseError::IncompleteSnapshot`]
-/// when a document is missing.
+/// As [`commit_pinned`], and [`WarehouseError::IncompleteSnapshot`] when a
+/// document is missing.
 pub async fn commit(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
@@ -398,13 +406,33 @@ pub async fn commit(
 ) -> Result<Commit, WarehouseError> {
     let folder = snapshot_folder(index, snapshot)?;
     let pins = snapshot_pins(store, &folder).await?;
-    commit_pinned(store, index, snapshot, parent, committed_at_ms, pins).await
+    commit_pinned(
+        store,
+        index,
+        snapshot,
+        parent,
+        committed_at_ms,
+        pins,
+        Publisher::Build,
+    )
+    .await
 }
 
-/// [`commit`] with pins the caller computed.
+/// Create version `parent + 1` naming `snapshot` with `pins`, create-if-absent.
+///
+/// **The commit rule.** When the create fails, for any reason, the version
+/// document is read back: a store may have applied the write and lost its
+/// answer (a conditional PUT retried after a dropped connection then reports
+/// `AlreadyExists` for its own object).
+/// - It names `snapshot`: the commit landed, and this is a success.
+/// - It names another snapshot: another publisher won,
+///   [`WarehouseError::Conflict`]; only then may the caller delete its folder.
+/// - It is absent or cannot be read: the outcome is unknown and the original
+///   error is returned; the caller must keep its folder.
 ///
 /// # Errors
-/// As [`commit`].
+/// [`WarehouseError::Conflict`] as above (nothing is overwritten); storage
+/// errors of unknown outcome; [`WarehouseError::InvalidCommit`].
 pub async fn commit_pinned(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
@@ -412,6 +440,7 @@ pub async fn commit_pinned(
     parent: Option<u64>,
     committed_at_ms: u64,
     pins: Vec<Pin>,
+    publisher: Publisher,
 ) -> Result<Commit, WarehouseError> {
     let version = parent.unwrap_or(0) + 1;
     let c = Commit {
@@ -428,20 +457,43 @@ pub async fn commit_pinned(
         reason: e.to_string(),
     })?;
     bytes.push(b'\n');
-    match crate::store::commit::put_if_absent(store.as_ref(), &path, Bytes::from(bytes)).await {
-        Ok(_) => {}
-        Err(StoreError::AlreadyExists { .. }) => {
-            return Err(WarehouseError::Conflict {
-                index: index.to_string(),
-                version,
-            });
-        }
-        Err(e) => return Err(e.into()),
-    }
+    let committed = match crate::store::commit::put_if_absent(
+        store.as_ref(),
+        &path,
+        Bytes::from(bytes),
+    )
+    .await
+    {
+        Ok(_) => c,
+        Err(failed) => match get_opt(store.as_ref(), &path).await {
+            Ok(Some(found)) => {
+                let found = parse_commit(&path, &found, version)?;
+                if found.snapshot != snapshot {
+                    return Err(WarehouseError::Conflict {
+                        index: index.to_string(),
+                        version,
+                        theirs: found.snapshot,
+                        publisher,
+                    });
+                }
+                found
+            }
+            Ok(None) | Err(_) => return Err(failed.into()),
+        },
+    };
     // Advisory: a failure here only makes the next reader walk a little further.
     let hint = serde_json::to_vec(&Hint { version }).unwrap_or_default();
     let _ = store.put(&hint_path(index), PutPayload::from(hint)).await;
-    Ok(c)
+    Ok(committed)
+}
+
+/// Milliseconds since the Unix epoch (0 before it): the clock of commits and
+/// snapshot names.
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
 }
 
 /// Every commit of the index, version 1 up to the current one, by GET
@@ -467,7 +519,7 @@ pub async fn history(
 /// A snapshot folder found by listing `<index>/snapshots/`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub struct SnapshotFolder {
+pub struct UnreferencedSnapshot {
     /// Relative to the index, as commit documents name it: `snapshots/<id>`.
     pub snapshot: String,
     pub objects: usize,
@@ -485,7 +537,7 @@ pub struct SnapshotFolder {
 pub async fn unreferenced_snapshots(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
-) -> Result<Vec<SnapshotFolder>, WarehouseError> {
+) -> Result<Vec<UnreferencedSnapshot>, WarehouseError> {
     let named: std::collections::HashSet<String> = history(store, index)
         .await?
         .into_iter()
@@ -500,7 +552,7 @@ pub async fn unreferenced_snapshots(
             path: prefix.to_string(),
             source,
         })?;
-    let mut folders: std::collections::BTreeMap<String, SnapshotFolder> = Default::default();
+    let mut folders: std::collections::BTreeMap<String, UnreferencedSnapshot> = Default::default();
     for meta in listed {
         let Some(mut parts) = meta.location.prefix_match(&prefix) else {
             continue;
@@ -509,7 +561,7 @@ pub async fn unreferenced_snapshots(
         let snapshot = format!("snapshots/{}", id.as_ref());
         let f = folders
             .entry(snapshot.clone())
-            .or_insert_with(|| SnapshotFolder {
+            .or_insert_with(|| UnreferencedSnapshot {
                 snapshot,
                 objects: 0,
                 bytes: 0,
@@ -519,7 +571,7 @@ pub async fn unreferenced_snapshots(
         f.bytes += meta.size;
         f.newest_ms = f.newest_ms.max(meta.last_modified.timestamp_millis());
     }
-    let mut out: Vec<SnapshotFolder> = folders
+    let mut out: Vec<UnreferencedSnapshot> = folders
         .into_values()
         .filter(|f| !named.contains(&f.snapshot))
         .collect();
@@ -535,10 +587,10 @@ pub struct GcReport {
     pub versions: usize,
     /// Unreferenced snapshots older than the grace period: deleted (or, in a
     /// dry run, that would be).
-    pub deleted: Vec<SnapshotFolder>,
+    pub deleted: Vec<UnreferencedSnapshot>,
     /// Unreferenced snapshots still inside the grace period (perhaps a build
     /// that has not committed yet): kept.
-    pub kept_recent: Vec<SnapshotFolder>,
+    pub kept_recent: Vec<UnreferencedSnapshot>,
 }
 
 /// Delete the snapshot folders no version names whose newest object is older
@@ -564,37 +616,15 @@ pub async fn gc(
     let commits = history(store, index).await?;
     let named: std::collections::HashSet<&str> =
         commits.iter().map(|c| c.snapshot.as_str()).collect();
-    let old: Vec<SnapshotFolder> = old
+    let old: Vec<UnreferencedSnapshot> = old
         .into_iter()
         .filter(|f| !named.contains(f.snapshot.as_str()))
         .collect();
     if !dry_run {
         for f in &old {
             let folder = snapshot_folder(index, &f.snapshot)?;
-            let definition = folder.clone().join(INDEX_DEFINITION_FILE);
-            match store.delete(&definition).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(source) => {
-                    return Err(StoreError::ObjectStore {
-                        path: definition.to_string(),
-                        source,
-                    }
-                    .into());
-                }
-            }
-            let paths: Vec<object_store::Result<Path>> = store
-                .list(Some(&folder))
-                .map_ok(|m| m.location)
-                .collect()
-                .await;
-            store
-                .delete_stream(futures::stream::iter(paths).boxed())
-                .try_collect::<Vec<_>>()
-                .await
-                .map_err(|source| StoreError::ObjectStore {
-                    path: folder.to_string(),
-                    source,
-                })?;
+            let first = folder.clone().join(INDEX_DEFINITION_FILE);
+            crate::store::folder::delete_folder(store, &folder, Some(&first)).await?;
         }
     }
     Ok(GcReport {
@@ -628,13 +658,21 @@ mod tests {
     async fn commits_chain_and_current_follows_without_hint() {
         let s = mem();
         let idx = Path::from("idx");
-        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![])
+        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
             .await
             .unwrap();
         assert_eq!(c1.version, 1);
-        let c2 = commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![])
-            .await
-            .unwrap();
+        let c2 = commit_pinned(
+            &s,
+            &idx,
+            "snapshots/b",
+            Some(1),
+            2,
+            vec![],
+            Publisher::Build,
+        )
+        .await
+        .unwrap();
         assert_eq!(c2.parent, Some(1));
         // Remove the hint: readers still find version 2 by walking.
         s.delete(&hint_path(&idx)).await.unwrap();
@@ -647,12 +685,20 @@ mod tests {
     async fn stale_hint_is_harmless() {
         let s = mem();
         let idx = Path::from("idx");
-        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![])
+        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
             .await
             .unwrap();
-        commit_pinned(&s, &idx, "snapshots/b", Some(1), 2, vec![])
-            .await
-            .unwrap();
+        commit_pinned(
+            &s,
+            &idx,
+            "snapshots/b",
+            Some(1),
+            2,
+            vec![],
+            Publisher::Build,
+        )
+        .await
+        .unwrap();
         s.put(
             &hint_path(&idx),
             PutPayload::from(br#"{"version":1}"#.to_vec()),
@@ -679,7 +725,16 @@ mod tests {
             let s = s.clone();
             let idx = idx.clone();
             tasks.push(tokio::spawn(async move {
-                commit_pinned(&s, &idx, &format!("snapshots/s{i}"), None, i, vec![]).await
+                commit_pinned(
+                    &s,
+                    &idx,
+                    &format!("snapshots/s{i}"),
+                    None,
+                    i,
+                    vec![],
+                    Publisher::Build,
+                )
+                .await
             }));
         }
         let mut winners = Vec::new();
@@ -695,6 +750,44 @@ mod tests {
         assert_eq!(conflicts, 15);
         let cur = current(&s, &idx).await.unwrap().unwrap();
         assert_eq!(cur, winners[0]);
+    }
+
+    #[tokio::test]
+    async fn a_commit_that_landed_is_a_success_and_only_another_snapshot_is_a_conflict() {
+        use crate::store::fault::{Fault, FaultStore, Op};
+        let idx = Path::from("idx");
+        for fault in [Fault::LoseResponse, Fault::ErrorAfter] {
+            let inner = mem();
+            let s: Arc<dyn ObjectStore> =
+                Arc::new(FaultStore::new(inner.clone()).on(Op::Put, "versions/000", 0, fault));
+            let c = commit_pinned(&s, &idx, "snapshots/a", None, 7, vec![], Publisher::Refresh)
+                .await
+                .unwrap_or_else(|e| panic!("{fault:?}: {e}"));
+            assert_eq!((c.version, c.snapshot.as_str()), (1, "snapshots/a"));
+            assert_eq!(current(&inner, &idx).await.unwrap().unwrap(), c);
+            // The loser of a real race: told so, with the winner named.
+            let e = commit_pinned(&s, &idx, "snapshots/b", None, 8, vec![], Publisher::Refresh)
+                .await
+                .unwrap_err();
+            assert!(
+                matches!(&e, WarehouseError::Conflict { version: 1, theirs, .. } if theirs == "snapshots/a"),
+                "{e}"
+            );
+            assert!(e.to_string().contains("run refresh again"), "{e}");
+        }
+        // An error before the write: the outcome is the store's error, not a conflict.
+        let inner = mem();
+        let s: Arc<dyn ObjectStore> = Arc::new(FaultStore::new(inner.clone()).on(
+            Op::Put,
+            "versions/000",
+            0,
+            Fault::FailBefore,
+        ));
+        let e = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
+            .await
+            .unwrap_err();
+        assert!(matches!(e, WarehouseError::Store(_)), "{e}");
+        assert!(current(&inner, &idx).await.unwrap().is_none());
     }
 
     #[tokio::test]

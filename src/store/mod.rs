@@ -2,6 +2,8 @@
 //! to `Arc<dyn ObjectStore>` plus a prefix, and create-if-absent publication.
 
 pub mod commit;
+pub mod fault;
+pub mod folder;
 pub mod location;
 pub mod options;
 pub mod parquet_reader;

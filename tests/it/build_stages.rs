@@ -17,7 +17,8 @@ use parqivf::builder::{
 };
 use parqivf::format::manifest::FileEntry;
 use parqivf::format::postings_table::postings_schema;
-use parqivf::format::warehouse;
+use parqivf::format::snapshot_writer::{Publisher, SnapshotWriter};
+use parqivf::format::warehouse::{self, WarehouseError};
 use parqivf::index::{Index, SearchParams};
 use parqivf::kmeans::Hierarchy;
 use parqivf::quant::{Quantizer, Scheme};
@@ -93,7 +94,8 @@ async fn by_hand(
             }
         }
     }
-    let folder = SnapshotFolder::new(index).unwrap();
+    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Build).unwrap();
+    let folder = writer.folder().clone();
     let definition = stages::definition(
         source.definition(),
         &params,
@@ -121,23 +123,14 @@ async fn by_hand(
             );
         }
     }
-    let mut committing = false;
-    let commit = stages::publish(
-        store,
-        &folder,
-        files,
-        stages::Model {
-            hierarchy: &hierarchy,
-            quantizer: quantizer.as_ref(),
-        },
-        &definition,
-        None,
-        None,
-        || committing = true,
-    )
-    .await
-    .unwrap();
-    assert!(committing);
+    let model = stages::Model {
+        hierarchy: &hierarchy,
+        quantizer: quantizer.as_ref(),
+    };
+    stages::publish(&writer, files, model, &definition, None)
+        .await
+        .unwrap();
+    let commit = writer.commit(None).await.unwrap();
     assert_eq!(commit.version, 1);
     assert_eq!(commit.snapshot, folder.name);
     (folder.path, hierarchy)
@@ -254,7 +247,7 @@ async fn writing_a_bucket_twice_gives_identical_bytes() {
 #[tokio::test]
 async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed() {
     let e = SnapshotFolder::at(&Path::from("i"), "../elsewhere").unwrap_err();
-    assert!(matches!(e, BuildError::Location(_)), "{e}");
+    assert!(matches!(e, WarehouseError::BadSnapshotPath { .. }), "{e}");
     // A publish that fails before its commit leaves no version behind.
     let src = source();
     let p = BuildParams {
@@ -266,7 +259,8 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
     let (h, report) = stages::train(&sample, &p).unwrap();
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let index = Path::from("i");
-    let folder = SnapshotFolder::new(&index).unwrap();
+    let writer = SnapshotWriter::begin(store.clone(), &index, Publisher::Build).unwrap();
+    let folder = writer.folder().clone();
     let definition = stages::definition(src.definition(), &p, DIM, &report, 0, false);
     // The manifest names a postings file that was never written: its footer
     // cannot be read, so publish fails before the commit.
@@ -279,22 +273,19 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
         size: 1000,
         sha256: "0".repeat(64),
     };
-    let mut committing = false;
-    let e = stages::publish(
-        &store,
-        &folder,
-        vec![missing],
-        stages::Model {
-            hierarchy: &h,
-            quantizer: None,
-        },
-        &definition,
-        None,
-        None,
-        || committing = true,
-    )
-    .await;
-    assert!(e.is_err());
-    assert!(!committing);
+    let model = stages::Model {
+        hierarchy: &h,
+        quantizer: None,
+    };
+    let written = stages::publish(&writer, vec![missing], model, &definition, None).await;
+    assert!(written.is_err());
+    // The writer rolls back: no version, and the folder is gone.
+    let e = writer.publish(None, written).await.unwrap_err();
+    assert!(!matches!(e, BuildError::Warehouse(_)), "{e}");
     assert!(warehouse::current(&store, &index).await.unwrap().is_none());
+    assert!(
+        support::store::snapshot_files(&store, &folder.path)
+            .await
+            .is_empty()
+    );
 }

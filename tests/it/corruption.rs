@@ -570,3 +570,142 @@ except Exception as e:
         "{out}"
     );
 }
+
+/// Issue #24: compaction read postings with a plain Parquet reader and
+/// folded corrupt pages into a new base with fresh checksums. Now it reads
+/// through the probe's reader: a flipped byte in a data page of any column,
+/// in the base or in a delta table, fails `compact` with a page checksum
+/// error naming the object, row group and page, and the previous version
+/// stays current.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_refuses_a_flipped_byte_in_any_page_of_any_layer() {
+    use parqivf::builder::refresh::{RefreshParams, compact, refresh};
+    use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec, build, open_source};
+    use parqivf::format::warehouse;
+    use parqivf::store::options::StoreOptions;
+
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let index = Path::from("idx");
+    let src = tempfile::tempdir().unwrap();
+    let table = |ids: std::ops::Range<i64>, seed| {
+        support::files::vectors_with_ids(ids, &dataset(60, DIM, seed)[..], DIM)
+    };
+    support::files::write_parquet(src.path(), "a.parquet", &table(0..60, 1));
+    let spec = SourceSpec {
+        source: src.path().display().to_string(),
+        column: "emb".into(),
+        payload: vec!["id".into()],
+        ..SourceSpec::default()
+    };
+    let params = BuildParams {
+        nlist: 4,
+        progress: ProgressMode::Quiet,
+        writer: WriterOptions {
+            max_rows_per_row_group: 8,
+            ..WriterOptions::default()
+        },
+        ..BuildParams::default()
+    };
+    let source = open_source(&spec, &StoreOptions::default()).await.unwrap();
+    build(source, store.clone(), &index, &params).await.unwrap();
+    support::files::write_parquet(src.path(), "b.parquet", &table(60..120, 2));
+    let r = refresh(store.clone(), &index, &RefreshParams::default(), &params)
+        .await
+        .unwrap();
+    assert_eq!(r.version, Some(2));
+
+    // The first postings file of the base and of the delta table.
+    let all = objects_below(&store, &index).await;
+    let base = warehouse::history(&store, &index).await.unwrap()[0]
+        .snapshot
+        .clone();
+    let delta = warehouse::current(&store, &index)
+        .await
+        .unwrap()
+        .unwrap()
+        .snapshot;
+    let mut checked = 0;
+    for layer in [&base, &delta] {
+        let (path, original) = all
+            .iter()
+            .find(|(p, _)| {
+                p.as_ref().contains(layer.as_str())
+                    && p.as_ref().ends_with(".parquet")
+                    && p.as_ref().contains("part-")
+            })
+            .cloned()
+            .unwrap_or_else(|| panic!("no postings file in {layer}"));
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Optional)
+            .parse_and_finish(&original)
+            .unwrap();
+        let index_of_pages = meta.page_index().cloned();
+        let last_rg = meta.num_row_groups() - 1;
+        for rg in [0, last_rg] {
+            for (col, chunk) in meta.row_group(rg).columns().iter().enumerate() {
+                let column = chunk.column_path().string();
+                // The last byte of the first and the last data page (from the
+                // offset index), or of the chunk where a column has none.
+                let ends: Vec<(usize, usize)> = match index_of_pages
+                    .as_deref()
+                    .and_then(|pi| pi.offset_index(rg, col))
+                {
+                    Some(oi) => {
+                        let pages = oi.page_locations();
+                        let end = |i: usize| {
+                            (pages[i].offset + i64::from(pages[i].compressed_page_size) - 1)
+                                as usize
+                        };
+                        vec![(0, end(0)), (pages.len() - 1, end(pages.len() - 1))]
+                    }
+                    None => {
+                        let (start, len) = chunk.byte_range();
+                        vec![(0, (start + len - 1) as usize)]
+                    }
+                };
+                for (page, at) in ends {
+                    let what = format!("{path} row group {rg} column {column} page {page}");
+                    let mut bytes = original.to_vec();
+                    bytes[at] ^= 0x40;
+                    put(&store, &path, bytes).await;
+                    let err = compact(store.clone(), &index, &params).await.unwrap_err();
+                    let BuildError::Probe(ProbeError::PageChecksum {
+                        path: p,
+                        row_group,
+                        column: c,
+                        ..
+                    }) = &err
+                    else {
+                        panic!("{what}: expected a page checksum error, got {err}");
+                    };
+                    assert_eq!(
+                        (p.as_str(), *row_group, c.as_str()),
+                        (path.as_ref(), rg, column.as_str()),
+                        "{what}"
+                    );
+                    assert!(err.to_string().contains("page "), "{what}: {err}");
+                    let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+                    assert_eq!(current.version, 2, "{what}: nothing published");
+                    put(&store, &path, original.to_vec()).await;
+                    checked += 1;
+                }
+            }
+        }
+    }
+    assert!(checked >= 16, "{checked} pages checked");
+    // Intact again: compaction succeeds.
+    let c = compact(store.clone(), &index, &params).await.unwrap();
+    assert_eq!((c.version, c.rows), (Some(3), 120));
+}
+
+/// Every object below `prefix`, with its bytes.
+async fn objects_below(store: &Arc<dyn ObjectStore>, prefix: &Path) -> Vec<(Path, Bytes)> {
+    use futures::TryStreamExt;
+    let metas: Vec<_> = store.list(Some(prefix)).try_collect().await.unwrap();
+    let mut out = Vec::new();
+    for m in metas {
+        let b = store.get(&m.location).await.unwrap().bytes().await.unwrap();
+        out.push((m.location, b));
+    }
+    out
+}

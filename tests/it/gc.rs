@@ -5,6 +5,7 @@
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use parqivf::format::snapshot_writer::Publisher;
 use parqivf::format::warehouse::{commit_pinned, gc, unreferenced_snapshots};
 use std::process::Command;
 use std::sync::Arc;
@@ -49,12 +50,28 @@ async fn gc_deletes_only_old_unreferenced_snapshots() {
     for id in ["a", "b", "orphan"] {
         snapshot(&store, &index, id).await;
     }
-    commit_pinned(&store, &index, "snapshots/a", None, 1, vec![])
-        .await
-        .unwrap();
-    commit_pinned(&store, &index, "snapshots/b", Some(1), 2, vec![])
-        .await
-        .unwrap();
+    commit_pinned(
+        &store,
+        &index,
+        "snapshots/a",
+        None,
+        1,
+        vec![],
+        Publisher::Build,
+    )
+    .await
+    .unwrap();
+    commit_pinned(
+        &store,
+        &index,
+        "snapshots/b",
+        Some(1),
+        2,
+        vec![],
+        Publisher::Build,
+    )
+    .await
+    .unwrap();
     let unreferenced = unreferenced_snapshots(&store, &index).await.unwrap();
     assert_eq!(
         unreferenced
@@ -113,9 +130,17 @@ fn cli_gc_deletes_an_unreferenced_snapshot_of_a_local_index() {
         let index = Path::from("idx");
         snapshot(&store, &index, "kept").await;
         snapshot(&store, &index, "dropped").await;
-        commit_pinned(&store, &index, "snapshots/kept", None, 1, vec![])
-            .await
-            .unwrap();
+        commit_pinned(
+            &store,
+            &index,
+            "snapshots/kept",
+            None,
+            1,
+            vec![],
+            Publisher::Build,
+        )
+        .await
+        .unwrap();
     });
     let run = |grace: &str| {
         let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))

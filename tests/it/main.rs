@@ -31,6 +31,7 @@ mod postings_interop;
 mod postings_writer;
 mod probe_io;
 mod publish;
+mod publish_faults;
 mod query_path;
 mod refresh;
 mod search_cli;

@@ -32,25 +32,7 @@ fn rows(ids: std::ops::Range<i64>, seed: u64) -> RecordBatch {
 
 /// Rows `ids` with the row-major `values` as their vectors.
 fn rows_of(ids: std::ops::Range<i64>, values: Vec<f32>) -> RecordBatch {
-    let item = Arc::new(Field::new("item", DataType::Float32, false));
-    let emb = FixedSizeListArray::new(
-        item.clone(),
-        DIM as i32,
-        Arc::new(Float32Array::from(values)),
-        None,
-    );
-    let schema = Arc::new(Schema::new(vec![
-        Field::new("id", DataType::Int64, false),
-        Field::new("emb", DataType::FixedSizeList(item, DIM as i32), true),
-    ]));
-    RecordBatch::try_new(
-        schema,
-        vec![
-            Arc::new(Int64Array::from_iter_values(ids)) as ArrayRef,
-            Arc::new(emb),
-        ],
-    )
-    .unwrap()
+    support::files::vectors_with_ids(ids, &values, DIM)
 }
 
 fn query(seed: u64) -> Vec<f32> {

@@ -8,6 +8,8 @@
 //!   Schema check.
 //! - [`store`]: a store failing its n-th write, reading a snapshot back,
 //!   replacing a JSON document.
+//! - [`fault_proxy`]: an HTTP proxy in front of moto that loses or fails
+//!   chosen requests (`scripts/fault_proxy.py`).
 //! - [`files`]: local Parquet and `.npy` input files.
 //! - [`python`]: the independent readers (pyarrow, duckdb) via
 //!   `$PARQIVF_PYTHON`.
@@ -16,6 +18,7 @@
 //! - [`ducklake`]: the DuckLake fixture catalog and DuckDB's expected answers.
 
 pub mod ducklake;
+pub mod fault_proxy;
 pub mod files;
 pub mod fixtures;
 pub mod postings;
