@@ -83,16 +83,13 @@ fn table(dir: &std::path::Path) -> Vec<(i64, Vec<f32>)> {
         for b in r {
             let b = b.unwrap();
             let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-            let emb = b
-                .column(1)
-                .as_any()
-                .downcast_ref::<FixedSizeListArray>()
-                .unwrap();
-            let vals = emb
-                .values()
-                .as_any()
-                .downcast_ref::<Float32Array>()
-                .unwrap();
+            // Fixed-size or variable-length lists, DIM values a row either way.
+            let emb = b.column(1);
+            let values = match emb.as_any().downcast_ref::<FixedSizeListArray>() {
+                Some(fixed) => fixed.values().clone(),
+                None => arrow::array::AsArray::as_list::<i32>(emb).values().clone(),
+            };
+            let vals = values.as_any().downcast_ref::<Float32Array>().unwrap();
             for i in 0..b.num_rows() {
                 out.push((ids.value(i), vals.values()[i * DIM..(i + 1) * DIM].to_vec()));
             }
@@ -473,4 +470,61 @@ async fn retrain_above_rebuilds_when_the_new_rows_drift() {
         "one base, new centroids"
     );
     check_exact(&store, &index, src.path()).await;
+}
+
+/// Rows `ids` with variable-length `List<Float32>` vectors (as pyarrow
+/// writes numpy rows by default): the dimension comes from the first row.
+fn list_rows(ids: std::ops::Range<i64>, seed: u64) -> RecordBatch {
+    let n = (ids.end - ids.start) as usize;
+    let values = support::fixtures::dataset(n, DIM, seed);
+    let item = Arc::new(Field::new("item", DataType::Float32, true));
+    let offsets = arrow::buffer::OffsetBuffer::from_lengths(std::iter::repeat_n(DIM, n));
+    let emb = arrow::array::ListArray::new(
+        item.clone(),
+        offsets,
+        Arc::new(Float32Array::from(values)),
+        None,
+    );
+    RecordBatch::try_new(
+        Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("emb", DataType::List(item), true),
+        ])),
+        vec![
+            Arc::new(Int64Array::from_iter_values(ids)) as ArrayRef,
+            Arc::new(emb),
+        ],
+    )
+    .unwrap()
+}
+
+/// Issue #24: a new source file with 0 rows made every refresh fail with
+/// "the source table has no rows", so pending deletions never applied. It
+/// is now recorded and counted (`empty_files`), and the rest of the change
+/// is published.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_file_with_no_rows_is_skipped_with_a_count() {
+    let src = tempfile::tempdir().unwrap();
+    write_parquet(src.path(), "a.parquet", &list_rows(0..200, 1));
+    write_parquet(src.path(), "b.parquet", &list_rows(200..260, 2));
+    let (_i, store, index) = local_index();
+    build_index(src.path(), &store, &index).await;
+    // Only a 0-row file is new: nothing to index, no error.
+    write_parquet(src.path(), "c.parquet", &list_rows(0..0, 3));
+    let s = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!((s.version, s.empty_files, s.rows_added), (None, 1, 0));
+    // A 0-row file and a removed file: the deletion is published.
+    std::fs::remove_file(src.path().join("b.parquet")).unwrap();
+    let s = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!((s.version, s.empty_files, s.rows_removed), (Some(2), 1, 60));
+    check_exact(&store, &index, src.path()).await;
+    // Recorded: the next refresh has nothing to do.
+    let s = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!((s.version, s.empty_files), (None, 0));
 }
