@@ -38,14 +38,15 @@ use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::BuildError;
-use super::job::{BuildParams, BuildSummary, PhaseTimes, blocking, secs};
+use super::job::{BuildSummary, PhaseTimes, blocking, secs};
 use super::source::VectorSource;
 use super::source_spec::{SourceSpec, open_source};
-use super::stages::{self, Model, PartSample, PostingsTarget, SnapshotFolder};
+use super::stages::{self, BuildParams, Model, PartSample, PostingsTarget, SnapshotFolder};
 use crate::format::definition::IndexDefinition;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{CID_COLUMN, postings_schema};
-use crate::format::snapshot_writer::{Publisher, SnapshotWriter};
+use crate::format::snapshot_writer::SnapshotWriter;
+use crate::format::warehouse::Publisher;
 use crate::kmeans::{AssignMode, Hierarchy};
 use crate::quant::Quantizer;
 use crate::store::options::StoreOptions;
@@ -644,7 +645,15 @@ pub async fn publish(
     write_seconds: f64,
 ) -> Result<BuildSummary, BuildError> {
     let (store, folder) = plan.folder(options)?;
-    publish_to(store, plan, files, folder, assign_seconds, write_seconds).await
+    publish_on(
+        store,
+        &folder.index,
+        plan,
+        files,
+        assign_seconds,
+        write_seconds,
+    )
+    .await
 }
 
 /// [`publish`] on `store`, whose location `index` is the plan's index (the
@@ -660,19 +669,8 @@ pub async fn publish_on(
     assign_seconds: f64,
     write_seconds: f64,
 ) -> Result<BuildSummary, BuildError> {
-    let folder = SnapshotFolder::at(index, &plan.header.snapshot)?;
-    publish_to(store, plan, files, folder, assign_seconds, write_seconds).await
-}
-
-async fn publish_to(
-    store: Arc<dyn ObjectStore>,
-    plan: &BuildPlan,
-    files: Vec<FileEntry>,
-    folder: SnapshotFolder,
-    assign_seconds: f64,
-    write_seconds: f64,
-) -> Result<BuildSummary, BuildError> {
     let t = Instant::now();
+    let folder = SnapshotFolder::at(index, &plan.header.snapshot)?;
     let writer = SnapshotWriter::resume(store, folder.clone(), Publisher::Build);
     let (postings_files, postings_bytes) = (files.len(), files.iter().map(|f| f.size).sum());
     let written = async {

@@ -17,13 +17,12 @@ pub mod source_spec;
 pub mod spill;
 pub mod stages;
 
-pub use job::{
-    BuildParams, BuildSummary, DEFAULT_CODES, DEFAULT_POLISH, DEFAULT_SEED, PhaseTimes, build,
-};
+pub use job::{BuildSummary, PhaseTimes, build};
 pub use parquet_source::{ParquetSource, ParquetSourceOptions};
 pub use progress::ProgressMode;
 pub use source::{ArraySource, SourceDefinition, VectorBatch, VectorSource};
 pub use source_spec::{SourceSpec, open_source};
+pub use stages::{BuildParams, DEFAULT_CODES, DEFAULT_POLISH, DEFAULT_SEED};
 
 use thiserror::Error;
 

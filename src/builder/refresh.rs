@@ -37,21 +37,21 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use serde::Serialize;
 
 use super::BuildError;
-use super::job::{AssignError, BuildParams, BuildSummary, assign_all, write_all};
+use super::job::{AssignError, BuildSummary, assign_all, write_all};
 use super::progress::Phase;
 use super::source::{SourceDefinition, VectorBatch, VectorSource};
 use super::source_spec::{DUCKLAKE, SourceSpec};
 use super::spill::BucketSpill;
-use super::stages::{self, PostingsTarget};
+use super::stages::{self, BuildParams, PostingsTarget};
 use crate::format::definition::{IndexDefinition, IndexSource};
-use crate::format::layers::{
-    DELETIONS_FILE, DeletionsRef, DeltaRef, LayerRef, Layers, delta_documents,
-};
+use crate::format::layers::{DELETIONS_FILE, DeletionsRef, DeltaRef, LayerRef, Layers};
+use crate::format::pin::{Pin, check_pin};
 use crate::format::postings_table::{RESERVED_COLUMNS, postings_schema};
 use crate::format::snapshot::Snapshot;
-use crate::format::snapshot_writer::{Publisher, SnapshotWriter};
+use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::{SOURCE_FILES_FILE, SourceFile, SourceFiles};
-use crate::format::warehouse::{self, Pin};
+use crate::format::warehouse;
+use crate::format::warehouse::Publisher;
 use crate::index::{Index, IndexOptions};
 use crate::probe::executor::DecodedRowGroup;
 use crate::store::options::StoreOptions;
@@ -250,7 +250,7 @@ async fn changes(
                 crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
             let bytes = get(store, &path).await?;
             if let Some(c) = &snapshot.commit {
-                warehouse::check_pin(&c.pins, rel, path.as_ref(), &bytes)
+                check_pin(&c.pins, rel, path.as_ref(), &bytes)
                     .map_err(|e| refuse(e.to_string()))?;
             }
             let recorded =
@@ -587,7 +587,7 @@ pub async fn refresh(
         crate::postings::writer::publish(&store, &target.root, &manifest).await?;
         if rows > 0 {
             let mut pins = Vec::new();
-            for rel in delta_documents() {
+            for rel in crate::format::definition::delta_documents() {
                 let bytes = get(&store, &folder.child(&rel)?).await?;
                 pins.push(Pin::of(&rel, &bytes));
             }

@@ -61,6 +61,16 @@ pub const CENTROIDS_LOCATION: &str = "centroids/centroids.parquet";
 /// Default location of `ivf_postings`' manifest, relative to `index.json`.
 pub const POSTINGS_LOCATION: &str = "postings/manifest.json";
 
+/// The documents of a delta postings table that its layer reference pins,
+/// relative to the delta's snapshot folder: its `manifest.json` at the
+/// default postings location, and the `footers.json` beside it.
+pub fn delta_documents() -> Vec<String> {
+    vec![
+        POSTINGS_LOCATION.to_string(),
+        crate::format::footers::footers_location(POSTINGS_LOCATION),
+    ]
+}
+
 /// A table-definition or index definition that is not acceptable.
 #[derive(Debug, Error)]
 pub enum DefinitionError {
@@ -447,6 +457,33 @@ impl IndexTableDefinition {
 }
 
 impl IndexDefinition {
+    /// The snapshot-relative paths of the documents a reader needs besides
+    /// the postings files, as this definition names them: what a commit pins
+    /// and a reader checks. A built snapshot: `index.json`, the postings
+    /// `manifest.json` and its sibling `footers.json`, the centroids, and the
+    /// quantiser when there are codes. A refreshed snapshot (with `layers`):
+    /// `index.json`, its delta table ([`delta_documents`]) and the deletions;
+    /// its base is pinned in `layers`. Either way `source-files.json` when
+    /// named.
+    pub fn documents(&self) -> Vec<String> {
+        let mut documents = vec![INDEX_DEFINITION_FILE.to_string()];
+        match &self.layers {
+            Some(_) => {
+                documents.extend(delta_documents());
+                documents.push(crate::format::layers::DELETIONS_FILE.to_string());
+            }
+            None => {
+                let manifest = &self.tables.ivf_postings.location;
+                documents.push(manifest.clone());
+                documents.push(crate::format::footers::footers_location(manifest));
+                documents.push(self.tables.ivf_centroids.location.clone());
+                documents.extend(self.quantizer.clone());
+            }
+        }
+        documents.extend(self.source_files.clone());
+        documents
+    }
+
     /// A version-1 definition with the default table locations
     /// ([`CENTROIDS_LOCATION`], [`POSTINGS_LOCATION`]) and f32 elements.
     pub fn new(
@@ -653,7 +690,7 @@ impl IndexDefinition {
             let mut base = self.clone();
             base.layers = None;
             base.source_files = None;
-            layers.validate(&crate::format::warehouse::snapshot_documents(&base))?;
+            layers.validate(&base.documents(), &delta_documents())?;
         }
         if self.build.vector_column.is_empty() {
             return Err(DefinitionError::EmptyValue {

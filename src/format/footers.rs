@@ -22,6 +22,21 @@ use thiserror::Error;
 
 /// File name of the footer pins, beside `manifest.json`.
 pub const FOOTERS_FILE: &str = "footers.json";
+
+/// Where `footers.json` lives for the postings manifest at the relative
+/// location `manifest`: beside it.
+pub fn footers_location(manifest: &str) -> String {
+    match manifest.rsplit_once('/') {
+        Some((dir, _)) => format!("{dir}/{FOOTERS_FILE}"),
+        None => FOOTERS_FILE.to_string(),
+    }
+}
+
+/// The `footers.json` object of the postings table whose `manifest.json`
+/// is in `table_root`.
+pub fn footers_path(table_root: &Path) -> Path {
+    table_root.clone().join(FOOTERS_FILE)
+}
 /// The `footers.json` format version this crate writes and reads.
 pub const FOOTERS_FORMAT_VERSION: u32 = 1;
 

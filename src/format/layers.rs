@@ -35,7 +35,7 @@ use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
-use crate::format::warehouse::Pin;
+use crate::format::pin::Pin;
 use crate::store::uri::RelativeLocation;
 
 /// The deletion object of a refreshed snapshot, relative to its folder.
@@ -148,7 +148,11 @@ impl Layers {
     ///
     /// # Errors
     /// The first violated rule.
-    pub fn validate(&self, base_documents: &[String]) -> Result<(), LayersError> {
+    pub fn validate(
+        &self,
+        base_documents: &[String],
+        delta_documents: &[String],
+    ) -> Result<(), LayersError> {
         let check = |what, r: &str, pins: &[Pin], needed: &[String]| {
             if !is_snapshot_folder(r) {
                 return Err(LayersError::BadSnapshot {
@@ -166,10 +170,9 @@ impl Layers {
             }
         };
         check("base", &self.base.snapshot, &self.base.pins, base_documents)?;
-        let delta_docs = delta_documents();
         let mut seen = vec![self.base.snapshot.as_str()];
         for d in &self.deltas {
-            check("delta", &d.snapshot, &d.pins, &delta_docs)?;
+            check("delta", &d.snapshot, &d.pins, delta_documents)?;
             if seen.contains(&d.snapshot.as_str()) {
                 return Err(LayersError::Repeated {
                     snapshot: d.snapshot.clone(),
@@ -185,15 +188,6 @@ impl Layers {
         }
         Ok(())
     }
-}
-
-/// The documents of a delta postings table that its [`DeltaRef`] pins,
-/// relative to the delta's snapshot folder.
-pub fn delta_documents() -> Vec<String> {
-    vec![
-        crate::format::definition::POSTINGS_LOCATION.to_string(),
-        format!("postings/{}", crate::format::footers::FOOTERS_FILE),
-    ]
 }
 
 /// The deleted rowids of a snapshot: `(rowid, before-layer)`, ascending by
@@ -447,6 +441,7 @@ mod tests {
     fn layer_references_are_snapshot_folders_with_their_pins() {
         let pin = |p: &str| Pin::of(p, b"x");
         let base_docs = vec!["index.json".to_string()];
+        let delta_docs = crate::format::definition::delta_documents();
         let mut layers = Layers {
             base: LayerRef {
                 snapshot: "snapshots/a".into(),
@@ -455,29 +450,29 @@ mod tests {
             deltas: vec![DeltaRef {
                 snapshot: "snapshots/b".into(),
                 rows: 3,
-                pins: delta_documents().iter().map(|p| pin(p)).collect(),
+                pins: delta_docs.iter().map(|p| pin(p)).collect(),
             }],
             deletions: DeletionsRef {
                 rows: 0,
                 pin: pin(DELETIONS_FILE),
             },
         };
-        layers.validate(&base_docs).unwrap();
+        layers.validate(&base_docs, &delta_docs).unwrap();
         assert_eq!(layers.count(), 2);
         layers.deltas[0].snapshot = "snapshots/a".into();
         assert!(matches!(
-            layers.validate(&base_docs),
+            layers.validate(&base_docs, &delta_docs),
             Err(LayersError::Repeated { .. })
         ));
         layers.deltas[0].snapshot = "../b".into();
         assert!(matches!(
-            layers.validate(&base_docs),
+            layers.validate(&base_docs, &delta_docs),
             Err(LayersError::BadSnapshot { .. })
         ));
         layers.deltas[0].snapshot = "snapshots/b".into();
         layers.deltas[0].pins.pop();
         assert!(matches!(
-            layers.validate(&base_docs),
+            layers.validate(&base_docs, &delta_docs),
             Err(LayersError::MissingPin { .. })
         ));
     }

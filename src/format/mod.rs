@@ -14,6 +14,7 @@
 //! | a refreshed snapshot's layers and `deletions.parquet` | [`layers`] |
 //! | `source-files.json` (the indexed files of a Parquet source) | [`source_files`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
+//! | pins: the size and sha256 of a document, checked by every reader | [`pin`] |
 //! | all of one snapshot's documents, read and checked together | [`snapshot`] |
 //!
 //! Parsers read the version keys first and refuse a version they do not know
@@ -25,6 +26,7 @@ pub mod footers;
 pub mod layers;
 pub mod manifest;
 pub mod page_crc;
+pub mod pin;
 pub mod postings_table;
 pub mod quantizer;
 pub mod snapshot;

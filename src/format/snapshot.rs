@@ -22,11 +22,12 @@
 
 use crate::format::centroids::{self, CentroidsError};
 use crate::format::definition::{DefinitionError, INDEX_DEFINITION_FILE, IndexDefinition};
-use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, FootersError};
+use crate::format::footers::{FooterPin, Footers, FootersError};
 use crate::format::layers::{Deletions, LayersError};
 use crate::format::manifest::{FileEntry, Manifest, ManifestError};
+use crate::format::pin::{Pin, PinError, check_pin};
 use crate::format::quantizer::{self, QuantizerDocError};
-use crate::format::warehouse::{self, Commit, PinError, WarehouseError, check_pin};
+use crate::format::warehouse::{self, Commit, WarehouseError};
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use bytes::Bytes;
@@ -214,7 +215,7 @@ impl Snapshot {
         let definition = IndexDefinition::from_json(&bytes).map_err(definition_err)?;
         // A built snapshot is its own base, pinned by its commit; a refreshed
         // one names its base, pinned in `layers`.
-        let (base_folder, base_pins): (Path, Option<&[warehouse::Pin]>) = match &definition.layers {
+        let (base_folder, base_pins): (Path, Option<&[Pin]>) = match &definition.layers {
             Some(layers) => (
                 sibling(folder, &layers.base.snapshot)?,
                 Some(&layers.base.pins),
@@ -224,7 +225,7 @@ impl Snapshot {
         let mut base_definition = definition.clone();
         base_definition.layers = None;
         base_definition.source_files = None;
-        let documents = warehouse::snapshot_documents(&base_definition);
+        let documents = base_definition.documents();
         let manifest_path = definition
             .postings_manifest_path(&base_folder)
             .map_err(definition_err)?;
@@ -332,7 +333,7 @@ async fn get_pinned(
     store: &dyn ObjectStore,
     folder: &Path,
     rel: &str,
-    pins: Option<&[warehouse::Pin]>,
+    pins: Option<&[Pin]>,
 ) -> Result<Bytes, SnapshotError> {
     let path = crate::store::uri::RelativeLocation::parse(rel)
         .map_err(|_| WarehouseError::BadSnapshotPath {
@@ -354,10 +355,10 @@ async fn read_table(
     manifest_path: &Path,
     manifest_rel: &str,
     footers_rel: &str,
-    pins: Option<&[warehouse::Pin]>,
+    pins: Option<&[Pin]>,
 ) -> Result<Table, SnapshotError> {
     let root = &manifest_path.parent().unwrap_or_default();
-    let footers_path = root.clone().join(FOOTERS_FILE);
+    let footers_path = crate::format::footers::footers_path(root);
     let check = |rel: &str, path: &Path, bytes: &[u8]| match pins {
         Some(pins) => check_pin(pins, rel, path.as_ref(), bytes),
         None => Ok(()),
@@ -414,7 +415,7 @@ async fn read_layers(
     let Some(layers) = &definition.layers else {
         return Ok((Vec::new(), Deletions::new()));
     };
-    let documents = crate::format::layers::delta_documents();
+    let documents = crate::format::definition::delta_documents();
     let deltas = futures::future::try_join_all(layers.deltas.iter().map(|d| {
         let documents = &documents;
         async move {

@@ -27,45 +27,9 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 
 use super::definition::INDEX_DEFINITION_FILE;
-use super::warehouse::{self, Commit, Pin, WarehouseError};
+use super::pin::Pin;
+use super::warehouse::{self, Commit, Publisher, WarehouseError};
 use crate::store::uri::RelativeLocation;
-
-/// Who publishes: what a [`WarehouseError::Conflict`] tells its user to do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Publisher {
-    /// `parqivf build` and the distributed build.
-    Build,
-    /// `parqivf refresh`.
-    Refresh,
-    /// `parqivf compact`.
-    Compact,
-}
-
-impl Publisher {
-    /// The command's name, as the user typed it.
-    pub fn command(self) -> &'static str {
-        match self {
-            Publisher::Build => "build",
-            Publisher::Refresh => "refresh",
-            Publisher::Compact => "compact",
-        }
-    }
-
-    /// What the loser of a race should do next.
-    pub fn advice(self) -> &'static str {
-        match self {
-            Publisher::Build => "build again to publish on top of it",
-            Publisher::Refresh => "run refresh again: it starts from the new version",
-            Publisher::Compact => "run compact again on the new version",
-        }
-    }
-}
-
-impl std::fmt::Display for Publisher {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.command())
-    }
-}
 
 /// A snapshot folder: `<index>/snapshots/<id>`.
 #[derive(Debug, Clone, PartialEq, Eq)]

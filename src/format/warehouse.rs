@@ -40,11 +40,9 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
-use crate::format::footers::FOOTERS_FILE;
-use crate::format::snapshot_writer::Publisher;
+use crate::format::pin::Pin;
 use crate::store::StoreError;
 use crate::store::uri::RelativeLocation;
-use sha2::{Digest, Sha256};
 
 /// The version-document format this reader understands.
 /// Version 2 added the required `pins`.
@@ -64,115 +62,8 @@ pub struct Commit {
     /// Milliseconds since the Unix epoch when the commit was made.
     pub committed_at_ms: u64,
     /// Size and sha256 of each small document of the snapshot, in the order
-    /// of [`snapshot_documents`].
+    /// of [`IndexDefinition::documents`].
     pub pins: Vec<Pin>,
-}
-
-/// The pin of one snapshot document.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case", deny_unknown_fields)]
-pub struct Pin {
-    /// Relative to the snapshot folder, e.g. `postings/manifest.json`.
-    pub path: String,
-    pub size: u64,
-    /// Lowercase hex sha256 of the whole object.
-    pub sha256: String,
-}
-
-impl Pin {
-    /// The pin of `bytes` stored at `path`.
-    pub fn of(path: &str, bytes: &[u8]) -> Pin {
-        Pin {
-            path: path.to_string(),
-            size: bytes.len() as u64,
-            sha256: hex::encode(Sha256::digest(bytes)),
-        }
-    }
-}
-
-/// A snapshot document that differs from, or is missing from, its pins.
-#[derive(Debug, Error)]
-pub enum PinError {
-    #[error(
-        "{object}: {found_size} bytes with sha256 {found_sha256}, the commit pins {expected_size} bytes with sha256 {expected_sha256}"
-    )]
-    Mismatch {
-        object: String,
-        expected_size: u64,
-        found_size: u64,
-        expected_sha256: String,
-        found_sha256: String,
-    },
-    #[error("{object}: the commit document has no pin for {path:?} (pins: {pinned:?})")]
-    Unpinned {
-        object: String,
-        path: String,
-        pinned: Vec<String>,
-    },
-}
-
-/// Check `bytes`, read from `object` (snapshot-relative `path`), against `pins`.
-///
-/// # Errors
-/// [`PinError::Unpinned`] when no pin names `path`, [`PinError::Mismatch`]
-/// when the size or sha256 differs.
-pub fn check_pin(pins: &[Pin], path: &str, object: &str, bytes: &[u8]) -> Result<(), PinError> {
-    let Some(pin) = pins.iter().find(|p| p.path == path) else {
-        return Err(PinError::Unpinned {
-            object: object.to_string(),
-            path: path.to_string(),
-            pinned: pins.iter().map(|p| p.path.clone()).collect(),
-        });
-    };
-    let found = Pin::of(path, bytes);
-    if found.size != pin.size || found.sha256 != pin.sha256 {
-        return Err(PinError::Mismatch {
-            object: object.to_string(),
-            expected_size: pin.size,
-            found_size: found.size,
-            expected_sha256: pin.sha256.clone(),
-            found_sha256: found.sha256,
-        });
-    }
-    Ok(())
-}
-
-/// The snapshot-relative paths of the documents a reader needs besides the
-/// postings files, as `index.json` names them: `index.json`, the postings
-/// `manifest.json`, its sibling `footers.json`, and the centroids object.
-/// These are what a commit pins and [`crate::Index`] checks.
-pub fn snapshot_documents(definition: &IndexDefinition) -> Vec<String> {
-    let mut documents = match &definition.layers {
-        // A refreshed snapshot holds index.json, its delta postings table
-        // (maybe empty) and the deletions; the rest is pinned in `layers`.
-        Some(_) => {
-            let mut d = vec![INDEX_DEFINITION_FILE.to_string()];
-            d.extend(crate::format::layers::delta_documents());
-            d.push(crate::format::layers::DELETIONS_FILE.to_string());
-            d
-        }
-        None => built_documents(definition),
-    };
-    documents.extend(definition.source_files.clone());
-    documents
-}
-
-/// The documents of a built snapshot that readers open (what a refreshed
-/// snapshot pins of its base).
-fn built_documents(definition: &IndexDefinition) -> Vec<String> {
-    let manifest = definition.tables.ivf_postings.location.clone();
-    let footers = match manifest.rsplit_once('/') {
-        Some((dir, _)) => format!("{dir}/{FOOTERS_FILE}"),
-        None => FOOTERS_FILE.to_string(),
-    };
-    let mut documents = vec![
-        INDEX_DEFINITION_FILE.to_string(),
-        manifest,
-        footers,
-        definition.tables.ivf_centroids.location.clone(),
-    ];
-    documents.extend(definition.quantizer.clone());
-    documents
 }
 
 /// The folder of `snapshot` (relative to the index, as a commit names it)
@@ -210,7 +101,7 @@ pub async fn snapshot_pins(
     let definition =
         IndexDefinition::from_json(&def).map_err(|e| incomplete(format!("{def_path}: {e}")))?;
     let mut pins = Vec::new();
-    for rel in snapshot_documents(&definition) {
+    for rel in definition.documents() {
         let path = RelativeLocation::parse(&rel)
             .map_err(|e| incomplete(format!("{def_path}: {rel:?}: {e}")))?
             .resolve_path(snapshot);
@@ -230,6 +121,43 @@ pub async fn snapshot_pins(
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct Hint {
     version: u64,
+}
+
+/// Who publishes: what a [`WarehouseError::Conflict`] tells its user to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Publisher {
+    /// `parqivf build` and the distributed build.
+    Build,
+    /// `parqivf refresh`.
+    Refresh,
+    /// `parqivf compact`.
+    Compact,
+}
+
+impl Publisher {
+    /// The command's name, as the user typed it.
+    pub fn command(self) -> &'static str {
+        match self {
+            Publisher::Build => "build",
+            Publisher::Refresh => "refresh",
+            Publisher::Compact => "compact",
+        }
+    }
+
+    /// What the loser of a race should do next.
+    pub fn advice(self) -> &'static str {
+        match self {
+            Publisher::Build => "build again to publish on top of it",
+            Publisher::Refresh => "run refresh again: it starts from the new version",
+            Publisher::Compact => "run compact again on the new version",
+        }
+    }
+}
+
+impl std::fmt::Display for Publisher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.command())
+    }
 }
 
 /// Errors of the commit protocol.

@@ -11,9 +11,7 @@
 //! spans consecutive row groups and files.
 
 use super::PostingsError;
-use crate::format::footers::{
-    FOOTERS_FILE, FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes,
-};
+use crate::format::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes};
 use crate::format::manifest::{
     FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest, ManifestError,
 };
@@ -423,7 +421,7 @@ pub async fn publish(
         format_version: FOOTERS_FORMAT_VERSION,
         files,
     };
-    let footers_path = table_root.clone().join(FOOTERS_FILE);
+    let footers_path = crate::format::footers::footers_path(table_root);
     let bytes = Bytes::from(footers.to_json_bytes());
     match put_if_absent(store.as_ref(), &footers_path, bytes.clone()).await {
         Ok(_) => {}

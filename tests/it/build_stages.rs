@@ -17,7 +17,8 @@ use parqivf::builder::{
 };
 use parqivf::format::manifest::FileEntry;
 use parqivf::format::postings_table::postings_schema;
-use parqivf::format::snapshot_writer::{Publisher, SnapshotWriter};
+use parqivf::format::snapshot_writer::SnapshotWriter;
+use parqivf::format::warehouse::Publisher;
 use parqivf::format::warehouse::{self, WarehouseError};
 use parqivf::index::{Index, SearchParams};
 use parqivf::kmeans::Hierarchy;

@@ -5,7 +5,7 @@
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::format::snapshot_writer::Publisher;
+use parqivf::format::warehouse::Publisher;
 use parqivf::format::warehouse::{commit_pinned, gc, unreferenced_snapshots};
 use std::process::Command;
 use std::sync::Arc;

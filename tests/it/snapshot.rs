@@ -12,8 +12,9 @@ use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
 use parqivf::format::definition::DefinitionError;
 use parqivf::format::footers::FootersError;
 use parqivf::format::manifest::ManifestError;
+use parqivf::format::pin::PinError;
 use parqivf::format::snapshot::{Snapshot, SnapshotError};
-use parqivf::format::warehouse::{self, PinError, WarehouseError};
+use parqivf::format::warehouse::{self, WarehouseError};
 use parqivf::server::backend::{BackendError, BackendLoader};
 use parqivf::server::index_backend::IndexLoader;
 
