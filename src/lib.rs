@@ -2,7 +2,7 @@
 //! DuckLake tables, stored as plain Parquet that any engine can read.
 //!
 //! The crate is organised as pure planners and compute in the middle
-//! ([`distance`], [`topk`], [`kmeans`], [`manifest`], [`probe`]'s planner) and IO at
+//! ([`distance`], [`topk`], [`kmeans`], [`format::manifest`], [`probe`]'s planner) and IO at
 //! the edges ([`store`], [`postings`] writer, [`probe`] executor, [`catalog`]
 //! readers), all storage going through `Arc<dyn ObjectStore>`.
 //! `docs/architecture.md` gives each module one heading and the question it answers.

@@ -215,7 +215,7 @@ pub fn clustered(n: usize, dim: usize, clusters: usize, sigma: f32, seed: u64) -
 }
 
 /// A batch shaped like a table written by an ordinary tool: `id` BIGINT,
-/// `title` VARCHAR and `embedding` LIST<FLOAT>.
+/// `title` VARCHAR and `embedding` `LIST<FLOAT>`.
 pub fn table_batch(first_id: i64, vectors: &[f32], dim: usize) -> RecordBatch {
     let n = vectors.len() / dim;
     let ids: Vec<i64> = (0..n as i64).map(|i| first_id + i).collect();

@@ -9,7 +9,7 @@
 //! of how the input was split or how often it spilled.
 //!
 //! The spill files live in a per-build work folder
-//! `$TMPDIR/parqivf-build-<random>/` ([`WorkDir`]) that also records the
+//! `$TMPDIR/parqivf-build-<random>/` (`WorkDir`) that also records the
 //! snapshot folder the build is writing until it commits. The folder is
 //! removed when the build ends (success, error, or its future dropped on
 //! SIGINT). A build killed outright (`kill -9`) cannot clean up; its folder

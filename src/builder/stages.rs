@@ -385,7 +385,7 @@ pub fn roots_of(cid_offsets: &[u32], cids: &[i32]) -> Result<Vec<u32>, BuildErro
 const QUANTIZER_SAMPLE: usize = 65_536;
 
 /// The quantiser of the codes for `scheme`, from the residuals of (at most
-/// [`QUANTIZER_SAMPLE`] rows of) the training sample to their leaves:
+/// `QUANTIZER_SAMPLE` rows of) the training sample to their leaves:
 /// SQ8's per-dimension ranges; RaBitQ's rotation from the build seed.
 /// Deterministic for the same sample and seed. CPU only.
 ///

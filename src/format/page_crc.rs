@@ -607,7 +607,7 @@ impl std::io::Write for SkipPrefix<'_> {
 /// A whole Parquet file (written by any writer, page index included or not)
 /// with a CRC32 in every page header: the pages are rewritten in place and
 /// the footer rebuilt. Used for postings written outside
-/// [`super::PostingsWriter`] (which does the same row group by row group).
+/// [`crate::postings::PostingsWriter`] (which does the same row group by row group).
 ///
 /// # Errors
 /// A [`ParquetError`] for a file that does not parse.

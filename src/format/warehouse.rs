@@ -23,7 +23,7 @@
 //! sha256 ([`Pin`]). [`commit`] reads them back to compute the pins; a reader
 //! ([`crate::format::snapshot::Snapshot::open_current`]) checks every document it reads against
 //! its pin (one hash over kilobytes), so an edited or bit-flipped document is
-//! a [`PinError`], never a different answer. Postings footers are pinned by
+//! a [`crate::format::pin::PinError`], never a different answer. Postings footers are pinned by
 //! `footers.json` and pages carry CRC32s (see `docs/format.md`).
 //!
 //! Readers find the current version **without listing**: they read the hint

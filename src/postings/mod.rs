@@ -1,7 +1,7 @@
-//! Postings: the `ivf_postings` Parquet schema ([`schema`]), the writer that
+//! Postings: the `ivf_postings` Parquet schema ([`crate::format::postings_table`]), the writer that
 //! lays postings out one CID per row group in rolling files with streaming
 //! sha256 and size ([`writer`]), and the checker of every MUST of the layout
-//! ([`verify`]). The format as implemented is in `docs/format.md`.
+//! ([`mod@verify`]). The format as implemented is in `docs/format.md`.
 
 pub mod verify;
 pub mod writer;

@@ -2,7 +2,7 @@
 //! within a bucket) into `cid_bucket=NNNNNN/part-NNNNN.parquet` objects with
 //! exactly one CID per row group, then builds and publishes the manifest.
 //!
-//! Each object streams through [`HashingUpload`], which hashes and counts the
+//! Each object streams through `HashingUpload`, which hashes and counts the
 //! exact bytes handed to the object store (an `object_store::buffered::BufWriter`,
 //! multipart once a file outgrows its buffer), so the manifest's `sha256` and
 //! `size` need no read-back. A row group closes when the CID changes or when it

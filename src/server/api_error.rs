@@ -6,7 +6,7 @@
 //!
 //! A message never shows a store location, a local path or an internal
 //! endpoint: such facts go in `detail`, which only the log sees. The
-//! [`finish`] middleware logs every error response here, once, with its
+//! `finish` middleware logs every error response here, once, with its
 //! request id (the `x-request-id` header, also returned to the client), and
 //! gives the framework's own 413 (a declared `Content-Length` over the limit,
 //! refused before the body is read) the same JSON shape.
@@ -218,7 +218,7 @@ impl From<ReloadError> for ApiError {
 }
 
 impl IntoResponse for ApiError {
-    /// The JSON response without a request id; [`finish`] replaces it by one
+    /// The JSON response without a request id; `finish` replaces it by one
     /// with the id and logs the error (the error rides along as an extension).
     fn into_response(self) -> Response {
         let mut response = self.render(None);

@@ -22,7 +22,7 @@
 //! connection is served by hyper's HTTP/1 builder with its header read
 //! timeout (see [`limits::ConnectionLimits`]), watched by hyper-util's
 //! graceful shutdown. Around the routes (outermost first): request id, trace
-//! span, metrics, error rendering ([`api_error::finish`]), bearer-token auth
+//! span, metrics, error rendering (`api_error::finish`), bearer-token auth
 //! ([`auth`]), and tower-http's body limit, which answers 413 from a declared
 //! `Content-Length` before any of the body is read.
 

@@ -306,7 +306,7 @@ impl LocationUri {
 
     /// The decoded object-store path inside the host (no wildcard handling:
     /// for a pattern, use [`LocationUri::static_prefix`] and
-    /// [`LocationUri::matches`]).
+    /// [`LocationMatcher::matches`]).
     pub fn object_path(&self) -> Path {
         store_path(self.encoded_segments().map(decode))
     }
