@@ -372,17 +372,21 @@ impl Index {
         }
     }
 
-    /// Every row group of postings file `file` (manifest order), read and
-    /// checked as a query reads them: the footer against its pin in
-    /// `footers.json`, every fetched page against its CRC32, every row's cid
-    /// against its row group's statistics; vectors, codes (checked, though
-    /// not returned for use) and payload. The reader of whole files
-    /// (compaction), so no reader of postings checks less than the probe.
+    /// Every row group of postings file `file` (manifest order), its `cid`
+    /// and `rowid` and the columns `want` asks for, read and checked as a
+    /// query reads them: the footer against its pin in `footers.json`, every
+    /// fetched page against its CRC32, every row's cid against its row
+    /// group's statistics. The reader of whole files (compaction, the live
+    /// ids of a refresh), so no reader of postings checks less than the probe.
     ///
     /// # Errors
     /// [`ProbeError`]: a footer pin, page checksum, cid or store failure,
     /// naming the object, row group and page.
-    pub async fn read_file(&self, file: usize) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+    pub async fn read_file(
+        &self,
+        file: usize,
+        want: Want,
+    ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
         let postings = self.postings();
         let mut stats = SearchStats::default();
         let footers = postings.footers(&[file], &mut stats).await?;
@@ -392,17 +396,37 @@ impl Index {
             .collect();
         cids.sort_unstable();
         cids.dedup();
-        let want = Want {
-            vectors: true,
-            codes: self.codes.is_some(),
-            payload: true,
-        };
         let mut plan = postings.plan(&cids, &[file], &footers, want, None, &mut stats)?;
         let fetched = postings.fetch(plan.requests(), &mut stats).await?;
         let mut groups = std::mem::take(&mut plan.cached);
         let dim = self.hierarchy.dim;
         groups.extend(on_rayon(move || plan.decode(fetched, dim)).await?);
         Ok(groups)
+    }
+
+    /// Every live rowid of every layer (deleted rows left out), read through
+    /// [`Index::read_file`] (`cid` and `rowid` only), 16 files at a time.
+    ///
+    /// # Errors
+    /// As [`Index::read_file`].
+    pub async fn live_rowids(&self) -> Result<Vec<i64>, ProbeError> {
+        use futures::{StreamExt, TryStreamExt};
+        let per_file: Vec<Vec<i64>> = futures::stream::iter(0..self.files.len())
+            .map(|file| async move {
+                let layer = self.live.layer_of(file);
+                let groups = self.read_file(file, Want::default()).await?;
+                Ok::<_, ProbeError>(
+                    groups
+                        .iter()
+                        .flat_map(|g| g.rowids.iter().copied())
+                        .filter(|&id| !self.live.deletions.is_deleted(id, layer))
+                        .collect(),
+                )
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        Ok(per_file.concat())
     }
 
     /// Read every footer not yet cached, all at once (one round), so later

@@ -133,7 +133,11 @@ fn build_error(e: &BuildError, message: String) -> PyErr {
         | B::Location(_)
         | B::KMeans(_) => InvalidArgument::new_err(message),
         B::Warehouse(w) => warehouse_error(w, message),
-        B::Store(_) | B::Spill { .. } => StorageError::new_err(message),
+        B::Store(_) | B::Spill { .. } | B::Probe(ProbeError::Store { .. }) => {
+            StorageError::new_err(message)
+        }
+        // Postings that fail their checks (compaction reads every page).
+        B::Probe(_) => CorruptIndex::new_err(message),
         B::Internal(_) | B::Arrow(_) | B::Postings(_) | B::Definition(_) => {
             ParqivfError::new_err(message)
         }

@@ -165,6 +165,7 @@ pub async fn build(
         &schema,
         params,
         &mut spill,
+        &std::collections::HashSet::new(),
         |n| phase.inc(n),
     )
     .await?;
@@ -260,11 +261,14 @@ impl AssignError {
 /// Step 4 of a build with a trained `model`: assign every row of `source`
 /// (the `cached` parts as they are, the others read again) to its leaf,
 /// encode its code, and group the rows by root bucket into `spill`. Ids
-/// from the data must be unique: checked once all are assigned.
-/// `on_rows` is told the rows of each part assigned.
+/// from the data must be unique, and none may be in `indexed` (the live ids
+/// of the index a refresh adds to; empty for a build): checked as each part
+/// is read and once all are assigned. `on_rows` is told the rows of each
+/// part assigned.
 ///
 /// # Errors
-/// The source's errors, [`BuildError::DuplicateId`], and spill failures.
+/// The source's errors, [`BuildError::DuplicateId`],
+/// [`BuildError::IdAlreadyIndexed`], and spill failures.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn assign_all(
     source: &dyn VectorSource,
@@ -274,6 +278,7 @@ pub(super) async fn assign_all(
     schema: &arrow::datatypes::SchemaRef,
     params: &BuildParams,
     spill: &mut BucketSpill,
+    indexed: &std::collections::HashSet<i64>,
     on_rows: impl Fn(u64),
 ) -> Result<AssignError, BuildError> {
     let skip_invalid = source.definition().skip_invalid;
@@ -286,6 +291,14 @@ pub(super) async fn assign_all(
             None => stages::read_part(source, p, params.metric, skip_invalid).await?,
         };
         if source.ids_may_repeat() {
+            if let Some(&id) = batch.rowids.iter().find(|id| indexed.contains(id)) {
+                let rows = source.rows_with_id(p, id).await?;
+                return Err(BuildError::IdAlreadyIndexed {
+                    id,
+                    path: source.part_name(p),
+                    row: rows.first().copied().unwrap_or_default(),
+                });
+            }
             ids.extend_from_slice(&batch.rowids);
         }
         let n = batch.len() as u64;

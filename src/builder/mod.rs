@@ -144,6 +144,14 @@ pub enum BuildError {
         /// The second occurrence, as `<file> row <n>`.
         second: String,
     },
+    /// A refresh would add a row whose id the index already holds live (an
+    /// update must remove the old row in the same refresh).
+    #[error(
+        "{path} row {row}: id {id} is already indexed, and this refresh does not remove its row; \
+         one id is never two live rows: remove the old row from the source (a changed or \
+         removed file), or rebuild the index"
+    )]
+    IdAlreadyIndexed { id: i64, path: String, row: u64 },
     #[error("spill file {path}: {reason}")]
     Spill { path: String, reason: String },
     #[error("arrow: {0}")]

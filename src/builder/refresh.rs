@@ -53,7 +53,7 @@ use crate::format::source_files::{SOURCE_FILES_FILE, SourceFile, SourceFiles};
 use crate::format::warehouse;
 use crate::format::warehouse::Publisher;
 use crate::index::{Index, IndexOptions};
-use crate::probe::executor::DecodedRowGroup;
+use crate::probe::executor::{DecodedRowGroup, Want};
 use crate::store::options::StoreOptions;
 
 /// What `refresh` reads besides the index.
@@ -151,6 +151,34 @@ async fn current(
             reason: e.to_string(),
         })?;
     Ok((commit, snapshot))
+}
+
+/// The ids live in the version `commit` of `index` that this refresh does
+/// not remove: what new rows must not repeat. Read from the postings (rowid
+/// columns only, checked as a query reads them).
+///
+/// # Errors
+/// The snapshot cannot be opened; postings read errors.
+async fn live_ids(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    commit: &warehouse::Commit,
+    removed: &[i64],
+) -> Result<std::collections::HashSet<i64>, BuildError> {
+    let snapshot = Snapshot::open_commit(store.as_ref(), index, commit.clone())
+        .await
+        .map_err(|e| BuildError::Refresh {
+            index: index.to_string(),
+            reason: e.to_string(),
+        })?;
+    let reader = Index::from_snapshot(store.clone(), snapshot, IndexOptions::default());
+    let removed: std::collections::HashSet<i64> = removed.iter().copied().collect();
+    Ok(reader
+        .live_rowids()
+        .await?
+        .into_iter()
+        .filter(|id| !removed.contains(id))
+        .collect())
 }
 
 /// The source `definition` records, as a [`SourceSpec`] (`source` overrides
@@ -483,6 +511,12 @@ pub async fn refresh(
     let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
     let error = match &changes.added {
         Some(source) => {
+            // Ids from the data may repeat an indexed one: never two live rows.
+            let indexed = if source.ids_may_repeat() {
+                live_ids(&store, index, &commit, &changes.removed).await?
+            } else {
+                std::collections::HashSet::new()
+            };
             let phase = Phase::start(build.progress, "assign", 0, "rows");
             let e = assign_all(
                 source.as_ref(),
@@ -492,6 +526,7 @@ pub async fn refresh(
                 &schema,
                 &build,
                 &mut spill,
+                &indexed,
                 |n| phase.inc(n),
             )
             .await?;
@@ -697,7 +732,13 @@ impl VectorSource for LiveSource {
     }
 
     async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
-        let groups = self.reader.read_file(part).await?;
+        let want = Want {
+            vectors: true,
+            // Read to check their pages: compaction encodes new codes.
+            codes: self.reader.quantizer().is_some(),
+            payload: true,
+        };
+        let groups = self.reader.read_file(part, want).await?;
         let layer = self.live.layer_of(part);
         let (deletions, payload, name) = (
             Arc::clone(&self.live.deletions),
@@ -876,6 +917,7 @@ pub async fn compact(
         &schema,
         &build,
         &mut spill,
+        &std::collections::HashSet::new(),
         |_| {},
     )
     .await?;

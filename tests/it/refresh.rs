@@ -528,3 +528,59 @@ async fn a_new_file_with_no_rows_is_skipped_with_a_count() {
         .unwrap();
     assert_eq!((s.version, s.empty_files), (None, 0));
 }
+
+/// Issue #24's companion finding (issue #29, item 4): with `--id-column`, a
+/// refresh accepted a new file whose id was already indexed, and the id
+/// came back twice in one answer. Now it is a typed error naming the file,
+/// row and id, nothing is published, and a refresh of a corrected file
+/// works; an exhaustive answer never holds one id twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_appended_file_repeating_an_indexed_id_is_a_typed_error() {
+    for (name, store, index, _dir) in index_stores() {
+        let src = tempfile::tempdir().unwrap();
+        write_parquet(src.path(), "a.parquet", &rows(0..200, 1));
+        let with_ids = SourceSpec {
+            id_column: Some("id".into()),
+            payload: Vec::new(),
+            ..spec(src.path())
+        };
+        let source = open_source(&with_ids, &StoreOptions::default())
+            .await
+            .unwrap();
+        build(source, store.clone(), &index, &params())
+            .await
+            .unwrap();
+        // Ids 190..230: 190..199 are indexed.
+        write_parquet(src.path(), "b.parquet", &rows(190..230, 2));
+        let e = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&e, BuildError::IdAlreadyIndexed { id: 190, path, row: 0 } if path.ends_with("b.parquet")),
+            "{name}: {e}"
+        );
+        let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+        assert_eq!(current.version, 1, "{name}: nothing published");
+        // Corrected: new ids only.
+        write_parquet(src.path(), "b.parquet", &rows(200..240, 2));
+        let s = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+            .await
+            .unwrap();
+        assert_eq!((s.version, s.rows_added), (Some(2), 40), "{name}");
+        let idx = Index::open_current(store.clone(), &index).await.unwrap();
+        let all = idx
+            .search(
+                &query(7),
+                &SearchParams {
+                    k: 300,
+                    nprobe: NLIST as usize,
+                    ..SearchParams::default()
+                },
+            )
+            .await
+            .unwrap();
+        let mut ids: Vec<i64> = all.hits.iter().map(|h| h.rowid).collect();
+        ids.sort_unstable();
+        assert_eq!(ids, (0..240).collect::<Vec<i64>>(), "{name}: each id once");
+    }
+}
