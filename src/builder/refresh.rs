@@ -120,6 +120,27 @@ pub struct RefreshSummary {
     pub seconds: f64,
 }
 
+impl RefreshSummary {
+    /// The summary of a refresh from `from_version` that found `changes`,
+    /// before anything is written.
+    fn start(index: &Path, from_version: u64, changes: &Changes, drift: &Drift) -> Self {
+        RefreshSummary {
+            index: index.to_string(),
+            from_version,
+            version: None,
+            snapshot: None,
+            source_before: changes.before.clone(),
+            source_after: changes.after.clone(),
+            rows_added: 0,
+            rows_removed: changes.removed.len() as u64,
+            empty_files: changes.empty_files,
+            drift: drift.clone(),
+            rebuilt: None,
+            seconds: 0.0,
+        }
+    }
+}
+
 /// What changed in the source: the new rows (as a source) and the rowids
 /// that are gone, with the source state after.
 struct Changes {
@@ -266,97 +287,114 @@ async fn changes(
                 after: format!("ducklake snapshot {to}"),
             })
         }
-        IndexSource::Parquet { .. } => {
-            let rel = snapshot.definition.source_files.as_deref().ok_or_else(|| {
-                refuse(
-                    "the snapshot records no source-files.json (built before format version 3, \
-                     or by a distributed build): rebuild it once to refresh it later"
-                        .into(),
-                )
-            })?;
-            let path =
-                crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
-            let bytes = get(store, &path).await?;
-            if let Some(c) = &snapshot.commit {
-                check_pin(&c.pins, rel, path.as_ref(), &bytes)
-                    .map_err(|e| refuse(e.to_string()))?;
-            }
-            let recorded =
-                SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
-            let (src_store, pattern) =
-                crate::store::location::open_pattern(&spec.source, &params.store_options)
-                    .map_err(|e| BuildError::Store(e.into()))?;
-            let location = crate::store::uri::LocationUri::from_store_path(&pattern)
-                .map_err(|e| BuildError::Catalog(e.into()))?;
-            let listed = super::parquet_source::expand(src_store.as_ref(), &location).await?;
-            let diff = recorded.diff(&listed);
-            if spec.id_column.is_some() && !diff.removed.is_empty() {
-                return Err(refuse(format!(
-                    "{} files are gone or changed ({}…), and with an id column their ids are \
-                     not recorded: rebuild the index",
-                    diff.removed.len(),
-                    diff.removed[0].path
-                )));
-            }
-            let removed: Vec<i64> = diff.removed.iter().flat_map(|f| f.rowids()).collect();
-            let (added, source_files, empty_files) = if diff.added.is_empty() {
-                let mut kept = recorded.clone();
-                kept.files = diff.kept.clone();
-                (None, kept, 0)
-            } else {
-                let opened = super::parquet_source::ParquetSource::open_files(
-                    src_store,
-                    &pattern,
-                    diff.added.clone(),
-                    recorded.next_rowid,
-                    super::parquet_source::ParquetSourceOptions {
-                        column: spec.column.clone(),
-                        id_column: spec.id_column.clone(),
-                        payload: spec.payload.clone(),
-                        skip_invalid: spec.skip_invalid,
-                        table_uri: spec.source.contains("://").then(|| spec.source.clone()),
-                    },
-                )
-                .await;
-                match opened {
-                    Ok(source) => {
-                        let files = source.source_files();
-                        let empty = files.files.iter().filter(|f| f.rows == 0).count();
-                        let record = recorded.after(diff.kept.clone(), files);
-                        let source = Arc::new(source) as Arc<dyn VectorSource>;
-                        (Some(source), record, empty as u64)
-                    }
-                    // Every new file has 0 rows: nothing to index, but they are
-                    // recorded, so the next refresh does not see them again.
-                    Err(BuildError::EmptySource) => {
-                        let empty = SourceFiles {
-                            files: diff
-                                .added
-                                .iter()
-                                .map(|m| SourceFile::of(m, recorded.next_rowid, 0))
-                                .collect(),
-                            ..recorded.clone()
-                        };
-                        let record = recorded.after(diff.kept.clone(), empty);
-                        (None, record, diff.added.len() as u64)
-                    }
-                    Err(e) => return Err(e),
-                }
-            };
-            Ok(Changes {
-                added,
-                empty_files,
-                removed,
-                source: snapshot.definition.source.clone(),
-                before: format!("{} files", recorded.files.len()),
-                after: format!("{} files", source_files.files.len()),
-                source_files: Some(source_files),
-            })
-        }
+        IndexSource::Parquet { .. } => parquet_changes(store, snapshot, spec, params).await,
         IndexSource::VectorFile { location } => Err(refuse(format!(
             "{location} is a vector file, not a table: there is nothing to follow; rebuild"
         ))),
     }
+}
+
+/// What changed in a Parquet source: its file set (path, size, ETag) listed
+/// against `source-files.json`. New files are new rows numbered from
+/// `next-rowid` on (0-row files are recorded and counted); gone or changed
+/// files remove their rowids (refused with an id column: its ids are not
+/// recorded).
+///
+/// # Errors
+/// No recorded file set, a pin mismatch, listing and source errors.
+async fn parquet_changes(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Snapshot,
+    spec: &SourceSpec,
+    params: &RefreshParams,
+) -> Result<Changes, BuildError> {
+    let index = snapshot.folder.to_string();
+    let refuse = |reason: String| BuildError::Refresh {
+        index: index.clone(),
+        reason,
+    };
+    let rel = snapshot.definition.source_files.as_deref().ok_or_else(|| {
+        refuse(
+            "the snapshot records no source-files.json (built before format version 3, \
+             or by a distributed build): rebuild it once to refresh it later"
+                .into(),
+        )
+    })?;
+    let path = crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
+    let bytes = get(store, &path).await?;
+    if let Some(c) = &snapshot.commit {
+        check_pin(&c.pins, rel, path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
+    }
+    let recorded = SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
+    let (src_store, pattern) =
+        crate::store::location::open_pattern(&spec.source, &params.store_options)
+            .map_err(|e| BuildError::Store(e.into()))?;
+    let location = crate::store::uri::LocationUri::from_store_path(&pattern)
+        .map_err(|e| BuildError::Catalog(e.into()))?;
+    let listed = super::parquet_source::expand(src_store.as_ref(), &location).await?;
+    let diff = recorded.diff(&listed);
+    if spec.id_column.is_some() && !diff.removed.is_empty() {
+        return Err(refuse(format!(
+            "{} files are gone or changed ({}…), and with an id column their ids are \
+             not recorded: rebuild the index",
+            diff.removed.len(),
+            diff.removed[0].path
+        )));
+    }
+    let removed: Vec<i64> = diff.removed.iter().flat_map(|f| f.rowids()).collect();
+    let (added, source_files, empty_files) = if diff.added.is_empty() {
+        let mut kept = recorded.clone();
+        kept.files = diff.kept.clone();
+        (None, kept, 0)
+    } else {
+        let opened = super::parquet_source::ParquetSource::open_files(
+            src_store,
+            &pattern,
+            diff.added.clone(),
+            recorded.next_rowid,
+            super::parquet_source::ParquetSourceOptions {
+                column: spec.column.clone(),
+                id_column: spec.id_column.clone(),
+                payload: spec.payload.clone(),
+                skip_invalid: spec.skip_invalid,
+                table_uri: spec.source.contains("://").then(|| spec.source.clone()),
+            },
+        )
+        .await;
+        match opened {
+            Ok(source) => {
+                let files = source.source_files();
+                let empty = files.files.iter().filter(|f| f.rows == 0).count();
+                let record = recorded.after(diff.kept.clone(), files);
+                let source = Arc::new(source) as Arc<dyn VectorSource>;
+                (Some(source), record, empty as u64)
+            }
+            // Every new file has 0 rows: nothing to index, but they are
+            // recorded, so the next refresh does not see them again.
+            Err(BuildError::EmptySource) => {
+                let empty = SourceFiles {
+                    files: diff
+                        .added
+                        .iter()
+                        .map(|m| SourceFile::of(m, recorded.next_rowid, 0))
+                        .collect(),
+                    ..recorded.clone()
+                };
+                let record = recorded.after(diff.kept.clone(), empty);
+                (None, record, diff.added.len() as u64)
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    Ok(Changes {
+        added,
+        empty_files,
+        removed,
+        source: snapshot.definition.source.clone(),
+        before: format!("{} files", recorded.files.len()),
+        after: format!("{} files", source_files.files.len()),
+        source_files: Some(source_files),
+    })
 }
 
 /// The new rows' columns must be the index's: same dimension, same payload
@@ -455,27 +493,13 @@ pub async fn refresh(
     let (commit, snapshot) = current(&store, index).await?;
     let spec = spec_of(&snapshot.definition, params);
     let changes = changes(&store, &snapshot, &spec, params).await?;
-    let layers_now = snapshot.layer_starts.len() as u32;
     let mut drift = Drift {
         build_error: snapshot.definition.build.quantization_error,
         deltas: snapshot.layer_starts.len() - 1,
         deletions: snapshot.deletions.len() as u64,
         ..Drift::default()
     };
-    let mut summary = RefreshSummary {
-        index: index.to_string(),
-        from_version: commit.version,
-        version: None,
-        snapshot: None,
-        source_before: changes.before.clone(),
-        source_after: changes.after.clone(),
-        rows_added: 0,
-        rows_removed: changes.removed.len() as u64,
-        empty_files: changes.empty_files,
-        drift: drift.clone(),
-        rebuilt: None,
-        seconds: 0.0,
-    };
+    let mut summary = RefreshSummary::start(index, commit.version, &changes, &drift);
     if changes.added.is_none()
         && changes.removed.is_empty()
         && changes.source == snapshot.definition.source
@@ -517,53 +541,25 @@ pub async fn refresh(
             } else {
                 std::collections::HashSet::new()
             };
-            let phase = Phase::start(build.progress, "assign", 0, "rows");
-            let e = assign_all(
+            let model = (&hierarchy, quantizer.as_ref());
+            assign_new(
                 source.as_ref(),
-                Vec::new(),
-                &hierarchy,
-                quantizer.as_ref(),
+                model,
                 &schema,
                 &build,
                 &mut spill,
                 &indexed,
-                |n| phase.inc(n),
             )
-            .await?;
-            phase.finish();
-            e
+            .await?
         }
         None => AssignError::default(),
     };
     summary.rows_added = error.rows;
-    if error.rows > 0 {
-        drift.new_error = Some(error.mean());
-        drift.error_growth = drift
-            .build_error
-            .filter(|&b| b > 0.0)
-            .map(|b| error.mean() / b - 1.0);
-        drift.new_rows_imbalance = Some(imbalance(&error.lists));
-    }
+    drift.add_rows(&error);
     if let (Some(limit), Some(growth)) = (params.retrain_above, drift.error_growth)
         && growth > limit
     {
-        let source = super::source_spec::open_source(
-            &SourceSpec {
-                snapshot: params.snapshot,
-                ..spec.clone()
-            },
-            &params.store_options,
-        )
-        .await?;
-        let rebuild = BuildParams {
-            nlist: snapshot.definition.nlist,
-            roots: Some(snapshot.definition.roots),
-            seed: snapshot.definition.build.seed,
-            niter: snapshot.definition.build.max_iterations as usize,
-            codes: snapshot.quantizer.as_ref().map(|q| q.scheme()),
-            ..build.clone()
-        };
-        let built = super::job::build(source, store, index, &rebuild).await?;
+        let built = rebuild(store, index, &spec, params, &snapshot, &build).await?;
         summary.version = Some(built.version);
         summary.snapshot = Some(built.snapshot.clone());
         summary.rebuilt = Some(built);
@@ -577,89 +573,187 @@ pub async fn refresh(
     // The new snapshot folder: the delta table (maybe empty), the
     // deletions, the file set, then index.json and the commit.
     let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Refresh)?;
-    let folder = writer.folder().clone();
-    let mut definition = snapshot.definition.clone();
-    definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
-    definition.source = changes.source.clone();
-    definition.source_files = changes
-        .source_files
-        .as_ref()
-        .map(|_| SOURCE_FILES_FILE.to_string());
-    let deletions = snapshot.deletions.with(&changes.removed, layers_now);
-    let (base, mut deltas) = match &snapshot.definition.layers {
-        Some(l) => (l.base.clone(), l.deltas.clone()),
-        None => (
-            LayerRef {
-                snapshot: commit.snapshot.clone(),
-                pins: commit.pins.clone(),
-            },
-            Vec::new(),
-        ),
-    };
-    let written = async {
-        let mut plain = definition.clone();
-        plain.layers = None;
-        plain.source_files = None;
-        let target = PostingsTarget::new(
-            &plain,
-            &folder,
-            quantizer.as_deref(),
-            payload_plain.clone(),
-            build.writer.clone(),
-        )?;
-        // The delta table lives at the default postings location of the folder.
-        let target = PostingsTarget {
-            root: folder.path.clone().join("postings"),
-            ..target
-        };
-        let files = write_all(&store, &target, &mut spill, &build, |_| {}).await?;
-        let rows: u64 = files.iter().map(|f| f.rows).sum();
-        let manifest = crate::postings::writer::manifest_of(
-            files,
-            definition.nlist,
-            hierarchy.cid_offsets.clone(),
-        )?;
-        crate::postings::writer::publish(&store, &target.root, &manifest).await?;
-        if rows > 0 {
-            let mut pins = Vec::new();
-            for rel in crate::format::definition::delta_documents() {
-                let bytes = get(&store, &folder.child(&rel)?).await?;
-                pins.push(Pin::of(&rel, &bytes));
-            }
-            deltas.push(DeltaRef {
-                snapshot: folder.name.clone(),
-                rows,
-                pins,
-            });
-        }
-        let pin = writer.put(DELETIONS_FILE, deletions.encode()).await?;
-        stages::put_source_files(&writer, &definition, changes.source_files.as_ref()).await?;
-        definition.layers = Some(Layers {
-            base,
-            deltas: deltas.clone(),
-            deletions: DeletionsRef {
-                rows: deletions.len() as u64,
-                pin,
-            },
-        });
-        definition.validate()?;
-        writer
-            .put(
-                crate::format::definition::INDEX_DEFINITION_FILE,
-                Bytes::from(definition.to_json()),
-            )
-            .await?;
-        Ok::<_, BuildError>(())
-    }
-    .await;
-    let ((), committed) = writer.publish(Some(commit.version), written).await?;
-    drift.deltas = deltas.len();
-    drift.deletions = deletions.len() as u64;
+    let delta = Delta::after(
+        &commit,
+        &snapshot,
+        &changes,
+        quantizer.as_deref(),
+        payload_plain,
+    );
+    let written = write_delta(&writer, delta, &mut spill, &build).await;
+    let folder = writer.folder().path.to_string();
+    let (layers, committed) = writer.publish(Some(commit.version), written).await?;
+    drift.deltas = layers.deltas.len();
+    drift.deletions = layers.deletions.rows;
     summary.version = Some(committed.version);
-    summary.snapshot = Some(folder.path.to_string());
+    summary.snapshot = Some(folder);
     summary.drift = drift;
     summary.seconds = super::job::secs(t0.elapsed());
     Ok(summary)
+}
+
+/// The full rebuild `retrain_above` asks for: the source at the refresh's
+/// target, the index's own model parameters (nlist, roots, seed,
+/// iterations, codes), `build`'s for the rest.
+///
+/// # Errors
+/// The source's and the build's.
+async fn rebuild(
+    store: Arc<dyn ObjectStore>,
+    index: &Path,
+    spec: &SourceSpec,
+    params: &RefreshParams,
+    snapshot: &Snapshot,
+    build: &BuildParams,
+) -> Result<BuildSummary, BuildError> {
+    let source = super::source_spec::open_source(
+        &SourceSpec {
+            snapshot: params.snapshot,
+            ..spec.clone()
+        },
+        &params.store_options,
+    )
+    .await?;
+    let d = &snapshot.definition;
+    let rebuild = BuildParams {
+        nlist: d.nlist,
+        roots: Some(d.roots),
+        seed: d.build.seed,
+        niter: d.build.max_iterations as usize,
+        codes: snapshot.quantizer.as_ref().map(|q| q.scheme()),
+        ..build.clone()
+    };
+    super::job::build(source, store, index, &rebuild).await
+}
+
+/// What a refresh writes besides the new rows: the refreshed
+/// `index.json` (its `layers` still to fill), the layers so far, the
+/// deletions after this refresh, the file set, and the model the delta
+/// table is written with.
+struct Delta<'a> {
+    definition: IndexDefinition,
+    base: LayerRef,
+    deltas: Vec<DeltaRef>,
+    deletions: crate::format::layers::Deletions,
+    source_files: Option<&'a SourceFiles>,
+    quantizer: Option<&'a crate::quant::Quantizer>,
+    payload: Vec<Field>,
+    cid_offsets: Vec<u32>,
+}
+
+impl<'a> Delta<'a> {
+    /// What a refresh of `snapshot` (the version `commit`) that found
+    /// `changes` writes: `index.json` of the current format naming the
+    /// changed source, the base and deltas so far (a built snapshot becomes
+    /// the base), the deletions with the removed rowids added.
+    fn after(
+        commit: &warehouse::Commit,
+        snapshot: &Snapshot,
+        changes: &'a Changes,
+        quantizer: Option<&'a crate::quant::Quantizer>,
+        payload: Vec<Field>,
+    ) -> Self {
+        let mut definition = snapshot.definition.clone();
+        definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
+        definition.source = changes.source.clone();
+        definition.source_files = changes
+            .source_files
+            .as_ref()
+            .map(|_| SOURCE_FILES_FILE.to_string());
+        let (base, deltas) = match &snapshot.definition.layers {
+            Some(l) => (l.base.clone(), l.deltas.clone()),
+            None => (
+                LayerRef {
+                    snapshot: commit.snapshot.clone(),
+                    pins: commit.pins.clone(),
+                },
+                Vec::new(),
+            ),
+        };
+        let layers_now = snapshot.layer_starts.len() as u32;
+        Delta {
+            definition,
+            base,
+            deltas,
+            deletions: snapshot.deletions.with(&changes.removed, layers_now),
+            source_files: changes.source_files.as_ref(),
+            quantizer,
+            payload,
+            cid_offsets: snapshot.hierarchy.cid_offsets.clone(),
+        }
+    }
+}
+
+/// Write a refresh's snapshot through `writer`: the rows of `spill` as a
+/// delta postings table at the folder's default postings location (a
+/// layer only when it has rows), the deletions, the file set, and
+/// `index.json` naming every layer with its pins. Returns the layers.
+///
+/// # Errors
+/// Writer, manifest, definition and storage errors.
+async fn write_delta(
+    writer: &SnapshotWriter,
+    delta: Delta<'_>,
+    spill: &mut BucketSpill,
+    build: &BuildParams,
+) -> Result<Layers, BuildError> {
+    let Delta {
+        mut definition,
+        base,
+        mut deltas,
+        deletions,
+        source_files,
+        quantizer,
+        payload,
+        cid_offsets,
+    } = delta;
+    let (store, folder) = (writer.store(), writer.folder());
+    let mut plain = definition.clone();
+    plain.layers = None;
+    plain.source_files = None;
+    let target = PostingsTarget::new(&plain, folder, quantizer, payload, build.writer.clone())?;
+    let target = PostingsTarget {
+        root: folder
+            .child(crate::format::definition::POSTINGS_LOCATION)?
+            .parent()
+            .unwrap_or_default(),
+        ..target
+    };
+    let files = write_all(store, &target, spill, build, |_| {}).await?;
+    let rows: u64 = files.iter().map(|f| f.rows).sum();
+    let manifest = crate::postings::writer::manifest_of(files, definition.nlist, cid_offsets)?;
+    crate::postings::writer::publish(store, &target.root, &manifest).await?;
+    if rows > 0 {
+        let mut pins = Vec::new();
+        for rel in crate::format::definition::delta_documents() {
+            let bytes = get(store, &folder.child(&rel)?).await?;
+            pins.push(Pin::of(&rel, &bytes));
+        }
+        deltas.push(DeltaRef {
+            snapshot: folder.name.clone(),
+            rows,
+            pins,
+        });
+    }
+    let pin = writer.put(DELETIONS_FILE, deletions.encode()).await?;
+    stages::put_source_files(writer, &definition, source_files).await?;
+    let layers = Layers {
+        base,
+        deltas,
+        deletions: DeletionsRef {
+            rows: deletions.len() as u64,
+            pin,
+        },
+    };
+    definition.layers = Some(layers.clone());
+    definition.validate()?;
+    writer
+        .put(
+            crate::format::definition::INDEX_DEFINITION_FILE,
+            Bytes::from(definition.to_json()),
+        )
+        .await?;
+    Ok(layers)
 }
 
 async fn get(store: &Arc<dyn ObjectStore>, path: &Path) -> Result<Bytes, BuildError> {
@@ -674,6 +768,54 @@ async fn get(store: &Arc<dyn ObjectStore>, path: &Path) -> Result<Bytes, BuildEr
         .bytes()
         .await
         .map_err(unreadable)
+}
+
+impl Drift {
+    /// The new rows' error and imbalance, from their assignment.
+    fn add_rows(&mut self, error: &AssignError) {
+        if error.rows == 0 {
+            return;
+        }
+        self.new_error = Some(error.mean());
+        self.error_growth = self
+            .build_error
+            .filter(|&b| b > 0.0)
+            .map(|b| error.mean() / b - 1.0);
+        self.new_rows_imbalance = Some(imbalance(&error.lists));
+    }
+}
+
+/// Assign the new rows of `source` to the existing `model` into `spill`
+/// (the build's assign stage), none repeating an id of `indexed`.
+///
+/// # Errors
+/// As [`assign_all`].
+async fn assign_new(
+    source: &dyn VectorSource,
+    (hierarchy, quantizer): (
+        &Arc<crate::kmeans::Hierarchy>,
+        Option<&Arc<crate::quant::Quantizer>>,
+    ),
+    schema: &arrow::datatypes::SchemaRef,
+    build: &BuildParams,
+    spill: &mut BucketSpill,
+    indexed: &std::collections::HashSet<i64>,
+) -> Result<AssignError, BuildError> {
+    let phase = Phase::start(build.progress, "assign", 0, "rows");
+    let error = assign_all(
+        source,
+        Vec::new(),
+        hierarchy,
+        quantizer,
+        schema,
+        build,
+        spill,
+        indexed,
+        |n| phase.inc(n),
+    )
+    .await?;
+    phase.finish();
+    Ok(error)
 }
 
 /// `k · Σh² / (Σh)²` over the `k` lists (1: even).
