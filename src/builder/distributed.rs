@@ -375,12 +375,7 @@ pub async fn plan_from_samples(
     seconds: (f64, f64),
 ) -> Result<BuildPlan, BuildError> {
     let (count_seconds, sample_seconds) = seconds;
-    if params.nlist == 0 {
-        return Err(BuildError::BadParameter {
-            name: "nlist",
-            reason: "must be at least 1".into(),
-        });
-    }
+    params.check()?;
     if samples.len() != part_rows.len() {
         return Err(BuildError::BadParameter {
             name: "samples",

@@ -94,12 +94,7 @@ pub async fn build(
     let mut times = PhaseTimes::default();
     let dim = source.dim();
     let parts = source.parts();
-    if params.nlist == 0 {
-        return Err(BuildError::BadParameter {
-            name: "nlist",
-            reason: "must be at least 1".into(),
-        });
-    }
+    params.check()?;
     let parent = crate::format::warehouse::current(&store, index)
         .await?
         .map(|c| c.version);
@@ -116,20 +111,9 @@ pub async fn build(
     // 2. Sample. Parts are kept in memory for the assignment pass while they
     //    fit the budget.
     let phase = Phase::start(params.progress, "sample", part_rows.iter().sum(), "rows");
-    let mut cached: Vec<Option<VectorBatch>> = Vec::with_capacity(parts);
-    let mut cached_bytes = 0usize;
     let budget = params.memory_limit / 2;
-    let sample = stages::sample(source.as_ref(), &part_rows, params, |_, declared, batch| {
-        phase.inc(declared);
-        let size = batch.memory_size();
-        if cached_bytes + size <= budget {
-            cached_bytes += size;
-            cached.push(Some(batch));
-        } else {
-            cached.push(None);
-        }
-    })
-    .await?;
+    let (sample, cached) =
+        sample_keeping(source.as_ref(), &part_rows, params, budget, &phase).await?;
     times.sample = secs(phase.finish());
     stages::check_rows(params.nlist, sample.rows)?;
     let (rows, skipped_rows, sample_rows) = (sample.rows, sample.skipped_rows, sample.len());
@@ -173,8 +157,6 @@ pub async fn build(
 
     // 5. Write postings bucket by bucket into a fresh snapshot folder, then
     // 6. publish it.
-    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Build)?;
-    let folder = writer.folder().clone();
     let source_files = source.source_files();
     let definition = stages::definition(
         source.definition(),
@@ -184,41 +166,25 @@ pub async fn build(
         sample_rows,
         source_files.is_some(),
     );
-    let target = stages::PostingsTarget::new(
-        &definition,
-        &folder,
-        quantizer.as_deref(),
+    let model = stages::Model {
+        hierarchy: &hierarchy,
+        quantizer: quantizer.as_deref(),
+    };
+    let out = Output {
+        definition: &definition,
+        source_files: source_files.as_ref(),
         payload_fields,
-        params.writer.clone(),
-    )?;
-    // Recorded until the commit, so a later build sweeps it if this one is killed.
-    spill.record_snapshot(store.as_ref(), &folder.path)?;
-    let written = async {
-        let phase = Phase::start(params.progress, "write", nroots as u64, "buckets");
-        let files = write_all(&store, &target, &mut spill, params, |n| phase.inc(n)).await?;
-        times.write = secs(phase.finish());
-        let postings = (files.len(), files.iter().map(|f| f.size).sum::<u64>());
-        let phase = Phase::start(params.progress, "publish", 1, "snapshots");
-        let model = stages::Model {
-            hierarchy: &hierarchy,
-            quantizer: quantizer.as_deref(),
-        };
-        stages::publish(&writer, files, model, &definition, source_files.as_ref()).await?;
-        Ok::<_, BuildError>((postings, phase))
-    }
-    .await;
-    // From here the folder is committed or deleted by the writer's rule.
-    spill.forget_snapshot();
-    let (((postings_files, postings_bytes), phase), commit) =
-        writer.publish(parent, written).await?;
-    phase.inc(1);
-    times.publish = secs(phase.finish());
+    };
+    let (commit, folder, (postings_files, postings_bytes)) = write_and_publish(
+        &store, index, parent, params, &mut spill, model, out, &mut times,
+    )
+    .await?;
     times.total = secs(t0.elapsed());
 
     let (spilled_bytes, spill_events) = spill.spilled();
     Ok(BuildSummary {
         index: index.to_string(),
-        snapshot: folder.path.to_string(),
+        snapshot: folder,
         version: commit.version,
         rows,
         skipped_rows,
@@ -235,6 +201,92 @@ pub async fn build(
         peak_rss_bytes: peak_rss_bytes(),
         seconds: times,
     })
+}
+
+/// What a build writes besides the postings rows: `index.json`, the source
+/// file set, and the payload columns of the postings.
+struct Output<'a> {
+    definition: &'a crate::format::definition::IndexDefinition,
+    source_files: Option<&'a crate::format::source_files::SourceFiles>,
+    payload_fields: Vec<Field>,
+}
+
+/// Steps 5 and 6: write every bucket of `spill` into a fresh snapshot folder
+/// below `index` and publish it as the version after `parent` through the
+/// [`SnapshotWriter`]. Returns the commit, the folder and the postings'
+/// (files, bytes).
+///
+/// # Errors
+/// Writer and storage errors, and the commit's (a conflict when another
+/// publisher took the version).
+#[allow(clippy::too_many_arguments)]
+async fn write_and_publish(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    parent: Option<u64>,
+    params: &BuildParams,
+    spill: &mut BucketSpill,
+    model: stages::Model<'_>,
+    out: Output<'_>,
+    times: &mut PhaseTimes,
+) -> Result<(crate::format::warehouse::Commit, String, (usize, u64)), BuildError> {
+    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Build)?;
+    let folder = writer.folder().clone();
+    let target = stages::PostingsTarget::new(
+        out.definition,
+        &folder,
+        model.quantizer,
+        out.payload_fields,
+        params.writer.clone(),
+    )?;
+    // Recorded until the commit, so a later build sweeps it if this one is killed.
+    spill.record_snapshot(store.as_ref(), &folder.path)?;
+    let nroots = spill.buckets() as u64;
+    let written = async {
+        let phase = Phase::start(params.progress, "write", nroots, "buckets");
+        let files = write_all(store, &target, spill, params, |n| phase.inc(n)).await?;
+        times.write = secs(phase.finish());
+        let postings = (files.len(), files.iter().map(|f| f.size).sum::<u64>());
+        let phase = Phase::start(params.progress, "publish", 1, "snapshots");
+        stages::publish(&writer, files, model, out.definition, out.source_files).await?;
+        Ok::<_, BuildError>((postings, phase))
+    }
+    .await;
+    // From here the folder is committed or deleted by the writer's rule.
+    spill.forget_snapshot();
+    let ((postings, phase), commit) = writer.publish(parent, written).await?;
+    phase.inc(1);
+    times.publish = secs(phase.finish());
+    Ok((commit, folder.path.to_string(), postings))
+}
+
+/// Step 2: the seeded sample ([`stages::sample`]), keeping each part read
+/// in memory for the assignment pass while the kept parts fit `budget`
+/// bytes (`None` for a part to read again).
+///
+/// # Errors
+/// The source's errors.
+async fn sample_keeping(
+    source: &dyn VectorSource,
+    part_rows: &[u64],
+    params: &BuildParams,
+    budget: usize,
+    phase: &Phase,
+) -> Result<(stages::Sample, Vec<Option<VectorBatch>>), BuildError> {
+    let mut cached: Vec<Option<VectorBatch>> = Vec::with_capacity(part_rows.len());
+    let mut cached_bytes = 0usize;
+    let sample = stages::sample(source, part_rows, params, |_, declared, batch| {
+        phase.inc(declared);
+        let size = batch.memory_size();
+        if cached_bytes + size <= budget {
+            cached_bytes += size;
+            cached.push(Some(batch));
+        } else {
+            cached.push(None);
+        }
+    })
+    .await?;
+    Ok((sample, cached))
 }
 
 /// The squared L2 distance of assigned rows to their leaf centroids: what

@@ -117,6 +117,20 @@ impl Default for BuildParams {
 }
 
 impl BuildParams {
+    /// Checks what can be checked before any row is read.
+    ///
+    /// # Errors
+    /// [`BuildError::BadParameter`] for `nlist` 0.
+    pub fn check(&self) -> Result<(), BuildError> {
+        if self.nlist == 0 {
+            return Err(BuildError::BadParameter {
+                name: "nlist",
+                reason: "must be at least 1".into(),
+            });
+        }
+        Ok(())
+    }
+
     /// The number of roots used for `nlist`.
     pub fn effective_roots(&self) -> u32 {
         self.roots
