@@ -14,7 +14,7 @@
 
 use std::sync::Arc;
 
-use axum::extract::{MatchedPath, Request, State};
+use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -24,7 +24,6 @@ use thiserror::Error;
 
 use super::AppState;
 use super::api_error::ApiError;
-use super::routes;
 
 /// Shortest accepted token, in bytes.
 pub const MIN_TOKEN_BYTES: usize = 16;
@@ -99,23 +98,16 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
         .then(|| token.trim_matches(' '))
 }
 
-/// Middleware applying the policy of this module's documentation.
+/// Middleware of the query and listing routes: with a token configured,
+/// the request must carry it (401 otherwise); without one, every request
+/// passes unauthenticated. Handlers see the outcome as [`Authenticated`].
 pub(super) async fn require(
     State(app): State<Arc<AppState>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let route = request
-        .extensions()
-        .get::<MatchedPath>()
-        .map(|p| p.as_str().to_owned());
-    let route = route.as_deref();
     let authenticated = match &app.auth {
-        None if route == Some(routes::RELOAD) => {
-            return ApiError::reload_disabled().into_response();
-        }
         None => false,
-        Some(_) if route == Some(routes::HEALTHZ) => false,
         Some(token) => match bearer(request.headers()) {
             Some(presented) if token.matches(presented) => true,
             Some(_) => return ApiError::unauthorized(true).into_response(),
@@ -126,6 +118,19 @@ pub(super) async fn require(
         .extensions_mut()
         .insert(Authenticated(authenticated));
     next.run(request).await
+}
+
+/// Middleware of the administrative routes (`reload`): disabled (403,
+/// saying how to enable it) without a configured token, else [`require`].
+pub(super) async fn require_token(
+    State(app): State<Arc<AppState>>,
+    request: Request,
+    next: Next,
+) -> Response {
+    if app.auth.is_none() {
+        return ApiError::reload_disabled().into_response();
+    }
+    require(State(app), request, next).await
 }
 
 #[cfg(test)]

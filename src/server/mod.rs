@@ -368,21 +368,31 @@ fn router(app: Arc<AppState>) -> Router {
     let body_limit = app.limits.max_body_bytes;
     let request_id = HeaderName::from_static(api_error::REQUEST_ID);
     // `Router::layer` wraps each route: the last layer added runs first.
-    Router::new()
-        .route(routes::HEALTHZ, get(routes::healthz))
+    // Authentication per group of routes: `/healthz` is open, queries and
+    // listings need the token when one is configured, `reload` needs one.
+    let guarded = Router::new()
         .route(routes::METRICS, get(routes::metrics))
         .route(routes::INDEXES, get(routes::list_indexes))
         .route(routes::INDEX, get(routes::get_index))
         .route(routes::SEARCH, post(routes::search))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            auth::require,
+        ));
+    let admin = Router::new()
         .route(routes::RELOAD, post(routes::reload))
+        .route_layer(axum::middleware::from_fn_with_state(
+            Arc::clone(&app),
+            auth::require_token,
+        ));
+    Router::new()
+        .route(routes::HEALTHZ, get(routes::healthz))
+        .merge(guarded)
+        .merge(admin)
         .fallback(routes::not_found)
         .method_not_allowed_fallback(routes::method_not_allowed)
         .layer(RequestBodyLimitLayer::new(body_limit))
         .layer(DefaultBodyLimit::max(body_limit))
-        .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
-            auth::require,
-        ))
         .layer(axum::middleware::from_fn_with_state(
             Arc::clone(&app),
             api_error::finish,
