@@ -238,6 +238,14 @@ fn spec_of(definition: &IndexDefinition, params: &RefreshParams) -> SourceSpec {
     spec
 }
 
+/// The error of a snapshot that cannot be refreshed as it is.
+fn refused(snapshot: &Snapshot, reason: String) -> BuildError {
+    BuildError::Refresh {
+        index: snapshot.folder.to_string(),
+        reason,
+    }
+}
+
 /// What changed in `spec`'s source since `snapshot` indexed it.
 async fn changes(
     store: &Arc<dyn ObjectStore>,
@@ -245,11 +253,7 @@ async fn changes(
     spec: &SourceSpec,
     params: &RefreshParams,
 ) -> Result<Changes, BuildError> {
-    let index = snapshot.folder.to_string();
-    let refuse = |reason: String| BuildError::Refresh {
-        index: index.clone(),
-        reason,
-    };
+    let refuse = |reason: String| refused(snapshot, reason);
     match &snapshot.definition.source {
         IndexSource::Ducklake { snapshot_id, .. } => {
             let catalog = spec
@@ -308,11 +312,7 @@ async fn parquet_changes(
     spec: &SourceSpec,
     params: &RefreshParams,
 ) -> Result<Changes, BuildError> {
-    let index = snapshot.folder.to_string();
-    let refuse = |reason: String| BuildError::Refresh {
-        index: index.clone(),
-        reason,
-    };
+    let refuse = |reason: String| refused(snapshot, reason);
     let rel = snapshot.definition.source_files.as_deref().ok_or_else(|| {
         refuse(
             "the snapshot records no source-files.json (built before format version 3, \

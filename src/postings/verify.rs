@@ -182,7 +182,7 @@ pub async fn verify(
             return Ok(report);
         }
     };
-    let footers_path = crate::format::footers::footers_path(&table_root);
+    let footers_path = crate::format::footers::footers_path(table_root);
     let pins: Option<Vec<FooterPin>> = match store.get(&footers_path).await {
         Ok(got) => {
             let bytes = got

@@ -270,8 +270,7 @@ async fn a_build_failing_at_any_write_publishes_nothing() {
     assert_eq!(first.version, 1);
     let mut k = 0;
     loop {
-        let faulty: Arc<dyn ObjectStore> =
-            Arc::new(support::store::FailNthPut::new(inner.clone(), k));
+        let faulty: Arc<dyn ObjectStore> = Arc::new(support::store::fail_nth_write(&inner, k));
         match build(src.clone(), faulty, &idx, &params(8)).await {
             Ok(s) => {
                 // Every write succeeded: this is the first k past the last write.

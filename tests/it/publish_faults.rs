@@ -21,7 +21,6 @@ use parqivf::builder::distributed::{self, ROOT_COLUMN, Worker};
 use parqivf::builder::refresh::{RefreshParams, compact, refresh};
 use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec, build, open_source};
 use parqivf::format::warehouse::{self, WarehouseError};
-use parqivf::index::{Index, SearchParams};
 use parqivf::postings::verify::{VerifyOptions, verify_location};
 use parqivf::store::fault::{Fault, FaultStore, Op};
 use parqivf::store::options::StoreOptions;
@@ -196,31 +195,6 @@ async fn publish(
     }
 }
 
-/// The ids of an exhaustive search of the current version.
-async fn answer(store: &Arc<dyn ObjectStore>, index: &Path, q: &[f32], k: usize) -> Vec<i64> {
-    let idx = Index::open_current(store.clone(), index).await.unwrap();
-    let params = SearchParams {
-        k,
-        nprobe: NLIST as usize,
-        include_payload: true,
-        ..SearchParams::default()
-    };
-    let r = idx.search(q, &params).await.unwrap();
-    r.hits
-        .iter()
-        .map(|h| h.payload.as_ref().unwrap()["id"].as_i64().unwrap())
-        .collect()
-}
-
-fn truth(table: &[(i64, Vec<f32>)], q: &[f32], k: usize) -> Vec<i64> {
-    let mut d: Vec<(f32, i64)> = table
-        .iter()
-        .map(|(id, v)| (v.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum(), *id))
-        .collect();
-    d.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    d.into_iter().take(k).map(|(_, id)| id).collect()
-}
-
 /// The current version is `version`, it opens, verifies, answers like brute
 /// force over `table`, and every folder a version names is still there.
 async fn check(
@@ -250,12 +224,13 @@ async fn check(
         .enumerate()
     {
         assert_eq!(
-            answer(store, index, q, 10).await,
-            truth(table, q, 10),
+            support::fixtures::exhaustive_ids(store, index, q, 10).await,
+            support::fixtures::nearest_ids(table, q, 10),
             "{what}: query {i}"
         );
     }
-    let mut all = answer(store, index, &table[0].1, table.len() + 20).await;
+    let mut all =
+        support::fixtures::exhaustive_ids(store, index, &table[0].1, table.len() + 20).await;
     all.sort_unstable();
     let mut ids: Vec<i64> = table.iter().map(|(id, _)| *id).collect();
     ids.sort_unstable();

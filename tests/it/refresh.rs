@@ -98,37 +98,6 @@ fn table(dir: &std::path::Path) -> Vec<(i64, Vec<f32>)> {
     out
 }
 
-/// The ids of the `k` nearest rows of the table (brute force, squared L2).
-fn truth(table: &[(i64, Vec<f32>)], q: &[f32], k: usize) -> Vec<i64> {
-    let mut d: Vec<(f32, i64)> = table
-        .iter()
-        .map(|(id, v)| (v.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum(), *id))
-        .collect();
-    d.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    d.into_iter().take(k).map(|(_, id)| id).collect()
-}
-
-/// The ids an exhaustive search (nprobe = nlist) of the current version returns.
-async fn answer(store: &Arc<dyn ObjectStore>, index: &Path, q: &[f32], k: usize) -> Vec<i64> {
-    let idx = Index::open_current(store.clone(), index).await.unwrap();
-    let r = idx
-        .search(
-            q,
-            &SearchParams {
-                k,
-                nprobe: NLIST as usize,
-                include_payload: true,
-                ..SearchParams::default()
-            },
-        )
-        .await
-        .unwrap();
-    r.hits
-        .iter()
-        .map(|h| h.payload.as_ref().unwrap()["id"].as_i64().unwrap())
-        .collect()
-}
-
 /// Exhaustive answers equal brute force for a few queries, and a k larger
 /// than the table returns every live row once.
 async fn check_exact(store: &Arc<dyn ObjectStore>, index: &Path, dir: &std::path::Path) {
@@ -138,12 +107,12 @@ async fn check_exact(store: &Arc<dyn ObjectStore>, index: &Path, dir: &std::path
         .enumerate()
     {
         assert_eq!(
-            answer(store, index, q, 10).await,
-            truth(&t, q, 10),
+            support::fixtures::exhaustive_ids(store, index, q, 10).await,
+            support::fixtures::nearest_ids(&t, q, 10),
             "query {i}"
         );
     }
-    let mut all = answer(store, index, &t[0].1, t.len() + 50).await;
+    let mut all = support::fixtures::exhaustive_ids(store, index, &t[0].1, t.len() + 50).await;
     all.sort_unstable();
     let mut ids: Vec<i64> = t.iter().map(|(id, _)| *id).collect();
     ids.sort_unstable();
@@ -346,14 +315,13 @@ async fn a_refresh_killed_at_any_write_leaves_the_previous_version_current() {
         let src = tempfile::tempdir().unwrap();
         write_parquet(src.path(), "a.parquet", &rows(0..200, 1));
         build_index(src.path(), &store, &index).await;
-        let before = answer(&store, &index, &query(7), 10).await;
+        let before = support::fixtures::exhaustive_ids(&store, &index, &query(7), 10).await;
         write_parquet(src.path(), "b.parquet", &rows(200..260, 2));
         std::fs::remove_file(src.path().join("a.parquet")).unwrap();
         write_parquet(src.path(), "a2.parquet", &rows(0..100, 1));
         let mut n = 0;
         loop {
-            let failing: Arc<dyn ObjectStore> =
-                Arc::new(support::store::FailNthPut::new(store.clone(), n));
+            let failing: Arc<dyn ObjectStore> = Arc::new(support::store::fail_nth_write(&store, n));
             match refresh(failing, &index, &RefreshParams::default(), &params()).await {
                 Err(e) => {
                     assert!(
@@ -362,7 +330,10 @@ async fn a_refresh_killed_at_any_write_leaves_the_previous_version_current() {
                     );
                     let current = warehouse::current(&store, &index).await.unwrap().unwrap();
                     assert_eq!(current.version, 1, "{name}: write {n} failed");
-                    assert_eq!(answer(&store, &index, &query(7), 10).await, before);
+                    assert_eq!(
+                        support::fixtures::exhaustive_ids(&store, &index, &query(7), 10).await,
+                        before
+                    );
                     n += 1;
                 }
                 Ok(s) => {

@@ -301,3 +301,38 @@ pub fn multi_cid_row_group_file(dim: usize, rows: &[(u32, i64, usize)], data: &[
     w.close().unwrap();
     buf
 }
+
+/// The ids of the `k` rows of `table` nearest to `q` (brute force, squared
+/// L2, ties by table order).
+pub fn nearest_ids(table: &[(i64, Vec<f32>)], q: &[f32], k: usize) -> Vec<i64> {
+    let mut d: Vec<(f32, i64)> = table
+        .iter()
+        .map(|(id, v)| (v.iter().zip(q).map(|(a, b)| (a - b) * (a - b)).sum(), *id))
+        .collect();
+    d.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    d.into_iter().take(k).map(|(_, id)| id).collect()
+}
+
+/// The payload `id`s of an exhaustive search (`nprobe = nlist`) of the
+/// current version of the index at `index`.
+pub async fn exhaustive_ids(
+    store: &std::sync::Arc<dyn object_store::ObjectStore>,
+    index: &object_store::path::Path,
+    q: &[f32],
+    k: usize,
+) -> Vec<i64> {
+    let idx = parqivf::index::Index::open_current(store.clone(), index)
+        .await
+        .unwrap();
+    let params = parqivf::index::SearchParams {
+        k,
+        nprobe: idx.manifest().nlist as usize,
+        include_payload: true,
+        ..parqivf::index::SearchParams::default()
+    };
+    let r = idx.search(q, &params).await.unwrap();
+    r.hits
+        .iter()
+        .map(|h| h.payload.as_ref().unwrap()["id"].as_i64().unwrap())
+        .collect()
+}
