@@ -549,34 +549,7 @@ def main():
     for n, path, start, name in sorted(fns, key=lambda t: -t[0])[:10]:
         print(f"| {n} | `{name}` | {path}:{start} |")
     print()
-    # Tarjan SCC
-    index, low, stack, on, sccs = {}, {}, [], set(), []
-    counter = [0]
-
-    def strong(v):
-        index[v] = low[v] = counter[0]
-        counter[0] += 1
-        stack.append(v)
-        on.add(v)
-        for w in sorted(deps.get(v, ())):
-            if w not in index:
-                strong(w)
-                low[v] = min(low[v], low[w])
-            elif w in on:
-                low[v] = min(low[v], index[w])
-        if low[v] == index[v]:
-            comp = []
-            while True:
-                w = stack.pop()
-                on.discard(w)
-                comp.append(w)
-                if w == v:
-                    break
-            sccs.append(sorted(comp))
-
-    for v in mods:
-        if v not in index:
-            strong(v)
+    sccs = tarjan(mods, deps)
     cycles = [c for c in sccs if len(c) > 1]
     print("## Top-level module dependencies\n")
     for m in mods:
