@@ -45,19 +45,20 @@ SRC = "src"  # set from the command line in main()
 # layer and the ones before it. Derived from the top-level dependency graph
 # printed above: leaf compute (distance, topk, vector_file, quant, kmeans),
 # then storage (store), filters, the snapshot format, the catalog readers,
-# postings, the probe, the index that ties them together, the builder, and
-# the consumers (quickstart, server). `error` defines the crate-wide error
-# that wraps each module's error (builder's being the highest), so it sits
-# above all of those and `error -> builder` is not upward, while any module
-# below it that uses `crate::Error`/`crate::Result` imports upward; it is put
-# above quickstart and server too, so their uses show as well (move it to
-# right after `builder` to accept them). `lib` (the crate root) comes next,
-# and the binary (`cli`, then `main.rs` that declares it) on top. A top-level
-# module missing from this list is reported, and its edges are not judged.
+# the postings writer, the probe (the query engine and the one postings
+# reader), verify (which reads through the probe), the index that is the
+# engine's face, and the builder. `error` defines the crate-wide error that
+# wraps each module's error (builder's being the highest), so it comes right
+# after the builder: a module below it that used `crate::Error` or
+# `crate::Result` would import upward, while the consumers above it
+# (quickstart, server) use it as they use any lower module. `lib` (the crate
+# root) comes next, and the binary (`cli`, then `main.rs` that declares it)
+# on top. A top-level module missing from this list is reported, and its
+# edges are not judged.
 LAYERS = [
     "distance", "topk", "vector_file", "quant", "kmeans", "store", "filter",
-    "format", "catalog", "postings", "probe", "index", "builder", "quickstart",
-    "server", "error", "lib", "cli", "main",
+    "format", "catalog", "postings", "probe", "verify", "index", "builder",
+    "error", "quickstart", "server", "lib", "cli", "main",
 ]
 
 

@@ -25,8 +25,20 @@ pub enum Error {
     Build(#[from] crate::builder::BuildError),
     #[error(transparent)]
     Warehouse(#[from] crate::format::warehouse::WarehouseError),
+    /// Opening or querying an index (its probe errors are [`Error::Probe`]).
     #[error(transparent)]
-    Index(#[from] crate::index::IndexError),
+    Index(crate::index::IndexError),
+}
+
+impl From<crate::index::IndexError> for Error {
+    /// A probe error met through the index is a probe error: one variant
+    /// for it, whichever API reached the postings.
+    fn from(e: crate::index::IndexError) -> Self {
+        match e {
+            crate::index::IndexError::Probe(p) => Error::Probe(p),
+            other => Error::Index(other),
+        }
+    }
 }
 
 /// `Result` with the crate [`enum@Error`].

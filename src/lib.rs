@@ -27,5 +27,6 @@ pub mod server;
 pub mod store;
 pub mod topk;
 pub mod vector_file;
+pub mod verify;
 
 pub use error::{Error, Result};

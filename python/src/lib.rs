@@ -17,9 +17,9 @@ use numpy::{IntoPyArray, PyArray2, PyReadonlyArrayDyn, PyUntypedArrayMethods};
 use parqivf::builder::distributed::{self, BuildPlan, Worker as StageWorker};
 use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec};
 use parqivf::format::manifest::FileEntry;
-use parqivf::format::snapshot::{Snapshot, SnapshotError};
+use parqivf::format::snapshot::SnapshotError;
 use parqivf::format::warehouse::WarehouseError;
-use parqivf::index::{IndexError, IndexOptions, Preload, SearchParams, SearchResult};
+use parqivf::index::{IndexError, IndexOptions, Preload, QueryError, SearchParams, SearchResult};
 use parqivf::probe::ProbeError;
 use parqivf::probe::stats::SearchStats;
 use parqivf::store::options::StoreOptions;
@@ -150,7 +150,9 @@ fn py_error(e: parqivf::Error) -> PyErr {
     use parqivf::Error as E;
     let message = e.to_string();
     match &e {
-        E::Index(IndexError::DimensionMismatch { .. }) => DimensionMismatch::new_err(message),
+        E::Index(IndexError::Query(QueryError::DimensionMismatch { .. })) => {
+            DimensionMismatch::new_err(message)
+        }
         E::Index(IndexError::Filter(_)) | E::Probe(ProbeError::Filter { .. }) => {
             InvalidFilter::new_err(message)
         }
@@ -344,11 +346,7 @@ fn verify<'py>(
     let (store, path) = parqivf::store::location::open_with(&location, &options)
         .map_err(|e| py_error(parqivf::store::StoreError::from(e).into()))?;
     let report = block_on(py, || {
-        parqivf::postings::verify_location(
-            store,
-            &path,
-            parqivf::postings::VerifyOptions { orphans },
-        )
+        parqivf::verify::verify_location(store, &path, parqivf::verify::VerifyOptions { orphans })
     })
     .map_err(|e| py_error(e.into()))?;
     let out = to_py(py, &report)?;
@@ -471,19 +469,13 @@ impl Index {
         let (store, path) = parqivf::store::location::open_with(&location, &options)
             .map_err(|e| py_error(parqivf::store::StoreError::from(e).into()))?;
         let (inner, version, snapshot) = block_on(py, || async move {
-            let snapshot = Snapshot::open_current(&store, &path)
-                .await
-                .map_err(IndexError::from)?;
-            let version = snapshot.commit.as_ref().map(|c| c.version);
-            let folder = snapshot.folder.to_string();
             let options = IndexOptions {
                 postings_cache_bytes,
                 ..IndexOptions::default()
             };
-            let index = parqivf::index::Index::from_snapshot(store, snapshot, options);
-            if preload != Preload::None {
-                index.preload(preload).await?;
-            }
+            let index = parqivf::index::Index::open_with(store, &path, options, preload).await?;
+            let version = index.commit().map(|c| c.version);
+            let folder = index.folder().to_string();
             Ok::<_, parqivf::Error>((index, version, folder))
         })
         .map_err(py_error)?;

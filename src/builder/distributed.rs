@@ -37,10 +37,10 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
-use super::BuildError;
+use super::error::BuildError;
 use super::job::{BuildSummary, PhaseTimes, blocking, secs};
-use super::source::VectorSource;
-use super::source_spec::{SourceSpec, open_source};
+use super::source::spec::{SourceSpec, open_source};
+use super::source::vector_source::VectorSource;
 use super::stages::{self, BuildParams, Model, PartSample, PostingsTarget, SnapshotFolder};
 use crate::format::definition::IndexDefinition;
 use crate::format::manifest::FileEntry;

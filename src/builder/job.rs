@@ -17,9 +17,9 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
 
-use super::BuildError;
+use super::error::BuildError;
 use super::progress::{Phase, peak_rss_bytes};
-use super::source::{VectorBatch, VectorSource};
+use super::source::vector_source::{VectorBatch, VectorSource};
 use super::spill::BucketSpill;
 use super::stages::{self, BuildParams};
 use crate::format::postings_table::postings_schema;

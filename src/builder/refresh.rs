@@ -19,8 +19,8 @@
 //! before the commit, a commit whose answer was lost is a success, a lost
 //! race is [`crate::format::warehouse::WarehouseError::Conflict`] (run
 //! again), and a failure deletes the new folder unless a version may name it.
-//! Compaction reads the postings through the probe's reader
-//! ([`crate::index::Index::read_file`]), so a corrupt page fails it. A source that is gone or whose
+//! Compaction reads the postings through the one postings reader
+//! ([`PostingsReader::read_file`]), so a corrupt page fails it. A source that is gone or whose
 //! vector or payload columns changed type is a typed error, and nothing is
 //! published. The drift report compares the new rows' quantisation error
 //! with the build's; `retrain_above` rebuilds instead when it grew more.
@@ -36,11 +36,11 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::Serialize;
 
-use super::BuildError;
+use super::error::BuildError;
 use super::job::{AssignError, BuildSummary, assign_all, write_all};
 use super::progress::Phase;
-use super::source::{SourceDefinition, VectorBatch, VectorSource};
-use super::source_spec::{DUCKLAKE, SourceSpec};
+use super::source::spec::{DUCKLAKE, SourceSpec};
+use super::source::vector_source::{SourceDefinition, VectorBatch, VectorSource};
 use super::spill::BucketSpill;
 use super::stages::{self, BuildParams, PostingsTarget};
 use crate::format::definition::{IndexDefinition, IndexSource};
@@ -52,8 +52,8 @@ use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::{SOURCE_FILES_FILE, SourceFile, SourceFiles};
 use crate::format::warehouse;
 use crate::format::warehouse::Publisher;
-use crate::index::{Index, IndexOptions};
-use crate::probe::executor::{DecodedRowGroup, Want};
+use crate::probe::load::{IndexOptions, PostingsReader};
+use crate::probe::rows::{DecodedRowGroup, Want};
 use crate::store::options::StoreOptions;
 
 /// What `refresh` reads besides the index.
@@ -192,7 +192,7 @@ async fn live_ids(
             index: index.to_string(),
             reason: e.to_string(),
         })?;
-    let reader = Index::from_snapshot(store.clone(), snapshot, IndexOptions::default());
+    let reader = PostingsReader::new(store.clone(), &snapshot, IndexOptions::default());
     let removed: std::collections::HashSet<i64> = removed.iter().copied().collect();
     Ok(reader
         .live_rowids()
@@ -264,7 +264,7 @@ async fn changes(
                 .map_err(|e| BuildError::Catalog(e.into()))?;
             let table = spec.table.clone().unwrap_or_default();
             let from = u64::try_from(*snapshot_id).unwrap_or(0);
-            let (source, removed) = super::ducklake_source::DuckLakeSource::open_changes(
+            let (source, removed) = super::source::ducklake::DuckLakeSource::open_changes(
                 &catalog,
                 &table,
                 &spec.column,
@@ -331,7 +331,7 @@ async fn parquet_changes(
             .map_err(|e| BuildError::Store(e.into()))?;
     let location = crate::store::uri::LocationUri::from_store_path(&pattern)
         .map_err(|e| BuildError::Catalog(e.into()))?;
-    let listed = super::parquet_source::expand(src_store.as_ref(), &location).await?;
+    let listed = super::source::parquet::expand(src_store.as_ref(), &location).await?;
     let diff = recorded.diff(&listed);
     if spec.id_column.is_some() && !diff.removed.is_empty() {
         return Err(refuse(format!(
@@ -347,12 +347,12 @@ async fn parquet_changes(
         kept.files = diff.kept.clone();
         (None, kept, 0)
     } else {
-        let opened = super::parquet_source::ParquetSource::open_files(
+        let opened = super::source::parquet::ParquetSource::open_files(
             src_store,
             &pattern,
             diff.added.clone(),
             recorded.next_rowid,
-            super::parquet_source::ParquetSourceOptions {
+            super::source::parquet::ParquetSourceOptions {
                 column: spec.column.clone(),
                 id_column: spec.id_column.clone(),
                 payload: spec.payload.clone(),
@@ -606,7 +606,7 @@ async fn rebuild(
     snapshot: &Snapshot,
     build: &BuildParams,
 ) -> Result<BuildSummary, BuildError> {
-    let source = super::source_spec::open_source(
+    let source = super::source::spec::open_source(
         &SourceSpec {
             snapshot: params.snapshot,
             ..spec.clone()
@@ -847,14 +847,15 @@ pub struct CompactSummary {
 
 /// Every live row of a snapshot, postings file by file (base, then each
 /// delta), deleted rows left out: the input of `compact`. Files are read
-/// through the probe's reader ([`Index::read_file`]), so every footer is
+/// through the one postings reader ([`PostingsReader::read_file`]), so every footer is
 /// checked against its pin, every page against its CRC32 and every row's
 /// cid against its row group: a corrupt table fails compaction with the
 /// object, row group and page named, instead of becoming a new base.
 struct LiveSource {
-    reader: Arc<Index>,
+    reader: Arc<PostingsReader>,
     rows: Vec<u64>,
-    live: crate::probe::live::LiveRows,
+    /// The snapshot has codes: they are read too, to check their pages.
+    has_codes: bool,
     payload: Vec<FieldRef>,
     definition: SourceDefinition,
 }
@@ -862,7 +863,7 @@ struct LiveSource {
 #[async_trait]
 impl VectorSource for LiveSource {
     fn dim(&self) -> usize {
-        self.reader.hierarchy().dim
+        self.reader.dim()
     }
 
     fn parts(&self) -> usize {
@@ -877,13 +878,13 @@ impl VectorSource for LiveSource {
         let want = Want {
             vectors: true,
             // Read to check their pages: compaction encodes new codes.
-            codes: self.reader.quantizer().is_some(),
+            codes: self.has_codes,
             payload: true,
         };
         let groups = self.reader.read_file(part, want).await?;
-        let layer = self.live.layer_of(part);
+        let layer = self.reader.live().layer_of(part);
         let (deletions, payload, name) = (
-            Arc::clone(&self.live.deletions),
+            Arc::clone(&self.reader.live().deletions),
             self.payload.clone(),
             self.part_name(part),
         );
@@ -900,7 +901,7 @@ impl VectorSource for LiveSource {
 
     fn part_name(&self, part: usize) -> String {
         self.reader
-            .postings_paths()
+            .paths()
             .get(part)
             .map_or_else(String::new, ToString::to_string)
     }
@@ -1032,10 +1033,12 @@ pub async fn compact(
     };
     let source = LiveSource {
         rows: snapshot.files.iter().map(|f| f.rows).collect(),
-        live: crate::probe::live::LiveRows {
-            deletions: Arc::clone(&snapshot.deletions),
-            layer_starts: snapshot.layer_starts.clone().into(),
-        },
+        has_codes: snapshot.quantizer.is_some(),
+        reader: Arc::new(PostingsReader::new(
+            store.clone(),
+            &snapshot,
+            IndexOptions::default(),
+        )),
         payload: payload.clone(),
         definition: SourceDefinition {
             source: snapshot.definition.source.clone(),
@@ -1044,11 +1047,6 @@ pub async fn compact(
             payload_columns: b.payload_columns.clone(),
             skip_invalid: b.skip_invalid,
         },
-        reader: Arc::new(Index::from_snapshot(
-            store.clone(),
-            snapshot,
-            IndexOptions::default(),
-        )),
     };
     let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
     let error = assign_all(

@@ -35,7 +35,7 @@ use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
 use arrow::record_batch::RecordBatch;
 
-use super::BuildError;
+use super::error::BuildError;
 use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN};
 use crate::format::snapshot_writer::{SnapshotFolder, delete_unreferenced};
 

@@ -35,9 +35,9 @@ use object_store::path::Path;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
 
-use super::BuildError;
+use super::error::BuildError;
 use super::progress::ProgressMode;
-use super::source::{SourceDefinition, VectorBatch, VectorSource};
+use super::source::vector_source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::distance::Metric;
 use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::manifest::FileEntry;
@@ -515,7 +515,7 @@ pub fn prepare(
     if zero.is_empty() {
         return Ok(batch);
     }
-    let keep = super::source::kept_rows(batch.len(), &zero);
+    let keep = super::source::vector_source::kept_rows(batch.len(), &zero);
     let vectors = keep
         .iter()
         .flat_map(|&i| &batch.vectors[i as usize * dim..(i as usize + 1) * dim])

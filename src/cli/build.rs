@@ -10,6 +10,8 @@ use parqivf::kmeans::AssignMode;
 use parqivf::quant::Scheme;
 use parqivf::store::options::StoreOptions;
 
+use super::source_args::{DuckLakeArgs, MemoryArgs};
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The source: a Parquet table root or `*` pattern (path, file://, s3://…),
@@ -30,12 +32,8 @@ pub struct Args {
     /// DuckLake table as `schema.table`.
     #[arg(long)]
     pub table: Option<String>,
-    /// DuckLake snapshot (default: the latest).
-    #[arg(long)]
-    pub snapshot: Option<u64>,
-    /// DuckLake: resolve the catalog's data_path against this instead of the catalog's folder.
-    #[arg(long)]
-    pub data_path: Option<String>,
+    #[command(flatten)]
+    pub ducklake: DuckLakeArgs,
     /// A BIGINT-compatible column to use as rowid (Parquet sources).
     #[arg(long)]
     pub id_column: Option<String>,
@@ -72,9 +70,8 @@ pub struct Args {
     /// default), `sq8` (8 bits a dimension) or `none` (queries scan f32).
     #[arg(long, default_value = parqivf::quant::codes_name(parqivf::builder::DEFAULT_CODES), value_parser = parse_codes)]
     pub codes: Codes,
-    /// Memory for assigned postings before spilling per bucket (e.g. 512MiB, 2GiB).
-    #[arg(long, default_value = "2GiB", value_parser = parse_bytes)]
-    pub memory_limit: usize,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Skip rows with NULL or non-finite vectors (counted) instead of failing.
     #[arg(long)]
     pub skip_invalid: bool,
@@ -93,8 +90,8 @@ impl Args {
             source: self.source.clone(),
             column: self.column.clone(),
             table: self.table.clone(),
-            snapshot: self.snapshot,
-            data_path: self.data_path.clone(),
+            snapshot: self.ducklake.snapshot,
+            data_path: self.ducklake.data_path.clone(),
             id_column: self.id_column.clone(),
             payload: self.payload.clone(),
             skip_invalid: self.skip_invalid,
@@ -108,26 +105,6 @@ pub struct Codes(pub Option<Scheme>);
 
 fn parse_codes(s: &str) -> Result<Codes, String> {
     parqivf::quant::parse_codes(s).map(Codes)
-}
-
-/// `123`, `64KiB`, `512MiB`, `2GiB` (also KB/MB/GB as powers of 1000).
-pub fn parse_bytes(s: &str) -> Result<usize, String> {
-    let s = s.trim();
-    let split = s.find(|c: char| !c.is_ascii_digit()).unwrap_or(s.len());
-    let (num, unit) = s.split_at(split);
-    let n: usize = num.parse().map_err(|_| format!("bad size {s:?}"))?;
-    let mult: usize = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" => 1 << 10,
-        "MiB" => 1 << 20,
-        "GiB" => 1 << 30,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        u => return Err(format!("bad size unit {u:?} in {s:?}")),
-    };
-    n.checked_mul(mult)
-        .ok_or_else(|| format!("size {s:?} is too large"))
 }
 
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
@@ -151,7 +128,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
             seed: args.seed,
             assign: args.assign,
             codes: args.codes.0,
-            memory_limit: args.memory_limit,
+            memory_limit: args.memory.memory_limit,
             sort_by: args.sort_by.clone(),
             progress: if args.json {
                 ProgressMode::Plain

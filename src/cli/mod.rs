@@ -13,6 +13,7 @@ pub mod quickstart;
 pub mod refresh;
 pub mod search;
 pub mod serve;
+pub mod source_args;
 pub mod train;
 pub mod verify;
 

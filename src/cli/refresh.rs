@@ -11,29 +11,26 @@ use parqivf::builder::ProgressMode;
 use parqivf::builder::refresh::{RefreshParams, compact, refresh};
 use std::process::ExitCode;
 
+use super::source_args::{DuckLakeArgs, MemoryArgs};
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// The index location (the folder holding `versions/` and `snapshots/`).
     #[arg(long)]
     pub index: String,
-    /// DuckLake: the snapshot to bring the index to (default: the latest).
-    #[arg(long)]
-    pub snapshot: Option<u64>,
     /// The source, when it differs from what index.json records (e.g.
     /// `ducklake:postgres:<conninfo>` with the credentials index.json never
     /// holds). Its columns must be the index's.
     #[arg(long)]
     pub source: Option<String>,
-    /// DuckLake: resolve the catalog's data_path against this instead.
-    #[arg(long)]
-    pub data_path: Option<String>,
+    #[command(flatten)]
+    pub ducklake: DuckLakeArgs,
     /// Rebuild (new centroids) instead when the new rows' quantisation error
     /// exceeds the build's by more than this fraction (0.1 = 10 %).
     #[arg(long)]
     pub retrain_above: Option<f64>,
-    /// Memory for the assigned rows before spilling, in bytes.
-    #[arg(long, default_value_t = 2 << 30)]
-    pub memory_limit: usize,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Print a JSON summary on stdout.
     #[arg(long)]
     pub json: bool,
@@ -44,9 +41,8 @@ pub struct CompactArgs {
     /// The index location.
     #[arg(long)]
     pub index: String,
-    /// Memory for the assigned rows before spilling, in bytes.
-    #[arg(long, default_value_t = 2 << 30)]
-    pub memory_limit: usize,
+    #[command(flatten)]
+    pub memory: MemoryArgs,
     /// Print a JSON summary on stdout.
     #[arg(long)]
     pub json: bool,
@@ -69,8 +65,8 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
     let runtime = tokio::runtime::Runtime::new().context("cannot start the async runtime")?;
     let params = RefreshParams {
         source: args.source.clone(),
-        snapshot: args.snapshot,
-        data_path: args.data_path.clone(),
+        snapshot: args.ducklake.snapshot,
+        data_path: args.ducklake.data_path.clone(),
         retrain_above: args.retrain_above,
         store_options: store.clone(),
     };
@@ -79,7 +75,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
             index_store,
             &index,
             &params,
-            &build_params(args.memory_limit, args.json),
+            &build_params(args.memory.memory_limit, args.json),
         ))
         .with_context(|| format!("cannot refresh {}", args.index))?;
     if args.json {
@@ -127,7 +123,7 @@ pub fn run_compact(
         .block_on(compact(
             index_store,
             &index,
-            &build_params(args.memory_limit, args.json),
+            &build_params(args.memory.memory_limit, args.json),
         ))
         .with_context(|| format!("cannot compact {}", args.index))?;
     if args.json {

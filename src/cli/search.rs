@@ -15,7 +15,7 @@
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
-use parqivf::index::{Index, Preload, SearchParams, SearchResult};
+use parqivf::index::{Index, IndexOptions, Preload, SearchParams, SearchResult};
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use std::io::Write;
@@ -194,11 +194,11 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         ..SearchParams::default()
     };
     runtime.block_on(async {
-        let index = Index::open_current(store, &prefix).await?;
+        let options = IndexOptions::default();
+        let index = Index::open_with(store, &prefix, options, args.preload).await?;
         if args.warm {
             index.warm().await?;
         }
-        index.preload(args.preload).await?;
         match &args.groundtruth {
             Some(gt) => benchmark(&index, &args, &params, gt).await,
             None => print_results(&index, &args, &params).await,

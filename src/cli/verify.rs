@@ -10,7 +10,7 @@
 //! could not run (no such folder, IO failure).
 
 use anyhow::Context;
-use parqivf::postings::{VerifyOptions, verify_location};
+use parqivf::verify::{VerifyOptions, verify_location};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]

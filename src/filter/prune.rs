@@ -25,9 +25,10 @@ use arrow::compute::kernels::cmp;
 use arrow::compute::kernels::comparison::starts_with;
 use arrow::compute::{and_kleene, not, or_kleene};
 
-use super::{
-    Atom, CmpOp, ColumnStats, ContainerStats, FilterError, Node, Test, constant, kernel_error,
-};
+use super::error::FilterError;
+use super::eval::{constant, kernel_error};
+use super::expr::{Atom, CmpOp, Node, Test};
+use super::stats::{ColumnStats, ContainerStats};
 
 /// Whether each container of `stats` may hold a row for which `node` is
 /// TRUE: FALSE (cannot), TRUE (may) or NULL (unknown).

@@ -226,53 +226,7 @@ pub fn check_footer(
     }
     let schema = meta.schema_descr();
     let roots = schema.root_schema().get_fields();
-    let column = |name: &'static str, physical: PhysicalType, width: Option<i32>| {
-        let expected = match width {
-            Some(w) => format!("{physical}({w}) REQUIRED"),
-            None if name == VECTOR_COLUMN => format!("{physical}(4·dim) REQUIRED"),
-            None => format!("{physical} REQUIRED"),
-        };
-        let invalid = |found: String| FooterViolation::ColumnInvalid {
-            path: path(),
-            column: name,
-            expected: expected.clone(),
-            found,
-        };
-        let Some(root) = roots.iter().position(|f| f.name() == name) else {
-            return Err(invalid("no such column".into()));
-        };
-        let field = &roots[root];
-        let info = field.get_basic_info();
-        if !field.is_primitive() {
-            return Err(invalid("a group".into()));
-        }
-        let length = match field.as_ref() {
-            parquet::schema::types::Type::PrimitiveType { type_length, .. } => *type_length,
-            parquet::schema::types::Type::GroupType { .. } => 0,
-        };
-        let width_ok = match (physical, width) {
-            (PhysicalType::FIXED_LEN_BYTE_ARRAY, Some(w)) => length == w,
-            (PhysicalType::FIXED_LEN_BYTE_ARRAY, None) => {
-                length > 0 && (name != VECTOR_COLUMN || length % ELEMENT_BYTES as i32 == 0)
-            }
-            _ => true,
-        };
-        if field.get_physical_type() != physical
-            || info.repetition() != Repetition::REQUIRED
-            || !plain_annotation(info.logical_type_ref(), info.converted_type(), physical)
-            || !width_ok
-        {
-            let mut type_name = field.get_physical_type().to_string();
-            if field.get_physical_type() == PhysicalType::FIXED_LEN_BYTE_ARRAY {
-                type_name = format!("{type_name}({length})");
-            }
-            if let Some(logical) = info.logical_type_ref() {
-                type_name = format!("{type_name} {logical:?}");
-            }
-            return Err(invalid(format!("{type_name} {}", info.repetition())));
-        }
-        Ok(root)
-    };
+    let column = |name, physical, width| check_column(&path(), roots, name, physical, width);
     let width = dim.map(|d| i32::try_from(d.saturating_mul(ELEMENT_BYTES)).unwrap_or(i32::MAX));
     let columns = [
         column(CID_COLUMN, PhysicalType::INT32, None),
@@ -299,100 +253,7 @@ pub fn check_footer(
         .iter()
         .position(|c| c.path().parts() == [CID_COLUMN])
         .unwrap_or(usize::MAX);
-    let mut row_group_cids = Vec::with_capacity(metadata.num_row_groups());
-    let mut previous: Option<i32> = None;
-    let mut first_last: Option<(i32, i32)> = None;
-    for (row_group, rg) in metadata.row_groups().iter().enumerate() {
-        if rg.num_rows() == 0 {
-            found.push(FooterViolation::EmptyRowGroup {
-                path: path(),
-                row_group,
-            });
-            continue;
-        }
-        let stats = match rg.columns().get(cid_leaf).and_then(|c| c.statistics()) {
-            Some(Statistics::Int32(s)) => s,
-            _ => {
-                found.push(FooterViolation::StatisticsMissing {
-                    path: path(),
-                    row_group,
-                });
-                continue;
-            }
-        };
-        let (Some(&min), Some(&max)) = (stats.min_opt(), stats.max_opt()) else {
-            found.push(FooterViolation::StatisticsMissing {
-                path: path(),
-                row_group,
-            });
-            continue;
-        };
-        if !stats.min_is_exact() || !stats.max_is_exact() {
-            found.push(FooterViolation::StatisticsInexact {
-                path: path(),
-                row_group,
-            });
-        }
-        if let Some(nulls) = stats.null_count_opt().filter(|&n| n > 0) {
-            found.push(FooterViolation::CidNulls {
-                path: path(),
-                row_group,
-                nulls,
-            });
-        }
-        if min != max {
-            found.push(FooterViolation::MultipleCids {
-                path: path(),
-                row_group,
-                min,
-                max,
-            });
-        }
-        for cid in [min, max].into_iter().take(if min == max { 1 } else { 2 }) {
-            if i64::from(cid) < i64::from(entry.min_cid)
-                || i64::from(cid) > i64::from(entry.max_cid)
-            {
-                found.push(FooterViolation::CidOutsideFile {
-                    path: path(),
-                    row_group,
-                    cid,
-                    min_cid: entry.min_cid,
-                    max_cid: entry.max_cid,
-                });
-            }
-        }
-        if let Some(previous) = previous
-            && min < previous
-        {
-            found.push(FooterViolation::RowGroupsUnordered {
-                path: path(),
-                row_group,
-                previous,
-                cid: min,
-            });
-        }
-        previous = Some(max);
-        let first = first_last.map_or(min, |(first, _)| first);
-        first_last = Some((first, max));
-        // Inside [min-cid, max-cid] (else a violation above), so it fits.
-        row_group_cids.push(min as u32);
-    }
-    if let Some((first, last)) = first_last {
-        if i64::from(first) != i64::from(entry.min_cid) {
-            found.push(FooterViolation::FirstCidMismatch {
-                path: path(),
-                expected: entry.min_cid,
-                actual: first,
-            });
-        }
-        if i64::from(last) != i64::from(entry.max_cid) {
-            found.push(FooterViolation::LastCidMismatch {
-                path: path(),
-                expected: entry.max_cid,
-                actual: last,
-            });
-        }
-    }
+    let row_group_cids = check_row_group_cids(&path(), entry, metadata, cid_leaf, &mut found);
     if !found.is_empty() {
         return Err(found);
     }
@@ -407,6 +268,172 @@ pub fn check_footer(
         payload_roots,
         row_group_cids,
     })
+}
+
+/// The root index of the required primitive column `name` of `physical`
+/// type (of `width` bytes when given; any positive width, a multiple of 4
+/// for `vector`, when not) among `roots`, with no annotation but its plain
+/// one.
+fn check_column(
+    path: &str,
+    roots: &[parquet::schema::types::TypePtr],
+    name: &'static str,
+    physical: PhysicalType,
+    width: Option<i32>,
+) -> Result<usize, FooterViolation> {
+    let expected = match width {
+        Some(w) => format!("{physical}({w}) REQUIRED"),
+        None if name == VECTOR_COLUMN => format!("{physical}(4·dim) REQUIRED"),
+        None => format!("{physical} REQUIRED"),
+    };
+    let invalid = |found: String| FooterViolation::ColumnInvalid {
+        path: path.to_owned(),
+        column: name,
+        expected: expected.clone(),
+        found,
+    };
+    let Some(root) = roots.iter().position(|f| f.name() == name) else {
+        return Err(invalid("no such column".into()));
+    };
+    let field = &roots[root];
+    let info = field.get_basic_info();
+    if !field.is_primitive() {
+        return Err(invalid("a group".into()));
+    }
+    let length = match field.as_ref() {
+        parquet::schema::types::Type::PrimitiveType { type_length, .. } => *type_length,
+        parquet::schema::types::Type::GroupType { .. } => 0,
+    };
+    let width_ok = match (physical, width) {
+        (PhysicalType::FIXED_LEN_BYTE_ARRAY, Some(w)) => length == w,
+        (PhysicalType::FIXED_LEN_BYTE_ARRAY, None) => {
+            length > 0 && (name != VECTOR_COLUMN || length % ELEMENT_BYTES as i32 == 0)
+        }
+        _ => true,
+    };
+    if field.get_physical_type() != physical
+        || info.repetition() != Repetition::REQUIRED
+        || !plain_annotation(info.logical_type_ref(), info.converted_type(), physical)
+        || !width_ok
+    {
+        let mut type_name = field.get_physical_type().to_string();
+        if field.get_physical_type() == PhysicalType::FIXED_LEN_BYTE_ARRAY {
+            type_name = format!("{type_name}({length})");
+        }
+        if let Some(logical) = info.logical_type_ref() {
+            type_name = format!("{type_name} {logical:?}");
+        }
+        return Err(invalid(format!("{type_name} {}", info.repetition())));
+    }
+    Ok(root)
+}
+
+/// The cid of each row group of `metadata` from the exact statistics of its
+/// `cid` column (leaf `cid_leaf`): one non-null cid per non-empty row group,
+/// inside the file's `[min-cid, max-cid]`, ascending, the first and last
+/// being `min-cid` and `max-cid`. Violations are added to `found`.
+fn check_row_group_cids(
+    path: &str,
+    entry: &FileEntry,
+    metadata: &ParquetMetaData,
+    cid_leaf: usize,
+    found: &mut Vec<FooterViolation>,
+) -> Vec<u32> {
+    let mut row_group_cids = Vec::with_capacity(metadata.num_row_groups());
+    let mut previous: Option<i32> = None;
+    let mut first_last: Option<(i32, i32)> = None;
+    for (row_group, rg) in metadata.row_groups().iter().enumerate() {
+        if rg.num_rows() == 0 {
+            found.push(FooterViolation::EmptyRowGroup {
+                path: path.to_owned(),
+                row_group,
+            });
+            continue;
+        }
+        let stats = match rg.columns().get(cid_leaf).and_then(|c| c.statistics()) {
+            Some(Statistics::Int32(s)) => s,
+            _ => {
+                found.push(FooterViolation::StatisticsMissing {
+                    path: path.to_owned(),
+                    row_group,
+                });
+                continue;
+            }
+        };
+        let (Some(&min), Some(&max)) = (stats.min_opt(), stats.max_opt()) else {
+            found.push(FooterViolation::StatisticsMissing {
+                path: path.to_owned(),
+                row_group,
+            });
+            continue;
+        };
+        if !stats.min_is_exact() || !stats.max_is_exact() {
+            found.push(FooterViolation::StatisticsInexact {
+                path: path.to_owned(),
+                row_group,
+            });
+        }
+        if let Some(nulls) = stats.null_count_opt().filter(|&n| n > 0) {
+            found.push(FooterViolation::CidNulls {
+                path: path.to_owned(),
+                row_group,
+                nulls,
+            });
+        }
+        if min != max {
+            found.push(FooterViolation::MultipleCids {
+                path: path.to_owned(),
+                row_group,
+                min,
+                max,
+            });
+        }
+        for cid in [min, max].into_iter().take(if min == max { 1 } else { 2 }) {
+            if i64::from(cid) < i64::from(entry.min_cid)
+                || i64::from(cid) > i64::from(entry.max_cid)
+            {
+                found.push(FooterViolation::CidOutsideFile {
+                    path: path.to_owned(),
+                    row_group,
+                    cid,
+                    min_cid: entry.min_cid,
+                    max_cid: entry.max_cid,
+                });
+            }
+        }
+        if let Some(previous) = previous
+            && min < previous
+        {
+            found.push(FooterViolation::RowGroupsUnordered {
+                path: path.to_owned(),
+                row_group,
+                previous,
+                cid: min,
+            });
+        }
+        previous = Some(max);
+        let first = first_last.map_or(min, |(first, _)| first);
+        first_last = Some((first, max));
+        // Inside [min-cid, max-cid] (else a violation above), so it fits.
+        row_group_cids.push(min as u32);
+    }
+    if let Some((first, last)) = first_last {
+        if i64::from(first) != i64::from(entry.min_cid) {
+            found.push(FooterViolation::FirstCidMismatch {
+                path: path.to_owned(),
+                expected: entry.min_cid,
+                actual: first,
+            });
+        }
+        if i64::from(last) != i64::from(entry.max_cid) {
+            found.push(FooterViolation::LastCidMismatch {
+                path: path.to_owned(),
+                expected: entry.max_cid,
+                actual: last,
+            });
+        }
+    }
+    row_group_cids
 }
 
 #[cfg(test)]

@@ -23,7 +23,8 @@
 //! every source vector) and the probe (nearest lists of a query) all call
 //! [`nearest`].
 
-use super::KMeansError;
+use super::error::KMeansError;
+pub use super::kernel::Kernel;
 use crate::distance::{Metric, check_matrix, squared_norms};
 use rayon::prelude::*;
 
@@ -31,42 +32,6 @@ use rayon::prelude::*;
 pub const POINT_TILE: usize = 256;
 /// Centroids per tile of the SGEMM kernel (columns of one GEMM).
 pub const CENTROID_TILE: usize = 1024;
-
-/// How the dot products are computed; [`Kernel::detect`] picks the fastest
-/// one this CPU supports. Exposed so benchmarks and tests can compare them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kernel {
-    /// Packed centroid panels, a 6 × 16 AVX2/FMA register block fused with
-    /// the top-2 selection (x86-64 with AVX2 and FMA only).
-    PackedAvx2,
-    /// `matrixmultiply::sgemm` per tile, then a scan (every CPU).
-    Sgemm,
-}
-
-impl Kernel {
-    /// The fastest kernel this CPU supports.
-    pub fn detect() -> Self {
-        if Self::PackedAvx2.is_supported() {
-            Self::PackedAvx2
-        } else {
-            Self::Sgemm
-        }
-    }
-
-    /// Whether this CPU can run the kernel.
-    pub fn is_supported(self) -> bool {
-        match self {
-            #[cfg(target_arch = "x86_64")]
-            Self::PackedAvx2 => {
-                std::arch::is_x86_feature_detected!("avx2")
-                    && std::arch::is_x86_feature_detected!("fma")
-            }
-            #[cfg(not(target_arch = "x86_64"))]
-            Self::PackedAvx2 => false,
-            Self::Sgemm => true,
-        }
-    }
-}
 
 /// Nearest centroid of every row of `data` (row-major, width `dim`) among the
 /// rows of `centroids`: returns `(labels, distances)`, one entry per row, the

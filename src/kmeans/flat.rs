@@ -17,12 +17,89 @@
 //! computations once the centroids settle.
 
 use super::assign::{nearest_unchecked, nearest2_rows_unchecked, nearest2_unchecked};
+use super::error::KMeansError;
 use super::sample::{init_kmeans_plus_plus, init_random, subsample};
-use super::{Init, KMeansError, KMeansParams, KMeansResult, imbalance_factor};
 use crate::distance::{Metric, check_matrix, normalize_rows};
 use rand::Rng;
 use rayon::prelude::*;
 use std::borrow::Cow;
+
+/// How the initial centroids are chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Init {
+    /// k distinct sample points chosen uniformly (FAISS's default).
+    #[default]
+    Random,
+    /// D² sampling (Arthur & Vassilvitskii); slower, better spread.
+    KMeansPlusPlus,
+}
+
+/// Flat k-means parameters. `Default` follows FAISS's `ClusteringParameters`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KMeansParams {
+    /// Number of centroids.
+    pub k: usize,
+    /// Maximum Lloyd iterations (FAISS: 20).
+    pub niter: usize,
+    /// The training sample is at most `max_points_per_centroid · k` points (FAISS: 256).
+    pub max_points_per_centroid: usize,
+    /// Below `min_points_per_centroid · k` points the result carries a warning (FAISS: 39).
+    pub min_points_per_centroid: usize,
+    pub init: Init,
+    /// Stop when the objective improves by less than this fraction in one
+    /// iteration. 0 (the default, as FAISS) always runs `niter` iterations.
+    pub tol: f64,
+    /// L2 only: skip points whose nearest centroid provably did not change
+    /// (Hamerly bounds). Same result as plain Lloyd up to rounding at
+    /// near-ties; default on.
+    pub bounds: bool,
+}
+
+impl Default for KMeansParams {
+    fn default() -> Self {
+        Self {
+            k: 256,
+            niter: 20,
+            max_points_per_centroid: 256,
+            min_points_per_centroid: 39,
+            init: Init::Random,
+            tol: 0.0,
+            bounds: true,
+        }
+    }
+}
+
+/// The outcome of flat k-means.
+#[derive(Debug, Clone, PartialEq)]
+pub struct KMeansResult {
+    /// k × dim, row-major (unit rows in spherical mode).
+    pub centroids: Vec<f32>,
+    /// Sum of the metric's distances of the training points to their assigned
+    /// centroid, from the last assignment (L2: sum of squared distances).
+    pub objective: f64,
+    /// Objective after each iteration.
+    pub objective_history: Vec<f64>,
+    /// Lloyd iterations run.
+    pub iterations: usize,
+    /// k·Σh²/(Σh)² over the last assignment's cluster sizes h (1 = perfectly even).
+    pub imbalance: f64,
+    /// Empty clusters repaired by splitting, over all iterations.
+    pub splits: usize,
+    /// Points actually trained on (after sampling).
+    pub train_points: usize,
+    /// Set when the sample has fewer than `min_points_per_centroid · k` points.
+    pub warning: Option<String>,
+}
+
+/// k·Σh²/(Σh)² for cluster sizes `h`.
+pub fn imbalance_factor(hist: &[usize]) -> f64 {
+    let total: f64 = hist.iter().map(|&h| h as f64).sum();
+    if total == 0.0 {
+        return 1.0;
+    }
+    let sq: f64 = hist.iter().map(|&h| (h as f64) * (h as f64)).sum();
+    hist.len() as f64 * sq / (total * total)
+}
 
 /// FAISS's relative perturbation when a centroid is split in two.
 const SPLIT_EPS: f32 = 1.0 / 1024.0;

@@ -16,13 +16,31 @@
 //! objective and recall to flat k-means (`docs/benchmarks.md`).
 
 use super::assign::nearest_unchecked;
-use super::flat::lloyd;
+use super::error::KMeansError;
+use super::flat::{KMeansParams, imbalance_factor, lloyd, train};
 use super::sample::subsample;
-use super::{Hierarchy, KMeansError, KMeansParams, imbalance_factor, train};
 use crate::distance::{Metric, check_matrix, normalize_rows};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use rayon::prelude::*;
+
+/// A trained two-level hierarchy: `roots` (R × dim) and `leaves` (nlist × dim),
+/// both row-major f32. Root `r` owns leaf CIDs `cid_offsets[r]..cid_offsets[r + 1]`;
+/// `cid_offsets` has R + 1 entries, starts at 0 and ends at nlist.
+///
+/// ```text
+/// roots:        r0            r1        r2
+/// cid_offsets:  0             3         4            6
+/// leaves:       [l0 l1 l2]    [l3]      [l4 l5]
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Hierarchy {
+    pub dim: usize,
+    pub metric: Metric,
+    pub roots: Vec<f32>,
+    pub leaves: Vec<f32>,
+    pub cid_offsets: Vec<u32>,
+}
 
 /// Parameters of a two-level build.
 #[derive(Debug, Clone, PartialEq)]
@@ -43,6 +61,28 @@ pub struct HierarchyParams {
     /// pure two-level training); the build job polishes by default
     /// (`build::DEFAULT_POLISH`).
     pub polish: usize,
+}
+
+impl HierarchyParams {
+    /// Whether a hierarchy of these parameters can be trained on `n` points.
+    ///
+    /// # Errors
+    /// [`KMeansError::ZeroK`] for nlist 0, [`KMeansError::BadRoots`] unless
+    /// 1 ≤ roots ≤ nlist, [`KMeansError::TooFewPoints`] for fewer than
+    /// nlist points.
+    pub fn check(&self, n: usize) -> Result<(), KMeansError> {
+        let (nlist, roots) = (self.nlist, self.roots);
+        if nlist == 0 {
+            return Err(KMeansError::ZeroK);
+        }
+        if roots == 0 || roots > nlist {
+            return Err(KMeansError::BadRoots { roots, nlist });
+        }
+        if n < nlist {
+            return Err(KMeansError::TooFewPoints { n, k: nlist });
+        }
+        Ok(())
+    }
 }
 
 impl Default for HierarchyParams {
@@ -123,19 +163,7 @@ impl Hierarchy {
         rng: &mut impl Rng,
     ) -> Result<(Hierarchy, HierarchyReport), KMeansError> {
         let (nlist, nroots, metric) = (params.nlist, params.roots, params.metric);
-        let n = check_matrix(data, dim)?;
-        if nlist == 0 {
-            return Err(KMeansError::ZeroK);
-        }
-        if nroots == 0 || nroots > nlist {
-            return Err(KMeansError::BadRoots {
-                roots: nroots,
-                nlist,
-            });
-        }
-        if n < nlist {
-            return Err(KMeansError::TooFewPoints { n, k: nlist });
-        }
+        params.check(check_matrix(data, dim)?)?;
         let cap = params
             .kmeans
             .max_points_per_centroid

@@ -10,7 +10,7 @@
 //! row group that takes it to [`WriterOptions::max_file_bytes`]. So a large CID
 //! spans consecutive row groups and files.
 
-use super::PostingsError;
+use super::error::PostingsError;
 use crate::format::footers::{FOOTERS_FORMAT_VERSION, FooterPin, Footers, read_footer_bytes};
 use crate::format::manifest::{
     FORMAT_VERSION, FileEntry, MAX_BUCKET, MAX_CID, MAX_PART, Manifest, ManifestError,

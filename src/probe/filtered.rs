@@ -11,8 +11,10 @@
 //! one call per row group.
 
 use super::ProbeError;
-use super::executor::{DecodedRowGroup, on_rayon};
 use super::live::LiveRows;
+use super::offload::on_rayon;
+use super::rows::DecodedRowGroup;
+use super::stats::FilterPlan;
 use crate::filter::Filter;
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -276,8 +278,7 @@ pub struct FilterBudget {
 /// fraction `r` of its rows in row groups the statistics keep, `nprobe /
 /// r` lists read as many. When that reaches every list (and `max_nprobe`
 /// allows it), the plan is exhaustive. Pure.
-pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, super::stats::FilterPlan) {
-    use super::stats::FilterPlan;
+pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, FilterPlan) {
     let rows = seen.read + seen.pruned;
     let cost = match (rows, budget.in_memory) {
         (0, _) => 1.0,
@@ -293,10 +294,109 @@ pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, super::stats:
     (lists, FilterPlan::Probe)
 }
 
+/// Where a filtered query's probing stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueryProbe {
+    /// Its nearest lists probed so far.
+    pub lists: usize,
+    pub plan: FilterPlan,
+    /// It stopped at `max_nprobe` with fewer than `k` matches.
+    pub capped: bool,
+}
+
+/// The rounds of a filtered batch: every query starts at its nearest
+/// `nprobe` lists; after the first round [`filter_budget`] widens each to
+/// what `nprobe` lists cost unfiltered, and after each later round a query
+/// with fewer than `k` matches doubles its lists, up to the cap. It ends
+/// when a round changes no query's lists. Pure: the caller reads the lists
+/// [`Widening::need`]s between steps.
+#[derive(Debug)]
+pub struct Widening {
+    states: Vec<QueryProbe>,
+    budget: FilterBudget,
+    k: u64,
+    round: usize,
+}
+
+impl Widening {
+    /// The first round of queries whose lists, nearest first, are `ranked`.
+    pub fn new(ranked: &[Vec<u32>], budget: FilterBudget, k: usize) -> Self {
+        let states = ranked
+            .iter()
+            .map(|cids| QueryProbe {
+                lists: budget.nprobe.min(cids.len()),
+                plan: FilterPlan::Probe,
+                capped: false,
+            })
+            .collect();
+        Widening {
+            states,
+            budget,
+            k: k as u64,
+            round: 0,
+        }
+    }
+
+    /// Each query's state.
+    pub fn states(&self) -> &[QueryProbe] {
+        &self.states
+    }
+
+    /// The lists the queries probe now that `rows` has not read, sorted.
+    pub fn need(&self, ranked: &[Vec<u32>], rows: &FilteredRows) -> Vec<u32> {
+        let mut need: Vec<u32> = self
+            .states
+            .iter()
+            .zip(ranked)
+            .flat_map(|(s, cids)| cids[..s.lists].iter().copied())
+            .filter(|c| !rows.read.contains(c))
+            .collect();
+        need.sort_unstable();
+        need.dedup();
+        need
+    }
+
+    /// Set each query's lists for the next round from what its lists held
+    /// in `rows`; whether another round is needed.
+    pub fn step(&mut self, ranked: &[Vec<u32>], rows: &FilteredRows) -> bool {
+        let mut changed = false;
+        for (s, cids) in self.states.iter_mut().zip(ranked) {
+            let seen = rows.count(&cids[..s.lists]);
+            let most = self.budget.cap.min(cids.len());
+            let lists = if self.round == 0 {
+                let (lists, plan) = filter_budget(&self.budget, seen);
+                s.plan = plan;
+                lists.min(cids.len())
+            } else if seen.matched < self.k {
+                s.capped = s.lists >= most && most < cids.len();
+                (s.lists * 2).min(most).max(s.lists)
+            } else {
+                s.lists
+            };
+            changed |= lists != s.lists;
+            s.lists = lists;
+        }
+        self.round += 1;
+        changed || self.round <= 1
+    }
+
+    /// Each query's probed lists, sorted.
+    pub fn probed(&self, ranked: &[Vec<u32>]) -> Vec<Vec<u32>> {
+        self.states
+            .iter()
+            .zip(ranked)
+            .map(|(s, cids)| {
+                let mut probed = cids[..s.lists].to_vec();
+                probed.sort_unstable();
+                probed
+            })
+            .collect()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::probe::stats::FilterPlan;
 
     fn budget(in_memory: bool) -> FilterBudget {
         FilterBudget {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use arrow::buffer::BooleanBuffer;
 
-use super::executor::DecodedRowGroup;
+use super::rows::DecodedRowGroup;
 use crate::format::layers::Deletions;
 
 /// The deletions of a snapshot and where each layer's files start.

@@ -1,25 +1,37 @@
-//! Probe reader: choose centroids ([`select`]), intersect CIDs with manifest
-//! ranges and build an explicit row-group plan from footer statistics
-//! ([`planner`], [`access_plan`], [`footer`]), then execute it with one ranged
-//! fetch per file for all planned row groups ([`executor`]: plan, fetch and
-//! decode are separate steps, and the CPU steps run on rayon). What a search
-//! cost is one [`stats::SearchStats`], from the executor to the HTTP answer.
+//! The query engine. [`engine::Engine::run`] executes a validated
+//! [`query::QueryPlan`]: choose each query's centroids ([`select`]), read
+//! the row groups of those lists through the one postings reader
+//! ([`load::PostingsReader`]: candidate files from the manifest's ranges
+//! ([`planner`]), their footers ([`footer`]), an explicit row-group plan
+//! from their statistics ([`access_plan`]), one ranged fetch per file, and
+//! the checked decode ([`decode`])), widen a filtered query's lists in rounds
+//! ([`filtered`]), then rank: the exact scan ([`scan`]) or the codes and
+//! their re-rank ([`quantized`]). What a search cost is one
+//! [`stats::SearchStats`], from the reader to the HTTP answer.
 //!
 //! A cold query costs at most two dependent rounds of requests: every
 //! candidate footer at once, then every planned row group at once. With all
 //! footers cached (`Index::warm`) it is one round. In an index with codes
-//! ([`quantized`]) the row groups are read as codes, and a third round reads
-//! the `vector` pages holding the candidates to re-rank (none when the codes
-//! are preloaded with `--preload all`, or with `rerank 0`).
+//! the row groups are read as codes, and a third round reads the `vector`
+//! pages holding the candidates to re-rank (none when the codes are
+//! preloaded with `--preload all`, or with `rerank 0`).
 
 pub mod access_plan;
+pub mod byte_ranges;
 pub mod cache;
-pub mod executor;
+pub mod decode;
+pub mod engine;
 pub mod filtered;
 pub mod footer;
 pub mod live;
+pub mod load;
+pub mod offload;
+pub mod payload;
 pub mod planner;
 pub mod quantized;
+pub mod query;
+pub mod rows;
+pub mod scan;
 pub mod select;
 pub mod stats;
 

@@ -19,7 +19,10 @@
 //! once per leaf at open and `P·q` once per query.
 
 use super::ProbeError;
-use super::executor::{DecodedRowGroup, Fetched, FileRequest, coalesce, probing_queries, slice};
+use super::byte_ranges::{coalesce, slice};
+use super::load::{Fetched, FileRequest};
+use super::rows::DecodedRowGroup;
+use super::scan::probing_queries;
 use crate::distance::Metric;
 use crate::format::page_crc::checked_page;
 use crate::format::postings_table::VECTOR_COLUMN;
@@ -65,7 +68,7 @@ fn unpack(at: u64) -> (usize, usize) {
 /// The `keep` best candidates of every query of a batch by estimated
 /// distance (`queries` row-major and prepared for the metric, `cids[q]` the
 /// probed cids of query `q`) among the codes of the `loaded` row groups,
-/// list-major as [`super::executor::scan_batch`]. Each candidate's
+/// list-major as [`super::scan::scan_batch`]. Each candidate's
 /// [`crate::topk::Neighbor::at`] says where it lies, for the re-rank.
 /// `masks[g]`, when given, keeps only the rows of `loaded[g]` whose bit is
 /// set; a sparse mask scores only those codes. Returns the selections and
@@ -86,35 +89,9 @@ pub fn scan_codes(
     let dim = scan.hierarchy.dim;
     let width = scan.quantizer.code_bytes();
     let nq = cids.len();
-    let mut rotated = vec![0.0f32; queries.len()];
-    rotated
-        .par_chunks_mut(dim)
-        .zip(queries.par_chunks(dim))
-        .for_each(|(o, q)| scan.quantizer.rotate(q, o));
-    // Under inner product and cosine `y` is the query itself, the same for
-    // every list: prepared once per query.
-    let prepared: Vec<crate::quant::PreparedQuery> = if scan.hierarchy.metric == Metric::L2 {
-        Vec::new()
-    } else {
-        rotated
-            .par_chunks(dim)
-            .map(|q| scan.quantizer.prepare(q))
-            .collect()
-    };
+    check_code_lengths(paths, loaded, width)?;
+    let (rotated, prepared) = rotated_queries(scan, queries);
     let probing = probing_queries(cids, loaded);
-    for (g, rg) in loaded.iter().enumerate() {
-        let codes_len = rg.codes.as_ref().map(|c| c.len());
-        if codes_len != Some(rg.rowids.len() * width) {
-            return Err(ProbeError::Decode {
-                path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
-                row_group: rg.row_group,
-                source: parquet::errors::ParquetError::General(format!(
-                    "loaded row group {g} holds {codes_len:?} code bytes for {} rows of {width}",
-                    rg.rowids.len()
-                )),
-            });
-        }
-    }
     let empty = || -> (Vec<TopK>, Vec<f32>, Vec<f32>, u64) {
         (
             (0..nq).map(|_| TopK::new(keep)).collect(),
@@ -203,6 +180,53 @@ pub fn scan_codes(
     Ok((tops, scored))
 }
 
+/// Each loaded row group must hold exactly one code of `width` bytes a row.
+fn check_code_lengths(
+    paths: &[Path],
+    loaded: &[Arc<DecodedRowGroup>],
+    width: usize,
+) -> Result<(), ProbeError> {
+    for (g, rg) in loaded.iter().enumerate() {
+        let codes_len = rg.codes.as_ref().map(|c| c.len());
+        if codes_len != Some(rg.rowids.len() * width) {
+            return Err(ProbeError::Decode {
+                path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
+                row_group: rg.row_group,
+                source: parquet::errors::ParquetError::General(format!(
+                    "loaded row group {g} holds {codes_len:?} code bytes for {} rows of {width}",
+                    rg.rowids.len()
+                )),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The queries rotated as the codes are and, under inner product and
+/// cosine (where `y` is the query itself, the same for every list), each
+/// prepared once for scoring; under L2 `y` depends on the list, so nothing
+/// is prepared here.
+fn rotated_queries(
+    scan: CodeScan<'_>,
+    queries: &[f32],
+) -> (Vec<f32>, Vec<crate::quant::PreparedQuery>) {
+    let dim = scan.hierarchy.dim;
+    let mut rotated = vec![0.0f32; queries.len()];
+    rotated
+        .par_chunks_mut(dim)
+        .zip(queries.par_chunks(dim))
+        .for_each(|(o, q)| scan.quantizer.rotate(q, o));
+    let prepared = if scan.hierarchy.metric == Metric::L2 {
+        Vec::new()
+    } else {
+        rotated
+            .par_chunks(dim)
+            .map(|q| scan.quantizer.prepare(q))
+            .collect()
+    };
+    (rotated, prepared)
+}
+
 /// Score the codes of `rows` (every row when `None`) into `scores` (one slot
 /// per row) and return the rows scored.
 fn score_rows<'r>(
@@ -281,7 +305,7 @@ struct PageRead {
 }
 
 /// The `vector` pages holding every candidate of a batch: plain data from
-/// [`PagePlan::new`], read with [`super::executor::Postings::fetch`] of
+/// [`PagePlan::new`], read with [`super::load::PostingsReader::fetch`] of
 /// [`PagePlan::requests`] (one `get_ranges` per file, one round), then
 /// ranked by [`PagePlan::rank`].
 #[derive(Debug)]

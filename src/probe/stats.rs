@@ -1,5 +1,5 @@
 //! [`SearchStats`], the one record of what a search cost, end to end: the
-//! executor fills the IO counters and the plan/fetch/decode times, the index
+//! postings reader fills the IO counters and the plan/fetch/decode times, the engine
 //! adds the query's own probe and scan times, and the same value is printed
 //! by `parqivf search --stats` and returned by the HTTP service (`"include":
 //! ["stats"]`), field names unchanged.

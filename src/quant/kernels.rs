@@ -9,7 +9,7 @@
 //! The `sq8` versions sum f32 products in different orders (and AVX2 fuses the
 //! multiply-add), so they agree only to f32 rounding (see the tests).
 
-use super::HEADER_BYTES;
+use super::header::HEADER_BYTES;
 
 /// Whether the AVX2 kernels run on this CPU (`sq8` also needs FMA).
 /// Whether the AVX2 encoding kernels run on this CPU. They need AVX2 only:

@@ -50,20 +50,23 @@
 //! against a plain scalar reference. Scoring picks AVX2 at run time; `rabitq4` scores
 //! are bit-identical to the scalar fallback, `sq8` scores agree to f32 rounding.
 
+mod error;
+mod header;
 mod kernels;
+mod lane_dot;
 mod rabitq;
 mod rotation;
 mod sq8;
 #[cfg(test)]
 mod tests;
 
+pub use error::QuantError;
+pub use header::HEADER_BYTES;
+use lane_dot::lane_dot;
 use rotation::Rotation;
 use sq8::Sq8;
 use std::fmt;
 use std::str::FromStr;
-
-/// Bytes before the payload of every code: `norm2` and `factor`.
-pub const HEADER_BYTES: usize = 8;
 
 /// Largest `rabitq4` dimension: the rotation is dim² f32 (64 MiB at 4096) and
 /// takes O(dim³) f64 work to generate.
@@ -130,33 +133,6 @@ pub const fn codes_name(codes: Option<Scheme>) -> &'static str {
         Some(Scheme::Sq8) => "sq8",
         Some(Scheme::RaBitQ4) => "rabitq4",
     }
-}
-
-/// Why a quantiser could not be built.
-#[derive(thiserror::Error, Debug, Clone, PartialEq)]
-pub enum QuantError {
-    #[error("quantiser dimension is 0")]
-    ZeroDim,
-    #[error("rabitq4 dimension {dim} exceeds the maximum {max}")]
-    DimTooLarge { dim: usize, max: usize },
-    #[error("sq8 training sample is empty (dim {dim})")]
-    EmptySample { dim: usize },
-    #[error("sq8 training sample has {len} values, not a multiple of dim {dim}")]
-    SampleLength { len: usize, dim: usize },
-    #[error("sq8 training sample value at row {row}, dimension {column} is {value}, not finite")]
-    NonFiniteSample {
-        row: usize,
-        column: usize,
-        value: f32,
-    },
-    #[error("sq8 ranges have {min_len} minimums but {scale_len} scales")]
-    RangeLengths { min_len: usize, scale_len: usize },
-    #[error("sq8 minimum of dimension {index} is {value}, not finite")]
-    NonFiniteMin { index: usize, value: f32 },
-    #[error("sq8 scale of dimension {index} is {value}, not a finite positive number")]
-    BadScale { index: usize, value: f32 },
-    #[error("unknown code scheme {name:?} (expected \"sq8\" or \"rabitq4\")")]
-    UnknownScheme { name: String },
 }
 
 /// The parameters of one scheme: `sq8` ranges or the `rabitq4` rotation.
@@ -497,29 +473,4 @@ fn write_header(header: &mut [u8], norm2: f32, factor: f32) {
 fn norm2(residual: &[f32]) -> f32 {
     let n = lane_dot(residual, residual) as f32;
     if n.is_nan() { f32::NAN } else { n }
-}
-
-/// `Σ a_k·b_k` in f64 in a fixed order: term k into lane k mod 8 (the tail
-/// zero-padded), the lanes combined as ((l0+l4)+(l2+l6)) + ((l1+l5)+(l3+l7)).
-/// Independent lanes let it vectorise without reassociating anything. For
-/// f32 inputs (every widening to f64 is exact) and for the rotation's f64.
-#[inline(always)]
-pub(crate) fn lane_dot<T: Copy + Into<f64>>(a: &[T], b: &[T]) -> f64 {
-    let widen =
-        |x: &[T]| -> [f64; 8] { std::array::from_fn(|l| x.get(l).map_or(0.0, |&v| v.into())) };
-    let (a_chunks, a_tail) = a.as_chunks::<8>();
-    let (b_chunks, b_tail) = b.as_chunks::<8>();
-    let mut lanes = [0.0f64; 8];
-    for (x, y) in a_chunks
-        .iter()
-        .zip(b_chunks)
-        .map(|(x, y)| (widen(x), widen(y)))
-        .chain([(widen(a_tail), widen(b_tail))])
-    {
-        for l in 0..8 {
-            lanes[l] += x[l] * y[l];
-        }
-    }
-    ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
-        + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]))
 }

@@ -19,7 +19,7 @@
 //! `f·Σ(u_i − 7.5)·s·q_i = f·(s/2)·(2·Σ u_i q_i − 15·Σ q_i)`, where the integer
 //! sums are exact.
 
-use super::lane_dot;
+use super::lane_dot::lane_dot;
 
 /// Number of steps tried per vector.
 pub(crate) const STEP_CANDIDATES: usize = 32;

@@ -90,12 +90,12 @@ impl Rotation {
             let (done, rest) = m.split_at_mut(i * dim);
             let row = &mut rest[..dim];
             for basis in done.chunks_exact(dim) {
-                let proj = super::lane_dot(row, basis);
+                let proj = super::lane_dot::lane_dot(row, basis);
                 for (x, b) in row.iter_mut().zip(basis) {
                     *x -= proj * b;
                 }
             }
-            let norm = super::lane_dot(row, row).sqrt();
+            let norm = super::lane_dot::lane_dot(row, row).sqrt();
             for x in row.iter_mut() {
                 *x /= norm;
             }

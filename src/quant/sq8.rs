@@ -9,7 +9,7 @@
 //! decodes to `min_i` exactly. Values outside the trained range clamp to the
 //! nearest end.
 
-use super::QuantError;
+use super::error::QuantError;
 
 /// 2²³: f32 values from it up to 2²⁴ are the integers.
 const ROUNDER: f32 = 8_388_608.0;

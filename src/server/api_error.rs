@@ -11,7 +11,6 @@
 //! gives the framework's own 413 (a declared `Content-Length` over the limit,
 //! refused before the body is read) the same JSON shape.
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::{Request, State};
@@ -20,7 +19,6 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
-use super::AppState;
 use super::backend::BackendError;
 use super::reload::ReloadError;
 
@@ -178,7 +176,7 @@ impl From<BackendError> for ApiError {
     fn from(err: BackendError) -> Self {
         let detail = Some(err.to_string());
         match err {
-            BackendError::BadRequest { message } => Self::bad_request("bad_request", message),
+            BackendError::BadRequest { code, message } => Self::bad_request(code, message),
             BackendError::InvalidFilter { message } => Self::bad_request("invalid_filter", message),
             BackendError::Storage { .. } => Self {
                 detail,
@@ -231,7 +229,7 @@ impl IntoResponse for ApiError {
 /// renders it with the id; turns the bare 413 of the body-limit layer into a
 /// `body_too_large` error.
 pub(super) async fn finish(
-    State(app): State<Arc<AppState>>,
+    State(max_body_bytes): State<usize>,
     request: Request,
     next: Next,
 ) -> Response {
@@ -253,11 +251,11 @@ pub(super) async fn finish(
             ApiError::body_too_large(match declared {
                 Some(n) => format!(
                     "the request body declares {n} bytes; the limit is {} (--max-body-bytes)",
-                    app.limits.max_body_bytes
+                    max_body_bytes
                 ),
                 None => format!(
                     "the request body exceeds the limit of {} bytes (--max-body-bytes)",
-                    app.limits.max_body_bytes
+                    max_body_bytes
                 ),
             })
         }

@@ -12,8 +12,6 @@
 //! and the digests compared with `subtle`, so neither the token's content nor
 //! its length leaks through timing.
 
-use std::sync::Arc;
-
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, header};
 use axum::middleware::Next;
@@ -22,7 +20,6 @@ use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 use thiserror::Error;
 
-use super::AppState;
 use super::api_error::ApiError;
 
 /// Shortest accepted token, in bytes.
@@ -102,11 +99,11 @@ fn bearer(headers: &HeaderMap) -> Option<&str> {
 /// the request must carry it (401 otherwise); without one, every request
 /// passes unauthenticated. Handlers see the outcome as [`Authenticated`].
 pub(super) async fn require(
-    State(app): State<Arc<AppState>>,
+    State(token): State<Option<AuthToken>>,
     mut request: Request,
     next: Next,
 ) -> Response {
-    let authenticated = match &app.auth {
+    let authenticated = match &token {
         None => false,
         Some(token) => match bearer(request.headers()) {
             Some(presented) if token.matches(presented) => true,
@@ -123,14 +120,14 @@ pub(super) async fn require(
 /// Middleware of the administrative routes (`reload`): disabled (403,
 /// saying how to enable it) without a configured token, else [`require`].
 pub(super) async fn require_token(
-    State(app): State<Arc<AppState>>,
+    State(token): State<Option<AuthToken>>,
     request: Request,
     next: Next,
 ) -> Response {
-    if app.auth.is_none() {
+    if token.is_none() {
         return ApiError::reload_disabled().into_response();
     }
-    require(State(app), request, next).await
+    require(State(token), request, next).await
 }
 
 #[cfg(test)]

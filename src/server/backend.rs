@@ -56,7 +56,11 @@ pub enum BackendError {
     /// The request is invalid for this index (the server validates first; this
     /// is the backend's own check).
     #[error("bad request: {message}")]
-    BadRequest { message: String },
+    BadRequest {
+        /// The rule broken ([`crate::index::QueryError::code`]).
+        code: &'static str,
+        message: String,
+    },
     /// The request's filter does not parse, names an unknown payload column
     /// or compares a column with a literal of another type.
     #[error("invalid filter: {message}")]

@@ -1,6 +1,6 @@
 //! The real backend: a published index opened with [`Index`], behind the
 //! server's [`SearchBackend`] trait. The loader opens a location's current
-//! snapshot with [`Snapshot::open_current`] (one read of the commit log,
+//! snapshot with [`Index::open_with`] (one read of the commit log,
 //! never listing, every document checked against the commit's pins), so a
 //! reload picks up a newly published snapshot and `IndexInfo::snapshot`
 //! names exactly the version opened. `IndexInfo` is computed once at load.
@@ -14,7 +14,7 @@ use async_trait::async_trait;
 
 use super::backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchBackend};
 use crate::Error;
-use crate::format::snapshot::{Snapshot, SnapshotError};
+use crate::format::snapshot::SnapshotError;
 use crate::format::warehouse::{self, Commit, WarehouseError};
 use crate::index::{Index, IndexError, IndexOptions, Preload, SearchParams, SearchResult};
 
@@ -30,13 +30,10 @@ pub struct IndexBackend {
 fn classify(location: &str, e: Error) -> BackendError {
     let message = e.to_string();
     match e {
-        Error::Index(
-            IndexError::DimensionMismatch { .. }
-            | IndexError::NonFinite { .. }
-            | IndexError::InvalidK
-            | IndexError::InvalidNprobe { .. }
-            | IndexError::InvalidMaxNprobe { .. },
-        ) => BackendError::BadRequest { message },
+        Error::Index(IndexError::Query(q)) => BackendError::BadRequest {
+            code: q.code(),
+            message,
+        },
         Error::Index(IndexError::Filter(_)) => BackendError::InvalidFilter { message },
         Error::Probe(crate::probe::ProbeError::Store { .. })
         | Error::Index(IndexError::Snapshot(
@@ -76,7 +73,7 @@ impl SearchBackend for IndexBackend {
         self.index
             .search_batch(queries, params)
             .await
-            .map_err(|e| classify(&self.location, e))
+            .map_err(|e| classify(&self.location, e.into()))
     }
 }
 
@@ -105,8 +102,8 @@ fn snapshot_label(path: &object_store::path::Path, commit: Option<&Commit>) -> S
 }
 
 /// [`IndexInfo`] of a freshly opened snapshot (empty caches).
-fn index_info(snapshot: &Snapshot, label: String, preload: Preload) -> IndexInfo {
-    let def = &snapshot.definition;
+fn index_info(index: &Index, label: String, preload: Preload) -> IndexInfo {
+    let def = index.definition();
     IndexInfo {
         dim: def.dim as usize,
         metric: serde_json::to_value(def.metric)
@@ -114,7 +111,7 @@ fn index_info(snapshot: &Snapshot, label: String, preload: Preload) -> IndexInfo
             .and_then(|v| v.as_str().map(str::to_string))
             .unwrap_or_default(),
         nlist: def.nlist as usize,
-        ntotal: snapshot.manifest.ntotal,
+        ntotal: index.manifest().ntotal,
         snapshot: label,
         definition: serde_json::to_value(def).unwrap_or_default(),
         cache: CacheState {
@@ -153,20 +150,18 @@ impl BackendLoader for IndexLoader {
         let (store, path) = self.open_store(location)?;
         // One read of the commit log chooses the snapshot, and the label
         // names that same snapshot.
-        let snapshot = Snapshot::open_current(&store, &path)
+        let options = IndexOptions::default();
+        let index = Index::open_with(store, &path, options, self.preload)
             .await
-            .map_err(|e| classify(location, IndexError::from(e).into()))?;
-        let label = snapshot_label(&path, snapshot.commit.as_ref());
-        let info = index_info(&snapshot, label, self.preload);
-        let index = Index::from_snapshot(store, snapshot, IndexOptions::default());
-        if self.preload != Preload::None {
+            .map_err(|e| classify(location, e.into()))?;
+        if self.warm && self.preload == Preload::None {
             index
-                .preload(self.preload)
+                .warm()
                 .await
-                .map_err(|e| classify(location, e))?;
-        } else if self.warm {
-            index.warm().await.map_err(|e| classify(location, e))?;
+                .map_err(|e| classify(location, e.into()))?;
         }
+        let label = snapshot_label(&path, index.commit());
+        let info = index_info(&index, label, self.preload);
         Ok(Arc::new(IndexBackend {
             index,
             location: location.to_string(),

@@ -34,6 +34,7 @@ pub mod limits;
 pub mod metrics;
 pub mod reload;
 mod routes;
+mod state;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -53,6 +54,8 @@ use tokio::sync::Semaphore;
 use tower_http::limit::RequestBodyLimitLayer;
 use tower_http::request_id::{MakeRequestUuid, PropagateRequestIdLayer, SetRequestIdLayer};
 use tower_http::trace::TraceLayer;
+
+use state::AppState;
 
 pub use crate::index::{Hit, SearchParams, SearchResult, SearchStats};
 pub use api_error::ApiError;
@@ -125,17 +128,6 @@ pub enum ServeError {
     },
     #[error("server failed: {0}")]
     Io(#[from] std::io::Error),
-}
-
-/// State shared by every handler.
-struct AppState {
-    registry: Registry,
-    limits: Limits,
-    connections: ConnectionLimits,
-    pool: QueryPool,
-    metrics: metrics::Metrics,
-    auth: Option<AuthToken>,
-    reload_min_interval: Duration,
 }
 
 /// A server with its indexes open and its address bound, not yet serving.
@@ -376,13 +368,13 @@ fn router(app: Arc<AppState>) -> Router {
         .route(routes::INDEX, get(routes::get_index))
         .route(routes::SEARCH, post(routes::search))
         .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
+            app.auth.clone(),
             auth::require,
         ));
     let admin = Router::new()
         .route(routes::RELOAD, post(routes::reload))
         .route_layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
+            app.auth.clone(),
             auth::require_token,
         ));
     Router::new()
@@ -394,7 +386,7 @@ fn router(app: Arc<AppState>) -> Router {
         .layer(RequestBodyLimitLayer::new(body_limit))
         .layer(DefaultBodyLimit::max(body_limit))
         .layer(axum::middleware::from_fn_with_state(
-            Arc::clone(&app),
+            body_limit,
             api_error::finish,
         ))
         .layer(axum::middleware::from_fn_with_state(

@@ -14,7 +14,7 @@
 //! publisher, but two publishers racing between HEAD and PUT can both
 //! "win", the later PUT replacing the earlier object.
 
-use super::StoreError;
+use super::error::StoreError;
 use async_trait::async_trait;
 use bytes::Bytes;
 use futures::stream::BoxStream;

@@ -12,7 +12,7 @@ use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 
-use super::StoreError;
+use super::error::StoreError;
 
 /// Delete every object below `prefix`.
 ///

@@ -34,29 +34,11 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use thiserror::Error;
 
 use super::commit::CheckThenPut;
+pub use super::error::LocationError;
 use super::options::StoreOptions;
 use crate::store::uri::{LocationUri, Scheme, UriError};
-
-/// A location that cannot be opened.
-#[derive(Debug, Error)]
-pub enum LocationError {
-    #[error("empty location")]
-    Empty,
-    #[error(transparent)]
-    Uri(#[from] UriError),
-    #[error("local path {path:?}: {reason}")]
-    LocalPath { path: PathBuf, reason: String },
-    #[error("cannot configure the {scheme} store for {location:?}: {source}")]
-    Configure {
-        scheme: &'static str,
-        location: String,
-        #[source]
-        source: object_store::Error,
-    },
-}
 
 /// Opens `location` (a plain local path or a location URI) with the default
 /// [`StoreOptions`].

@@ -14,7 +14,7 @@ use parqivf::builder::progress::ProgressMode;
 use parqivf::builder::source::ArraySource;
 use parqivf::builder::{BuildParams, build};
 use parqivf::distance::Metric;
-use parqivf::index::{Index, Preload, SearchParams, SearchResult};
+use parqivf::index::{Index, IndexError, Preload, SearchParams, SearchResult};
 use parqivf::probe::ProbeError;
 use parqivf::quant::Scheme;
 use std::sync::Arc;
@@ -247,7 +247,7 @@ async fn a_corrupted_code_or_vector_page_is_a_typed_error() {
             .unwrap();
         let e = fresh.search(&q, &sp).await.unwrap_err();
         match &e {
-            parqivf::Error::Probe(ProbeError::PageChecksum { column, .. }) => {
+            IndexError::Probe(ProbeError::PageChecksum { column, .. }) => {
                 assert_eq!(column, what, "{e}")
             }
             other => panic!("{what}: expected a page checksum error, got {other}"),
@@ -269,8 +269,8 @@ async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
     )
     .await;
     let idx = Path::from("idx");
-    let options = parqivf::postings::verify::VerifyOptions::default();
-    let report = parqivf::postings::verify::verify_location(store.clone(), &idx, options)
+    let options = parqivf::verify::VerifyOptions::default();
+    let report = parqivf::verify::verify_location(store.clone(), &idx, options)
         .await
         .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
@@ -289,13 +289,13 @@ async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
         )
         .await
         .unwrap();
-    let report = parqivf::postings::verify::verify_location(store.clone(), &folder, options)
+    let report = parqivf::verify::verify_location(store.clone(), &folder, options)
         .await
         .unwrap();
     let mismatches = report
         .violations
         .iter()
-        .filter(|v| matches!(v, parqivf::postings::verify::Violation::CodeMismatch { .. }))
+        .filter(|v| matches!(v, parqivf::verify::Violation::CodeMismatch { .. }))
         .count();
     assert!(mismatches > 0, "{:?}", report.violations);
 }

@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::builder::{ArraySource, BuildError, BuildParams, ProgressMode, build};
 use parqivf::distance::Metric;
 use parqivf::format::definition::IndexDefinition;
-use parqivf::index::{Index, IndexError, SearchParams};
+use parqivf::index::{Index, IndexError, QueryError, SearchParams};
 
 const DIM: usize = 16;
 const N: usize = 2000;
@@ -121,10 +121,7 @@ async fn a_zero_query_is_a_typed_error() {
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            parqivf::Error::Index(IndexError::NoDirection { query: 0 })
-        ),
+        matches!(err, IndexError::Query(QueryError::NoDirection { query: 0 })),
         "{err}"
     );
     // In a batch, the error names the zero query.
@@ -135,10 +132,7 @@ async fn a_zero_query_is_a_typed_error() {
         .await
         .unwrap_err();
     assert!(
-        matches!(
-            err,
-            parqivf::Error::Index(IndexError::NoDirection { query: 2 })
-        ),
+        matches!(err, IndexError::Query(QueryError::NoDirection { query: 2 })),
         "{err}"
     );
 }

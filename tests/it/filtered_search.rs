@@ -20,7 +20,9 @@ use object_store::path::Path;
 use parqivf::builder::{BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode, build};
 use parqivf::distance::Metric;
 use parqivf::filter::FilterError;
-use parqivf::index::{FilterPlan, Index, IndexError, Preload, SearchParams, SearchResult};
+use parqivf::index::{
+    FilterPlan, Index, IndexError, Preload, QueryError, SearchParams, SearchResult,
+};
 use parqivf::quant::Scheme;
 use std::sync::Arc;
 use support::fixtures::{brute_force, dataset};
@@ -278,7 +280,7 @@ async fn max_nprobe_caps_the_search_and_says_so() {
     params.max_nprobe = Some(0);
     assert!(matches!(
         index.search(q, &params).await,
-        Err(parqivf::Error::Index(IndexError::InvalidMaxNprobe {
+        Err(IndexError::Query(QueryError::InvalidMaxNprobe {
             max_nprobe: 0,
             nprobe: 1,
             nlist: 16
@@ -388,7 +390,7 @@ async fn bad_filters_are_typed_errors_naming_the_column_and_types() {
         let filter = filter.to_string();
         async move {
             match index.search(q, &filtered(&filter, 4)).await {
-                Err(parqivf::Error::Index(IndexError::Filter(e))) => e,
+                Err(IndexError::Filter(e)) => e,
                 other => panic!("{filter}: expected a filter error, got {other:?}"),
             }
         }

@@ -12,7 +12,8 @@ use crate::support;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path;
-use parqivf::postings::{VerifyOptions, WriterOptions, verify};
+use parqivf::postings::WriterOptions;
+use parqivf::verify::{VerifyOptions, verify};
 use std::sync::Arc;
 
 #[tokio::test]

@@ -8,10 +8,9 @@ use crate::support;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
-use parqivf::Error;
 use parqivf::format::manifest::Manifest;
 use parqivf::format::postings_table::FooterViolation;
-use parqivf::index::{Index, IndexOptions, SearchParams};
+use parqivf::index::{Index, IndexError, IndexOptions, SearchParams};
 use parqivf::probe::ProbeError;
 use parqivf::store::counting::CountingStore;
 use std::sync::Arc;
@@ -228,7 +227,7 @@ async fn lying_statistics_are_corrupt_index() {
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
-        Err(Error::Probe(ProbeError::CorruptIndex {
+        Err(IndexError::Probe(ProbeError::CorruptIndex {
             path: p,
             row_group: 0,
             row,
@@ -258,7 +257,7 @@ async fn missing_postings_object_is_named_and_orphans_are_never_read() {
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
-        Err(Error::Probe(ProbeError::Store {
+        Err(IndexError::Probe(ProbeError::Store {
             path,
             source: object_store::Error::NotFound { .. },
         })) => {
@@ -323,7 +322,7 @@ async fn row_group_with_two_cids_is_refused() {
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
-        Err(Error::Probe(ProbeError::FooterContract(violations))) => {
+        Err(IndexError::Probe(ProbeError::FooterContract(violations))) => {
             let multi = violations.iter().find_map(|v| match v {
                 FooterViolation::MultipleCids {
                     path: p,

@@ -21,9 +21,9 @@ use parqivf::builder::distributed::{self, ROOT_COLUMN, Worker};
 use parqivf::builder::refresh::{RefreshParams, compact, refresh};
 use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec, build, open_source};
 use parqivf::format::warehouse::{self, WarehouseError};
-use parqivf::postings::verify::{VerifyOptions, verify_location};
 use parqivf::store::fault::{Fault, FaultStore, Op};
 use parqivf::store::options::StoreOptions;
+use parqivf::verify::{VerifyOptions, verify_location};
 
 use crate::support;
 use crate::support::files::write_parquet;

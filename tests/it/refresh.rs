@@ -209,10 +209,10 @@ async fn refresh_follows_files_gained_lost_and_changed_then_compact_restores_one
         .await
         .unwrap();
     // verify checks the base and every delta table.
-    let report = parqivf::postings::verify::verify_location(
+    let report = parqivf::verify::verify_location(
         store.clone(),
         &index,
-        parqivf::postings::verify::VerifyOptions::default(),
+        parqivf::verify::VerifyOptions::default(),
     )
     .await
     .unwrap();

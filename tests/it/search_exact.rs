@@ -7,8 +7,7 @@ use crate::support;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::Error;
-use parqivf::index::{Index, IndexError, SearchParams};
+use parqivf::index::{Index, IndexError, QueryError, SearchParams};
 use std::sync::Arc;
 use support::fixtures::{Layout, brute_force, dataset, hierarchy, rowids, write_index};
 
@@ -133,7 +132,7 @@ async fn bad_queries_are_typed_errors() {
     let q = vec![0.0f32; DIM];
     assert!(matches!(
         index.search(&q[..DIM - 1], &p).await,
-        Err(Error::Index(IndexError::DimensionMismatch {
+        Err(IndexError::Query(QueryError::DimensionMismatch {
             expected: DIM,
             actual: 7,
             ..
@@ -143,7 +142,7 @@ async fn bad_queries_are_typed_errors() {
     nan[3] = f32::NAN;
     assert!(matches!(
         index.search(&nan, &p).await,
-        Err(Error::Index(IndexError::NonFinite {
+        Err(IndexError::Query(QueryError::NonFinite {
             query: 0,
             position: 3,
             ..
@@ -151,7 +150,7 @@ async fn bad_queries_are_typed_errors() {
     ));
     assert!(matches!(
         index.search(&q, &SearchParams { k: 0, ..p.clone() }).await,
-        Err(Error::Index(IndexError::InvalidK))
+        Err(IndexError::Query(QueryError::InvalidK))
     ));
     assert!(matches!(
         index
@@ -163,7 +162,7 @@ async fn bad_queries_are_typed_errors() {
                 }
             )
             .await,
-        Err(Error::Index(IndexError::InvalidNprobe {
+        Err(IndexError::Query(QueryError::InvalidNprobe {
             nprobe: 33,
             nlist: 32
         }))
@@ -171,7 +170,7 @@ async fn bad_queries_are_typed_errors() {
     let two = [q.clone(), q.clone()].concat();
     assert!(matches!(
         index.search_batch(&two[..DIM + 3], &p).await,
-        Err(Error::Index(IndexError::DimensionMismatch {
+        Err(IndexError::Query(QueryError::DimensionMismatch {
             query: 1,
             actual: 3,
             ..

@@ -10,12 +10,12 @@ use std::sync::Arc;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
-use parqivf::index::{Index, SearchParams};
-use parqivf::postings::verify::{VerifyOptions, verify};
+use parqivf::index::{Index, IndexError, SearchParams};
 use parqivf::probe::ProbeError;
 use parqivf::store::StoreError;
 use parqivf::store::commit::{CheckThenPut, put_if_absent};
 use parqivf::store::counting::CountingStore;
+use parqivf::verify::{VerifyOptions, verify};
 
 /// Every object of a snapshot, as (relative path, bytes).
 type Objects = Vec<(String, bytes::Bytes)>;
@@ -341,7 +341,7 @@ async fn orphans_unread_and_missing_object_named_on_every_backend() {
         let index = Index::open_current(b.store.clone(), &idx).await.unwrap();
         let err = index.search_batch(&queries, &all).await.unwrap_err();
         match &err {
-            parqivf::Error::Probe(ProbeError::Store { path, source }) => {
+            IndexError::Probe(ProbeError::Store { path, source }) => {
                 assert_eq!(path, &missing.to_string(), "{}", b.name);
                 assert!(
                     matches!(source, object_store::Error::NotFound { .. }),

@@ -23,7 +23,8 @@ use parqivf::format::page_crc::add_page_crcs_to_file;
 use parqivf::format::postings_table::{
     CID_COLUMN, FooterViolation, KV_FORMAT_VERSION, ROWID_COLUMN, check_footer, part_path,
 };
-use parqivf::postings::{VerifyOptions, Violation, WriterOptions, verify};
+use parqivf::postings::WriterOptions;
+use parqivf::verify::{VerifyOptions, Violation, verify};
 use parquet::arrow::ArrowWriter;
 use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
@@ -566,7 +567,7 @@ async fn cli_exit_codes_and_json() {
 
 // ---- Issue #17 item 4: verify checks the whole snapshot the reader opens ----
 
-use parqivf::postings::verify_location;
+use parqivf::verify::verify_location;
 
 const IDX_DIM: usize = 4;
 

@@ -24,7 +24,9 @@ use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::datatypes::Int64Type;
 use futures::{StreamExt, TryStreamExt, stream};
 
-use super::{DuckLakeError, DuckLakeTable, LiveFile};
+use super::error::DuckLakeError;
+use super::files::LiveFile;
+use super::table::DuckLakeTable;
 use crate::catalog::lineage::{LineageError, MissingRowId};
 
 /// Files whose lineage is read at once.

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use arrow::datatypes::{DataType, Field, FieldRef, Fields};
 
-use super::DuckLakeError;
+use super::error::DuckLakeError;
 use super::metadata::ColumnRow;
 use crate::catalog::mapping::with_field_id;
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
-use super::DuckLakeError;
+use super::error::DuckLakeError;
 
 /// The source prefix of a SQLite catalog (`ducklake:sqlite:<file>`).
 pub const SQLITE_PREFIX: &str = "sqlite:";
@@ -76,27 +76,6 @@ impl Catalog {
             Self::Sqlite(path) => format!("{SQLITE_PREFIX}{}", path.display()),
             Self::Postgres(pg) => format!("{POSTGRES_PREFIX}{}", pg.redacted),
         }
-    }
-
-    /// Runs `work` on a reader of this catalog, on a dedicated OS thread
-    /// (never on the caller's, which may be a tokio worker). The reader is
-    /// closed before this returns.
-    ///
-    /// # Errors
-    /// Opening the catalog, and whatever `work` returns.
-    pub(super) fn read<T: Send>(
-        &self,
-        work: impl FnOnce(&mut super::CatalogReader) -> Result<T, DuckLakeError> + Send,
-    ) -> Result<T, DuckLakeError> {
-        std::thread::scope(|scope| {
-            scope
-                .spawn(|| {
-                    let mut reader = super::CatalogReader::open(self)?;
-                    work(&mut reader)
-                })
-                .join()
-                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
-        })
     }
 }
 

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use url::Url;
 
-use super::DuckLakeError;
+use super::error::DuckLakeError;
 use super::metadata::{DataFileRow, DeleteFileRow, TableEntry};
 use crate::catalog::lineage::FileLineage;
 use crate::catalog::paths::{self, PathPart};

@@ -6,8 +6,8 @@
 //! databases ([`CatalogDb`]: SQLite opened `SQLITE_OPEN_READ_ONLY`,
 //! PostgreSQL in a read-only transaction): the reader never writes.
 
-use super::DuckLakeError;
 use super::db::{Catalog, CatalogDb, CatalogRow, DbError, Param};
+use super::error::DuckLakeError;
 use crate::catalog::mapping::{ColumnMappingRow, MappingSet, NameMapping};
 
 /// The visibility rule; `?1` is the snapshot.
@@ -65,6 +65,29 @@ pub struct DeleteFileRow {
 pub struct CatalogReader {
     db: CatalogDb,
     catalog: String,
+}
+
+impl Catalog {
+    /// Runs `work` on a reader of this catalog, on a dedicated OS thread
+    /// (never on the caller's, which may be a tokio worker). The reader is
+    /// closed before this returns.
+    ///
+    /// # Errors
+    /// Opening the catalog, and whatever `work` returns.
+    pub(super) fn read<T: Send>(
+        &self,
+        work: impl FnOnce(&mut CatalogReader) -> Result<T, DuckLakeError> + Send,
+    ) -> Result<T, DuckLakeError> {
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    let mut reader = CatalogReader::open(self)?;
+                    work(&mut reader)
+                })
+                .join()
+                .unwrap_or_else(|panic| std::panic::resume_unwind(panic))
+        })
+    }
 }
 
 impl CatalogReader {

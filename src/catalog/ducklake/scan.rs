@@ -17,9 +17,11 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::async_reader::ParquetRecordBatchStreamBuilder;
 use url::Url;
 
-use super::{DuckLakeError, DuckLakeTable, LiveFile};
+use super::error::DuckLakeError;
+use super::files::LiveFile;
+use super::table::DuckLakeTable;
 use crate::catalog::lineage::{self, LineageColumn, MissingRowId};
-use crate::catalog::mapping::ColumnMapping;
+use crate::catalog::mapping::{ColumnMapping, ResolvedColumns};
 use crate::catalog::paths;
 use crate::store::parquet_reader::StoreReader;
 use crate::store::uri::hive_partitions;
@@ -84,6 +86,96 @@ impl Request {
     pub(super) fn after(mut self, after: i64) -> Self {
         self.after = Some(after);
         self
+    }
+}
+
+impl DuckLakeTable {
+    /// Reads `columns` of every live row: table columns in their logical Arrow
+    /// types (a `FLOAT[]` embedding is `List<Float32>`) and lineage columns
+    /// (`rowid`, `snapshot_id`, `file_index`, `filename`, `file_row_number`),
+    /// in the order asked, deleted rows excluded. A table column shadows a
+    /// lineage column of the same name. `rowid` is NULL where a file has none.
+    ///
+    /// # Errors
+    /// [`DuckLakeError::UnknownColumn`], IO, Parquet, mapping and lineage errors.
+    pub async fn scan(
+        &self,
+        columns: &[&str],
+    ) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
+        self.scan_with(columns, MissingRowId::Null).await
+    }
+
+    /// [`Self::scan`] with a policy for files without rowids
+    /// ([`MissingRowId::Error`] for an index build).
+    ///
+    /// # Errors
+    /// As [`Self::scan`], plus
+    /// [`LineageError::MissingRowIdStart`](crate::catalog::lineage::LineageError::MissingRowIdStart).
+    pub async fn scan_with(
+        &self,
+        columns: &[&str],
+        missing: MissingRowId,
+    ) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
+        let request = Request::new(self, columns, missing)?;
+        let mut out = Vec::new();
+        for file in &self.files {
+            out.extend(read_file(self, &request, file).await?);
+        }
+        Ok(out)
+    }
+
+    /// The data file at `file_index`, or [`DuckLakeError::NoSuchFile`].
+    fn file(&self, file_index: usize) -> Result<&LiveFile, DuckLakeError> {
+        self.files.get(file_index).ok_or(DuckLakeError::NoSuchFile {
+            file: file_index,
+            files: self.files.len(),
+        })
+    }
+
+    /// How many rows file `file_index` yields at the snapshot (deletes and
+    /// `partial_file_info` applied), from catalog metadata and the delete
+    /// file; the data file's pages are not read.
+    ///
+    /// # Errors
+    /// [`DuckLakeError::NoSuchFile`], an unreadable footer or delete file.
+    pub async fn live_rows(&self, file_index: usize) -> Result<u64, DuckLakeError> {
+        let file = self.file(file_index)?;
+        live_rows(self, file).await
+    }
+
+    /// [`Self::scan_with`] restricted to the file at `file_index` (for builds
+    /// that work per source file).
+    ///
+    /// # Errors
+    /// As [`Self::scan_with`], plus [`DuckLakeError::NoSuchFile`].
+    pub async fn scan_file(
+        &self,
+        file_index: usize,
+        columns: &[&str],
+        missing: MissingRowId,
+    ) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
+        let file = self.file(file_index)?;
+        let request = Request::new(self, columns, missing)?;
+        read_file(self, &request, file).await
+    }
+
+    /// [`Self::scan_file`] keeping only the row versions written after
+    /// snapshot `since` (`snapshot_id > since`): the new rows of a file that
+    /// [`Self::changes_since`] lists. A file whose rows all carry its own
+    /// `begin_snapshot <= since` is not read past its footer.
+    ///
+    /// # Errors
+    /// As [`Self::scan_file`].
+    pub async fn scan_file_since(
+        &self,
+        file_index: usize,
+        columns: &[&str],
+        missing: MissingRowId,
+        since: i64,
+    ) -> Result<Vec<arrow::array::RecordBatch>, DuckLakeError> {
+        let file = self.file(file_index)?;
+        let request = Request::new(self, columns, missing)?.after(since);
+        read_file(self, &request, file).await
     }
 }
 
@@ -251,11 +343,17 @@ pub(super) async fn read_file(
         .with_projection(mask)
         .build()
         .map_err(store_error(&file.location))?;
-    let arrow_error = |source| DuckLakeError::Arrow {
-        path: name.clone(),
-        source,
+    let scan = FileScan {
+        request,
+        file,
+        resolved: &resolved,
+        embedded: &embedded,
+        roots: &roots,
+        mapped_slots: &mapped_slots,
+        snapshot_root,
+        visible,
+        deleted: &deleted,
     };
-
     let mut out = Vec::new();
     let mut first_row = 0u64;
     while let Some(batch) = stream
@@ -264,30 +362,82 @@ pub(super) async fn read_file(
         .map_err(store_error(&file.location))?
     {
         let len = batch.num_rows();
-        let logical = resolved.assemble(&batch.project(&mapped_slots).map_err(arrow_error)?)?;
-        let mut logical = logical.into_iter();
+        let batch = scan.live_rows(&batch, first_row)?;
+        first_row += len as u64;
+        if batch.num_rows() > 0 {
+            out.push(batch);
+        }
+    }
+    if first_row != rows {
+        return Err(DuckLakeError::RowCountMismatch {
+            file: name.clone(),
+            expected: rows,
+            actual: first_row,
+        });
+    }
+    Ok(out)
+}
+
+/// What the batches of one file need to become the request's rows.
+struct FileScan<'a> {
+    request: &'a Request,
+    file: &'a LiveFile,
+    resolved: &'a ResolvedColumns,
+    /// The lineage columns the file embeds, with their root.
+    embedded: &'a [(LineageColumn, usize)],
+    /// The physical roots read, ascending (a batch's columns, in order).
+    roots: &'a [usize],
+    /// Where each mapped table column lies in a batch.
+    mapped_slots: &'a [usize],
+    /// The root of the embedded row snapshot ids, when the request keeps
+    /// only newer row versions and the file has them.
+    snapshot_root: Option<usize>,
+    /// Rows of the file the snapshot sees.
+    visible: u64,
+    /// Deleted row positions.
+    deleted: &'a HashSet<u64>,
+}
+
+impl FileScan<'_> {
+    /// The batch's slot of physical root `i`.
+    fn slot(&self, i: usize) -> usize {
+        self.roots.partition_point(|&r| r < i)
+    }
+
+    fn arrow_error(&self, source: arrow::error::ArrowError) -> DuckLakeError {
+        DuckLakeError::Arrow {
+            path: self.file.lineage.filename.clone(),
+            source,
+        }
+    }
+
+    /// The rows of `batch` (the file's rows from `first_row` on) that are
+    /// visible, not deleted and, when asked, newer than the request's
+    /// snapshot, as the request's columns: table columns assembled through
+    /// the mapping, lineage columns read or materialised.
+    fn live_rows(&self, batch: &RecordBatch, first_row: u64) -> Result<RecordBatch, DuckLakeError> {
+        let (request, file, len) = (self.request, self.file, batch.num_rows());
+        let projected = batch
+            .project(self.mapped_slots)
+            .map_err(|e| self.arrow_error(e))?;
+        let mut logical = self.resolved.assemble(&projected)?.into_iter();
         let mut columns: Vec<ArrayRef> = Vec::with_capacity(request.wanted.len());
         for w in &request.wanted {
             columns.push(match w {
                 Wanted::Table(f) => logical.next().ok_or_else(|| {
-                    arrow_error(arrow::error::ArrowError::SchemaError(format!(
+                    self.arrow_error(arrow::error::ArrowError::SchemaError(format!(
                         "column {} not assembled",
                         f.name()
                     )))
                 })?,
                 Wanted::Lineage(l) => {
-                    let embedded = embedded
+                    let embedded = self
+                        .embedded
                         .iter()
                         .find(|(c, _)| c == l)
-                        .map(|(_, i)| batch.column(slot(*i)));
-                    lineage::materialize(
-                        *l,
-                        &file.lineage,
-                        embedded,
-                        first_row,
-                        len,
-                        request.missing,
-                    )?
+                        .map(|(_, i)| batch.column(self.slot(*i)));
+                    let missing = request.missing;
+                    lineage::materialize(*l, &file.lineage, embedded, first_row, len, missing)?
                 }
             });
         }
@@ -296,7 +446,7 @@ pub(super) async fn read_file(
                 let ids = lineage::materialize(
                     LineageColumn::SnapshotId,
                     &file.lineage,
-                    snapshot_root.map(|i| batch.column(slot(i))),
+                    self.snapshot_root.map(|i| batch.column(self.slot(i))),
                     first_row,
                     len,
                     request.missing,
@@ -313,24 +463,13 @@ pub(super) async fn read_file(
         let keep: BooleanArray = (first_row..first_row + len as u64)
             .enumerate()
             .map(|(i, r)| {
-                Some(r < visible && !deleted.contains(&r) && newer.as_ref().is_none_or(|n| n[i]))
+                let live = r < self.visible && !self.deleted.contains(&r);
+                Some(live && newer.as_ref().is_none_or(|n| n[i]))
             })
             .collect();
-        first_row += len as u64;
         let options = RecordBatchOptions::new().with_row_count(Some(len));
         let batch = RecordBatch::try_new_with_options(request.schema.clone(), columns, &options)
-            .map_err(arrow_error)?;
-        let batch = filter_record_batch(&batch, &keep).map_err(arrow_error)?;
-        if batch.num_rows() > 0 {
-            out.push(batch);
-        }
+            .map_err(|e| self.arrow_error(e))?;
+        filter_record_batch(&batch, &keep).map_err(|e| self.arrow_error(e))
     }
-    if first_row != rows {
-        return Err(DuckLakeError::RowCountMismatch {
-            file: name.clone(),
-            expected: rows,
-            actual: first_row,
-        });
-    }
-    Ok(out)
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::builder::ducklake_source::DuckLakeSource;
+use parqivf::builder::source::ducklake::DuckLakeSource;
 use parqivf::builder::{BuildError, BuildParams, ProgressMode, VectorSource, build};
 use parqivf::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};
 use parqivf::format::definition::IndexSource;

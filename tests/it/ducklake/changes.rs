@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 use arrow::array::{Array, AsArray};
 use arrow::datatypes::Int64Type;
-use parqivf::builder::ducklake_source::DuckLakeSource;
+use parqivf::builder::source::ducklake::DuckLakeSource;
 use parqivf::builder::{BuildError, VectorSource};
 use parqivf::catalog::CatalogError;
 use parqivf::catalog::ducklake::{Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable};

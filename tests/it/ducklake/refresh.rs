@@ -9,8 +9,8 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
-use parqivf::builder::ducklake_source::DuckLakeSource;
 use parqivf::builder::refresh::{RefreshParams, compact, refresh};
+use parqivf::builder::source::ducklake::DuckLakeSource;
 use parqivf::builder::{BuildParams, ProgressMode, build};
 use parqivf::index::{Index, SearchParams};
 

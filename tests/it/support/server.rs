@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use parqivf::probe::query::{IndexShape, QueryPlan};
 use parqivf::server::{
     AuthToken, BackendError, BackendLoader, CacheState, Hit, IndexInfo, SearchBackend,
     SearchParams, SearchResult, SearchStats, Server, ServerConfig,
@@ -177,6 +178,17 @@ impl SearchBackend for BruteForce {
         if let Some(err) = &self.fail {
             return Err(err.clone());
         }
+        // The index's own checks, as the real backend makes them.
+        let shape = IndexShape {
+            dim: self.dim,
+            nlist: self.nlist,
+            metric: parqivf::distance::Metric::L2,
+            has_codes: false,
+        };
+        QueryPlan::new(queries, params, shape).map_err(|e| BackendError::BadRequest {
+            code: e.code(),
+            message: e.to_string(),
+        })?;
         Ok(queries
             .chunks_exact(self.dim)
             .map(|q| self.answer(q, params))

@@ -10,25 +10,25 @@
 //! with the table are [`Violation`]s in the [`VerifyReport`]; only a failure to
 //! run at all (an IO error other than "not found") is an `Err`.
 
-use super::PostingsError;
 use crate::format::definition::{INDEX_DEFINITION_FILE, POSTINGS_LOCATION};
 use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
 use crate::format::manifest::{FileEntry, Manifest, ManifestError};
-use crate::format::page_crc::check_column_chunk;
 use crate::format::postings_table::{FooterViolation, MANIFEST_FILE, check_footer};
 use crate::format::snapshot::Snapshot;
 use crate::format::warehouse;
-use crate::index::{Index, IndexError, IndexOptions};
+use crate::postings::PostingsError;
+use crate::probe::ProbeError;
+use crate::probe::engine::Engine;
+use crate::probe::load::{IndexOptions, PostingsReader};
+use crate::probe::rows::Want;
 use crate::store::parquet_reader::StoreReader;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::async_reader::AsyncFileReader;
-use parquet::file::metadata::ParquetMetaData;
 use serde::{Serialize, Serializer};
 use sha2::{Digest, Sha256};
 use std::collections::HashSet;
-use std::ops::Range;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -104,6 +104,10 @@ pub enum Violation {
     FootersInvalid { path: String, error: String },
     #[error("{error}")]
     FooterPinMismatch { path: String, error: String },
+    /// The query's reader refuses a postings file (a row whose cid
+    /// contradicts its row group, a page that does not decode).
+    #[error("{path}: the postings cannot be read: {error}")]
+    Unreadable { path: String, error: String },
     #[error("{path} row group {row_group} column {column}: {error}")]
     PageChecksum {
         path: String,
@@ -111,7 +115,7 @@ pub enum Violation {
         column: String,
         error: String,
     },
-    /// The reader refuses the snapshot (`Index::open` with the commit's pins,
+    /// The reader refuses the snapshot (its open with the commit's pins,
     /// then every footer): the error it gives.
     #[error("{path}: the snapshot cannot be searched: {error}")]
     SnapshotInvalid { path: String, error: String },
@@ -303,7 +307,6 @@ async fn check_object(
             if let Err(violations) = check_footer(&path, file, &metadata, None, None) {
                 found.extend(violations.into_iter().map(Violation::Footer));
             }
-            found.extend(check_pages(store.as_ref(), &location, &metadata).await?);
         }
         Err(error) => found.push(Violation::FooterUnreadable {
             path,
@@ -313,47 +316,37 @@ async fn check_object(
     Ok(found)
 }
 
-/// The CRC32 of every page of every column chunk, row group by row group
-/// (one `get_ranges` each).
-async fn check_pages(
-    store: &dyn ObjectStore,
-    location: &Path,
-    metadata: &ParquetMetaData,
-) -> Result<Vec<Violation>, PostingsError> {
+/// Every postings file of a snapshot read through the query's reader, every
+/// column (each footer against its pin, each page against its CRC32, each
+/// row's cid against its row group), one file at a time: a file it refuses
+/// is a violation.
+async fn reader_violations(reader: &PostingsReader, codes: bool) -> Vec<Violation> {
+    let want = Want {
+        vectors: true,
+        codes,
+        payload: true,
+    };
     let mut found = Vec::new();
-    for (r, rg) in metadata.row_groups().iter().enumerate() {
-        let ranges: Vec<Range<u64>> = rg
-            .columns()
-            .iter()
-            .map(|c| {
-                let (start, len) = c.byte_range();
-                start..start.saturating_add(len)
-            })
-            .collect();
-        let data = match store.get_ranges(location, &ranges).await {
-            Ok(data) => data,
-            Err(error) => {
-                found.push(Violation::PageChecksum {
-                    path: location.to_string(),
-                    row_group: r,
-                    column: "*".into(),
-                    error: format!("column chunks cannot be read: {error}"),
-                });
-                continue;
-            }
-        };
-        for (c, bytes) in rg.columns().iter().zip(&data) {
-            if let Err(e) = check_column_chunk(bytes) {
-                found.push(Violation::PageChecksum {
-                    path: location.to_string(),
-                    row_group: r,
-                    column: c.column_path().string(),
-                    error: e.to_string(),
-                });
-            }
-        }
+    for file in 0..reader.files().len() {
+        found.extend(reader.read_file(file, want).await.err().map(|e| match e {
+            ProbeError::PageChecksum {
+                path,
+                row_group,
+                column,
+                source,
+            } => Violation::PageChecksum {
+                path,
+                row_group,
+                column,
+                error: source.to_string(),
+            },
+            other => Violation::Unreadable {
+                path: reader.path(file).to_string(),
+                error: other.to_string(),
+            },
+        }));
     }
-    Ok(found)
+    found
 }
 
 /// Checks everything a reader relies on at `location`: an index (its current
@@ -411,18 +404,24 @@ pub async fn verify_location(
             Ok(snapshot) => {
                 // A refreshed snapshot: the base table and every delta table.
                 tables = snapshot.table_roots.clone();
-                let index = Index::from_snapshot(store.clone(), snapshot, IndexOptions::default());
-                match index.warm().await {
-                    Ok(_) => index.reencode_sample(CODE_SAMPLE_LISTS).await.map(|bad| {
-                        early.extend(bad.into_iter().map(|m| Violation::CodeMismatch {
-                            path: m.path,
-                            row_group: m.row_group,
-                            row: m.row,
-                            rowid: m.rowid,
-                        }))
-                    }),
+                let reader = PostingsReader::new(store.clone(), &snapshot, IndexOptions::default());
+                let codes = snapshot.quantizer.is_some();
+                let engine = Engine::new(reader, snapshot.hierarchy, snapshot.quantizer);
+                match engine.reader().warm().await {
+                    Ok(_) => {
+                        early.extend(reader_violations(engine.reader(), codes).await);
+                        engine.reencode_sample(CODE_SAMPLE_LISTS).await.map(|bad| {
+                            early.extend(bad.into_iter().map(|m| Violation::CodeMismatch {
+                                path: m.path,
+                                row_group: m.row_group,
+                                row: m.row,
+                                rowid: m.rowid,
+                            }))
+                        })
+                    }
                     Err(e) => Err(e),
                 }
+                .map_err(|e| e.to_string())
             }
             Err(e) => {
                 // Still check the postings table where a snapshot keeps it.
@@ -431,7 +430,7 @@ pub async fn verify_location(
                         .rsplit_once('/')
                         .map_or(folder.clone(), |(dir, _)| folder.clone().join(dir)),
                 ];
-                Err(IndexError::from(e).into())
+                Err(e.to_string())
             }
         };
         if let Err(e) = checked {

@@ -27,10 +27,10 @@ use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
 
-use super::BuildError;
-use super::source::{
+use super::vector_source::{
     SourceDefinition, VectorBatch, VectorSource, decode_vectors, integer_ids, is_id_type, kept_rows,
 };
+use crate::builder::error::BuildError;
 use crate::catalog::mapping::{ColumnMapping, ResolvedColumns, field_id, with_field_id};
 use crate::format::definition::IndexSource;
 use crate::store::parquet_reader::StoreReader;
@@ -89,7 +89,7 @@ pub struct ParquetSource {
 fn unreadable(path: &Path, e: impl std::error::Error) -> BuildError {
     BuildError::Unreadable {
         path: path.to_string(),
-        reason: super::reason_without(path.as_ref(), &e),
+        reason: crate::builder::error::reason_without(path.as_ref(), &e),
     }
 }
 

@@ -13,9 +13,10 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use super::BuildError;
-use super::ducklake_source::DuckLakeSource;
-use super::{ArraySource, ParquetSource, ParquetSourceOptions, VectorSource};
+use super::ducklake::DuckLakeSource;
+use super::parquet::{ParquetSource, ParquetSourceOptions};
+use super::vector_source::{ArraySource, VectorSource};
+use crate::builder::error::BuildError;
 use crate::catalog::CatalogError;
 use crate::catalog::ducklake::Catalog;
 use crate::store::options::StoreOptions;
@@ -111,7 +112,7 @@ pub async fn open_source(
             .map_err(|e| BuildError::Internal(format!("worker task failed: {e}")))?
             .map_err(|e| BuildError::Unreadable {
                 path: src.to_string(),
-                reason: super::reason_without(src, &e),
+                reason: crate::builder::error::reason_without(src, &e),
             })?;
         let s = ArraySource::new(v.data, v.dim, src)?.with_skip_invalid(spec.skip_invalid);
         return Ok(Arc::new(s));

@@ -18,10 +18,10 @@ use arrow::compute::{concat_batches, take_record_batch};
 use arrow::datatypes::{FieldRef, Schema};
 use async_trait::async_trait;
 
-use super::BuildError;
-use super::source::{
+use super::vector_source::{
     SourceDefinition, VectorBatch, VectorSource, decode_vectors, ids_at, kept_rows,
 };
+use crate::builder::error::BuildError;
 use crate::catalog::CatalogError;
 use crate::catalog::ducklake::{
     Catalog, DuckLakeError, DuckLakeOptions, DuckLakeTable, NewRowFile,

@@ -7,7 +7,7 @@ use arrow::datatypes::FieldRef;
 use arrow::record_batch::RecordBatch;
 use async_trait::async_trait;
 
-use super::BuildError;
+use crate::builder::error::BuildError;
 use crate::format::definition::IndexSource;
 
 /// The rows of one part: `rowids.len()` vectors of `dim` f32 each, row-major,

@@ -1,0 +1,56 @@
+//! Byte ranges of a ranged read: coalesced before the request
+//! ([`coalesce`]), and each wanted range cut back out of what came back
+//! ([`slice`]).
+
+use bytes::Bytes;
+use std::ops::Range;
+
+/// Sort and merge adjacent or overlapping ranges.
+pub fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
+    let mut v: Vec<Range<u64>> = ranges.collect();
+    v.sort_by_key(|r| r.start);
+    let mut out: Vec<Range<u64>> = Vec::with_capacity(v.len());
+    for r in v {
+        match out.last_mut() {
+            Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+            _ => out.push(r),
+        }
+    }
+    out
+}
+
+/// The bytes of `want` out of the coalesced `ranges`/`data`.
+pub fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option<Bytes> {
+    let i = ranges
+        .partition_point(|r| r.start <= want.start)
+        .checked_sub(1)?;
+    let (r, d) = (ranges.get(i)?, data.get(i)?);
+    if want.end > r.end {
+        return None;
+    }
+    let (s, e) = (
+        (want.start - r.start) as usize,
+        (want.end - r.start) as usize,
+    );
+    (e <= d.len()).then(|| d.slice(s..e))
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn coalesce_merges_adjacent_and_overlapping_only() {
+        let got = coalesce(vec![10..20, 0..5, 5..8, 19..25, 30..31].into_iter());
+        assert_eq!(got, vec![0..8, 10..25, 30..31]);
+        let data: Vec<Bytes> = got
+            .iter()
+            .map(|r| Bytes::from((r.start..r.end).map(|b| b as u8).collect::<Vec<_>>()))
+            .collect();
+        assert_eq!(
+            slice(&got, &data, &(12..15)).unwrap().as_ref(),
+            &[12, 13, 14]
+        );
+        assert!(slice(&got, &data, &(7..11)).is_none());
+        assert!(slice(&got, &data, &(26..27)).is_none());
+    }
+}

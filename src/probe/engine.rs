@@ -1,0 +1,568 @@
+//! The query engine: [`Engine::run`] executes a [`QueryPlan`] from centroid
+//! selection to each query's hits, every step on this path:
+//!
+//! ```text
+//! select   (rayon)  each query's lists: its nearest `nprobe`, or every list ranked when filtered
+//! gather   (IO)     the row groups of those lists through the postings reader; a filter's
+//!                   rounds widen them, nearest first (`filtered`), and mask the rows that match
+//! rank     (rayon)  the exact scan (`scan`), or the codes and their re-rank (`quantized`,
+//!                   one more round for the `vector` pages from storage)
+//! results  (rayon)  the top-k of each query with its payload rows and its stats
+//! ```
+//!
+//! The engine owns what a query reads: the [`PostingsReader`] with its
+//! caches, the centroids, the quantiser and what [`Engine::preload`] put in
+//! memory. Only IO runs on the calling task; every CPU step runs on rayon
+//! ([`on_rayon`]), so a tokio worker stays free for other tasks.
+
+use super::ProbeError;
+use super::filtered::{
+    FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, Widening, pruned_pages,
+};
+use super::load::PostingsReader;
+use super::offload::on_rayon;
+use super::payload::payload_rows;
+use super::quantized::{
+    CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
+};
+use super::query::{Hit, QueryPlan, RankMode, SearchResult};
+use super::rows::{DecodedRowGroup, Want};
+use super::scan::scan_batch;
+use super::select::{ranked_cids, select_cids};
+use super::stats::{FilterPlan, SearchStats, micros};
+use crate::filter::Filter;
+use crate::kmeans::Hierarchy;
+use crate::quant::Quantizer;
+use crate::topk::TopK;
+use arrow::buffer::BooleanBuffer;
+use object_store::path::Path;
+use rayon::prelude::*;
+use serde::Serialize;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Instant;
+
+/// What an index holds in memory ([`Engine::preload`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Preload {
+    /// Nothing: postings are read from storage per query (footers cached).
+    #[default]
+    None,
+    /// Codes, rowids and the `vector` offset indexes of every row group: a
+    /// re-rank reads only the `vector` pages of its candidates.
+    Codes,
+    /// Every column a query reads (vectors included): queries do no IO.
+    All,
+}
+
+impl std::str::FromStr for Preload {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "none" => Ok(Preload::None),
+            "codes" => Ok(Preload::Codes),
+            "all" => Ok(Preload::All),
+            _ => Err(format!(
+                "unknown preload {s:?}: expected none, codes or all"
+            )),
+        }
+    }
+}
+
+/// The quantiser of the `code` column and every leaf rotated by it.
+#[derive(Debug)]
+struct Codes {
+    quantizer: Quantizer,
+    rotated_leaves: Vec<f32>,
+}
+
+/// The query engine of one opened snapshot.
+#[derive(Debug)]
+pub struct Engine {
+    reader: PostingsReader,
+    /// Shared with the compute steps on rayon.
+    hierarchy: Arc<Hierarchy>,
+    codes: Option<Arc<Codes>>,
+    /// What [`Engine::preload`] put in memory.
+    preloaded: Mutex<Preload>,
+    /// The payload of every row group, concatenated by [`Engine::preload`]:
+    /// a filter is evaluated over it in one pass.
+    payload_table: OnceLock<Arc<PayloadTable>>,
+}
+
+/// What the rank of a batch reads, shared with its compute steps on rayon
+/// (a clone counts references): the prepared queries, each query's probed
+/// lists (sorted), the row groups loaded for them and, with a filter or
+/// deletions, the rows of each a query may see (empty: every row).
+#[derive(Debug, Clone)]
+struct Gathered {
+    queries: Arc<[f32]>,
+    probed: Arc<[Vec<u32>]>,
+    loaded: Arc<[Arc<DecodedRowGroup>]>,
+    masks: Arc<[Option<BooleanBuffer>]>,
+}
+
+impl Gathered {
+    fn probed(&self) -> Vec<&[u32]> {
+        self.probed.iter().map(Vec::as_slice).collect()
+    }
+}
+
+/// The stats of one query that are its own (the IO is the batch's).
+#[derive(Debug, Clone, Copy, Default)]
+struct Own {
+    probe_us: u64,
+    rows_matched: u64,
+    filter_plan: FilterPlan,
+    capped: bool,
+}
+
+impl Engine {
+    /// The engine over `reader` (a snapshot's postings), its centroids and,
+    /// in an index with codes, its quantiser. Rotates every leaf by the
+    /// quantiser (CPU, once).
+    pub fn new(reader: PostingsReader, hierarchy: Hierarchy, quantizer: Option<Quantizer>) -> Self {
+        let codes = quantizer.map(|quantizer| {
+            let rotated_leaves = rotate_leaves(&quantizer, &hierarchy);
+            Arc::new(Codes {
+                quantizer,
+                rotated_leaves,
+            })
+        });
+        Engine {
+            reader,
+            hierarchy: Arc::new(hierarchy),
+            codes,
+            preloaded: Mutex::new(Preload::None),
+            payload_table: OnceLock::new(),
+        }
+    }
+
+    /// The postings reader (with its caches).
+    pub fn reader(&self) -> &PostingsReader {
+        &self.reader
+    }
+
+    /// The centroid hierarchy.
+    pub fn hierarchy(&self) -> &Hierarchy {
+        &self.hierarchy
+    }
+
+    /// The quantiser of the postings' codes, in an index with codes.
+    pub fn quantizer(&self) -> Option<&Quantizer> {
+        self.codes.as_deref().map(|c| &c.quantizer)
+    }
+
+    /// What [`Engine::preload`] holds in memory.
+    pub fn preloaded(&self) -> Preload {
+        *self.preloaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Bytes held by the footer cache and by the decoded postings (the
+    /// decoded-postings cache and the preloaded payload table).
+    pub fn cache_bytes(&self) -> (usize, usize) {
+        let table = self.payload_table.get().map_or(0, |t| t.bytes());
+        let (footers, row_groups) = self.reader.cache_bytes();
+        (footers, row_groups + table)
+    }
+
+    /// The columns a query reads, given what is preloaded.
+    fn want(&self, include_payload: bool) -> Want {
+        let has_codes = self.codes.is_some();
+        Want {
+            vectors: !has_codes || self.preloaded() == Preload::All,
+            codes: has_codes,
+            payload: include_payload,
+        }
+    }
+
+    /// Hold `what` in memory (the decoded-postings cache becomes
+    /// unbounded), with the payload, and the payload of every row group as
+    /// one table for filters. The caller checks that `Codes` has codes.
+    ///
+    /// # Errors
+    /// [`ProbeError`] for a missing, invalid or corrupt postings file.
+    pub async fn preload(&self, what: Preload) -> Result<SearchStats, ProbeError> {
+        if what == Preload::None {
+            return Ok(SearchStats::default());
+        }
+        self.reader.unbound_row_groups();
+        *self.preloaded.lock().unwrap_or_else(|e| e.into_inner()) = what;
+        let all: Vec<u32> = (0..self.hierarchy.nlist() as u32).collect();
+        let mut stats = SearchStats::default();
+        let loaded = self.reader.load(&all, self.want(true), &mut stats).await?;
+        if self.payload_table.get().is_none() {
+            let table = on_rayon(move || PayloadTable::new(&loaded)).await;
+            let table = table.map_err(|source| ProbeError::Filter {
+                path: self.reader.location_hint(),
+                source,
+            })?;
+            if let Some(table) = table {
+                let _ = self.payload_table.set(Arc::new(table));
+            }
+        }
+        Ok(stats)
+    }
+
+    /// Run `plan`: each query's `k` best live rows (those matching its
+    /// filter), best first, with their payload when asked for and the
+    /// query's stats. Nothing partial.
+    ///
+    /// # Errors
+    /// [`ProbeError`] for IO failures and a corrupt index.
+    pub async fn run(&self, plan: QueryPlan) -> Result<Vec<SearchResult>, ProbeError> {
+        let mut stats = SearchStats::default();
+        let ranked = self.select(&plan).await;
+        let (gathered, own) = match &plan.filter {
+            None => self.gather(&plan, ranked, &mut stats).await?,
+            Some(filter) => {
+                let filter = Arc::clone(filter);
+                self.gather_filtered(&plan, &filter, ranked, &mut stats)
+                    .await?
+            }
+        };
+        let want = self.want(plan.include_payload || plan.filter.is_some());
+        let tops = self.rank(&plan, &gathered, want, &mut stats).await?;
+        self.results(tops, gathered, own, stats, plan.include_payload)
+            .await
+    }
+
+    /// Each query's lists, nearest first, and the time it took: its
+    /// `nprobe` nearest (within `root_factor`), or every list with a filter.
+    async fn select(&self, plan: &QueryPlan) -> Vec<(Vec<u32>, u64)> {
+        let hierarchy = Arc::clone(&self.hierarchy);
+        let queries = Arc::clone(&plan.queries);
+        let (nprobe, root_factor, every) = (plan.nprobe, plan.root_factor, plan.filter.is_some());
+        on_rayon(move || {
+            let (dim, nlist) = (hierarchy.dim, hierarchy.nlist());
+            queries
+                .par_chunks_exact(dim)
+                .map(|q| {
+                    let t = Instant::now();
+                    let cids = if every {
+                        ranked_cids(&hierarchy, q, nlist, 0)
+                    } else {
+                        select_cids(&hierarchy, q, nprobe, root_factor)
+                    };
+                    (cids, micros(t.elapsed()))
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// The unfiltered gather: one load of the union of the queries' lists.
+    async fn gather(
+        &self,
+        plan: &QueryPlan,
+        selected: Vec<(Vec<u32>, u64)>,
+        stats: &mut SearchStats,
+    ) -> Result<(Gathered, Vec<Own>), ProbeError> {
+        let mut union: Vec<u32> = selected
+            .iter()
+            .flat_map(|(c, _)| c.iter().copied())
+            .collect();
+        union.sort_unstable();
+        union.dedup();
+        let want = self.want(plan.include_payload);
+        let loaded = self.reader.load(&union, want, stats).await?;
+        let masks = self.reader.live().masks(&loaded);
+        let own = selected
+            .iter()
+            .map(|(_, probe_us)| Own {
+                probe_us: *probe_us,
+                ..Own::default()
+            })
+            .collect();
+        let gathered = Gathered {
+            queries: Arc::clone(&plan.queries),
+            probed: selected.into_iter().map(|(c, _)| c).collect(),
+            loaded: loaded.into(),
+            masks: masks.into(),
+        };
+        Ok((gathered, own))
+    }
+
+    /// The filtered gather, in rounds ([`Widening`]): each query first
+    /// probes its nearest `nprobe` lists (row groups whose payload
+    /// statistics rule the filter out are never read) and the filter is
+    /// evaluated on the rows read; then its budget widens it, and while
+    /// fewer than `k` rows match it doubles its lists, up to the plan's cap.
+    /// Rows read by an earlier round are not read again.
+    async fn gather_filtered(
+        &self,
+        plan: &QueryPlan,
+        filter: &Arc<Filter>,
+        ranked: Vec<(Vec<u32>, u64)>,
+        stats: &mut SearchStats,
+    ) -> Result<(Gathered, Vec<Own>), ProbeError> {
+        let nlist = self.hierarchy.nlist();
+        let budget = FilterBudget {
+            nprobe: plan.nprobe,
+            nlist,
+            cap: plan.cap,
+            in_memory: self.preloaded() != Preload::None,
+        };
+        let lists: Vec<Vec<u32>> = ranked.iter().map(|(c, _)| c.clone()).collect();
+        let mut widening = Widening::new(&lists, budget, plan.k);
+        let mut rows = FilteredRows::default();
+        let want = self.want(true);
+        loop {
+            let need = widening.need(&lists, &rows);
+            if !need.is_empty() {
+                let (fresh, pruned) = self
+                    .reader
+                    .load_filtered(&need, want, Some(filter), stats)
+                    .await?;
+                let whole = budget.in_memory && need.len() * WHOLE_TABLE_SHARE >= nlist;
+                let table = self.payload_table.get().filter(|_| whole);
+                let (paths, live) = (self.reader.paths(), self.reader.live());
+                rows.add(&need, fresh, pruned, filter, table, paths, live)
+                    .await?;
+            }
+            if !widening.step(&lists, &rows) {
+                break;
+            }
+        }
+        let probed = widening.probed(&lists);
+        let own = probed
+            .iter()
+            .zip(widening.states())
+            .zip(&ranked)
+            .map(|((cids, s), (_, probe_us))| Own {
+                probe_us: *probe_us,
+                rows_matched: rows.count(cids).matched,
+                filter_plan: s.plan,
+                capped: s.capped,
+            })
+            .collect();
+        let gathered = Gathered {
+            queries: Arc::clone(&plan.queries),
+            probed: probed.into(),
+            loaded: rows.loaded.into(),
+            masks: rows.masks.into(),
+        };
+        Ok((gathered, own))
+    }
+
+    /// The `k` best of each query among the rows of its probed lists (only
+    /// those set in the masks, when given): an exact scan, or the codes and
+    /// their re-rank.
+    async fn rank(
+        &self,
+        plan: &QueryPlan,
+        input: &Gathered,
+        want: Want,
+        stats: &mut SearchStats,
+    ) -> Result<Vec<TopK>, ProbeError> {
+        if let (RankMode::Codes { rerank }, Some(codes)) = (plan.rank, &self.codes) {
+            return self
+                .rank_codes(codes, input, want, plan.k, rerank, stats)
+                .await;
+        }
+        let (metric, k, dim) = (self.hierarchy.metric, plan.k, self.hierarchy.dim);
+        let input = input.clone();
+        let (tops, took) = on_rayon(move || {
+            let t = Instant::now();
+            let (queries, probed) = (&input.queries, input.probed());
+            let tops = scan_batch(
+                metric,
+                dim,
+                queries,
+                &probed,
+                &input.loaded,
+                &input.masks,
+                k,
+            );
+            (tops, t.elapsed())
+        })
+        .await;
+        stats.scan_us += micros(took);
+        Ok(tops)
+    }
+
+    /// The quantised rank: score the codes, keep `rerank × k` candidates a
+    /// query, and rank them exactly, from memory (`Preload::All`) or from
+    /// their `vector` pages (one more round). Compute on rayon.
+    async fn rank_codes(
+        &self,
+        codes: &Arc<Codes>,
+        input: &Gathered,
+        want: Want,
+        k: usize,
+        rerank: usize,
+        stats: &mut SearchStats,
+    ) -> Result<Vec<TopK>, ProbeError> {
+        let keep = k.saturating_mul(rerank).max(k);
+        let (metric, dim) = (self.hierarchy.metric, self.hierarchy.dim);
+        let (codes, hierarchy) = (Arc::clone(codes), Arc::clone(&self.hierarchy));
+        let (inp, paths) = (input.clone(), Arc::clone(self.reader.paths()));
+        let (scanned, took) = on_rayon(move || {
+            let t = Instant::now();
+            let (q, rgs, masks) = (&inp.queries, &inp.loaded, &inp.masks);
+            let scan = CodeScan {
+                quantizer: &codes.quantizer,
+                hierarchy: &hierarchy,
+                rotated_leaves: &codes.rotated_leaves,
+            };
+            let scanned = scan_codes(scan, &paths, q, &inp.probed(), rgs, masks, keep).map(
+                |(candidates, scored)| {
+                    if rerank == 0 {
+                        (approximate(candidates, k), scored, None)
+                    } else if want.vectors {
+                        let tops = rerank_in_memory(metric, dim, q, candidates, rgs, k);
+                        (tops, scored, None)
+                    } else {
+                        let plan = PagePlan::new(&paths, rgs, &candidates);
+                        let pruned = pruned_pages(rgs, masks);
+                        (Vec::new(), scored, Some((candidates, plan, pruned)))
+                    }
+                },
+            );
+            (scanned, t.elapsed())
+        })
+        .await;
+        let (tops, scored, pending) = scanned?;
+        stats.codes_scored += scored;
+        stats.scan_us += micros(took);
+        let Some((candidates, plan, pruned)) = pending else {
+            return Ok(tops);
+        };
+        stats.pages_pruned += pruned;
+        let plan = plan?;
+        stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
+        stats.pages_read += plan.pages() as u64;
+        stats.page_bytes += plan.page_bytes();
+        let t = Instant::now();
+        let fetched = self.reader.fetch(plan.requests(), stats).await?;
+        stats.rerank_fetch_us += micros(t.elapsed());
+        let (inp, paths) = (input.clone(), Arc::clone(self.reader.paths()));
+        let (ranked, took) = on_rayon(move || {
+            let t = Instant::now();
+            let (q, rgs) = (&inp.queries, &inp.loaded);
+            let ranked = plan.rank(fetched, &paths, rgs, metric, dim, q, candidates, k);
+            (ranked, t.elapsed())
+        })
+        .await;
+        stats.scan_us += micros(took);
+        ranked
+    }
+
+    /// Each query's hits, with their payload rows when asked for, and its
+    /// stats: its own, and the batch's IO.
+    async fn results(
+        &self,
+        tops: Vec<TopK>,
+        input: Gathered,
+        own: Vec<Own>,
+        stats: SearchStats,
+        include_payload: bool,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let paths = Arc::clone(self.reader.paths());
+        on_rayon(move || {
+            tops.into_iter()
+                .zip(own)
+                .zip(input.probed.iter())
+                .map(|((top, own), cids)| {
+                    let top = top.into_sorted();
+                    let payload = if include_payload {
+                        let rowids: Vec<i64> = top.iter().map(|n| n.rowid).collect();
+                        payload_rows(&paths, &input.loaded, cids, &rowids)?
+                    } else {
+                        None
+                    };
+                    let hits = top
+                        .into_iter()
+                        .map(|n| Hit {
+                            rowid: n.rowid,
+                            distance: n.distance,
+                            payload: None,
+                        })
+                        .collect();
+                    let stats = SearchStats {
+                        probe_us: own.probe_us,
+                        lists_probed: cids.len() as u64,
+                        rows_matched: own.rows_matched,
+                        filter_plan: own.filter_plan,
+                        capped: own.capped,
+                        ..stats
+                    };
+                    Ok(SearchResult {
+                        hits,
+                        stats,
+                        payload,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
+    /// Re-encode the vectors of `lists` lists (evenly spaced over the cids)
+    /// and compare them with their stored codes: encoding is deterministic
+    /// on every CPU ([`crate::quant`]), so any difference is corruption or a
+    /// writer bug. Returns the mismatches (the first 16 at most); nothing
+    /// for an index without codes.
+    ///
+    /// # Errors
+    /// [`ProbeError`] for a postings file that cannot be read.
+    pub async fn reencode_sample(&self, lists: usize) -> Result<Vec<CodeMismatch>, ProbeError> {
+        let Some(codes) = &self.codes else {
+            return Ok(Vec::new());
+        };
+        let nlist = self.hierarchy.nlist();
+        let step = nlist.div_ceil(lists.max(1)).max(1);
+        let cids: Vec<u32> = (0..nlist).step_by(step).map(|c| c as u32).collect();
+        let want = Want {
+            vectors: true,
+            codes: true,
+            payload: false,
+        };
+        let loaded = self
+            .reader
+            .load(&cids, want, &mut SearchStats::default())
+            .await?;
+        let (codes, hierarchy) = (Arc::clone(codes), Arc::clone(&self.hierarchy));
+        let paths = Arc::clone(self.reader.paths());
+        Ok(on_rayon(move || reencode(&codes.quantizer, &hierarchy, &paths, &loaded)).await)
+    }
+}
+
+/// A stored code that differs from its vector's code ([`Engine::reencode_sample`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CodeMismatch {
+    pub path: String,
+    pub row_group: usize,
+    pub row: usize,
+    pub rowid: i64,
+}
+
+/// The rows of `loaded` whose stored code differs from their vector's
+/// (the first 16).
+fn reencode(
+    q: &Quantizer,
+    hierarchy: &Hierarchy,
+    paths: &[Path],
+    loaded: &[Arc<DecodedRowGroup>],
+) -> Vec<CodeMismatch> {
+    let (dim, width) = (hierarchy.dim, q.code_bytes());
+    let mut out = Vec::new();
+    let mut code = vec![0u8; width];
+    for rg in loaded {
+        let stored = rg.codes.as_deref().unwrap_or_default();
+        let cids = vec![rg.cid; rg.rowids.len()];
+        let residuals = hierarchy.residuals(&rg.vectors, &cids);
+        for (row, residual) in residuals.chunks_exact(dim).enumerate() {
+            q.encode(residual, &mut code);
+            if stored.get(row * width..(row + 1) * width) != Some(&code[..]) && out.len() < 16 {
+                out.push(CodeMismatch {
+                    path: paths.get(rg.file).map_or_else(String::new, Path::to_string),
+                    row_group: rg.row_group,
+                    row,
+                    rowid: rg.rowids[row],
+                });
+            }
+        }
+    }
+    out
+}

@@ -1,0 +1,595 @@
+//! The one postings reader ([`PostingsReader`]): the query's, `verify`'s and
+//! compaction's. Loading is split in the manner of arrow-rs's push decoder,
+//! so that IO and compute never mix:
+//!
+//! 1. **Footers** (IO, round 1): candidate files from the manifest
+//!    ([`candidate_files_layered`]: the base's and every delta table's); their
+//!    footers from the cache or, for the uncached ones, ALL AT ONCE
+//!    ([`PostingsReader::footers`]), each checked against its pin in
+//!    `footers.json` and the footer contract.
+//! 2. **Plan** (pure, [`PostingsReader::plan`]): one [`AccessPlan`] per file
+//!    from the footer's cid statistics, checked against the footer's
+//!    row-group count; planned row groups found in the decoded-postings cache
+//!    are taken from it; for the others a [`Job`] says which column-chunk
+//!    byte ranges it needs (`cid`, `rowid`, `vector`, payload only when
+//!    asked), and the ranges of a file are coalesced where adjacent. The
+//!    result, a [`LoadPlan`], is plain data.
+//! 3. **Fetch** (IO, round 2, [`PostingsReader::fetch`]): one `get_ranges`
+//!    per file of the plan, all files at once; requests, bytes and rounds
+//!    are counted.
+//! 4. **Decode** (pure, CPU, [`LoadPlan::decode`], [`super::decode`]): page
+//!    CRCs, then the decoders in parallel (rayon) with the residual cid
+//!    check.
+//!
+//! [`PostingsReader::load`] composes them for async callers, running the
+//! decode on rayon through [`on_rayon`]. Queries of a batch share this: a
+//! row group needed by several queries is read and decoded once.
+
+use super::ProbeError;
+use super::access_plan::AccessPlan;
+use super::byte_ranges::coalesce;
+use super::decode::{Job, decode};
+use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
+use super::live::LiveRows;
+use super::offload::on_rayon;
+use super::planner::{candidate_files_layered, plan_row_groups};
+use super::rows::{DecodedRowGroup, RowGroupCache, Want};
+use super::stats::{SearchStats, micros};
+use crate::filter::{ContainerStats, Filter};
+use crate::format::footers::FooterPin;
+use crate::format::manifest::FileEntry;
+use crate::format::postings_table::RESERVED_COLUMNS;
+use crate::format::snapshot::Snapshot;
+use crate::store::parquet_reader::{FOOTER_PREFETCH, get_exact_ranges};
+use arrow::buffer::BooleanBuffer;
+use bytes::Bytes;
+use object_store::ObjectStore;
+use object_store::path::Path;
+use rayon::prelude::*;
+use std::ops::Range;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
+
+/// Tuning of an opened index's reader.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexOptions {
+    /// Byte bound of the footer cache (default 64 MiB).
+    pub footer_cache_bytes: usize,
+    /// Byte bound of the decoded-postings cache (default 0: off).
+    pub postings_cache_bytes: usize,
+    /// Tail bytes read with each footer (default 64 KiB).
+    pub prefetch_hint: u64,
+}
+
+impl Default for IndexOptions {
+    fn default() -> Self {
+        Self {
+            footer_cache_bytes: 64 << 20,
+            postings_cache_bytes: 0,
+            prefetch_hint: FOOTER_PREFETCH,
+        }
+    }
+}
+
+/// The postings table of one snapshot (the base's files, then each delta
+/// table's), read with every check: footers against their pins, pages
+/// against their CRC32, rows' cids against their row group's statistics.
+#[derive(Debug)]
+pub struct PostingsReader {
+    store: Arc<dyn ObjectStore>,
+    /// The object path of each postings file (`Snapshot::postings_paths`).
+    paths: Arc<[Path]>,
+    /// Every postings file: the base table's, then each delta table's.
+    files: Vec<FileEntry>,
+    /// Which rows are live: the deletions and where each layer starts.
+    live: LiveRows,
+    /// The footer pin of each postings file (`footers.json`), same order.
+    footer_pins: Vec<FooterPin>,
+    dim: usize,
+    /// Width of the `code` column, in an index with codes.
+    code_bytes: Option<usize>,
+    footers: FooterCache,
+    row_groups: RowGroupCache,
+    /// Upper bound on the tail read for a footer.
+    prefetch: u64,
+    /// Most footer bytes per cid seen in this index (see [`tail_estimate`]).
+    footer_per_cid: AtomicU64,
+}
+
+/// The ranged read of one file: one `get_ranges`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileRequest {
+    /// Manifest index of the file.
+    pub file: usize,
+    /// The byte ranges of its planned row groups, sorted and coalesced.
+    pub ranges: Vec<Range<u64>>,
+}
+
+/// What a load needs, given the caches: plain data from [`PostingsReader::plan`].
+pub struct LoadPlan {
+    /// Planned row groups already decoded (from the decoded-postings cache).
+    pub cached: Vec<Arc<DecodedRowGroup>>,
+    /// `(cid, rows)` of each row group skipped by the filter's statistics.
+    pub pruned: Vec<(u32, u64)>,
+    requests: Vec<FileRequest>,
+    /// The object path of each request's file (for errors), same order.
+    names: Vec<String>,
+    /// The row groups of each request, same order.
+    jobs: Vec<Vec<Job>>,
+}
+
+impl std::fmt::Debug for LoadPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadPlan")
+            .field("cached", &self.cached.len())
+            .field("requests", &self.requests)
+            .finish()
+    }
+}
+
+/// The bytes a plan's requests returned, one `Vec` per file in plan order,
+/// one `Bytes` per coalesced range.
+#[derive(Debug)]
+pub struct Fetched(Vec<Vec<Bytes>>);
+
+impl Fetched {
+    /// The bytes, one `Vec` per request.
+    pub fn into_inner(self) -> Vec<Vec<Bytes>> {
+        self.0
+    }
+}
+
+impl LoadPlan {
+    /// The ranged reads the plan needs, one per file.
+    pub fn requests(&self) -> &[FileRequest] {
+        &self.requests
+    }
+
+    /// Decode every fetched row group (in parallel on the current rayon
+    /// pool), page CRCs and the residual cid check included. Returns the
+    /// freshly decoded row groups (not [`LoadPlan::cached`]). Pure compute.
+    ///
+    /// # Errors
+    /// [`ProbeError::PageChecksum`], [`ProbeError::Decode`],
+    /// [`ProbeError::CorruptIndex`]; nothing partial is returned.
+    pub fn decode(
+        self,
+        fetched: Fetched,
+        dim: usize,
+    ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+        let files: Vec<(String, FileRequest, Vec<Bytes>)> = self
+            .names
+            .into_iter()
+            .zip(self.requests)
+            .zip(fetched.0)
+            .map(|((name, r), data)| (name, r, data))
+            .collect();
+        let jobs: Vec<(usize, Job)> = self
+            .jobs
+            .into_iter()
+            .enumerate()
+            .flat_map(|(i, js)| js.into_iter().map(move |j| (i, j)))
+            .collect();
+        jobs.into_par_iter()
+            .map(|(i, job)| {
+                let (name, request, data) = &files[i];
+                decode(name, job, dim, &request.ranges, data).map(Arc::new)
+            })
+            .collect()
+    }
+}
+
+impl PostingsReader {
+    /// The reader of `snapshot`'s postings (opened from `store`), with
+    /// empty caches.
+    pub fn new(store: Arc<dyn ObjectStore>, snapshot: &Snapshot, options: IndexOptions) -> Self {
+        PostingsReader {
+            store,
+            paths: snapshot.postings_paths.clone().into(),
+            files: snapshot.files.clone(),
+            live: LiveRows {
+                deletions: Arc::clone(&snapshot.deletions),
+                layer_starts: snapshot.layer_starts.clone().into(),
+            },
+            footer_pins: snapshot.footer_pins.clone(),
+            dim: snapshot.hierarchy.dim,
+            code_bytes: snapshot.quantizer.as_ref().map(|q| q.code_bytes()),
+            footers: FooterCache::new(options.footer_cache_bytes),
+            row_groups: RowGroupCache::new(options.postings_cache_bytes),
+            prefetch: options.prefetch_hint,
+            footer_per_cid: AtomicU64::new(0),
+        }
+    }
+
+    /// The object path of each postings file, in manifest order.
+    pub fn paths(&self) -> &Arc<[Path]> {
+        &self.paths
+    }
+
+    /// Every postings file (the base's, then each delta table's).
+    pub fn files(&self) -> &[FileEntry] {
+        &self.files
+    }
+
+    /// Which rows are live.
+    pub fn live(&self) -> &LiveRows {
+        &self.live
+    }
+
+    /// The vector dimension.
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// The object path of postings file `i` (empty for an unknown index).
+    pub fn path(&self, i: usize) -> &Path {
+        static NONE: std::sync::OnceLock<Path> = std::sync::OnceLock::new();
+        self.paths
+            .get(i)
+            .unwrap_or_else(|| NONE.get_or_init(Path::default))
+    }
+
+    /// The first postings file, naming the postings table in errors.
+    pub fn location_hint(&self) -> String {
+        self.paths.first().map_or_else(String::new, Path::to_string)
+    }
+
+    /// Bytes held by the footer cache and by the decoded-postings cache.
+    pub fn cache_bytes(&self) -> (usize, usize) {
+        (self.footers.bytes(), self.row_groups.bytes())
+    }
+
+    /// Lift the bound of the decoded-postings cache (a preload).
+    pub fn unbound_row_groups(&self) {
+        self.row_groups.set_capacity(usize::MAX);
+    }
+
+    /// Footers of the given files: cached ones from the cache, the others read
+    /// concurrently (one round). Returns them in the order of `files`.
+    ///
+    /// # Errors
+    /// See [`read_footer`].
+    pub async fn footers(
+        &self,
+        files: &[usize],
+        stats: &mut SearchStats,
+    ) -> Result<Vec<Arc<Footer>>, ProbeError> {
+        let mut out: Vec<Option<Arc<Footer>>> = files.iter().map(|f| self.footers.get(f)).collect();
+        let missing: Vec<usize> = files
+            .iter()
+            .zip(&out)
+            .filter(|(_, c)| c.is_none())
+            .map(|(f, _)| *f)
+            .collect();
+        stats.footers_cached += (files.len() - missing.len()) as u64;
+        let reads = missing.iter().map(|&f| self.read_footer(f));
+        let read = futures::future::try_join_all(reads).await?;
+        let mut max_requests = 0;
+        let mut fresh = missing.iter().zip(read).map(|(&f, (footer, fio))| {
+            stats.footers_read += 1;
+            stats.requests += fio.requests;
+            stats.bytes += fio.bytes;
+            stats.footer_bytes += fio.footer_len;
+            max_requests = max_requests.max(fio.requests);
+            let footer = Arc::new(footer);
+            self.footers.insert(f, Arc::clone(&footer), footer.bytes);
+            footer
+        });
+        for slot in out.iter_mut().filter(|s| s.is_none()) {
+            *slot = fresh.next();
+        }
+        drop(fresh);
+        stats.rounds += max_requests;
+        Ok(out.into_iter().flatten().collect())
+    }
+
+    /// Read, check and decode the footer of file `f` (not cached here).
+    async fn read_footer(&self, f: usize) -> Result<(Footer, super::footer::FooterIo), ProbeError> {
+        let absent = |what: &str| ProbeError::Store {
+            path: format!("{what} #{f}"),
+            source: object_store::Error::NotFound {
+                path: format!("{what} #{f}"),
+                source: format!("no such {what}").into(),
+            },
+        };
+        let entry = self.files.get(f).ok_or_else(|| absent("manifest file"))?;
+        let pin = self
+            .footer_pins
+            .get(f)
+            .ok_or_else(|| absent("footers.json entry"))?;
+        let learned = self.footer_per_cid.load(Ordering::Relaxed);
+        let tail = tail_estimate(entry, self.prefetch, learned);
+        let path = self.path(f);
+        let store = self.store.as_ref();
+        let (footer, fio) =
+            read_footer(store, path, entry, pin, self.dim, self.code_bytes, tail).await?;
+        self.footer_per_cid
+            .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
+        Ok((footer, fio))
+    }
+
+    /// Read every footer not yet cached, all at once (one round).
+    ///
+    /// # Errors
+    /// As [`PostingsReader::footers`].
+    pub async fn warm(&self) -> Result<SearchStats, ProbeError> {
+        let all: Vec<usize> = (0..self.files.len()).collect();
+        let mut stats = SearchStats {
+            candidate_files: all.len() as u64,
+            ..SearchStats::default()
+        };
+        let t = Instant::now();
+        self.footers(&all, &mut stats).await?;
+        stats.plan_us = micros(t.elapsed());
+        Ok(stats)
+    }
+
+    /// The payload columns of the postings, from the first file's footer
+    /// (an empty schema for an index without rows).
+    ///
+    /// # Errors
+    /// As [`PostingsReader::footers`].
+    pub async fn payload_schema(&self) -> Result<arrow::datatypes::Schema, ProbeError> {
+        if self.files.is_empty() {
+            return Ok(arrow::datatypes::Schema::empty());
+        }
+        let footer = self.footers(&[0], &mut SearchStats::default()).await?;
+        let fields: Vec<_> = footer
+            .first()
+            .map(|f| f.arrow.schema().fields().iter())
+            .into_iter()
+            .flatten()
+            .filter(|f| !RESERVED_COLUMNS.contains(&f.name().as_str()))
+            .cloned()
+            .collect();
+        Ok(arrow::datatypes::Schema::new(fields))
+    }
+
+    /// The plan of loading the row groups of `cids` (sorted ascending) from
+    /// `files` with their `footers` (as from [`PostingsReader::footers`]):
+    /// row groups whose payload statistics rule out every row of `filter`
+    /// are skipped (counted in [`SearchStats::row_groups_pruned`]), cached
+    /// row groups are taken, the others become coalesced byte ranges per
+    /// file. Pure: reads the decoded-postings cache, does no IO.
+    ///
+    /// # Errors
+    /// [`ProbeError::RowGroupCountMismatch`] and [`ProbeError::Decode`] for a
+    /// footer the decoder rejects; [`ProbeError::Filter`] for statistics the
+    /// filter cannot be evaluated on.
+    pub fn plan(
+        &self,
+        cids: &[u32],
+        files: &[usize],
+        footers: &[Arc<Footer>],
+        want: Want,
+        filter: Option<&Filter>,
+        stats: &mut SearchStats,
+    ) -> Result<LoadPlan, ProbeError> {
+        let mut plan = LoadPlan {
+            cached: Vec::new(),
+            pruned: Vec::new(),
+            requests: Vec::new(),
+            names: Vec::new(),
+            jobs: Vec::new(),
+        };
+        for (&file, footer) in files.iter().zip(footers) {
+            let name = self.path(file).as_ref();
+            let access: AccessPlan = plan_row_groups(&footer.facts.row_group_cids, cids);
+            access.check(name, footer.arrow.metadata().num_row_groups())?;
+            let may_match = filter.map(|f| may_match(name, footer, f)).transpose()?;
+            let mut jobs = Vec::new();
+            for rg in access.scanned() {
+                stats.planned_row_groups += 1;
+                if may_match.as_ref().is_some_and(|m| !m.value(rg)) {
+                    stats.row_groups_pruned += 1;
+                    let rows = footer.arrow.metadata().row_group(rg).num_rows();
+                    let cid = footer.facts.row_group_cids.get(rg).copied();
+                    plan.pruned
+                        .push((cid.unwrap_or(u32::MAX), u64::try_from(rows).unwrap_or(0)));
+                    continue;
+                }
+                match self.row_groups.get(&(file, rg)) {
+                    Some(d) if d.has(want) => {
+                        stats.row_groups_cached += 1;
+                        plan.cached.push(d);
+                    }
+                    _ => jobs.push(Job::new(name, footer, file, rg, want)?),
+                }
+            }
+            if !jobs.is_empty() {
+                stats.row_groups_read += jobs.len() as u64;
+                stats.row_group_bytes += jobs
+                    .iter()
+                    .flat_map(|j| j.ranges.iter().chain(j.direct.iter().map(|(_, r)| r)))
+                    .map(|r| r.end - r.start)
+                    .sum::<u64>();
+                stats.page_index_bytes += jobs
+                    .iter()
+                    .filter_map(|j| j.offset_index.as_ref())
+                    .map(|(r, _)| r.end - r.start)
+                    .sum::<u64>();
+                let ranges = coalesce(jobs.iter().flat_map(Job::all_ranges));
+                plan.requests.push(FileRequest { file, ranges });
+                plan.names.push(name.to_string());
+                plan.jobs.push(jobs);
+            }
+        }
+        Ok(plan)
+    }
+
+    /// Issue the ranged reads `requests` for exactly their bytes
+    /// ([`get_exact_ranges`]), all files at once (one round).
+    ///
+    /// # Errors
+    /// [`ProbeError::Store`] naming the file.
+    pub async fn fetch(
+        &self,
+        requests: &[FileRequest],
+        stats: &mut SearchStats,
+    ) -> Result<Fetched, ProbeError> {
+        let fetches = requests.iter().map(|r| async move {
+            let path = self.path(r.file);
+            get_exact_ranges(self.store.as_ref(), path, &r.ranges)
+                .await
+                .map_err(|source| ProbeError::Store {
+                    path: path.to_string(),
+                    source,
+                })
+        });
+        let fetched = futures::future::try_join_all(fetches).await?;
+        if !fetched.is_empty() {
+            stats.rounds += 1;
+        }
+        for (data, r) in fetched.iter().zip(requests) {
+            stats.requests += r.ranges.len() as u64;
+            stats.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();
+        }
+        Ok(Fetched(fetched))
+    }
+
+    /// Keep freshly decoded row groups in the decoded-postings cache.
+    fn remember(&self, decoded: &[Arc<DecodedRowGroup>]) {
+        for d in decoded {
+            self.row_groups
+                .insert((d.file, d.row_group), Arc::clone(d), d.bytes());
+        }
+    }
+
+    /// Load the `want`ed columns of every row group whose cid is in `cids`
+    /// (sorted ascending): footers, plan and fetch here, the decode on rayon
+    /// ([`on_rayon`]). Adds the IO counters and the plan, fetch and decode
+    /// times to `stats`.
+    ///
+    /// # Errors
+    /// Footer, plan, store, decode and [`ProbeError::CorruptIndex`] errors;
+    /// nothing partial is returned.
+    pub async fn load(
+        &self,
+        cids: &[u32],
+        want: Want,
+        stats: &mut SearchStats,
+    ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+        Ok(self.load_filtered(cids, want, None, stats).await?.0)
+    }
+
+    /// [`PostingsReader::load`], skipping the row groups whose statistics
+    /// rule out every row of `filter`; also returns their `(cid, rows)`.
+    ///
+    /// # Errors
+    /// As [`PostingsReader::load`], and [`ProbeError::Filter`].
+    pub async fn load_filtered(
+        &self,
+        cids: &[u32],
+        want: Want,
+        filter: Option<&Filter>,
+        stats: &mut SearchStats,
+    ) -> Result<(Vec<Arc<DecodedRowGroup>>, Vec<(u32, u64)>), ProbeError> {
+        let t = Instant::now();
+        let files = candidate_files_layered(&self.files, &self.live.layer_starts, cids);
+        stats.candidate_files += files.len() as u64;
+        let footers = self.footers(&files, stats).await?;
+        let plan = self.plan(cids, &files, &footers, want, filter, stats)?;
+        stats.plan_us += micros(t.elapsed());
+        let (loaded, pruned) = self.execute(plan, stats).await?;
+        Ok((loaded, pruned))
+    }
+
+    /// Fetch a plan's requests and decode them on rayon; the fresh row
+    /// groups are remembered, and returned after the cached ones.
+    async fn execute(
+        &self,
+        mut plan: LoadPlan,
+        stats: &mut SearchStats,
+    ) -> Result<(Vec<Arc<DecodedRowGroup>>, Vec<(u32, u64)>), ProbeError> {
+        let t = Instant::now();
+        let fetched = self.fetch(plan.requests(), stats).await?;
+        stats.fetch_us += micros(t.elapsed());
+        let mut loaded = std::mem::take(&mut plan.cached);
+        let pruned = std::mem::take(&mut plan.pruned);
+        if plan.requests.is_empty() {
+            return Ok((loaded, pruned));
+        }
+        let dim = self.dim;
+        let (decoded, took) = on_rayon(move || {
+            let t = Instant::now();
+            plan.decode(fetched, dim).map(|d| (d, t.elapsed()))
+        })
+        .await?;
+        stats.decode_us += micros(took);
+        self.remember(&decoded);
+        loaded.extend(decoded);
+        Ok((loaded, pruned))
+    }
+
+    /// Every row group of postings file `file` (manifest order), its `cid`
+    /// and `rowid` and the columns `want` asks for, read and checked as a
+    /// query reads them. The reader of whole files (compaction, the live
+    /// ids of a refresh, `verify`), so no reader of postings checks less
+    /// than the probe. Not remembered in the decoded-postings cache.
+    ///
+    /// # Errors
+    /// [`ProbeError`]: a footer pin, page checksum, cid or store failure,
+    /// naming the object, row group and page.
+    pub async fn read_file(
+        &self,
+        file: usize,
+        want: Want,
+    ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+        let mut stats = SearchStats::default();
+        let footers = self.footers(&[file], &mut stats).await?;
+        let mut cids: Vec<u32> = footers
+            .iter()
+            .flat_map(|f| f.facts.row_group_cids.iter().copied())
+            .collect();
+        cids.sort_unstable();
+        cids.dedup();
+        let mut plan = self.plan(&cids, &[file], &footers, want, None, &mut stats)?;
+        let fetched = self.fetch(plan.requests(), &mut stats).await?;
+        let mut groups = std::mem::take(&mut plan.cached);
+        let dim = self.dim;
+        groups.extend(on_rayon(move || plan.decode(fetched, dim)).await?);
+        Ok(groups)
+    }
+
+    /// Every live rowid of every layer (deleted rows left out), read through
+    /// [`PostingsReader::read_file`] (`cid` and `rowid` only), 16 files at a
+    /// time.
+    ///
+    /// # Errors
+    /// As [`PostingsReader::read_file`].
+    pub async fn live_rowids(&self) -> Result<Vec<i64>, ProbeError> {
+        use futures::{StreamExt, TryStreamExt};
+        let per_file: Vec<Vec<i64>> = futures::stream::iter(0..self.files.len())
+            .map(|file| async move {
+                let layer = self.live.layer_of(file);
+                let groups = self.read_file(file, Want::default()).await?;
+                Ok::<_, ProbeError>(
+                    groups
+                        .iter()
+                        .flat_map(|g| g.rowids.iter().copied())
+                        .filter(|&id| !self.live.deletions.is_deleted(id, layer))
+                        .collect(),
+                )
+            })
+            .buffer_unordered(16)
+            .try_collect()
+            .await?;
+        Ok(per_file.concat())
+    }
+}
+
+/// Per row group of `footer`: whether its payload statistics leave any row
+/// that may satisfy `filter`.
+fn may_match(name: &str, footer: &Footer, filter: &Filter) -> Result<BooleanBuffer, ProbeError> {
+    let stats = ContainerStats::row_groups(
+        footer.arrow.metadata(),
+        footer.arrow.schema(),
+        filter.columns(),
+    )
+    .and_then(|s| filter.prune(&s));
+    stats.map_err(|source| ProbeError::Filter {
+        path: name.to_string(),
+        source,
+    })
+}

@@ -1,0 +1,366 @@
+//! What a search asks ([`SearchParams`]) and answers ([`SearchResult`]),
+//! and the one place both are checked: [`QueryPlan::new`] validates the
+//! parameters against the index and the queries against its dimension and
+//! metric (every rule once, [`QueryError`] naming the numbers), and leaves
+//! a plan the engine runs ([`super::engine::Engine::run`]): the prepared
+//! queries, the lists each probes first and how far a filter may widen
+//! them, and how the candidates are ranked.
+
+use super::select::DEFAULT_ROOT_FACTOR;
+use super::stats::SearchStats;
+use crate::distance::Metric;
+use crate::filter::Filter;
+use serde::Serialize;
+use std::sync::Arc;
+use thiserror::Error;
+
+/// A query or search parameter the index cannot answer.
+#[derive(Debug, Error, Clone, PartialEq)]
+pub enum QueryError {
+    #[error("query {query} has dimension {actual}, the index has {expected}")]
+    DimensionMismatch {
+        query: usize,
+        expected: usize,
+        actual: usize,
+    },
+    #[error("query {query} has a non-finite value {value} at position {position}")]
+    NonFinite {
+        query: usize,
+        position: usize,
+        value: f32,
+    },
+    /// Under cosine, a query whose components are all zero has no cosine
+    /// to anything.
+    #[error("query {query} is a zero vector: cosine distance needs a direction")]
+    NoDirection { query: usize },
+    #[error("k must be at least 1")]
+    InvalidK,
+    #[error("nprobe = {nprobe} is outside 1..={nlist} (the index's nlist)")]
+    InvalidNprobe { nprobe: usize, nlist: usize },
+    /// 0 visits every root, and so does any factor ≥ nlist: a larger one
+    /// only hides a mistake.
+    #[error("root_factor = {root_factor} is outside 0..={nlist} (the index's nlist)")]
+    InvalidRootFactor { root_factor: usize, nlist: usize },
+    #[error("max_nprobe = {max_nprobe} is outside {nprobe}..={nlist} (nprobe..=nlist)")]
+    InvalidMaxNprobe {
+        max_nprobe: usize,
+        nprobe: usize,
+        nlist: usize,
+    },
+}
+
+impl QueryError {
+    /// A stable machine-readable name of the rule broken (the HTTP error
+    /// code).
+    pub fn code(&self) -> &'static str {
+        match self {
+            QueryError::DimensionMismatch { .. } => "wrong_dimension",
+            QueryError::NonFinite { .. } => "non_finite_value",
+            QueryError::NoDirection { .. } => "zero_vector",
+            QueryError::InvalidK => "k_zero",
+            QueryError::InvalidNprobe { .. } => "nprobe_out_of_range",
+            QueryError::InvalidRootFactor { .. } => "root_factor_out_of_range",
+            QueryError::InvalidMaxNprobe { .. } => "max_nprobe_out_of_range",
+        }
+    }
+}
+
+/// Parameters of a search.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SearchParams {
+    /// Neighbours to return (≥ 1). Default 10.
+    pub k: usize,
+    /// Leaf lists to probe (1..=nlist). Default 16.
+    pub nprobe: usize,
+    /// Roots are visited nearest first until they own `root_factor × nprobe`
+    /// leaves (0, the default, visits every root: exact leaf selection); the
+    /// nearest `nprobe` leaves among them are probed. At most nlist.
+    pub root_factor: usize,
+    /// Return the payload columns of each hit. Default false.
+    pub include_payload: bool,
+    /// In an index with codes: the best `rerank × k` candidates by their
+    /// codes are ranked again by their exact distance (default
+    /// [`DEFAULT_RERANK`]); 0 returns the codes' estimated distances and
+    /// reads no f32 at all. Ignored without codes (the scan is exact).
+    pub rerank: usize,
+    /// A SQL `WHERE` expression over the payload columns (see
+    /// [`crate::filter`]): only rows where it is true are returned. The
+    /// search goes on past `nprobe` lists, nearest first, until `k` rows
+    /// match or `max_nprobe` lists are probed, or scans every match when the
+    /// filter is selective ([`SearchStats::filter_plan`]). Every leaf is
+    /// ranked for a filtered query: `root_factor` does not apply.
+    pub filter: Option<String>,
+    /// With a filter: the most lists probed while looking for `k` matches
+    /// (default every list). A query that stops there with fewer says so
+    /// ([`SearchStats::capped`]).
+    pub max_nprobe: Option<usize>,
+}
+
+/// Re-rank factor by default (see `docs/benchmarks.md`).
+pub const DEFAULT_RERANK: usize = 4;
+
+impl Default for SearchParams {
+    fn default() -> Self {
+        Self {
+            k: 10,
+            nprobe: 16,
+            root_factor: DEFAULT_ROOT_FACTOR,
+            include_payload: false,
+            rerank: DEFAULT_RERANK,
+            filter: None,
+            max_nprobe: None,
+        }
+    }
+}
+
+impl SearchParams {
+    /// Check the parameters against an index of `nlist` lists.
+    ///
+    /// # Errors
+    /// [`QueryError::InvalidK`], [`QueryError::InvalidNprobe`],
+    /// [`QueryError::InvalidRootFactor`], [`QueryError::InvalidMaxNprobe`].
+    pub fn check(&self, nlist: usize) -> Result<(), QueryError> {
+        let nprobe = self.nprobe;
+        if self.k == 0 {
+            return Err(QueryError::InvalidK);
+        }
+        if nprobe == 0 || nprobe > nlist {
+            return Err(QueryError::InvalidNprobe { nprobe, nlist });
+        }
+        if self.root_factor > nlist {
+            let root_factor = self.root_factor;
+            return Err(QueryError::InvalidRootFactor { root_factor, nlist });
+        }
+        match self.max_nprobe {
+            Some(max_nprobe) if max_nprobe < nprobe || max_nprobe > nlist => {
+                Err(QueryError::InvalidMaxNprobe {
+                    max_nprobe,
+                    nprobe,
+                    nlist,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// One neighbour.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Hit {
+    /// The source row identity.
+    pub rowid: i64,
+    /// Smaller is closer (see [`crate::distance::Metric`]).
+    pub distance: f32,
+    /// The payload columns, when asked for ([`SearchParams::include_payload`]);
+    /// left out of the JSON otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<serde_json::Map<String, serde_json::Value>>,
+}
+
+/// The answer to one query.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SearchResult {
+    /// Best first; ties by the smaller rowid.
+    pub hits: Vec<Hit>,
+    pub stats: SearchStats,
+    /// With [`SearchParams::include_payload`]: the hits' payload columns as
+    /// Arrow, one row per hit in order, typed as stored (each [`Hit::payload`]
+    /// is its row as JSON).
+    #[serde(skip)]
+    pub payload: Option<arrow::record_batch::RecordBatch>,
+}
+
+/// How a plan's candidates are ranked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RankMode {
+    /// Every probed row by its exact distance (an index without codes).
+    Exact,
+    /// By the codes' estimate; the best `rerank × k` then by their exact
+    /// distance (`rerank` 0: the estimate is the answer).
+    Codes { rerank: usize },
+}
+
+/// A validated search: what [`super::engine::Engine::run`] executes.
+#[derive(Debug, Clone)]
+pub struct QueryPlan {
+    /// The queries, row-major, prepared for the metric (unit-normalised
+    /// under cosine).
+    pub queries: Arc<[f32]>,
+    pub k: usize,
+    /// The nearest lists each query probes first.
+    pub nprobe: usize,
+    pub root_factor: usize,
+    /// A filter widens the probe, nearest list first, up to `cap` lists
+    /// ([`super::filtered::FilterBudget`]); `None`: one round of `nprobe`.
+    pub filter: Option<Arc<Filter>>,
+    pub cap: usize,
+    pub rank: RankMode,
+    pub include_payload: bool,
+}
+
+impl QueryPlan {
+    /// Check `queries` (`dim` values each, row-major) and `params` against
+    /// an index of `nlist` lists under `metric`, with codes or not, and
+    /// plan them. `params.filter` is the caller's to parse (it needs the
+    /// payload schema) and to set as [`QueryPlan::filter`].
+    ///
+    /// # Errors
+    /// [`QueryError`] for the first rule broken.
+    pub fn new(
+        queries: &[f32],
+        params: &SearchParams,
+        index: IndexShape,
+    ) -> Result<QueryPlan, QueryError> {
+        params.check(index.nlist)?;
+        let queries = prepare_queries(index.metric, queries, index.dim)?;
+        let rank = if index.has_codes {
+            RankMode::Codes {
+                rerank: params.rerank,
+            }
+        } else {
+            RankMode::Exact
+        };
+        Ok(QueryPlan {
+            queries: queries.into(),
+            k: params.k,
+            nprobe: params.nprobe,
+            root_factor: params.root_factor,
+            filter: None,
+            cap: params.max_nprobe.unwrap_or(index.nlist).min(index.nlist),
+            rank,
+            include_payload: params.include_payload,
+        })
+    }
+}
+
+/// What a plan is checked against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexShape {
+    pub dim: usize,
+    pub nlist: usize,
+    pub metric: Metric,
+    pub has_codes: bool,
+}
+
+/// `queries` checked (whole queries of `dim` finite values) and prepared
+/// for the scan ([`Metric::prepare`]): unit-normalised copies under cosine
+/// (the stored vectors are normalised at build time, so the scan's cosine is
+/// `1 − dot`), unchanged otherwise.
+///
+/// # Errors
+/// [`QueryError::DimensionMismatch`] naming the incomplete last query,
+/// [`QueryError::NonFinite`], [`QueryError::NoDirection`] for a zero query
+/// under cosine.
+pub fn prepare_queries(
+    metric: Metric,
+    queries: &[f32],
+    dim: usize,
+) -> Result<Vec<f32>, QueryError> {
+    if dim == 0 || !queries.len().is_multiple_of(dim) {
+        return Err(QueryError::DimensionMismatch {
+            query: queries.len() / dim.max(1),
+            expected: dim,
+            actual: queries.len() % dim.max(1),
+        });
+    }
+    if let Some((i, &value)) = queries.iter().enumerate().find(|(_, v)| !v.is_finite()) {
+        return Err(QueryError::NonFinite {
+            query: i / dim,
+            position: i % dim,
+            value,
+        });
+    }
+    let mut prepared = queries.to_vec();
+    if metric == Metric::Cosine {
+        for (query, q) in prepared.chunks_exact_mut(dim).enumerate() {
+            metric
+                .prepare(q)
+                .map_err(|_| QueryError::NoDirection { query })?;
+        }
+    }
+    Ok(prepared)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn shape() -> IndexShape {
+        IndexShape {
+            dim: 2,
+            nlist: 8,
+            metric: Metric::Cosine,
+            has_codes: false,
+        }
+    }
+
+    #[test]
+    fn every_rule_is_checked_once_here() {
+        let ok = SearchParams::default();
+        let plan = |q: &[f32], p: &SearchParams| QueryPlan::new(q, p, shape()).map(|_| ());
+        let with = |f: fn(&mut SearchParams)| {
+            let mut p = SearchParams {
+                nprobe: 4,
+                ..ok.clone()
+            };
+            f(&mut p);
+            p
+        };
+        let base = with(|_| ());
+        assert_eq!(plan(&[1.0, 0.0], &base), Ok(()));
+        assert_eq!(
+            plan(&[1.0, 0.0, 1.0], &base),
+            Err(QueryError::DimensionMismatch {
+                query: 1,
+                expected: 2,
+                actual: 1
+            })
+        );
+        assert!(matches!(
+            plan(&[1.0, f32::NAN], &base),
+            Err(QueryError::NonFinite {
+                query: 0,
+                position: 1,
+                ..
+            })
+        ));
+        assert_eq!(
+            plan(&[1.0, 1.0, 0.0, 0.0], &base),
+            Err(QueryError::NoDirection { query: 1 })
+        );
+        let q = [1.0, 0.0];
+        assert_eq!(plan(&q, &with(|p| p.k = 0)), Err(QueryError::InvalidK));
+        assert_eq!(
+            plan(&q, &with(|p| p.nprobe = 9)).map_err(|e| e.code()),
+            Err("nprobe_out_of_range")
+        );
+        assert_eq!(
+            plan(&q, &with(|p| p.nprobe = 0)).map_err(|e| e.code()),
+            Err("nprobe_out_of_range")
+        );
+        assert_eq!(
+            plan(&q, &with(|p| p.root_factor = 9)).map_err(|e| e.code()),
+            Err("root_factor_out_of_range")
+        );
+        assert_eq!(plan(&q, &with(|p| p.root_factor = 8)), Ok(()));
+        assert_eq!(
+            plan(&q, &with(|p| p.max_nprobe = Some(3))).map_err(|e| e.code()),
+            Err("max_nprobe_out_of_range")
+        );
+        assert_eq!(
+            plan(&q, &with(|p| p.max_nprobe = Some(9))).map_err(|e| e.code()),
+            Err("max_nprobe_out_of_range")
+        );
+        assert_eq!(plan(&q, &with(|p| p.max_nprobe = Some(8))), Ok(()));
+    }
+
+    #[test]
+    fn cosine_queries_are_unit_normalised_and_others_kept() {
+        let got = prepare_queries(Metric::Cosine, &[3.0, 4.0], 2).unwrap();
+        assert!((got[0] - 0.6).abs() < 1e-6 && (got[1] - 0.8).abs() < 1e-6);
+        assert_eq!(
+            prepare_queries(Metric::L2, &[3.0, 4.0], 2).unwrap(),
+            [3.0, 4.0]
+        );
+    }
+}

@@ -1,0 +1,78 @@
+//! The unit a query reads and scans: one row group of one cid, decoded
+//! ([`DecodedRowGroup`]), holding the columns a load asked for ([`Want`]),
+//! and the byte-bounded cache of them ([`RowGroupCache`]).
+
+use super::cache::ByteLru;
+use arrow::array::RecordBatch;
+use arrow::buffer::{Buffer, ScalarBuffer};
+use parquet::file::page_index::offset_index::PageLocation;
+
+/// The rows of one decoded row group (one cid): the columns that were asked
+/// for ([`Want`]).
+#[derive(Debug)]
+pub struct DecodedRowGroup {
+    pub cid: u32,
+    pub rowids: Vec<i64>,
+    /// `rowids.len() × dim`, row-major, viewed in place in the decoded
+    /// column's buffer where it is 4-byte aligned (one copy at most); empty
+    /// when the vectors were not read.
+    pub vectors: ScalarBuffer<f32>,
+    /// `rowids.len() × code bytes`, row-major (the `code` column's buffer,
+    /// not copied); `None` when the codes were not read.
+    pub codes: Option<Buffer>,
+    /// Where each data page of the `vector` column lies (its offset index),
+    /// read with the codes when the vectors are not ([`Want::pages`]): what
+    /// an exact re-rank fetches.
+    pub vector_pages: Option<Vec<PageLocation>>,
+    /// The payload columns, when they were asked for.
+    pub payload: Option<RecordBatch>,
+    /// Manifest index of the file, and row group within it (for errors).
+    pub file: usize,
+    pub row_group: usize,
+}
+
+/// The columns of a row group a load reads (`cid` and `rowid` always).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Want {
+    /// The f32 `vector` column.
+    pub vectors: bool,
+    /// The `code` column and the `vector` column's offset index.
+    pub codes: bool,
+    /// The payload columns.
+    pub payload: bool,
+}
+
+impl Want {
+    /// Whether the `vector` column's offset index is read: with the codes,
+    /// unless the vectors themselves are (a re-rank then reads no page).
+    pub fn pages(self) -> bool {
+        self.codes && !self.vectors
+    }
+}
+
+impl DecodedRowGroup {
+    /// Approximate memory held (the decoded-postings cache bound).
+    pub fn bytes(&self) -> usize {
+        self.rowids.len() * 8
+            + self.vectors.len() * 4
+            + self.codes.as_ref().map_or(0, Buffer::len)
+            + self.vector_pages.as_ref().map_or(0, |p| p.len() * 24)
+            + self
+                .payload
+                .as_ref()
+                .map_or(0, RecordBatch::get_array_memory_size)
+            + 64
+    }
+
+    /// Whether it holds every column `want` asks for.
+    pub fn has(&self, want: Want) -> bool {
+        // A row group has rows (footer contract): no vectors read is empty.
+        (!want.vectors || !self.vectors.is_empty())
+            && (!want.codes || self.codes.is_some())
+            && (!want.pages() || self.vector_pages.is_some())
+            && (!want.payload || self.payload.is_some())
+    }
+}
+
+/// The decoded-postings cache: (manifest file index, row group) → rows.
+pub type RowGroupCache = ByteLru<(usize, usize), DecodedRowGroup>;

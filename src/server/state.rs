@@ -1,0 +1,20 @@
+//! The state every handler shares ([`AppState`]): the registry of served
+//! indexes, the limits, the query pool, the metrics and the auth token.
+
+use std::time::Duration;
+
+use super::auth::AuthToken;
+use super::limits::{ConnectionLimits, Limits, QueryPool};
+use super::metrics::Metrics;
+use super::reload::Registry;
+
+/// State shared by every handler.
+pub(super) struct AppState {
+    pub(super) registry: Registry,
+    pub(super) limits: Limits,
+    pub(super) connections: ConnectionLimits,
+    pub(super) pool: QueryPool,
+    pub(super) metrics: Metrics,
+    pub(super) auth: Option<AuthToken>,
+    pub(super) reload_min_interval: Duration,
+}
