@@ -6,8 +6,9 @@
 //! gather   (IO)     the row groups of those lists through the postings reader; a filter's
 //!                   rounds widen them, nearest first (`filtered`), and mask the rows that match
 //! rank     (rayon)  the exact scan (`scan`), or the codes and their re-rank (`quantized`,
-//!                   one more round for the `vector` pages from storage)
-//! results  (rayon)  the top-k of each query with its payload rows and its stats
+//!                   one more round for the `vector` pages from storage), then each
+//!                   query's answer: its top-k, payload rows and stats (`results`), in
+//!                   the same step
 //! ```
 //!
 //! The engine owns what a query reads: the [`PostingsReader`] with its
@@ -16,20 +17,16 @@
 //! ([`on_rayon`]), so a tokio worker stays free for other tasks.
 
 use super::ProbeError;
-use super::filtered::{
-    FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, Widening, pruned_pages,
-};
+use super::filtered::{FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, Widening};
 use super::load::PostingsReader;
 use super::offload::on_rayon;
-use super::payload::payload_rows;
-use super::quantized::{
-    CodeScan, PagePlan, approximate, rerank_in_memory, rotate_leaves, scan_codes,
-};
-use super::query::{Hit, QueryPlan, RankMode, SearchResult};
+use super::quantized::{CodeRank, CodeScan, PagePlan, rank_codes, rotate_leaves};
+use super::query::{QueryPlan, RankMode, SearchResult};
+use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, Want};
 use super::scan::scan_batch;
 use super::select::{ranked_cids, select_cids};
-use super::stats::{FilterPlan, SearchStats, micros};
+use super::stats::{SearchStats, micros};
 use crate::filter::Filter;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
@@ -108,13 +105,51 @@ impl Gathered {
     }
 }
 
-/// The stats of one query that are its own (the IO is the batch's).
-#[derive(Debug, Clone, Copy, Default)]
-struct Own {
-    probe_us: u64,
-    rows_matched: u64,
-    filter_plan: FilterPlan,
-    capped: bool,
+/// What a batch's answers need besides its top-k: each query's own stats,
+/// the batch's, and whether the payload is asked for.
+#[derive(Debug)]
+struct Finish {
+    own: Vec<Own>,
+    include_payload: bool,
+    stats: SearchStats,
+}
+
+impl Finish {
+    /// Each query's answer, `scan_us` more of scan time counted. CPU only.
+    fn answers(
+        self,
+        tops: Vec<TopK>,
+        input: &Gathered,
+        paths: &[Path],
+        scan_us: u64,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let stats = SearchStats {
+            scan_us: self.stats.scan_us + scan_us,
+            ..self.stats
+        };
+        let answers = Answers {
+            probed: &input.probed,
+            loaded: &input.loaded,
+            own: self.own,
+            include_payload: self.include_payload,
+            paths,
+        };
+        results(tops, answers, stats)
+    }
+}
+
+/// Where the quantised rank stands after scoring the codes.
+enum CodeStep {
+    Answered(Vec<SearchResult>),
+    Pages(PagesToRank),
+}
+
+/// Candidates to rank from the `vector` pages that `plan` reads.
+struct PagesToRank {
+    candidates: Vec<TopK>,
+    plan: PagePlan,
+    finish: Finish,
+    input: Gathered,
 }
 
 impl Engine {
@@ -222,9 +257,19 @@ impl Engine {
             }
         };
         let want = self.want(plan.include_payload || plan.filter.is_some());
-        let tops = self.rank(&plan, &gathered, want, &mut stats).await?;
-        self.results(tops, gathered, own, stats, plan.include_payload)
-            .await
+        let finish = Finish {
+            own,
+            include_payload: plan.include_payload,
+            stats,
+        };
+        match (plan.rank, &self.codes) {
+            (RankMode::Codes { rerank }, Some(codes)) => {
+                let codes = Arc::clone(codes);
+                let k = (plan.k, rerank);
+                self.rank_codes(codes, gathered, want, k, finish).await
+            }
+            _ => self.rank_exact(gathered, plan.k, finish).await,
+        }
     }
 
     /// Each query's lists, nearest first, and the time it took: its
@@ -345,24 +390,18 @@ impl Engine {
         Ok((gathered, own))
     }
 
-    /// The `k` best of each query among the rows of its probed lists (only
-    /// those set in the masks, when given): an exact scan, or the codes and
-    /// their re-rank.
-    async fn rank(
+    /// The exact rank: each query's `k` best among the rows of its probed
+    /// lists (only those set in the masks, when given), and its answer, in
+    /// one step on rayon.
+    async fn rank_exact(
         &self,
-        plan: &QueryPlan,
-        input: &Gathered,
-        want: Want,
-        stats: &mut SearchStats,
-    ) -> Result<Vec<TopK>, ProbeError> {
-        if let (RankMode::Codes { rerank }, Some(codes)) = (plan.rank, &self.codes) {
-            return self
-                .rank_codes(codes, input, want, plan.k, rerank, stats)
-                .await;
-        }
-        let (metric, k, dim) = (self.hierarchy.metric, plan.k, self.hierarchy.dim);
-        let input = input.clone();
-        let (tops, took) = on_rayon(move || {
+        input: Gathered,
+        k: usize,
+        finish: Finish,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let (metric, dim) = (self.hierarchy.metric, self.hierarchy.dim);
+        let paths = Arc::clone(self.reader.paths());
+        on_rayon(move || {
             let t = Instant::now();
             let (queries, probed) = (&input.queries, input.probed());
             let tops = scan_batch(
@@ -374,126 +413,96 @@ impl Engine {
                 &input.masks,
                 k,
             );
-            (tops, t.elapsed())
+            finish.answers(tops, &input, &paths, micros(t.elapsed()))
         })
-        .await;
-        stats.scan_us += micros(took);
-        Ok(tops)
+        .await
     }
 
-    /// The quantised rank: score the codes, keep `rerank × k` candidates a
-    /// query, and rank them exactly, from memory (`Preload::All`) or from
-    /// their `vector` pages (one more round). Compute on rayon.
+    /// The quantised rank ([`rank_codes`]): score the codes, keep `rerank ×
+    /// k` candidates a query and rank them, in memory (then answer in the
+    /// same step), or from their `vector` pages: one more round of reads,
+    /// then the exact rank and the answers. Compute on rayon.
     async fn rank_codes(
         &self,
-        codes: &Arc<Codes>,
-        input: &Gathered,
+        codes: Arc<Codes>,
+        input: Gathered,
         want: Want,
-        k: usize,
-        rerank: usize,
-        stats: &mut SearchStats,
-    ) -> Result<Vec<TopK>, ProbeError> {
-        let keep = k.saturating_mul(rerank).max(k);
-        let (metric, dim) = (self.hierarchy.metric, self.hierarchy.dim);
-        let (codes, hierarchy) = (Arc::clone(codes), Arc::clone(&self.hierarchy));
-        let (inp, paths) = (input.clone(), Arc::clone(self.reader.paths()));
-        let (scanned, took) = on_rayon(move || {
+        (k, rerank): (usize, usize),
+        finish: Finish,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let hierarchy = Arc::clone(&self.hierarchy);
+        let (metric, dim) = (hierarchy.metric, hierarchy.dim);
+        let paths = Arc::clone(self.reader.paths());
+        let step = on_rayon(move || {
             let t = Instant::now();
-            let (q, rgs, masks) = (&inp.queries, &inp.loaded, &inp.masks);
             let scan = CodeScan {
                 quantizer: &codes.quantizer,
                 hierarchy: &hierarchy,
                 rotated_leaves: &codes.rotated_leaves,
             };
-            let scanned = scan_codes(scan, &paths, q, &inp.probed(), rgs, masks, keep).map(
-                |(candidates, scored)| {
-                    if rerank == 0 {
-                        (approximate(candidates, k), scored, None)
-                    } else if want.vectors {
-                        let tops = rerank_in_memory(metric, dim, q, candidates, rgs, k);
-                        (tops, scored, None)
-                    } else {
-                        let plan = PagePlan::new(&paths, rgs, &candidates);
-                        let pruned = pruned_pages(rgs, masks);
-                        (Vec::new(), scored, Some((candidates, plan, pruned)))
-                    }
-                },
+            let (q, rgs, masks) = (&input.queries, &input.loaded, &input.masks);
+            let probed = input.probed();
+            let ranked = rank_codes(
+                scan,
+                &paths,
+                q,
+                &probed,
+                rgs,
+                masks,
+                (k, rerank),
+                want.vectors,
             );
-            (scanned, t.elapsed())
+            let (rank, scored) = ranked?;
+            let mut finish = finish;
+            finish.stats.codes_scored += scored;
+            let took = micros(t.elapsed());
+            match rank {
+                CodeRank::Ranked(tops) => finish
+                    .answers(tops, &input, &paths, took)
+                    .map(CodeStep::Answered),
+                CodeRank::Pages {
+                    candidates,
+                    plan,
+                    pruned,
+                } => {
+                    let stats = &mut finish.stats;
+                    stats.scan_us += took;
+                    stats.pages_pruned += pruned;
+                    stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
+                    stats.pages_read += plan.pages() as u64;
+                    stats.page_bytes += plan.page_bytes();
+                    Ok(CodeStep::Pages(PagesToRank {
+                        candidates,
+                        plan,
+                        finish,
+                        input,
+                    }))
+                }
+            }
         })
-        .await;
-        let (tops, scored, pending) = scanned?;
-        stats.codes_scored += scored;
-        stats.scan_us += micros(took);
-        let Some((candidates, plan, pruned)) = pending else {
-            return Ok(tops);
+        .await?;
+        let mut pages = match step {
+            CodeStep::Answered(answers) => return Ok(answers),
+            CodeStep::Pages(pages) => pages,
         };
-        stats.pages_pruned += pruned;
-        let plan = plan?;
-        stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
-        stats.pages_read += plan.pages() as u64;
-        stats.page_bytes += plan.page_bytes();
         let t = Instant::now();
-        let fetched = self.reader.fetch(plan.requests(), stats).await?;
-        stats.rerank_fetch_us += micros(t.elapsed());
-        let (inp, paths) = (input.clone(), Arc::clone(self.reader.paths()));
-        let (ranked, took) = on_rayon(move || {
-            let t = Instant::now();
-            let (q, rgs) = (&inp.queries, &inp.loaded);
-            let ranked = plan.rank(fetched, &paths, rgs, metric, dim, q, candidates, k);
-            (ranked, t.elapsed())
-        })
-        .await;
-        stats.scan_us += micros(took);
-        ranked
-    }
-
-    /// Each query's hits, with their payload rows when asked for, and its
-    /// stats: its own, and the batch's IO.
-    async fn results(
-        &self,
-        tops: Vec<TopK>,
-        input: Gathered,
-        own: Vec<Own>,
-        stats: SearchStats,
-        include_payload: bool,
-    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let fetched = self
+            .reader
+            .fetch(pages.plan.requests(), &mut pages.finish.stats)
+            .await?;
+        pages.finish.stats.rerank_fetch_us += micros(t.elapsed());
         let paths = Arc::clone(self.reader.paths());
         on_rayon(move || {
-            tops.into_iter()
-                .zip(own)
-                .zip(input.probed.iter())
-                .map(|((top, own), cids)| {
-                    let top = top.into_sorted();
-                    let payload = if include_payload {
-                        let rowids: Vec<i64> = top.iter().map(|n| n.rowid).collect();
-                        payload_rows(&paths, &input.loaded, cids, &rowids)?
-                    } else {
-                        None
-                    };
-                    let hits = top
-                        .into_iter()
-                        .map(|n| Hit {
-                            rowid: n.rowid,
-                            distance: n.distance,
-                            payload: None,
-                        })
-                        .collect();
-                    let stats = SearchStats {
-                        probe_us: own.probe_us,
-                        lists_probed: cids.len() as u64,
-                        rows_matched: own.rows_matched,
-                        filter_plan: own.filter_plan,
-                        capped: own.capped,
-                        ..stats
-                    };
-                    Ok(SearchResult {
-                        hits,
-                        stats,
-                        payload,
-                    })
-                })
-                .collect()
+            let t = Instant::now();
+            let PagesToRank {
+                candidates,
+                plan,
+                finish,
+                input,
+            } = pages;
+            let (q, rgs) = (&input.queries, &input.loaded);
+            let tops = plan.rank(fetched, &paths, rgs, metric, dim, q, candidates, k)?;
+            finish.answers(tops, &input, &paths, micros(t.elapsed()))
         })
         .await
     }

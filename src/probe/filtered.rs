@@ -2,10 +2,8 @@
 //! far, grouped by cid, each with the bitmap of its rows that satisfy the
 //! filter (evaluated once per row group on rayon, with the filter's arrow
 //! kernels over the payload columns), so that a query probing more lists
-//! counts its matches without reading or evaluating any row twice. Also
-//! what the re-rank never fetches: the `vector` pages without a match
-//! ([`pruned_pages`]), and how far a filtered query probes
-//! ([`filter_budget`]). With the postings preloaded, the payload of every
+//! counts its matches without reading or evaluating any row twice, and how
+//! far a filtered query probes ([`filter_budget`], in rounds: [`Widening`]). With the postings preloaded, the payload of every
 //! row group is also one [`PayloadTable`]: a query reading a large share of
 //! the lists evaluates its filter over it in one pass of the kernels, not
 //! one call per row group.
@@ -221,33 +219,6 @@ fn mask(
     Ok(bits)
 }
 
-/// `vector` pages of the `loaded` row groups (read with their offset
-/// index) none of whose rows is set in their mask: a re-rank never fetches
-/// them. 0 without masks. One pass over each mask's set bits.
-pub fn pruned_pages(loaded: &[Arc<DecodedRowGroup>], masks: &[Option<BooleanBuffer>]) -> u64 {
-    loaded
-        .iter()
-        .zip(masks)
-        .filter_map(|(rg, m)| Some((rg.vector_pages.as_deref()?, m.as_ref()?)))
-        .map(|(pages, mask)| {
-            // Pages holding a set row: the set rows ascend, and so do pages.
-            let (mut page, mut last, mut with_match) = (0, usize::MAX, 0);
-            for row in mask.set_indices() {
-                while pages
-                    .get(page + 1)
-                    .is_some_and(|p| p.first_row_index as usize <= row)
-                {
-                    page += 1;
-                }
-                if page != last {
-                    (last, with_match) = (page, with_match + 1);
-                }
-            }
-            (pages.len() - with_match) as u64
-        })
-        .sum()
-}
-
 /// What a filtered query's lists held: rows matching the filter, rows
 /// read, and rows of row groups skipped by their statistics.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -455,33 +426,6 @@ mod tests {
             filter_budget(&budget(false), seen(0, 0, 1000)),
             (100, FilterPlan::Exhaustive)
         );
-    }
-
-    #[test]
-    fn pruned_pages_are_the_pages_without_a_set_row() {
-        use parquet::file::page_index::offset_index::PageLocation;
-        let page = |first: i64| PageLocation {
-            offset: first * 100,
-            compressed_page_size: 100,
-            first_row_index: first,
-        };
-        let rg = Arc::new(DecodedRowGroup {
-            cid: 0,
-            rowids: (0..30).collect(),
-            vectors: Vec::<f32>::new().into(),
-            codes: None,
-            vector_pages: Some(vec![page(0), page(8), page(16), page(24)]),
-            payload: None,
-            file: 0,
-            row_group: 0,
-        });
-        let mask = |rows: &[usize]| Some(BooleanBuffer::collect_bool(30, |i| rows.contains(&i)));
-        let count = |rows: &[usize]| pruned_pages(std::slice::from_ref(&rg), &[mask(rows)]);
-        assert_eq!(count(&[]), 4);
-        assert_eq!(count(&[0, 7, 17]), 2);
-        assert_eq!(count(&[8, 15, 16, 29]), 1);
-        assert_eq!(count(&[1, 9, 20, 24]), 0);
-        assert_eq!(pruned_pages(std::slice::from_ref(&rg), &[None]), 0);
     }
 
     #[test]

@@ -6,7 +6,8 @@
 //! from their statistics ([`access_plan`]), one ranged fetch per file, and
 //! the checked decode ([`decode`])), widen a filtered query's lists in rounds
 //! ([`filtered`]), then rank: the exact scan ([`scan`]) or the codes and
-//! their re-rank ([`quantized`]). What a search cost is one
+//! their re-rank ([`quantized`]), and each query's answer
+//! ([`results`]). What a search cost is one
 //! [`stats::SearchStats`], from the reader to the HTTP answer.
 //!
 //! A cold query costs at most two dependent rounds of requests: every
@@ -26,10 +27,10 @@ pub mod footer;
 pub mod live;
 pub mod load;
 pub mod offload;
-pub mod payload;
 pub mod planner;
 pub mod quantized;
 pub mod query;
+pub mod results;
 pub mod rows;
 pub mod scan;
 pub mod select;
@@ -59,17 +60,10 @@ pub enum ProbeError {
         expected: usize,
         actual: usize,
     },
-    /// A payload column's type has no JSON mapping.
     /// Postings files whose payload columns differ (the writer gives every
     /// file of an index the same payload schema).
     #[error("{path}: its payload columns differ from another postings file's: {detail}")]
     PayloadMismatch { path: String, detail: String },
-    #[error("{path}: payload column {column} of type {data_type} cannot be returned")]
-    UnsupportedPayload {
-        path: String,
-        column: String,
-        data_type: String,
-    },
     /// The footer could not be decoded.
     #[error("{path}: cannot decode the Parquet footer: {source}")]
     Footer {

@@ -1,9 +1,10 @@
 //! The quantised query path of an index with codes: score the codes of the
 //! probed row groups ([`scan_codes`]), keep the best `rerank × k` candidates
-//! of each query, then rank those by their exact distance, from the f32
-//! vectors in memory ([`rerank_in_memory`]) or from the few `vector` data
-//! pages that hold them ([`PagePlan`]: pure plan, one ranged read per file,
-//! pure decode and rank).
+//! of each query, then rank those ([`rank_codes`]) by their exact distance,
+//! from the f32 vectors in memory or from the few `vector` data pages that
+//! hold them ([`PagePlan`]: pure plan, one ranged read per file, pure decode
+//! and rank); a filter's masks spare the pages without a match
+//! ([`pruned_pages`]).
 //!
 //! A code estimates `<r, y>` for the residual `r = x − c` of a row to its
 //! leaf `c` ([`crate::quant`]); with the exact `‖r‖²` it carries, the
@@ -254,7 +255,7 @@ fn score_rows<'r>(
 
 /// The exact `k` best of each query's `candidates` (from [`scan_codes`]),
 /// from the vectors held by the `loaded` row groups. CPU only.
-pub fn rerank_in_memory(
+fn rerank_in_memory(
     metric: Metric,
     dim: usize,
     queries: &[f32],
@@ -280,7 +281,7 @@ pub fn rerank_in_memory(
 
 /// The `k` best of each query's candidates by their estimated distances
 /// (`rerank 0`: no f32 is read).
-pub fn approximate(candidates: Vec<TopK>, k: usize) -> Vec<TopK> {
+fn approximate(candidates: Vec<TopK>, k: usize) -> Vec<TopK> {
     candidates
         .into_iter()
         .map(|cands| {
@@ -291,6 +292,85 @@ pub fn approximate(candidates: Vec<TopK>, k: usize) -> Vec<TopK> {
             top
         })
         .collect()
+}
+
+/// How a code scan's candidates are ranked ([`rank_codes`]).
+#[derive(Debug)]
+pub enum CodeRank {
+    /// Ranked in memory: by the codes' estimate (`rerank` 0) or by the
+    /// exact distance of the vectors held.
+    Ranked(Vec<TopK>),
+    /// To be ranked from the `vector` pages holding the candidates: the
+    /// plan of that read, and how many pages a filter's masks spared.
+    Pages {
+        candidates: Vec<TopK>,
+        plan: PagePlan,
+        pruned: u64,
+    },
+}
+
+/// The codes of a batch scanned ([`scan_codes`], `rerank × k` candidates a
+/// query) and ranked: by their estimate with `rerank` 0, exactly from the
+/// vectors when they are in memory (`vectors_held`), else the plan of the
+/// `vector` pages to read. Returns the rank and the codes scored. CPU only.
+///
+/// # Errors
+/// As [`scan_codes`] and [`PagePlan::new`].
+#[allow(clippy::too_many_arguments)]
+pub fn rank_codes(
+    scan: CodeScan<'_>,
+    paths: &[Path],
+    queries: &[f32],
+    cids: &[&[u32]],
+    loaded: &[Arc<DecodedRowGroup>],
+    masks: &[Option<BooleanBuffer>],
+    (k, rerank): (usize, usize),
+    vectors_held: bool,
+) -> Result<(CodeRank, u64), ProbeError> {
+    let keep = k.saturating_mul(rerank).max(k);
+    let (candidates, scored) = scan_codes(scan, paths, queries, cids, loaded, masks, keep)?;
+    let (metric, dim) = (scan.hierarchy.metric, scan.hierarchy.dim);
+    let rank = if rerank == 0 {
+        CodeRank::Ranked(approximate(candidates, k))
+    } else if vectors_held {
+        CodeRank::Ranked(rerank_in_memory(
+            metric, dim, queries, candidates, loaded, k,
+        ))
+    } else {
+        CodeRank::Pages {
+            plan: PagePlan::new(paths, loaded, &candidates)?,
+            pruned: pruned_pages(loaded, masks),
+            candidates,
+        }
+    };
+    Ok((rank, scored))
+}
+
+/// `vector` pages of the `loaded` row groups (read with their offset
+/// index) none of whose rows is set in their mask: a re-rank never fetches
+/// them. 0 without masks. One pass over each mask's set bits.
+pub fn pruned_pages(loaded: &[Arc<DecodedRowGroup>], masks: &[Option<BooleanBuffer>]) -> u64 {
+    loaded
+        .iter()
+        .zip(masks)
+        .filter_map(|(rg, m)| Some((rg.vector_pages.as_deref()?, m.as_ref()?)))
+        .map(|(pages, mask)| {
+            // Pages holding a set row: the set rows ascend, and so do pages.
+            let (mut page, mut last, mut with_match) = (0, usize::MAX, 0);
+            for row in mask.set_indices() {
+                while pages
+                    .get(page + 1)
+                    .is_some_and(|p| p.first_row_index as usize <= row)
+                {
+                    page += 1;
+                }
+                if page != last {
+                    (last, with_match) = (page, with_match + 1);
+                }
+            }
+            (pages.len() - with_match) as u64
+        })
+        .sum()
 }
 
 /// One `vector` data page to read.
@@ -516,4 +596,36 @@ fn page_of(paths: &[Path], rg: &DecodedRowGroup, row: usize) -> Result<usize, Pr
     Ok(pages
         .partition_point(|p| p.first_row_index as usize <= row)
         .saturating_sub(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruned_pages_are_the_pages_without_a_set_row() {
+        use parquet::file::page_index::offset_index::PageLocation;
+        let page = |first: i64| PageLocation {
+            offset: first * 100,
+            compressed_page_size: 100,
+            first_row_index: first,
+        };
+        let rg = Arc::new(DecodedRowGroup {
+            cid: 0,
+            rowids: (0..30).collect(),
+            vectors: Vec::<f32>::new().into(),
+            codes: None,
+            vector_pages: Some(vec![page(0), page(8), page(16), page(24)]),
+            payload: None,
+            file: 0,
+            row_group: 0,
+        });
+        let mask = |rows: &[usize]| Some(BooleanBuffer::collect_bool(30, |i| rows.contains(&i)));
+        let count = |rows: &[usize]| pruned_pages(std::slice::from_ref(&rg), &[mask(rows)]);
+        assert_eq!(count(&[]), 4);
+        assert_eq!(count(&[0, 7, 17]), 2);
+        assert_eq!(count(&[8, 15, 16, 29]), 1);
+        assert_eq!(count(&[1, 9, 20, 24]), 0);
+        assert_eq!(pruned_pages(std::slice::from_ref(&rg), &[None]), 0);
+    }
 }
