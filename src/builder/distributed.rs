@@ -38,7 +38,8 @@ use object_store::path::Path;
 use serde::{Deserialize, Serialize};
 
 use super::error::BuildError;
-use super::job::{BuildSummary, PhaseTimes, blocking, secs};
+use super::job::{BuildSummary, PhaseTimes, secs};
+use super::offload::blocking;
 use super::source::spec::{SourceSpec, open_source};
 use super::source::vector_source::VectorSource;
 use super::stages::{self, BuildParams, Model, PartSample, PostingsTarget, SnapshotFolder};

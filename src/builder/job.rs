@@ -20,7 +20,9 @@ use serde::Serialize;
 use super::error::BuildError;
 use super::progress::{Phase, peak_rss_bytes};
 use super::source::vector_source::{VectorBatch, VectorSource};
+use super::offload::blocking;
 use super::spill::BucketSpill;
+use super::spilled::{assign_all, write_all};
 use super::stages::{self, BuildParams};
 use crate::format::postings_table::postings_schema;
 use crate::format::snapshot_writer::SnapshotWriter;
@@ -65,15 +67,6 @@ pub struct BuildSummary {
 
 pub(super) fn secs(d: Duration) -> f64 {
     (d.as_secs_f64() * 1000.0).round() / 1000.0
-}
-
-/// Run a blocking closure on the rayon-friendly blocking pool.
-pub(super) async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> Result<T, BuildError> + Send + 'static,
-) -> Result<T, BuildError> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| BuildError::Internal(format!("worker task failed: {e}")))?
 }
 
 /// Build an index from `source` and publish it as the next version of the
@@ -287,158 +280,4 @@ async fn sample_keeping(
     })
     .await?;
     Ok((sample, cached))
-}
-
-/// The squared L2 distance of assigned rows to their leaf centroids: what
-/// `refresh` compares with the build's to report drift.
-#[derive(Debug, Clone, Default)]
-pub struct AssignError {
-    pub sum: f64,
-    pub rows: u64,
-    /// Rows assigned to each list.
-    pub lists: Vec<u64>,
-}
-
-impl AssignError {
-    /// Mean per row (0 for no rows).
-    pub fn mean(&self) -> f64 {
-        if self.rows == 0 {
-            0.0
-        } else {
-            self.sum / self.rows as f64
-        }
-    }
-}
-
-/// Step 4 of a build with a trained `model`: assign every row of `source`
-/// (the `cached` parts as they are, the others read again) to its leaf,
-/// encode its code, and group the rows by root bucket into `spill`. Ids
-/// from the data must be unique, and none may be in `indexed` (the live ids
-/// of the index a refresh adds to; empty for a build): checked as each part
-/// is read and once all are assigned. `on_rows` is told the rows of each
-/// part assigned.
-///
-/// # Errors
-/// The source's errors, [`BuildError::DuplicateId`],
-/// [`BuildError::IdAlreadyIndexed`], and spill failures.
-#[allow(clippy::too_many_arguments)]
-pub(super) async fn assign_all(
-    source: &dyn VectorSource,
-    mut cached: Vec<Option<VectorBatch>>,
-    hierarchy: &Arc<crate::kmeans::Hierarchy>,
-    quantizer: Option<&Arc<crate::quant::Quantizer>>,
-    schema: &arrow::datatypes::SchemaRef,
-    params: &BuildParams,
-    spill: &mut BucketSpill,
-    indexed: &std::collections::HashSet<i64>,
-    on_rows: impl Fn(u64),
-) -> Result<AssignError, BuildError> {
-    let skip_invalid = source.definition().skip_invalid;
-    cached.resize_with(source.parts(), || None);
-    let mut ids: Vec<i64> = Vec::new();
-    let mut error = AssignError::default();
-    for (p, slot) in cached.iter_mut().enumerate() {
-        let batch = match slot.take() {
-            Some(b) => b,
-            None => stages::read_part(source, p, params.metric, skip_invalid).await?,
-        };
-        if source.ids_may_repeat() {
-            if let Some(&id) = batch.rowids.iter().find(|id| indexed.contains(id)) {
-                let rows = source.rows_with_id(p, id).await?;
-                return Err(BuildError::IdAlreadyIndexed {
-                    id,
-                    path: source.part_name(p),
-                    row: rows.first().copied().unwrap_or_default(),
-                });
-            }
-            ids.extend_from_slice(&batch.rowids);
-        }
-        let n = batch.len() as u64;
-        let (h, q) = (Arc::clone(hierarchy), quantizer.cloned());
-        let (mode, schema) = (params.assign, schema.clone());
-        let (grouped, sum, cids) = blocking(move || {
-            let assigned = stages::assign(&h, mode, q.as_deref(), &schema, batch)?;
-            let sum = stages::quantization_error(&h, &assigned)?;
-            let cids = assigned
-                .column(0)
-                .as_primitive::<arrow::datatypes::Int32Type>()
-                .values()
-                .to_vec();
-            Ok((stages::group_by_root(&h.cid_offsets, &assigned)?, sum, cids))
-        })
-        .await?;
-        error.sum += sum;
-        error.rows += n;
-        error
-            .lists
-            .resize(hierarchy.leaves.len() / hierarchy.dim.max(1), 0);
-        for c in cids {
-            if let Some(l) = error.lists.get_mut(c as usize) {
-                *l += 1;
-            }
-        }
-        for (bucket, b) in grouped {
-            spill.push(bucket as usize, b)?;
-        }
-        on_rows(n);
-    }
-    if let Some(id) = blocking(move || Ok(first_repeated(ids))).await? {
-        return Err(duplicate_id(source, id).await);
-    }
-    Ok(error)
-}
-
-/// Step 5: write every root bucket of `spill` (sorted by `params.sort_by`,
-/// then rowid) as postings files of `target`; `on_bucket` is told each
-/// bucket done.
-///
-/// # Errors
-/// Spill, writer and storage failures.
-pub(super) async fn write_all(
-    store: &Arc<dyn ObjectStore>,
-    target: &stages::PostingsTarget,
-    spill: &mut BucketSpill,
-    params: &BuildParams,
-    on_bucket: impl Fn(u64),
-) -> Result<Vec<crate::format::manifest::FileEntry>, BuildError> {
-    let mut files = Vec::new();
-    for bucket in 0..spill.buckets() {
-        if let Some(sorted) = spill.take_sorted(bucket, params.sort_by.as_deref())? {
-            files.extend(stages::write_bucket(store, target, bucket as u32, sorted).await?);
-        }
-        on_bucket(1);
-    }
-    Ok(files)
-}
-
-/// The smallest id that occurs more than once, if any.
-fn first_repeated(mut ids: Vec<i64>) -> Option<i64> {
-    use rayon::slice::ParallelSliceMut;
-    ids.par_sort_unstable();
-    ids.windows(2).find(|w| w[0] == w[1]).map(|w| w[0])
-}
-
-/// [`BuildError::DuplicateId`] naming the first two rows holding `id`. Reads
-/// parts again, but only on this error path.
-async fn duplicate_id(source: &dyn VectorSource, id: i64) -> BuildError {
-    let mut found: Vec<String> = Vec::with_capacity(2);
-    for p in 0..source.parts() {
-        match source.rows_with_id(p, id).await {
-            Ok(rows) => found.extend(
-                rows.iter()
-                    .map(|r| format!("{} row {r}", source.part_name(p))),
-            ),
-            Err(e) => return e,
-        }
-        if found.len() >= 2 {
-            break;
-        }
-    }
-    let mut found = found.into_iter();
-    let unknown = || "a row that could not be found again".to_string();
-    BuildError::DuplicateId {
-        id,
-        first: found.next().unwrap_or_else(unknown),
-        second: found.next().unwrap_or_else(unknown),
-    }
 }

@@ -9,10 +9,12 @@
 pub mod distributed;
 pub mod error;
 pub mod job;
+pub mod offload;
 pub mod progress;
 pub mod refresh;
 pub mod source;
 pub mod spill;
+pub mod spilled;
 pub mod stages;
 
 pub use error::BuildError;

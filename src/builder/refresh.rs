@@ -37,7 +37,9 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use serde::Serialize;
 
 use super::error::BuildError;
-use super::job::{AssignError, BuildSummary, assign_all, write_all};
+use super::job::BuildSummary;
+use super::offload::blocking;
+use super::spilled::{AssignError, assign_all, write_all};
 use super::progress::Phase;
 use super::source::spec::{DUCKLAKE, SourceSpec};
 use super::source::vector_source::{SourceDefinition, VectorBatch, VectorSource};
@@ -888,7 +890,7 @@ impl VectorSource for LiveSource {
             self.payload.clone(),
             self.part_name(part),
         );
-        super::job::blocking(move || live_rows(&name, groups, &payload, layer, &deletions)).await
+        blocking(move || live_rows(&name, groups, &payload, layer, &deletions)).await
     }
 
     fn payload_fields(&self) -> Vec<FieldRef> {

@@ -39,10 +39,13 @@ use super::error::BuildError;
 use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN};
 use crate::format::snapshot_writer::{SnapshotFolder, delete_unreferenced};
 
+/// The writer of one bucket's spill file.
+type SpillWriter = StreamWriter<BufWriter<File>>;
+
 struct Bucket {
     memory: Vec<RecordBatch>,
     memory_bytes: usize,
-    spill: Option<StreamWriter<BufWriter<File>>>,
+    spill: Option<SpillWriter>,
     spill_path: Option<std::path::PathBuf>,
     rows: u64,
 }
@@ -166,20 +169,38 @@ impl BucketSpill {
         (self.spilled_bytes, self.spill_events)
     }
 
-    /// Take bucket `bucket`'s rows, sorted by (cid, `sort_by`, rowid) (see
-    /// [`sort_postings`]); `None` when empty. Its memory and spill file are
-    /// released.
+    /// Take bucket `bucket`'s rows out of the spill (no IO: its spill file,
+    /// if any, is read by [`TakenBucket::sorted`]); its memory is released.
+    pub fn take(&mut self, bucket: usize) -> TakenBucket {
+        let b = &mut self.buckets[bucket];
+        self.in_memory -= b.memory_bytes;
+        b.memory_bytes = 0;
+        TakenBucket {
+            schema: self.schema.clone(),
+            spill: b.spill.take().zip(b.spill_path.take()),
+            memory: std::mem::take(&mut b.memory),
+        }
+    }
+}
+
+/// One bucket's rows taken out of a [`BucketSpill`]: those it spilled (its
+/// file, still to read) and those it held.
+pub struct TakenBucket {
+    schema: SchemaRef,
+    spill: Option<(SpillWriter, PathBuf)>,
+    memory: Vec<RecordBatch>,
+}
+
+impl TakenBucket {
+    /// The rows, sorted by (cid, `sort_by`, rowid) (see [`sort_postings`]);
+    /// `None` when there are none. The spill file is read back and removed.
+    /// Blocking IO and CPU: run it off the async workers.
     ///
     /// # Errors
     /// Reading the spill file back fails.
-    pub fn take_sorted(
-        &mut self,
-        bucket: usize,
-        sort_by: Option<&str>,
-    ) -> Result<Option<RecordBatch>, BuildError> {
-        let b = &mut self.buckets[bucket];
+    pub fn sorted(self, sort_by: Option<&str>) -> Result<Option<RecordBatch>, BuildError> {
         let mut batches = Vec::new();
-        if let (Some(mut w), Some(path)) = (b.spill.take(), b.spill_path.take()) {
+        if let Some((mut w, path)) = self.spill {
             let err = |e: &dyn std::fmt::Display| BuildError::Spill {
                 path: path.display().to_string(),
                 reason: e.to_string(),
@@ -193,9 +214,7 @@ impl BucketSpill {
             }
             let _ = std::fs::remove_file(&path);
         }
-        self.in_memory -= b.memory_bytes;
-        b.memory_bytes = 0;
-        batches.append(&mut b.memory);
+        batches.extend(self.memory);
         sort_run(&self.schema, batches, sort_by)
     }
 }
@@ -503,8 +522,8 @@ mod tests {
             }
             let spilled = s.spilled().1;
             (
-                s.take_sorted(1, None).unwrap().map(|b| pairs(&b)),
-                s.take_sorted(0, None).unwrap(),
+                s.take(1).sorted(None).unwrap().map(|b| pairs(&b)),
+                s.take(0).sorted(None).unwrap(),
                 spilled,
             )
         };

@@ -141,7 +141,7 @@ impl Finish {
 /// Where the quantised rank stands after scoring the codes.
 enum CodeStep {
     Answered(Vec<SearchResult>),
-    Pages(PagesToRank),
+    Pages(Box<PagesToRank>),
 }
 
 /// Candidates to rank from the `vector` pages that `plan` reads.
@@ -471,12 +471,12 @@ impl Engine {
                     stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
                     stats.pages_read += plan.pages() as u64;
                     stats.page_bytes += plan.page_bytes();
-                    Ok(CodeStep::Pages(PagesToRank {
+                    Ok(CodeStep::Pages(Box::new(PagesToRank {
                         candidates,
                         plan,
                         finish,
                         input,
-                    }))
+                    })))
                 }
             }
         })
@@ -499,7 +499,7 @@ impl Engine {
                 plan,
                 finish,
                 input,
-            } = pages;
+            } = *pages;
             let (q, rgs) = (&input.queries, &input.loaded);
             let tops = plan.rank(fetched, &paths, rgs, metric, dim, q, candidates, k)?;
             finish.answers(tops, &input, &paths, micros(t.elapsed()))
