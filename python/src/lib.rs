@@ -146,8 +146,9 @@ fn build_error(e: &BuildError, message: String) -> PyErr {
 }
 
 /// The typed exception of a library error, with its message.
-fn py_error(e: parqivf::Error) -> PyErr {
+fn py_error(e: impl Into<parqivf::Error>) -> PyErr {
     use parqivf::Error as E;
+    let e = e.into();
     let message = e.to_string();
     match &e {
         E::Index(IndexError::Query(QueryError::DimensionMismatch { .. })) => {
@@ -167,7 +168,7 @@ fn py_error(e: parqivf::Error) -> PyErr {
 }
 
 fn py_build_error(e: BuildError) -> PyErr {
-    py_error(e.into())
+    py_error(e)
 }
 
 fn invalid(message: impl Into<String>) -> PyErr {
@@ -344,11 +345,11 @@ fn verify<'py>(
 ) -> PyResult<Bound<'py, PyAny>> {
     let options = store_options(storage_options)?;
     let (store, path) = parqivf::store::location::open_with(&location, &options)
-        .map_err(|e| py_error(parqivf::store::StoreError::from(e).into()))?;
+        .map_err(|e| py_error(parqivf::store::StoreError::from(e)))?;
     let report = block_on(py, || {
         parqivf::verify::verify_location(store, &path, parqivf::verify::VerifyOptions { orphans })
     })
-    .map_err(|e| py_error(e.into()))?;
+    .map_err(py_error)?;
     let out = to_py(py, &report)?;
     out.set_item("ok", report.is_ok())?;
     Ok(out)
@@ -467,7 +468,7 @@ impl Index {
                 .map_err(|e: String| invalid(format!("preload: {e}")))?,
         };
         let (store, path) = parqivf::store::location::open_with(&location, &options)
-            .map_err(|e| py_error(parqivf::store::StoreError::from(e).into()))?;
+            .map_err(|e| py_error(parqivf::store::StoreError::from(e)))?;
         let (inner, version, snapshot) = block_on(py, || async move {
             let options = IndexOptions {
                 postings_cache_bytes,

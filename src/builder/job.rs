@@ -11,16 +11,15 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use arrow::array::AsArray;
 use arrow::datatypes::Field;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
 
 use super::error::BuildError;
+use super::offload::blocking;
 use super::progress::{Phase, peak_rss_bytes};
 use super::source::vector_source::{VectorBatch, VectorSource};
-use super::offload::blocking;
 use super::spill::BucketSpill;
 use super::spilled::{assign_all, write_all};
 use super::stages::{self, BuildParams};

@@ -15,8 +15,6 @@ use super::offload::blocking;
 use super::source::vector_source::{VectorBatch, VectorSource};
 use super::spill::BucketSpill;
 use super::stages::{self, BuildParams};
-use crate::kmeans::Hierarchy;
-use crate::quant::Quantizer;
 
 /// The squared L2 distance of assigned rows to their leaf centroids: what
 /// `refresh` compares with the build's to report drift.

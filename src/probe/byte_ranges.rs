@@ -1,6 +1,6 @@
 //! Byte ranges of a ranged read: coalesced before the request
 //! ([`coalesce`]), and each wanted range cut back out of what came back
-//! ([`slice`]).
+//! ([`slice()`]).
 
 use bytes::Bytes;
 use std::ops::Range;
