@@ -306,9 +306,11 @@ class Proxy:
             return False
 
         keep_alive = keep_alive and response.complete
-        client.sendall(relay_bytes(response, method, keep_alive))
         note = "" if response.complete else " (upstream response truncated)"
+        # Logged before the client can see the answer: a client that stops
+        # the proxy once answered still finds the line.
         log(f"{method} {path} -> {status}{note}")
+        client.sendall(relay_bytes(response, method, keep_alive))
         return keep_alive
 
     def forward(self, request: bytes, method: str) -> Message:

@@ -178,7 +178,7 @@ def test_errors_are_typed_and_name_the_numbers(index, tmp_path, table):
         idx.search(np.zeros((1, DIM), np.float32), filter="nope = 1")
     with pytest.raises(parqivf.InvalidFilter, match="category"):
         idx.search(np.zeros((1, DIM), np.float32), filter="category = 'x'")
-    with pytest.raises(parqivf.InvalidArgument, match=f"nprobe {NLIST + 1} must be within 1..={NLIST}"):
+    with pytest.raises(parqivf.InvalidArgument, match=f"nprobe = {NLIST + 1} is outside 1..={NLIST}"):
         idx.search(np.zeros((1, DIM), np.float32), nprobe=NLIST + 1)
     with pytest.raises(parqivf.InvalidArgument, match="k must be at least 1"):
         idx.search(np.zeros((1, DIM), np.float32), k=0)
