@@ -82,6 +82,7 @@ def refresh(
     data_path: Optional[str] = None,
     retrain_above: Optional[float] = None,
     storage_options: StorageOptions = None,
+    memory_limit: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Brings the index up to date with its table as the next version (the
     summary of ``parqivf refresh --json``): new rows as a delta table
@@ -89,12 +90,17 @@ def refresh(
     drift. ``source`` overrides the recorded source (e.g. a PostgreSQL
     catalog with its credentials), ``snapshot`` is the DuckLake snapshot to
     reach, ``retrain_above`` rebuilds instead when the new rows' error grows
-    by more than that fraction. A lost race raises ``Conflict``; a source
+    by more than that fraction, ``memory_limit`` bounds the bytes held before
+    spilling (as for ``build``). A lost race raises ``Conflict``; a source
     gone or changed raises ``SourceError``."""
 
-def compact(index: str, storage_options: StorageOptions = None) -> Dict[str, Any]:
+def compact(
+    index: str, storage_options: StorageOptions = None, memory_limit: Optional[int] = None
+) -> Dict[str, Any]:
     """Merges the delta tables and deletions into a new base with the same
-    centroids, as the next version (``parqivf compact --json``)."""
+    centroids, as the next version (``parqivf compact --json``).
+    ``memory_limit`` bounds the bytes held before spilling, as for ``build``
+    and ``refresh``."""
 
 def verify(location: str, storage_options: StorageOptions = None, orphans: bool = False) -> Dict[str, Any]:
     """Checks every rule of the format for a postings table, a snapshot or an

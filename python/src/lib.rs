@@ -280,7 +280,8 @@ fn build<'py>(
 /// Brings the index at `index` up to date with its table, as the next
 /// version: new rows as a delta table, removed rowids as deletions.
 #[pyfunction]
-#[pyo3(signature = (index, source=None, snapshot=None, data_path=None, retrain_above=None, storage_options=None))]
+#[pyo3(signature = (index, source=None, snapshot=None, data_path=None, retrain_above=None, storage_options=None, memory_limit=None))]
+#[allow(clippy::too_many_arguments)]
 fn refresh<'py>(
     py: Python<'py>,
     index: String,
@@ -289,6 +290,7 @@ fn refresh<'py>(
     data_path: Option<String>,
     retrain_above: Option<f64>,
     storage_options: Option<HashMap<String, String>>,
+    memory_limit: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let options = store_options(storage_options)?;
     let params = parqivf::builder::refresh::RefreshParams {
@@ -298,13 +300,10 @@ fn refresh<'py>(
         retrain_above,
         store_options: options.clone(),
     };
+    let build = quiet_build(memory_limit);
     let summary = block_on(py, || async {
         let (store, path) = parqivf::store::location::open_with(&index, &options)
             .map_err(|e| BuildError::Store(e.into()))?;
-        let build = parqivf::builder::BuildParams {
-            progress: parqivf::builder::ProgressMode::Quiet,
-            ..parqivf::builder::BuildParams::default()
-        };
         parqivf::builder::refresh::refresh(store, &path, &params, &build).await
     })
     .map_err(py_build_error)?;
@@ -314,24 +313,34 @@ fn refresh<'py>(
 /// Merges the index's delta tables and deletions into a new base with the
 /// same centroids, as the next version.
 #[pyfunction]
-#[pyo3(signature = (index, storage_options=None))]
+#[pyo3(signature = (index, storage_options=None, memory_limit=None))]
 fn compact<'py>(
     py: Python<'py>,
     index: String,
     storage_options: Option<HashMap<String, String>>,
+    memory_limit: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let options = store_options(storage_options)?;
+    let build = quiet_build(memory_limit);
     let summary = block_on(py, || async {
         let (store, path) = parqivf::store::location::open_with(&index, &options)
             .map_err(|e| BuildError::Store(e.into()))?;
-        let build = parqivf::builder::BuildParams {
-            progress: parqivf::builder::ProgressMode::Quiet,
-            ..parqivf::builder::BuildParams::default()
-        };
         parqivf::builder::refresh::compact(store, &path, &build).await
     })
     .map_err(py_build_error)?;
     to_py(py, &summary)
+}
+
+/// The build parameters of `refresh` and `compact`: quiet, with the
+/// assignment's memory bound (`memory_limit`, as the CLI's
+/// `--memory-limit`, default [`parqivf::builder::BuildParams`]'s).
+fn quiet_build(memory_limit: Option<usize>) -> parqivf::builder::BuildParams {
+    let defaults = parqivf::builder::BuildParams::default();
+    parqivf::builder::BuildParams {
+        progress: parqivf::builder::ProgressMode::Quiet,
+        memory_limit: memory_limit.unwrap_or(defaults.memory_limit),
+        ..defaults
+    }
 }
 
 /// Checks every rule of the format for a postings table, snapshot or index.

@@ -324,7 +324,7 @@ def test_refresh_and_compact_follow_the_table(tmp_path, data):
         folder / "part-9.parquet",
     )
     (folder / "part-0.parquet").unlink()
-    summary = parqivf.refresh(str(out))
+    summary = parqivf.refresh(str(out), memory_limit=64 << 20)
     assert summary["version"] == 2 and summary["rows-added"] == 100 and summary["rows-removed"] == 200
     assert summary["drift"]["deltas"] == 1 and summary["drift"]["deletions"] == 200
 
@@ -339,7 +339,7 @@ def test_refresh_and_compact_follow_the_table(tmp_path, data):
 
     want, _ = brute_force(x, q, 5)
     assert answer() == [[titles[j] for j in row] for row in want]
-    compacted = parqivf.compact(str(out))
+    compacted = parqivf.compact(str(out), memory_limit=64 << 20)
     assert compacted["version"] == 3 and compacted["rows"] == 500
     assert answer() == [[titles[j] for j in row] for row in want]
     with pytest.raises(parqivf.NotFound):
