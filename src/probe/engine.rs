@@ -23,7 +23,7 @@ use super::offload::on_rayon;
 use super::quantized::{CodeRank, CodeScan, PagePlan, rank_codes, rotate_leaves};
 use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
-use super::rows::{DecodedRowGroup, Want};
+use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
 use super::select::{ranked_cids, select_cids};
 use super::stats::{SearchStats, micros};
@@ -102,6 +102,16 @@ struct Gathered {
 impl Gathered {
     fn probed(&self) -> Vec<&[u32]> {
         self.probed.iter().map(Vec::as_slice).collect()
+    }
+
+    /// The rows to rank, with `probed` from [`Gathered::probed`].
+    fn rows<'a>(&'a self, probed: &'a [&'a [u32]]) -> ProbedRows<'a> {
+        ProbedRows {
+            queries: &self.queries,
+            cids: probed,
+            loaded: &self.loaded,
+            masks: &self.masks,
+        }
     }
 }
 
@@ -403,16 +413,8 @@ impl Engine {
         let paths = Arc::clone(self.reader.paths());
         on_rayon(move || {
             let t = Instant::now();
-            let (queries, probed) = (&input.queries, input.probed());
-            let tops = scan_batch(
-                metric,
-                dim,
-                queries,
-                &probed,
-                &input.loaded,
-                &input.masks,
-                k,
-            );
+            let probed = input.probed();
+            let tops = scan_batch(metric, dim, input.rows(&probed), k);
             finish.answers(tops, &input, &paths, micros(t.elapsed()))
         })
         .await
@@ -440,18 +442,9 @@ impl Engine {
                 hierarchy: &hierarchy,
                 rotated_leaves: &codes.rotated_leaves,
             };
-            let (q, rgs, masks) = (&input.queries, &input.loaded, &input.masks);
             let probed = input.probed();
-            let ranked = rank_codes(
-                scan,
-                &paths,
-                q,
-                &probed,
-                rgs,
-                masks,
-                (k, rerank),
-                want.vectors,
-            );
+            let rows = input.rows(&probed);
+            let ranked = rank_codes(scan, &paths, rows, (k, rerank), want.vectors);
             let (rank, scored) = ranked?;
             let mut finish = finish;
             finish.stats.codes_scored += scored;

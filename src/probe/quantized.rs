@@ -22,7 +22,7 @@
 use super::ProbeError;
 use super::byte_ranges::{coalesce, slice};
 use super::load::{Fetched, FileRequest};
-use super::rows::DecodedRowGroup;
+use super::rows::{DecodedRowGroup, ProbedRows};
 use super::scan::probing_queries;
 use crate::distance::Metric;
 use crate::format::page_crc::checked_page;
@@ -78,15 +78,18 @@ fn unpack(at: u64) -> (usize, usize) {
 /// # Errors
 /// [`ProbeError::Decode`] for a row group without codes or with a code
 /// buffer of the wrong length.
-pub fn scan_codes(
+fn scan_codes(
     scan: CodeScan<'_>,
     paths: &[Path],
-    queries: &[f32],
-    cids: &[&[u32]],
-    loaded: &[Arc<DecodedRowGroup>],
-    masks: &[Option<BooleanBuffer>],
+    rows: ProbedRows<'_>,
     keep: usize,
 ) -> Result<(Vec<TopK>, u64), ProbeError> {
+    let ProbedRows {
+        queries,
+        cids,
+        loaded,
+        masks,
+    } = rows;
     let dim = scan.hierarchy.dim;
     let width = scan.quantizer.code_bytes();
     let nq = cids.len();
@@ -316,19 +319,16 @@ pub enum CodeRank {
 ///
 /// # Errors
 /// As [`scan_codes`] and [`PagePlan::new`].
-#[allow(clippy::too_many_arguments)]
 pub fn rank_codes(
     scan: CodeScan<'_>,
     paths: &[Path],
-    queries: &[f32],
-    cids: &[&[u32]],
-    loaded: &[Arc<DecodedRowGroup>],
-    masks: &[Option<BooleanBuffer>],
+    rows: ProbedRows<'_>,
     (k, rerank): (usize, usize),
     vectors_held: bool,
 ) -> Result<(CodeRank, u64), ProbeError> {
     let keep = k.saturating_mul(rerank).max(k);
-    let (candidates, scored) = scan_codes(scan, paths, queries, cids, loaded, masks, keep)?;
+    let (candidates, scored) = scan_codes(scan, paths, rows, keep)?;
+    let (queries, loaded, masks) = (rows.queries, rows.loaded, rows.masks);
     let (metric, dim) = (scan.hierarchy.metric, scan.hierarchy.dim);
     let rank = if rerank == 0 {
         CodeRank::Ranked(approximate(candidates, k))

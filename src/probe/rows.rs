@@ -1,11 +1,13 @@
 //! The unit a query reads and scans: one row group of one cid, decoded
 //! ([`DecodedRowGroup`]), holding the columns a load asked for ([`Want`]),
-//! and the byte-bounded cache of them ([`RowGroupCache`]).
+//! the byte-bounded cache of them ([`RowGroupCache`]), and what a batch
+//! ranks ([`ProbedRows`]).
 
 use super::cache::ByteLru;
 use arrow::array::RecordBatch;
-use arrow::buffer::{Buffer, ScalarBuffer};
+use arrow::buffer::{BooleanBuffer, Buffer, ScalarBuffer};
 use parquet::file::page_index::offset_index::PageLocation;
+use std::sync::Arc;
 
 /// The rows of one decoded row group (one cid): the columns that were asked
 /// for ([`Want`]).
@@ -76,3 +78,15 @@ impl DecodedRowGroup {
 
 /// The decoded-postings cache: (manifest file index, row group) → rows.
 pub type RowGroupCache = ByteLru<(usize, usize), DecodedRowGroup>;
+
+/// What the rank of a batch reads: the prepared queries (row-major), each
+/// query's probed cids (sorted), the row groups loaded for them and, per row
+/// group, the rows a query may see (a filter's matches and the live rows;
+/// `None` or an empty `masks`: every row).
+#[derive(Debug, Clone, Copy)]
+pub struct ProbedRows<'a> {
+    pub queries: &'a [f32],
+    pub cids: &'a [&'a [u32]],
+    pub loaded: &'a [Arc<DecodedRowGroup>],
+    pub masks: &'a [Option<BooleanBuffer>],
+}

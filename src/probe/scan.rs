@@ -2,10 +2,9 @@
 //! row groups it probes, list-major ([`scan_batch`]), with the rows each
 //! query may see (a filter's matches, the live rows) as optional masks.
 
-use super::rows::DecodedRowGroup;
+use super::rows::{DecodedRowGroup, ProbedRows};
 use crate::distance::Metric;
 use crate::topk::TopK;
-use arrow::buffer::BooleanBuffer;
 use rayon::prelude::*;
 use std::sync::Arc;
 
@@ -47,15 +46,13 @@ const SCAN_BLOCK: usize = 64;
 ///
 /// `masks[g]`, when given, keeps only the rows of `loaded[g]` whose bit is
 /// set (a filter's matches); an empty `masks` keeps every row.
-pub fn scan_batch(
-    metric: Metric,
-    dim: usize,
-    queries: &[f32],
-    cids: &[&[u32]],
-    loaded: &[Arc<DecodedRowGroup>],
-    masks: &[Option<BooleanBuffer>],
-    k: usize,
-) -> Vec<TopK> {
+pub fn scan_batch(metric: Metric, dim: usize, rows: ProbedRows<'_>, k: usize) -> Vec<TopK> {
+    let ProbedRows {
+        queries,
+        cids,
+        loaded,
+        masks,
+    } = rows;
     let probing = probing_queries(cids, loaded);
     let empty = || -> Vec<TopK> { (0..cids.len()).map(|_| TopK::new(k)).collect() };
     loaded
@@ -173,7 +170,13 @@ mod tests {
                 .build()
                 .unwrap();
             let got: Vec<Vec<(i64, f32)>> = pool.install(|| {
-                scan_batch(Metric::L2, dim, &queries, &probed, &loaded, &[], k)
+                let rows = ProbedRows {
+                    queries: &queries,
+                    cids: &probed,
+                    loaded: &loaded,
+                    masks: &[],
+                };
+                scan_batch(Metric::L2, dim, rows, k)
                     .into_iter()
                     .map(|t| {
                         t.into_sorted()
