@@ -148,7 +148,7 @@ fn display<S: Serializer>(error: &ManifestError, s: S) -> Result<S::Ok, S::Error
 /// Checks the `ivf_postings` table at `table_root` in `store`.
 ///
 /// # Errors
-/// [`PostingsError::ObjectStore`] when an object cannot be read for a reason
+/// [`PostingsError::Store`] when an object cannot be read for a reason
 /// other than its absence (the check could not run). Everything wrong with
 /// the table itself is a [`Violation`] in the report.
 pub async fn verify(
@@ -229,10 +229,7 @@ pub async fn verify(
 }
 
 fn store_error(path: &Path, source: object_store::Error) -> PostingsError {
-    PostingsError::ObjectStore {
-        path: path.to_string(),
-        source,
-    }
+    PostingsError::store(path.to_string(), source)
 }
 
 /// Streams the object through sha256, then reads its footer.

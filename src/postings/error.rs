@@ -1,6 +1,7 @@
 //! The postings writer's errors ([`PostingsError`]), also the table
 //! checker's ([`crate::verify`]): each names the bucket, object and numbers.
 
+use crate::store::StoreError;
 use thiserror::Error;
 
 /// Postings errors.
@@ -47,16 +48,20 @@ pub enum PostingsError {
         #[source]
         source: parquet::errors::ParquetError,
     },
-    #[error("object store error on {path}: {source}")]
-    ObjectStore {
-        path: String,
-        #[source]
-        source: object_store::Error,
-    },
     #[error(transparent)]
     Manifest(#[from] crate::format::manifest::ManifestError),
     #[error(transparent)]
     Footers(#[from] crate::format::footers::FootersError),
     #[error(transparent)]
-    Store(#[from] crate::store::StoreError),
+    Store(#[from] StoreError),
+}
+
+impl PostingsError {
+    /// The store failed on `path` ([`StoreError::ObjectStore`]).
+    pub fn store(path: impl Into<String>, source: object_store::Error) -> Self {
+        PostingsError::Store(StoreError::ObjectStore {
+            path: path.into(),
+            source,
+        })
+    }
 }

@@ -430,16 +430,10 @@ pub async fn publish(
             let existing = store
                 .get(&footers_path)
                 .await
-                .map_err(|source| PostingsError::ObjectStore {
-                    path: path.clone(),
-                    source,
-                })?
+                .map_err(|source| PostingsError::store(path.clone(), source))?
                 .bytes()
                 .await
-                .map_err(|source| PostingsError::ObjectStore {
-                    path: path.clone(),
-                    source,
-                })?;
+                .map_err(|source| PostingsError::store(path.clone(), source))?;
             if existing != bytes {
                 return Err(StoreError::AlreadyExists { path }.into());
             }
@@ -670,10 +664,7 @@ impl HashingUpload {
         self.hasher.update(&bytes);
         self.size += bytes.len() as u64;
         let r = self.inner.put(bytes).await;
-        r.map_err(|source| PostingsError::ObjectStore {
-            path: self.path.clone(),
-            source,
-        })
+        r.map_err(|source| PostingsError::store(self.path.clone(), source))
     }
 
     async fn complete(&mut self) -> Result<(), PostingsError> {

@@ -1,5 +1,5 @@
 //! The quantised query path of an index with codes: score the codes of the
-//! probed row groups ([`scan_codes`]), keep the best `rerank × k` candidates
+//! probed row groups (`scan_codes`), keep the best `rerank × k` candidates
 //! of each query, then rank those ([`rank_codes`]) by their exact distance,
 //! from the f32 vectors in memory or from the few `vector` data pages that
 //! hold them ([`PagePlan`]: pure plan, one ranged read per file, pure decode
@@ -84,12 +84,7 @@ fn scan_codes(
     rows: ProbedRows<'_>,
     keep: usize,
 ) -> Result<(Vec<TopK>, u64), ProbeError> {
-    let ProbedRows {
-        queries,
-        cids,
-        loaded,
-        masks,
-    } = rows;
+    let (queries, cids, loaded, masks) = (rows.queries, rows.cids, rows.loaded, rows.masks);
     let dim = scan.hierarchy.dim;
     let width = scan.quantizer.code_bytes();
     let nq = cids.len();
@@ -256,7 +251,7 @@ fn score_rows<'r>(
         .chain(rows.into_iter().flatten().copied())
 }
 
-/// The exact `k` best of each query's `candidates` (from [`scan_codes`]),
+/// The exact `k` best of each query's `candidates` (from `scan_codes`),
 /// from the vectors held by the `loaded` row groups. CPU only.
 fn rerank_in_memory(
     metric: Metric,
@@ -312,13 +307,13 @@ pub enum CodeRank {
     },
 }
 
-/// The codes of a batch scanned ([`scan_codes`], `rerank × k` candidates a
+/// The codes of a batch scanned (`scan_codes`, `rerank × k` candidates a
 /// query) and ranked: by their estimate with `rerank` 0, exactly from the
 /// vectors when they are in memory (`vectors_held`), else the plan of the
 /// `vector` pages to read. Returns the rank and the codes scored. CPU only.
 ///
 /// # Errors
-/// As [`scan_codes`] and [`PagePlan::new`].
+/// As `scan_codes` and [`PagePlan::new`].
 pub fn rank_codes(
     scan: CodeScan<'_>,
     paths: &[Path],

@@ -47,12 +47,7 @@ const SCAN_BLOCK: usize = 64;
 /// `masks[g]`, when given, keeps only the rows of `loaded[g]` whose bit is
 /// set (a filter's matches); an empty `masks` keeps every row.
 pub fn scan_batch(metric: Metric, dim: usize, rows: ProbedRows<'_>, k: usize) -> Vec<TopK> {
-    let ProbedRows {
-        queries,
-        cids,
-        loaded,
-        masks,
-    } = rows;
+    let (queries, cids, loaded, masks) = (rows.queries, rows.cids, rows.loaded, rows.masks);
     let probing = probing_queries(cids, loaded);
     let empty = || -> Vec<TopK> { (0..cids.len()).map(|_| TopK::new(k)).collect() };
     loaded
