@@ -15,16 +15,11 @@
 //! "win", the later PUT replacing the earlier object.
 
 use super::error::StoreError;
-use async_trait::async_trait;
+use super::pass_through::pass_through_store;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    ObjectStoreExt, PutMode, PutMultipartOptions, PutOptions, PutPayload, PutResult,
-};
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, PutResult};
 use std::fmt;
-use std::ops::Range;
 use std::sync::Arc;
 
 /// Writes `bytes` to `path` only if nothing is there yet.
@@ -81,8 +76,7 @@ impl fmt::Display for CheckThenPut {
     }
 }
 
-#[async_trait]
-impl ObjectStore for CheckThenPut {
+pass_through_store!(CheckThenPut, [put_multipart_opts, get_opts, get_ranges], {
     async fn put_opts(
         &self,
         location: &Path,
@@ -116,63 +110,7 @@ impl ObjectStore for CheckThenPut {
         };
         self.inner.put_opts(location, payload, opts).await
     }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(
-        &self,
-        location: &Path,
-        options: GetOptions,
-    ) -> object_store::Result<GetResult> {
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_ranges(
-        &self,
-        location: &Path,
-        ranges: &[Range<u64>],
-    ) -> object_store::Result<Vec<Bytes>> {
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {
@@ -181,8 +119,12 @@ mod tests {
 
     /// An in-memory store that, like S3 with conditional put disabled,
     /// answers every `PutMode::Create` with `NotImplemented`.
+    /// A store without create-if-absent (its `Create` puts are
+    /// `NotImplemented`), everything else in memory.
     #[derive(Debug)]
-    struct NoCreate(InMemory);
+    struct NoCreate {
+        inner: InMemory,
+    }
 
     impl fmt::Display for NoCreate {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -190,8 +132,7 @@ mod tests {
         }
     }
 
-    #[async_trait]
-    impl ObjectStore for NoCreate {
+    pass_through_store!(NoCreate, [put_multipart_opts, get_opts], {
         async fn put_opts(
             &self,
             location: &Path,
@@ -204,49 +145,9 @@ mod tests {
                     implementer: "NoCreate".into(),
                 });
             }
-            self.0.put_opts(location, payload, opts).await
+            self.inner.put_opts(location, payload, opts).await
         }
-        async fn put_multipart_opts(
-            &self,
-            location: &Path,
-            opts: PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn MultipartUpload>> {
-            self.0.put_multipart_opts(location, opts).await
-        }
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: GetOptions,
-        ) -> object_store::Result<GetResult> {
-            self.0.get_opts(location, options).await
-        }
-        fn delete_stream(
-            &self,
-            locations: BoxStream<'static, object_store::Result<Path>>,
-        ) -> BoxStream<'static, object_store::Result<Path>> {
-            self.0.delete_stream(locations)
-        }
-        fn list(
-            &self,
-            prefix: Option<&Path>,
-        ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-            self.0.list(prefix)
-        }
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&Path>,
-        ) -> object_store::Result<ListResult> {
-            self.0.list_with_delimiter(prefix).await
-        }
-        async fn copy_opts(
-            &self,
-            from: &Path,
-            to: &Path,
-            options: CopyOptions,
-        ) -> object_store::Result<()> {
-            self.0.copy_opts(from, to, options).await
-        }
-    }
+    });
 
     async fn read(store: &dyn ObjectStore, path: &Path) -> Bytes {
         store.get(path).await.unwrap().bytes().await.unwrap()
@@ -254,7 +155,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_store_without_conditional_put_refuses_to_publish() {
-        let store = NoCreate(InMemory::new());
+        let store = NoCreate {
+            inner: InMemory::new(),
+        };
         let path = Path::from("t/manifest.json");
         let err = put_if_absent(&store, &path, Bytes::from_static(b"m"))
             .await
@@ -275,7 +178,9 @@ mod tests {
 
     #[tokio::test]
     async fn the_opt_in_publishes_once_and_never_overwrites_sequentially() {
-        let store = CheckThenPut::new(Arc::new(NoCreate(InMemory::new())));
+        let store = CheckThenPut::new(Arc::new(NoCreate {
+            inner: InMemory::new(),
+        }));
         let path = Path::from("t/manifest.json");
         put_if_absent(&store, &path, Bytes::from_static(b"first"))
             .await

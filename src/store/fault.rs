@@ -17,15 +17,15 @@ use std::sync::Arc;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bytes::Bytes;
-use futures::stream::BoxStream;
 use object_store::path::Path;
 use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult,
+    GetOptions, GetResult, MultipartUpload, ObjectStore, PutMultipartOptions, PutOptions,
+    PutPayload, PutResult,
 };
 use tokio::sync::watch;
+
+use super::pass_through::pass_through_store;
 
 /// What happens at a faulty request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -167,8 +167,7 @@ impl fmt::Display for FaultStore {
     }
 }
 
-#[async_trait]
-impl ObjectStore for FaultStore {
+pass_through_store!(FaultStore, [], {
     async fn put_opts(
         &self,
         location: &Path,
@@ -229,39 +228,7 @@ impl ObjectStore for FaultStore {
         self.before(location, fault).await?;
         self.inner.get_ranges(location, ranges).await
     }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, object_store::Result<Path>>,
-    ) -> BoxStream<'static, object_store::Result<Path>> {
-        self.inner.delete_stream(locations)
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list(prefix)
-    }
-
-    fn list_with_offset(
-        &self,
-        prefix: Option<&Path>,
-        offset: &Path,
-    ) -> BoxStream<'static, object_store::Result<ObjectMeta>> {
-        self.inner.list_with_offset(prefix, offset)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> object_store::Result<ListResult> {
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(
-        &self,
-        from: &Path,
-        to: &Path,
-        options: CopyOptions,
-    ) -> object_store::Result<()> {
-        self.inner.copy_opts(from, to, options).await
-    }
-}
+});
 
 #[cfg(test)]
 mod tests {

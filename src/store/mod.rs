@@ -8,6 +8,7 @@ pub mod folder;
 pub mod location;
 pub mod options;
 pub mod parquet_reader;
+mod pass_through;
 pub mod uri;
 
 pub mod counting;
