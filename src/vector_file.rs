@@ -44,7 +44,7 @@ pub enum VectorFileError {
     UnknownFormat { path: String },
     #[error("{path}: not a .npy file: {reason}")]
     BadNpyHeader { path: String, reason: String },
-    #[error("{path}: unsupported .npy dtype {descr} (expected <f4 or <f8 vectors, or <i4 ids)")]
+    #[error("{path}: unsupported .npy dtype {descr} (expected <f4 or <f8 vectors, or <i4/<i8 ids)")]
     UnsupportedDtype { path: String, descr: String },
     #[error("{path}: holds {found} values; expected {expected}")]
     WrongElement {
@@ -129,12 +129,50 @@ pub fn parse_npy(bytes: &[u8], path: &str) -> Result<Vectors<f32>, VectorFileErr
     })
 }
 
+/// Reads row ids (for `parqivf delete --ids` and `upsert --ids`) from a
+/// `.npy` file: a 1-D array, or a 2-D one of one column, of `<i8` or `<i4`.
+///
+/// # Errors
+/// [`VectorFileError::Io`] and the errors of [`parse_ids`].
+pub fn read_ids(path: &Path) -> Result<Vec<i64>, VectorFileError> {
+    let name = path.display().to_string();
+    let bytes = std::fs::read(path).map_err(|source| VectorFileError::Io {
+        path: name.clone(),
+        source,
+    })?;
+    parse_ids(&bytes, &name)
+}
+
+/// Parses the ids [`read_ids`] reads.
+///
+/// # Errors
+/// As [`parse_npy`]; [`VectorFileError::BadShape`] for more than one column.
+pub fn parse_ids(bytes: &[u8], path: &str) -> Result<Vec<i64>, VectorFileError> {
+    let mut body = bytes;
+    let array = NpyArray::read_with(&mut body, path, true)?;
+    if array.dim != 1 {
+        return Err(VectorFileError::BadShape {
+            path: path.to_string(),
+            shape: array.header.shape().to_vec(),
+        });
+    }
+    let element = array.element(&[Element::I8, Element::I4], path)?;
+    array.check_len(element, body.len(), path)?;
+    let count = array.n;
+    let file = npyz::NpyFile::with_header(array.header, body);
+    match element {
+        Element::I4 => values(npy_values::<i32, _>(file, path)?, count, path, i64::from),
+        _ => values(npy_values::<i64, _>(file, path)?, count, path, |v| v),
+    }
+}
+
 /// The `.npy` element types this module reads.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Element {
     F4,
     F8,
     I4,
+    I8,
 }
 
 impl Element {
@@ -143,12 +181,13 @@ impl Element {
             Element::F4 => "<f4",
             Element::F8 => "<f8",
             Element::I4 => "<i4",
+            Element::I8 => "<i8",
         }
     }
 
     fn width(self) -> usize {
         match self {
-            Element::F8 => 8,
+            Element::F8 | Element::I8 => 8,
             Element::F4 | Element::I4 => 4,
         }
     }
@@ -167,6 +206,11 @@ struct NpyArray {
 impl NpyArray {
     /// Reads the header from `reader`, leaving it at the first data byte.
     fn read(reader: impl Read, path: &str) -> Result<NpyArray, VectorFileError> {
+        Self::read_with(reader, path, false)
+    }
+
+    /// [`Self::read`]; `one_d`: a 1-D array is read as one column.
+    fn read_with(reader: impl Read, path: &str, one_d: bool) -> Result<NpyArray, VectorFileError> {
         let header = NpyHeader::from_reader(reader).map_err(|e| VectorFileError::BadNpyHeader {
             path: path.to_string(),
             reason: e.to_string(),
@@ -181,8 +225,10 @@ impl NpyArray {
             path: path.to_string(),
             shape: shape.clone(),
         };
-        let [n, dim] = shape[..] else {
-            return Err(bad_shape());
+        let (n, dim) = match shape[..] {
+            [n, dim] => (n, dim),
+            [n] if one_d => (n, 1),
+            _ => return Err(bad_shape()),
         };
         let (Ok(n), Ok(dim)) = (usize::try_from(n), usize::try_from(dim)) else {
             return Err(bad_shape());
@@ -400,6 +446,7 @@ impl VectorReader {
                     Element::F4 => Body::NpyF32(npy_values(npy, &name)?),
                     Element::F8 => Body::NpyF64(npy_values(npy, &name)?),
                     Element::I4 => Body::NpyI32(npy_values(npy, &name)?),
+                    Element::I8 => unreachable!("not among the accepted elements"),
                 };
                 (body, dim, rows)
             }
@@ -578,6 +625,37 @@ mod tests {
             .collect();
         let v = parse_npy(&npy("<f8", "False", "(2, 3)", &body), "a.npy").unwrap();
         assert_eq!((v.n, v.dim, v.data.as_slice()), (2, 3, &vals[..]));
+    }
+
+    #[test]
+    fn ids_read_from_1d_or_one_column_int64_and_int32() {
+        let ids = [7i64, -3, 1 << 40];
+        let body: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            parse_ids(&npy("<i8", "False", "(3,)", &body), "i.npy").unwrap(),
+            ids
+        );
+        assert_eq!(
+            parse_ids(&npy("<i8", "False", "(3, 1)", &body), "i.npy").unwrap(),
+            ids
+        );
+        let body: Vec<u8> = [1i32, 2].iter().flat_map(|v| v.to_le_bytes()).collect();
+        assert_eq!(
+            parse_ids(&npy("<i4", "False", "(2,)", &body), "i.npy").unwrap(),
+            [1, 2]
+        );
+        assert!(matches!(
+            parse_ids(&npy("<i8", "False", "(1, 2)", &[0u8; 16]), "i.npy"),
+            Err(VectorFileError::BadShape { .. })
+        ));
+        assert!(matches!(
+            parse_ids(&npy("<f4", "False", "(2,)", &[0u8; 8]), "i.npy"),
+            Err(VectorFileError::UnsupportedDtype { .. })
+        ));
+        assert!(matches!(
+            parse_ids(&npy("<i8", "False", "(3,)", &[0u8; 16]), "i.npy"),
+            Err(VectorFileError::Truncated { .. })
+        ));
     }
 
     #[test]

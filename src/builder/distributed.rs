@@ -692,7 +692,11 @@ pub async fn publish_on(
             files,
             model,
             &plan.definition,
-            source_files.as_ref(),
+            // The workers assign the rows: no one node sees every id, so a
+            // distributed build records no source-ids table.
+            source_files
+                .as_ref()
+                .map(|files| stages::FileRecord { files, ids: None }),
         )
         .await
     }

@@ -155,6 +155,13 @@ pub enum BuildError {
     /// The index cannot be refreshed or compacted as it is.
     #[error("index {index}: cannot refresh: {reason}")]
     Refresh { index: String, reason: String },
+    /// A delete or upsert the index does not support as it is.
+    #[error("index {index}: cannot {operation}: {reason}")]
+    Mutation {
+        index: String,
+        operation: &'static str,
+        reason: String,
+    },
     /// The source's columns are no longer the index's.
     #[error(
         "index {index}: the source's {what} changed: the index has {expected}, the source now {found}; rebuild the index"

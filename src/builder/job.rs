@@ -133,7 +133,7 @@ pub async fn build(
     let nroots = hierarchy.nroots();
     let mut spill = BucketSpill::new(schema.clone(), nroots, budget)?;
     let phase = Phase::start(params.progress, "assign", rows, "rows");
-    assign_all(
+    let assigned = assign_all(
         source.as_ref(),
         cached,
         &hierarchy,
@@ -150,6 +150,14 @@ pub async fn build(
     // 5. Write postings bucket by bucket into a fresh snapshot folder, then
     // 6. publish it.
     let source_files = source.source_files();
+    // With ids from the data: which ids each file holds, for `refresh`.
+    let source_ids = (source_files.is_some() && source.ids_may_repeat()).then(|| {
+        let mut ids = crate::format::source_ids::SourceIds::new();
+        for (p, owned) in assigned.part_ids.into_iter().enumerate() {
+            ids.insert(&source.part_name(p), owned);
+        }
+        ids
+    });
     let definition = stages::definition(
         source.definition(),
         params,
@@ -164,7 +172,10 @@ pub async fn build(
     };
     let out = Output {
         definition: &definition,
-        source_files: source_files.as_ref(),
+        source_files: source_files.as_ref().map(|files| stages::FileRecord {
+            files,
+            ids: source_ids.as_ref(),
+        }),
         payload_fields,
     };
     let (commit, folder, (postings_files, postings_bytes)) = write_and_publish(
@@ -199,7 +210,7 @@ pub async fn build(
 /// file set, and the payload columns of the postings.
 struct Output<'a> {
     definition: &'a crate::format::definition::IndexDefinition,
-    source_files: Option<&'a crate::format::source_files::SourceFiles>,
+    source_files: Option<stages::FileRecord<'a>>,
     payload_fields: Vec<Field>,
 }
 

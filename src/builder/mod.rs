@@ -9,6 +9,7 @@
 pub mod distributed;
 pub mod error;
 pub mod job;
+pub mod mutate;
 pub mod offload;
 pub mod progress;
 pub mod refresh;

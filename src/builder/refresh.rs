@@ -52,6 +52,7 @@ use crate::format::postings_table::{RESERVED_COLUMNS, postings_schema};
 use crate::format::snapshot::Snapshot;
 use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::{SOURCE_FILES_FILE, SourceFile, SourceFiles};
+use crate::format::source_ids::SourceIds;
 use crate::format::warehouse;
 use crate::format::warehouse::Publisher;
 use crate::probe::load::{IndexOptions, PostingsReader};
@@ -75,6 +76,31 @@ pub struct RefreshParams {
     pub retrain_above: Option<f64>,
     /// Store settings of the source.
     pub store_options: StoreOptions,
+    /// When to fold the layers into a new base right after publishing.
+    pub compact: CompactPolicy,
+}
+
+/// When a refresh, delete or upsert compacts right after publishing
+/// (`--compact-above`): each delta adds requests to every cold query and
+/// each deletion is a row read and dropped, so past a bound a compaction
+/// pays for itself. `None` never triggers.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CompactPolicy {
+    /// More delta tables than this.
+    pub deltas_above: Option<usize>,
+    /// More deleted rows than this fraction of the rows in all layers.
+    pub deleted_above: Option<f64>,
+}
+
+impl CompactPolicy {
+    /// Whether an index with `deltas` delta tables and `deleted` of `rows`
+    /// rows deleted should be compacted now.
+    pub fn due(&self, deltas: usize, deleted: u64, rows: u64) -> bool {
+        self.deltas_above.is_some_and(|n| deltas > n)
+            || self
+                .deleted_above
+                .is_some_and(|f| rows > 0 && deleted as f64 > f * rows as f64)
+    }
 }
 
 /// How far the index's centroids have drifted from its rows.
@@ -113,12 +139,25 @@ pub struct RefreshSummary {
     pub source_before: String,
     pub source_after: String,
     pub rows_added: u64,
+    /// Live rows deleted (a gone or changed file's, an update's old
+    /// version, or a delete's).
     pub rows_removed: u64,
+    /// Source rows not indexed because their vector was NULL, non-finite
+    /// or (under cosine) zero, with `skip_invalid`.
+    pub rows_skipped: u64,
+    /// A delete's or upsert's ids that matched no live row (an upsert
+    /// inserts them).
+    pub ids_not_found: u64,
     /// New source files with no rows: recorded, nothing to index.
     pub empty_files: u64,
     pub drift: Drift,
     /// When `retrain_above` was passed: the full rebuild made instead.
     pub rebuilt: Option<BuildSummary>,
+    /// When the compaction policy was due: the compaction run after the
+    /// commit.
+    pub compacted: Option<CompactSummary>,
+    /// Why that compaction failed (the change itself is committed).
+    pub compact_error: Option<String>,
     pub seconds: f64,
 }
 
@@ -135,29 +174,44 @@ impl RefreshSummary {
             source_after: changes.after.clone(),
             rows_added: 0,
             rows_removed: changes.removed.len() as u64,
+            rows_skipped: 0,
+            ids_not_found: changes.ids_not_found,
             empty_files: changes.empty_files,
             drift: drift.clone(),
             rebuilt: None,
+            compacted: None,
+            compact_error: None,
             seconds: 0.0,
         }
     }
 }
 
-/// What changed in the source: the new rows (as a source) and the rowids
-/// that are gone, with the source state after.
-struct Changes {
-    added: Option<Arc<dyn VectorSource>>,
+/// What changes in the index: the new rows (as a source) and the rowids
+/// that are gone, with the source state after. A refresh finds them in the
+/// source; a delete or upsert is given them.
+pub(super) struct Changes {
+    pub(super) added: Option<Arc<dyn VectorSource>>,
     /// New source files with no rows (recorded, nothing to index).
-    empty_files: u64,
-    removed: Vec<i64>,
-    source: IndexSource,
-    source_files: Option<SourceFiles>,
-    before: String,
-    after: String,
+    pub(super) empty_files: u64,
+    /// Live rowids deleted before the new layer (an update's old version
+    /// among them, so the new one stays visible).
+    pub(super) removed: Vec<i64>,
+    /// The added rows replace live rows of the same id (an upsert): their
+    /// ids are not checked against the index.
+    pub(super) replaces: bool,
+    /// A delete's or upsert's ids that matched no live row.
+    pub(super) ids_not_found: u64,
+    pub(super) source: IndexSource,
+    pub(super) source_files: Option<SourceFiles>,
+    /// With an id column: the ids each source file owns after the change
+    /// (the added source's own files are recorded once their ids are read).
+    pub(super) source_ids: Option<SourceIds>,
+    pub(super) before: String,
+    pub(super) after: String,
 }
 
 /// The current snapshot of `index`, through its commit.
-async fn current(
+pub(super) async fn current(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
 ) -> Result<(warehouse::Commit, Snapshot), BuildError> {
@@ -176,25 +230,18 @@ async fn current(
     Ok((commit, snapshot))
 }
 
-/// The ids live in the version `commit` of `index` that this refresh does
-/// not remove: what new rows must not repeat. Read from the postings (rowid
-/// columns only, checked as a query reads them).
+/// The ids live in `snapshot` that this change does not remove: what new
+/// rows must not repeat. Read from the postings (rowid columns only,
+/// checked as a query reads them).
 ///
 /// # Errors
-/// The snapshot cannot be opened; postings read errors.
-async fn live_ids(
+/// Postings read errors.
+pub(super) async fn live_ids(
     store: &Arc<dyn ObjectStore>,
-    index: &Path,
-    commit: &warehouse::Commit,
+    snapshot: &Snapshot,
     removed: &[i64],
 ) -> Result<std::collections::HashSet<i64>, BuildError> {
-    let snapshot = Snapshot::open_commit(store.as_ref(), index, commit.clone())
-        .await
-        .map_err(|e| BuildError::Refresh {
-            index: index.to_string(),
-            reason: e.to_string(),
-        })?;
-    let reader = PostingsReader::new(store.clone(), &snapshot, IndexOptions::default());
+    let reader = PostingsReader::new(store.clone(), snapshot, IndexOptions::default());
     let removed: std::collections::HashSet<i64> = removed.iter().copied().collect();
     Ok(reader
         .live_rowids()
@@ -287,8 +334,11 @@ async fn changes(
                     .then(|| Arc::new(source) as Arc<dyn VectorSource>),
                 empty_files: 0,
                 removed,
+                replaces: false,
+                ids_not_found: 0,
                 source: definition.source,
                 source_files: None,
+                source_ids: None,
                 before: format!("ducklake snapshot {snapshot_id}"),
                 after: format!("ducklake snapshot {to}"),
             })
@@ -300,14 +350,63 @@ async fn changes(
     }
 }
 
-/// What changed in a Parquet source: its file set (path, size, ETag) listed
-/// against `source-files.json`. New files are new rows numbered from
-/// `next-rowid` on (0-row files are recorded and counted); gone or changed
-/// files remove their rowids (refused with an id column: its ids are not
-/// recorded).
+/// The file set a snapshot recorded of its Parquet source
+/// (`source-files.json`, checked against the commit's pin) and, with an id
+/// column, the ids each file holds (`source-ids.parquet`, checked against
+/// the file set's pin). `None` for a snapshot that records none.
 ///
 /// # Errors
-/// No recorded file set, a pin mismatch, listing and source errors.
+/// Unreadable documents, pin mismatches, malformed documents.
+pub(super) async fn recorded_files(
+    store: &Arc<dyn ObjectStore>,
+    snapshot: &Snapshot,
+) -> Result<Option<(SourceFiles, Option<SourceIds>)>, BuildError> {
+    let refuse = |reason: String| refused(snapshot, reason);
+    let Some(rel) = snapshot.definition.source_files.as_deref() else {
+        return Ok(None);
+    };
+    let path = crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
+    let bytes = get(store, &path).await?;
+    if let Some(c) = &snapshot.commit {
+        check_pin(&c.pins, rel, path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
+    }
+    let files = SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
+    let ids = match &files.ids {
+        Some(pin) => {
+            let path = crate::store::uri::RelativeLocation::parse(&pin.path)?
+                .resolve_path(&snapshot.folder);
+            let bytes = get(store, &path).await?;
+            check_pin(std::slice::from_ref(pin), &pin.path, path.as_ref(), &bytes)
+                .map_err(|e| refuse(e.to_string()))?;
+            let ids = SourceIds::decode(path.as_ref(), bytes).map_err(|e| refuse(e.to_string()))?;
+            if let Some(stray) = ids.files().find(|f| {
+                files
+                    .files
+                    .binary_search_by(|r| r.path.as_str().cmp(f))
+                    .is_err()
+            }) {
+                return Err(refuse(format!(
+                    "{path}: holds ids of {stray}, which source-files.json does not record"
+                )));
+            }
+            Some(ids)
+        }
+        None => None,
+    };
+    Ok(Some((files, ids)))
+}
+
+/// What changed in a Parquet source: its file set (path, size, ETag, and
+/// the sha256 when recorded) listed against `source-files.json`. New files
+/// are new rows (numbered from `next-rowid` on without an id column; 0-row
+/// files are recorded and counted); a gone or changed file's rows are
+/// deleted: its rowid range, or with an id column the ids
+/// `source-ids.parquet` records for it. A changed file's ids that it still
+/// holds are updates: deleted before the layer of their new version.
+///
+/// # Errors
+/// No recorded file set, an id column without recorded ids and a file
+/// gone, pin mismatches, listing and source errors.
 async fn parquet_changes(
     store: &Arc<dyn ObjectStore>,
     snapshot: &Snapshot,
@@ -315,35 +414,60 @@ async fn parquet_changes(
     params: &RefreshParams,
 ) -> Result<Changes, BuildError> {
     let refuse = |reason: String| refused(snapshot, reason);
-    let rel = snapshot.definition.source_files.as_deref().ok_or_else(|| {
+    let (recorded, mut source_ids) = recorded_files(store, snapshot).await?.ok_or_else(|| {
         refuse(
             "the snapshot records no source-files.json (built before format version 3, \
              or by a distributed build): rebuild it once to refresh it later"
                 .into(),
         )
     })?;
-    let path = crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
-    let bytes = get(store, &path).await?;
-    if let Some(c) = &snapshot.commit {
-        check_pin(&c.pins, rel, path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
-    }
-    let recorded = SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
     let (src_store, pattern) =
         crate::store::location::open_pattern(&spec.source, &params.store_options)
             .map_err(|e| BuildError::Store(e.into()))?;
     let location = crate::store::uri::LocationUri::from_store_path(&pattern)
         .map_err(|e| BuildError::Catalog(e.into()))?;
     let listed = super::source::parquet::expand(src_store.as_ref(), &location).await?;
-    let diff = recorded.diff(&listed);
-    if spec.id_column.is_some() && !diff.removed.is_empty() {
-        return Err(refuse(format!(
-            "{} files are gone or changed ({}…), and with an id column their ids are \
-             not recorded: rebuild the index",
-            diff.removed.len(),
-            diff.removed[0].path
-        )));
+    // Content hashes, when the build recorded them: of the listed files that
+    // size and ETag alone would call unchanged.
+    let mut hashes = std::collections::HashMap::new();
+    if recorded.hashed() {
+        let no_hashes = std::collections::HashMap::new();
+        for meta in &listed {
+            let candidate = recorded.files.iter().find(|f| {
+                f.path == meta.location.as_ref() && f.sha256.is_some() && {
+                    let unhashed = SourceFile {
+                        sha256: None,
+                        ..(*f).clone()
+                    };
+                    unhashed.matches(meta, &no_hashes)
+                }
+            });
+            if candidate.is_some() {
+                let h = super::source::parquet::content_sha256(src_store.as_ref(), &meta.location)
+                    .await?;
+                hashes.insert(meta.location.to_string(), h);
+            }
+        }
     }
-    let removed: Vec<i64> = diff.removed.iter().flat_map(|f| f.rowids()).collect();
+    let diff = recorded.diff(&listed, &hashes);
+    let removed: Vec<i64> = match (&spec.id_column, &mut source_ids) {
+        (None, _) => diff.removed.iter().flat_map(|f| f.rowids()).collect(),
+        (Some(_), Some(ids)) => diff
+            .removed
+            .iter()
+            .flat_map(|f| ids.remove_file(&f.path))
+            .collect(),
+        (Some(_), None) if diff.removed.is_empty() => Vec::new(),
+        (Some(_), None) => {
+            return Err(refuse(format!(
+                "{} files are gone or changed ({}…), and this snapshot does not record \
+                 which ids each file holds (it was built before source-ids.parquet, or by \
+                 a distributed build): rebuild the index once to refresh it later",
+                diff.removed.len(),
+                diff.removed[0].path
+            )));
+        }
+    };
     let (added, source_files, empty_files) = if diff.added.is_empty() {
         let mut kept = recorded.clone();
         kept.files = diff.kept.clone();
@@ -360,6 +484,7 @@ async fn parquet_changes(
                 payload: spec.payload.clone(),
                 skip_invalid: spec.skip_invalid,
                 table_uri: spec.source.contains("://").then(|| spec.source.clone()),
+                content_hash: recorded.hashed(),
             },
         )
         .await;
@@ -392,10 +517,13 @@ async fn parquet_changes(
         added,
         empty_files,
         removed,
+        replaces: false,
+        ids_not_found: 0,
         source: snapshot.definition.source.clone(),
         before: format!("{} files", recorded.files.len()),
         after: format!("{} files", source_files.files.len()),
         source_files: Some(source_files),
+        source_ids,
     })
 }
 
@@ -439,7 +567,7 @@ fn check_schema(
 }
 
 /// The payload columns of the index's postings (from a footer of its base).
-async fn payload_fields(
+pub(super) async fn payload_fields(
     store: &Arc<dyn ObjectStore>,
     snapshot: &Snapshot,
 ) -> Result<Vec<FieldRef>, BuildError> {
@@ -482,19 +610,53 @@ async fn payload_fields(
 /// [`BuildError::Refresh`] for an index that cannot be refreshed (no
 /// snapshot, a vector-file source, no recorded file set), [`BuildError::SchemaChanged`],
 /// the source's errors (gone: `NoFiles`, `Unreadable`, catalog errors),
-/// storage errors, and [`crate::format::warehouse::WarehouseError::Conflict`]
-/// when another refresh or build committed first. Nothing is published on
-/// any error.
+/// [`BuildError::IdAlreadyIndexed`] for a new row repeating a live id that
+/// the refresh does not delete, storage errors, and
+/// [`crate::format::warehouse::WarehouseError::Conflict`] when another
+/// publisher committed first. Nothing is published on any error.
 pub async fn refresh(
     store: Arc<dyn ObjectStore>,
     index: &Path,
     params: &RefreshParams,
     build: &BuildParams,
 ) -> Result<RefreshSummary, BuildError> {
-    let t0 = Instant::now();
     let (commit, snapshot) = current(&store, index).await?;
     let spec = spec_of(&snapshot.definition, params);
     let changes = changes(&store, &snapshot, &spec, params).await?;
+    let how = Apply {
+        build,
+        publisher: Publisher::Refresh,
+        retrain: params.retrain_above.map(|limit| (limit, &spec, params)),
+        compact: params.compact,
+    };
+    apply(store, index, (commit, snapshot), changes, how).await
+}
+
+/// How [`apply`] publishes.
+pub(super) struct Apply<'a> {
+    pub(super) build: &'a BuildParams,
+    pub(super) publisher: Publisher,
+    /// `retrain_above`, with the source to rebuild from.
+    pub(super) retrain: Option<(f64, &'a SourceSpec, &'a RefreshParams)>,
+    pub(super) compact: CompactPolicy,
+}
+
+/// Publish `changes` to the version `commit` of `index` as the next one:
+/// the added rows assigned to the existing centroids as a delta table, the
+/// removed rowids deleted before it, the file set and source ids after
+/// the change; then compact when the policy is due. The one path of
+/// refresh, delete and upsert.
+///
+/// # Errors
+/// As [`refresh`].
+pub(super) async fn apply(
+    store: Arc<dyn ObjectStore>,
+    index: &Path,
+    (commit, snapshot): (warehouse::Commit, Snapshot),
+    mut changes: Changes,
+    how: Apply<'_>,
+) -> Result<RefreshSummary, BuildError> {
+    let t0 = Instant::now();
     let mut drift = Drift {
         build_error: snapshot.definition.build.quantization_error,
         deltas: snapshot.layer_starts.len() - 1,
@@ -505,6 +667,7 @@ pub async fn refresh(
     if changes.added.is_none()
         && changes.removed.is_empty()
         && changes.source == snapshot.definition.source
+        && changes.empty_files == 0
     {
         summary.seconds = super::job::secs(t0.elapsed());
         return Ok(summary);
@@ -532,19 +695,21 @@ pub async fn refresh(
     let build = BuildParams {
         metric: snapshot.definition.metric,
         sort_by: snapshot.definition.build.sort_by.clone(),
-        ..build.clone()
+        ..how.build.clone()
     };
     let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
     let error = match &changes.added {
         Some(source) => {
-            // Ids from the data may repeat an indexed one: never two live rows.
-            let indexed = if source.ids_may_repeat() {
-                live_ids(&store, index, &commit, &changes.removed).await?
+            // Ids from the data may repeat an indexed one: never two live
+            // rows (an upsert's replace the ones it deletes).
+            let indexed = if source.ids_may_repeat() && !changes.replaces {
+                live_ids(&store, &snapshot, &changes.removed).await?
             } else {
                 std::collections::HashSet::new()
             };
             let model = (&hierarchy, quantizer.as_ref());
-            assign_new(
+            let declared = super::stages::count(source.as_ref()).await?;
+            let error = assign_new(
                 source.as_ref(),
                 model,
                 &schema,
@@ -552,16 +717,26 @@ pub async fn refresh(
                 &mut spill,
                 &indexed,
             )
-            .await?
+            .await?;
+            summary.rows_skipped = declared.iter().sum::<u64>().saturating_sub(error.rows);
+            error
         }
         None => AssignError::default(),
     };
     summary.rows_added = error.rows;
     drift.add_rows(&error);
-    if let (Some(limit), Some(growth)) = (params.retrain_above, drift.error_growth)
+    if let (Some(ids), Some(source)) = (&mut changes.source_ids, &changes.added)
+        && source.source_files().is_some()
+    {
+        for (p, owned) in error.part_ids.iter().enumerate() {
+            ids.insert(&source.part_name(p), owned.clone());
+        }
+    }
+    if let Some((limit, spec, params)) = how.retrain
+        && let Some(growth) = drift.error_growth
         && growth > limit
     {
-        let built = rebuild(store, index, &spec, params, &snapshot, &build).await?;
+        let built = rebuild(store, index, spec, params, &snapshot, &build).await?;
         summary.version = Some(built.version);
         summary.snapshot = Some(built.snapshot.clone());
         summary.rebuilt = Some(built);
@@ -574,7 +749,7 @@ pub async fn refresh(
 
     // The new snapshot folder: the delta table (maybe empty), the
     // deletions, the file set, then index.json and the commit.
-    let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Refresh)?;
+    let writer = SnapshotWriter::begin(store.clone(), index, how.publisher)?;
     let delta = Delta::after(
         &commit,
         &snapshot,
@@ -589,6 +764,15 @@ pub async fn refresh(
     drift.deletions = layers.deletions.rows;
     summary.version = Some(committed.version);
     summary.snapshot = Some(folder);
+    let rows: u64 = snapshot.files.iter().map(|f| f.rows).sum::<u64>() + summary.rows_added;
+    if how.compact.due(drift.deltas, drift.deletions, rows) {
+        // The change is committed whatever happens here: a failed
+        // compaction is reported, not returned (run `compact` again).
+        match compact(store, index, &build).await {
+            Ok(c) => summary.compacted = Some(c),
+            Err(e) => summary.compact_error = Some(e.to_string()),
+        }
+    }
     summary.drift = drift;
     summary.seconds = super::job::secs(t0.elapsed());
     Ok(summary)
@@ -638,6 +822,7 @@ struct Delta<'a> {
     deltas: Vec<DeltaRef>,
     deletions: crate::format::layers::Deletions,
     source_files: Option<&'a SourceFiles>,
+    source_ids: Option<&'a SourceIds>,
     quantizer: Option<&'a crate::quant::Quantizer>,
     payload: Vec<Field>,
     cid_offsets: Vec<u32>,
@@ -679,6 +864,7 @@ impl<'a> Delta<'a> {
             deltas,
             deletions: snapshot.deletions.with(&changes.removed, layers_now),
             source_files: changes.source_files.as_ref(),
+            source_ids: changes.source_ids.as_ref(),
             quantizer,
             payload,
             cid_offsets: snapshot.hierarchy.cid_offsets.clone(),
@@ -705,6 +891,7 @@ async fn write_delta(
         mut deltas,
         deletions,
         source_files,
+        source_ids,
         quantizer,
         payload,
         cid_offsets,
@@ -738,7 +925,11 @@ async fn write_delta(
         });
     }
     let pin = writer.put(DELETIONS_FILE, deletions.encode()).await?;
-    stages::put_source_files(writer, &definition, source_files).await?;
+    let record = source_files.map(|files| stages::FileRecord {
+        files,
+        ids: source_ids,
+    });
+    stages::put_source_files(writer, &definition, record).await?;
     let layers = Layers {
         base,
         deltas,
@@ -1018,21 +1209,8 @@ pub async fn compact(
     let mut definition = snapshot.definition.clone();
     definition.layers = None;
     definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
-    // The source file set of the current snapshot carries over unchanged.
-    let source_files = match &definition.source_files {
-        Some(rel) => {
-            let path =
-                crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
-            let bytes = get(&store, &path).await?;
-            Some(
-                SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| BuildError::Refresh {
-                    index: index.to_string(),
-                    reason: e.to_string(),
-                })?,
-            )
-        }
-        None => None,
-    };
+    // The source file set (and ids) of the current snapshot carries over unchanged.
+    let recorded = recorded_files(&store, &snapshot).await?;
     let source = LiveSource {
         rows: snapshot.files.iter().map(|f| f.rows).collect(),
         has_codes: snapshot.quantizer.is_some(),
@@ -1077,7 +1255,11 @@ pub async fn compact(
             hierarchy: &hierarchy,
             quantizer: quantizer.as_deref(),
         };
-        stages::publish(&writer, files, model, &definition, source_files.as_ref()).await
+        let record = recorded.as_ref().map(|(files, ids)| stages::FileRecord {
+            files,
+            ids: ids.as_ref(),
+        });
+        stages::publish(&writer, files, model, &definition, record).await
     }
     .await;
     let folder = writer.folder().path.to_string();

@@ -24,6 +24,9 @@ pub struct AssignError {
     pub rows: u64,
     /// Rows assigned to each list.
     pub lists: Vec<u64>,
+    /// The ids each part held, by part (empty unless the source's ids come
+    /// from the data: what `source-ids.parquet` records).
+    pub part_ids: Vec<Vec<i64>>,
 }
 
 impl AssignError {
@@ -62,7 +65,6 @@ pub async fn assign_all(
 ) -> Result<AssignError, BuildError> {
     let skip_invalid = source.definition().skip_invalid;
     cached.resize_with(source.parts(), || None);
-    let mut ids: Vec<i64> = Vec::new();
     let mut error = AssignError::default();
     for (p, slot) in cached.iter_mut().enumerate() {
         let batch = match slot.take() {
@@ -78,7 +80,8 @@ pub async fn assign_all(
                     row: rows.first().copied().unwrap_or_default(),
                 });
             }
-            ids.extend_from_slice(&batch.rowids);
+            error.part_ids.resize_with(source.parts(), Vec::new);
+            error.part_ids[p] = batch.rowids.clone();
         }
         let n = batch.len() as u64;
         let (h, q) = (Arc::clone(hierarchy), quantizer.cloned());
@@ -109,6 +112,7 @@ pub async fn assign_all(
         }
         on_rows(n);
     }
+    let ids: Vec<i64> = error.part_ids.concat();
     if let Some(id) = blocking(move || Ok(first_repeated(ids))).await? {
         return Err(duplicate_id(source, id).await);
     }

@@ -784,7 +784,7 @@ pub async fn publish(
     files: Vec<FileEntry>,
     model: Model<'_>,
     definition: &IndexDefinition,
-    source_files: Option<&SourceFiles>,
+    source_files: Option<FileRecord<'_>>,
 ) -> Result<(), BuildError> {
     let Model {
         hierarchy,
@@ -831,7 +831,16 @@ pub async fn publish(
     Ok(())
 }
 
-/// Writes `source-files.json` where `definition` names it.
+/// What a snapshot records of a Parquet source: its file set and, with an
+/// id column, the ids each file holds.
+#[derive(Debug, Clone, Copy)]
+pub struct FileRecord<'a> {
+    pub files: &'a SourceFiles,
+    pub ids: Option<&'a crate::format::source_ids::SourceIds>,
+}
+
+/// Writes `source-files.json` where `definition` names it, and before it
+/// `source-ids.parquet` when the record has ids (pinned by `ids`).
 ///
 /// # Errors
 /// [`BuildError::Internal`] when `definition` and `source_files` disagree
@@ -839,10 +848,19 @@ pub async fn publish(
 pub async fn put_source_files(
     writer: &SnapshotWriter,
     definition: &IndexDefinition,
-    source_files: Option<&SourceFiles>,
+    source_files: Option<FileRecord<'_>>,
 ) -> Result<(), BuildError> {
     match (&definition.source_files, source_files) {
-        (Some(rel), Some(files)) => {
+        (Some(rel), Some(record)) => {
+            let mut files = record.files.clone();
+            files.ids = match record.ids {
+                Some(ids) => Some(
+                    writer
+                        .put(crate::format::source_ids::SOURCE_IDS_FILE, ids.encode())
+                        .await?,
+                ),
+                None => None,
+            };
             writer.put(rel, Bytes::from(files.to_json_bytes())).await?;
             Ok(())
         }

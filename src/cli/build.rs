@@ -75,6 +75,10 @@ pub struct Args {
     /// Skip rows with NULL or non-finite vectors (counted) instead of failing.
     #[arg(long)]
     pub skip_invalid: bool,
+    /// Parquet: record each file's sha256, so `refresh` sees a file rewritten
+    /// in place with its size and mtime kept (reads each file once more).
+    #[arg(long)]
+    pub content_hash: bool,
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -95,6 +99,7 @@ impl Args {
             id_column: self.id_column.clone(),
             payload: self.payload.clone(),
             skip_invalid: self.skip_invalid,
+            content_hash: self.content_hash,
         }
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 pub mod build;
 pub mod gc;
+pub mod mutate;
 pub mod quickstart;
 pub mod refresh;
 pub mod search;
@@ -96,6 +97,10 @@ pub enum Command {
     Refresh(refresh::Args),
     /// Merge an index's delta tables and deletions into a new base (same centroids).
     Compact(refresh::CompactArgs),
+    /// Delete rows by id (`--ids ids.npy`) or by a payload filter (`--where`), as a new version.
+    Delete(mutate::DeleteArgs),
+    /// Write rows by id (the newest version of an id wins), as a new version.
+    Upsert(mutate::UpsertArgs),
 }
 
 pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
@@ -110,5 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Gc(a) => gc::run(a, &store),
         Command::Refresh(a) => refresh::run(a, &store),
         Command::Compact(a) => refresh::run_compact(a, &store),
+        Command::Delete(a) => mutate::run_delete(a, &store),
+        Command::Upsert(a) => mutate::run_upsert(a, &store),
     }
 }

@@ -11,7 +11,7 @@ use parqivf::builder::ProgressMode;
 use parqivf::builder::refresh::{RefreshParams, compact, refresh};
 use std::process::ExitCode;
 
-use super::source_args::{DuckLakeArgs, MemoryArgs};
+use super::source_args::{CompactPolicyArgs, DuckLakeArgs, MemoryArgs};
 
 #[derive(Debug, clap::Args)]
 pub struct Args {
@@ -31,6 +31,8 @@ pub struct Args {
     pub retrain_above: Option<f64>,
     #[command(flatten)]
     pub memory: MemoryArgs,
+    #[command(flatten)]
+    pub compact: CompactPolicyArgs,
     /// Print a JSON summary on stdout.
     #[arg(long)]
     pub json: bool,
@@ -48,7 +50,7 @@ pub struct CompactArgs {
     pub json: bool,
 }
 
-fn build_params(memory_limit: usize, json: bool) -> BuildParams {
+pub(super) fn build_params(memory_limit: usize, json: bool) -> BuildParams {
     BuildParams {
         memory_limit,
         progress: if json {
@@ -69,6 +71,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         data_path: args.ducklake.data_path.clone(),
         retrain_above: args.retrain_above,
         store_options: store.clone(),
+        compact: args.compact.policy(),
     };
     let summary = runtime
         .block_on(refresh(
@@ -78,38 +81,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
             &build_params(args.memory.memory_limit, args.json),
         ))
         .with_context(|| format!("cannot refresh {}", args.index))?;
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&summary)?);
-    } else {
-        match (&summary.version, &summary.rebuilt) {
-            (_, Some(b)) => println!(
-                "{}: quantisation error grew {:.1} % (> --retrain-above): rebuilt as version {} in {:.1} s",
-                args.index,
-                summary.drift.error_growth.unwrap_or(0.0) * 100.0,
-                b.version,
-                summary.seconds
-            ),
-            (Some(v), None) => println!(
-                "{}: version {v}: {} → {}: {} rows added, {} removed; {} delta tables, {} deletions; error growth {} in {:.2} s",
-                args.index,
-                summary.source_before,
-                summary.source_after,
-                summary.rows_added,
-                summary.rows_removed,
-                summary.drift.deltas,
-                summary.drift.deletions,
-                summary
-                    .drift
-                    .error_growth
-                    .map_or_else(|| "n/a".to_string(), |g| format!("{:+.1} %", g * 100.0)),
-                summary.seconds
-            ),
-            (None, None) => println!(
-                "{}: up to date at version {} ({})",
-                args.index, summary.from_version, summary.source_after
-            ),
-        }
-    }
+    print_summary(&args.index, &summary, args.json)?;
     Ok(ExitCode::SUCCESS)
 }
 
@@ -140,4 +112,66 @@ pub fn run_compact(
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// What a refresh, delete or upsert did, as JSON or one line (and a second
+/// one when it compacted).
+pub(super) fn print_summary(
+    index: &str,
+    summary: &parqivf::builder::refresh::RefreshSummary,
+    json: bool,
+) -> anyhow::Result<()> {
+    if json {
+        println!("{}", serde_json::to_string_pretty(summary)?);
+        return Ok(());
+    }
+    match (&summary.version, &summary.rebuilt) {
+        (_, Some(b)) => println!(
+            "{index}: quantisation error grew {:.1} % (> --retrain-above): rebuilt as version {} in {:.1} s",
+            summary.drift.error_growth.unwrap_or(0.0) * 100.0,
+            b.version,
+            summary.seconds
+        ),
+        (Some(v), None) => println!(
+            "{index}: version {v}: {} → {}: {} rows added, {} removed, {} skipped{}; {} delta tables, {} deletions; error growth {} in {:.2} s",
+            summary.source_before,
+            summary.source_after,
+            summary.rows_added,
+            summary.rows_removed,
+            summary.rows_skipped,
+            if summary.ids_not_found > 0 {
+                format!(", {} ids not found", summary.ids_not_found)
+            } else {
+                String::new()
+            },
+            summary.drift.deltas,
+            summary.drift.deletions,
+            summary
+                .drift
+                .error_growth
+                .map_or_else(|| "n/a".to_string(), |g| format!("{:+.1} %", g * 100.0)),
+            summary.seconds
+        ),
+        (None, None) => println!(
+            "{index}: nothing to change at version {} ({}{})",
+            summary.from_version,
+            summary.source_after,
+            if summary.ids_not_found > 0 {
+                format!("; {} ids not found", summary.ids_not_found)
+            } else {
+                String::new()
+            }
+        ),
+    }
+    if let Some(c) = &summary.compacted {
+        println!(
+            "{index}: compacted as version {}: {} rows in one base",
+            c.version.unwrap_or(summary.from_version),
+            c.rows
+        );
+    }
+    if let Some(e) = &summary.compact_error {
+        eprintln!("{index}: the change is committed, but compacting failed: {e}");
+    }
+    Ok(())
 }

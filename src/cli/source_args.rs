@@ -1,7 +1,8 @@
 //! The flags shared by the commands that read a source table, defined once
 //! and flattened into each: where a DuckLake source is read
 //! ([`DuckLakeArgs`], `build` and `refresh`) and the memory bound of the
-//! assignment ([`MemoryArgs`], `build`, `refresh` and `compact`). The Python
+//! assignment ([`MemoryArgs`], `build`, `refresh` and `compact`), and when
+//! a change compacts ([`CompactPolicyArgs`], `refresh`, `delete`, `upsert`). The Python
 //! API's keyword arguments carry the same names (`snapshot`, `data_path`,
 //! `memory_limit`).
 
@@ -25,6 +26,27 @@ pub struct MemoryArgs {
     /// 2GiB).
     #[arg(long, default_value = "2GiB", value_parser = parse_bytes)]
     pub memory_limit: usize,
+}
+
+/// When a refresh, delete or upsert compacts right after it publishes.
+#[derive(Debug, Clone, Copy, Default, clap::Args)]
+pub struct CompactPolicyArgs {
+    /// Compact when the index then has more than N delta tables (each adds
+    /// requests to every cold query).
+    #[arg(long, value_name = "N")]
+    pub compact_above: Option<usize>,
+    /// Compact when more than this fraction of the rows is deleted (0.1 = 10 %).
+    #[arg(long, value_name = "FRACTION")]
+    pub compact_deleted_above: Option<f64>,
+}
+
+impl CompactPolicyArgs {
+    pub fn policy(&self) -> parqivf::builder::refresh::CompactPolicy {
+        parqivf::builder::refresh::CompactPolicy {
+            deltas_above: self.compact_above,
+            deleted_above: self.compact_deleted_above,
+        }
+    }
 }
 
 /// `123`, `64KiB`, `512MiB`, `2GiB` (also KB/MB/GB as powers of 1000).

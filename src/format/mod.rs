@@ -13,6 +13,7 @@
 //! | writing a new snapshot, its commit and rollback | [`snapshot_writer`] |
 //! | a refreshed snapshot's layers and `deletions.parquet` | [`layers`] |
 //! | `source-files.json` (the indexed files of a Parquet source) | [`source_files`] |
+//! | `source-ids.parquet` (the ids each source file holds, with an id column) | [`source_ids`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
 //! | pins: the size and sha256 of a document, checked by every reader | [`pin`] |
 //! | all of one snapshot's documents, read and checked together | [`snapshot`] |
@@ -32,6 +33,7 @@ pub mod quantizer;
 pub mod snapshot;
 pub mod snapshot_writer;
 pub mod source_files;
+pub mod source_ids;
 pub mod warehouse;
 
 /// Why a versioned JSON document was refused before its keys were read.

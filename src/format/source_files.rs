@@ -8,6 +8,14 @@
 //! new files from `next-rowid` on, so a rowid is never given twice and the
 //! rows of unchanged files keep theirs. A file whose size or ETag differs is
 //! changed: its old rowids are deleted and its rows are new.
+//!
+//! With an id column the rowids are the table's ids, not positions: the ids
+//! each file holds are in the side table `source-ids.parquet`
+//! ([`crate::format::source_ids`]), which `ids` pins. A size and ETag can be
+//! fooled by a file rewritten in place with its mtime restored (a local
+//! ETag is inode, mtime and size): a build with content hashes records each
+//! file's sha256, and a refresh hashes the listed files again and treats a
+//! different hash as a change.
 
 use object_store::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -15,8 +23,10 @@ use thiserror::Error;
 
 /// The document's name in a snapshot folder.
 pub const SOURCE_FILES_FILE: &str = "source-files.json";
-/// The only `format-version` this reader knows.
-pub const SOURCE_FILES_FORMAT_VERSION: u32 = 1;
+/// The `format-version` written (2: `ids` and `sha256` may be present).
+pub const SOURCE_FILES_FORMAT_VERSION: u32 = 2;
+/// The older version this reader still reads (neither key).
+const SOURCE_FILES_FORMAT_VERSION_1: u32 = 1;
 
 /// The indexed files of a Parquet source.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,6 +37,10 @@ pub struct SourceFiles {
     pub next_rowid: i64,
     /// In path order.
     pub files: Vec<SourceFile>,
+    /// With an id column: the pin of `source-ids.parquet` (path relative to
+    /// the snapshot folder), the ids each file holds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<crate::format::pin::Pin>,
 }
 
 /// One indexed file.
@@ -40,6 +54,10 @@ pub struct SourceFile {
     pub etag: Option<String>,
     pub first_rowid: i64,
     pub rows: u64,
+    /// Lowercase hex sha256 of the whole file, when the index was built
+    /// with content hashes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sha256: Option<String>,
 }
 
 /// A `source-files.json` that cannot be used.
@@ -74,18 +92,28 @@ impl SourceFile {
             etag: meta.e_tag.clone(),
             first_rowid,
             rows,
+            sha256: None,
         }
     }
 
-    /// Whether `meta` is this file unchanged: same path and size, and the
-    /// same ETag where both have one.
-    pub fn matches(&self, meta: &ObjectMeta) -> bool {
+    /// Whether `meta` is this file unchanged: same path and size, the same
+    /// ETag where both have one, and, when a hash is recorded, the same
+    /// content hash (`hashes`: the listed files' sha256 by path).
+    pub fn matches(
+        &self,
+        meta: &ObjectMeta,
+        hashes: &std::collections::HashMap<String, String>,
+    ) -> bool {
         self.path == meta.location.as_ref()
             && self.size == meta.size
             && match (&self.etag, &meta.e_tag) {
                 (Some(a), Some(b)) => a == b,
                 _ => true,
             }
+            && self
+                .sha256
+                .as_ref()
+                .is_none_or(|h| hashes.get(&self.path) == Some(h))
     }
 
     /// The rowids this file was given.
@@ -105,18 +133,36 @@ impl SourceFiles {
             path: path.to_string(),
             reason,
         };
-        let value = crate::format::versioned_json(bytes, SOURCE_FILES_FORMAT_VERSION).map_err(
-            |e| match e {
-                crate::format::VersionError::Invalid(r) => invalid(r),
-                crate::format::VersionError::Incompatible(found) => {
-                    SourceFilesError::Incompatible {
-                        path: path.to_string(),
-                        found,
-                    }
-                }
+        let value = match crate::format::versioned_json(bytes, SOURCE_FILES_FORMAT_VERSION) {
+            Err(crate::format::VersionError::Incompatible(v))
+                if v == u64::from(SOURCE_FILES_FORMAT_VERSION_1) =>
+            {
+                crate::format::versioned_json(bytes, SOURCE_FILES_FORMAT_VERSION_1)
+            }
+            other => other,
+        }
+        .map_err(|e| match e {
+            crate::format::VersionError::Invalid(r) => invalid(r),
+            crate::format::VersionError::Incompatible(found) => SourceFilesError::Incompatible {
+                path: path.to_string(),
+                found,
             },
-        )?;
+        })?;
         let doc: SourceFiles = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+        if doc.format_version == SOURCE_FILES_FORMAT_VERSION_1
+            && (doc.ids.is_some() || doc.files.iter().any(|f| f.sha256.is_some()))
+        {
+            return Err(invalid("format-version 1 has no ids or sha256 keys".into()));
+        }
+        if let Some(pin) = &doc.ids
+            && pin.path != crate::format::source_ids::SOURCE_IDS_FILE
+        {
+            return Err(invalid(format!(
+                "ids must pin {:?}, found {:?}",
+                crate::format::source_ids::SOURCE_IDS_FILE,
+                pin.path
+            )));
+        }
         let mut ranges: Vec<(i64, i64)> = doc
             .files
             .iter()
@@ -150,14 +196,25 @@ impl SourceFiles {
         out
     }
 
-    /// Compare with a listing of the source (any order).
-    pub fn diff(&self, listed: &[ObjectMeta]) -> FileChanges {
+    /// Whether the files were recorded with content hashes (a refresh hashes
+    /// the listed files, and records the new ones' too).
+    pub fn hashed(&self) -> bool {
+        self.files.iter().any(|f| f.sha256.is_some())
+    }
+
+    /// Compare with a listing of the source (any order); `hashes` are the
+    /// listed files' sha256 by path, when [`SourceFiles::hashed`].
+    pub fn diff(
+        &self,
+        listed: &[ObjectMeta],
+        hashes: &std::collections::HashMap<String, String>,
+    ) -> FileChanges {
         let mut changes = FileChanges::default();
         let by_path: std::collections::HashMap<&str, &ObjectMeta> =
             listed.iter().map(|m| (m.location.as_ref(), m)).collect();
         for f in &self.files {
             match by_path.get(f.path.as_str()) {
-                Some(meta) if f.matches(meta) => changes.kept.push(f.clone()),
+                Some(meta) if f.matches(meta, hashes) => changes.kept.push(f.clone()),
                 _ => changes.removed.push(f.clone()),
             }
         }
@@ -183,6 +240,7 @@ impl SourceFiles {
             format_version: SOURCE_FILES_FORMAT_VERSION,
             next_rowid: added.next_rowid.max(self.next_rowid),
             files,
+            ids: None,
         }
     }
 }
@@ -216,6 +274,7 @@ mod tests {
             format_version: SOURCE_FILES_FORMAT_VERSION,
             next_rowid: next,
             files,
+            ids: None,
         }
     }
 
@@ -224,7 +283,7 @@ mod tests {
         let record = numbered(&[(meta("a", 10, "1"), 5), (meta("b", 10, "1"), 7)], 0);
         assert_eq!(record.next_rowid, 12);
         let listed = [meta("b", 11, "2"), meta("c", 3, "1"), meta("a", 10, "1")];
-        let changes = record.diff(&listed);
+        let changes = record.diff(&listed, &Default::default());
         assert_eq!(
             changes.kept.iter().map(|f| &f.path[..]).collect::<Vec<_>>(),
             ["a"]
@@ -260,7 +319,25 @@ mod tests {
         r.next_rowid = 9;
         let e = SourceFiles::parse("s", &r.to_json_bytes()).unwrap_err();
         assert!(e.to_string().contains("outside 0..9"), "{e}");
-        let e = SourceFiles::parse("s", br#"{"format-version": 2}"#).unwrap_err();
-        assert!(matches!(e, SourceFilesError::Incompatible { found: 2, .. }));
+        let e = SourceFiles::parse("s", br#"{"format-version": 3}"#).unwrap_err();
+        assert!(matches!(e, SourceFilesError::Incompatible { found: 3, .. }));
+    }
+
+    #[test]
+    fn a_recorded_hash_sees_a_rewrite_that_kept_size_and_etag() {
+        let mut record = numbered(&[(meta("a", 10, "1"), 5)], 0);
+        record.files[0].sha256 = Some("aa".into());
+        assert!(record.hashed());
+        let listed = [meta("a", 10, "1")];
+        let same = [("a".to_string(), "aa".to_string())].into();
+        assert_eq!(record.diff(&listed, &same).kept.len(), 1);
+        let other = [("a".to_string(), "bb".to_string())].into();
+        assert_eq!(record.diff(&listed, &other).removed.len(), 1);
+        // Version 1 documents still read; version 1 with version-2 keys does not.
+        let mut v1 = numbered(&[(meta("a", 10, "1"), 5)], 0);
+        v1.format_version = 1;
+        assert_eq!(SourceFiles::parse("s", &v1.to_json_bytes()).unwrap(), v1);
+        v1.files[0].sha256 = Some("aa".into());
+        assert!(SourceFiles::parse("s", &v1.to_json_bytes()).is_err());
     }
 }

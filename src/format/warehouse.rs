@@ -132,6 +132,10 @@ pub enum Publisher {
     Refresh,
     /// `parqivf compact`.
     Compact,
+    /// `parqivf delete` and `Index::delete`.
+    Delete,
+    /// `parqivf upsert` and `Index::upsert`.
+    Upsert,
 }
 
 impl Publisher {
@@ -141,6 +145,8 @@ impl Publisher {
             Publisher::Build => "build",
             Publisher::Refresh => "refresh",
             Publisher::Compact => "compact",
+            Publisher::Delete => "delete",
+            Publisher::Upsert => "upsert",
         }
     }
 
@@ -150,6 +156,12 @@ impl Publisher {
             Publisher::Build => "build again to publish on top of it",
             Publisher::Refresh => "run refresh again: it starts from the new version",
             Publisher::Compact => "run compact again on the new version",
+            Publisher::Delete => {
+                "delete again: nothing was deleted, and it applies to the new version"
+            }
+            Publisher::Upsert => {
+                "upsert again: nothing was written, and it applies to the new version"
+            }
         }
     }
 }

@@ -217,6 +217,11 @@ impl PostingsReader {
         &self.live
     }
 
+    /// The store the postings are read from.
+    pub fn store(&self) -> &Arc<dyn ObjectStore> {
+        &self.store
+    }
+
     /// The vector dimension.
     pub fn dim(&self) -> usize {
         self.dim

@@ -25,6 +25,7 @@ mod kmeans_cli;
 mod location;
 mod manifest;
 mod manifest_props;
+mod mutate;
 mod parser_fuzz;
 mod partitions;
 mod postings_interop;

@@ -55,6 +55,9 @@ pub struct ParquetSourceOptions {
     /// [`LocationUri::from_store_path`], right for a `LocalFileSystem` rooted
     /// at `/`.
     pub table_uri: Option<String>,
+    /// Record each file's sha256 (read in full once), so a refresh sees a
+    /// file rewritten with its size and mtime kept.
+    pub content_hash: bool,
 }
 
 /// What [`ParquetSource::read_kept`] returns.
@@ -73,6 +76,8 @@ struct SourceFile {
     rows: u64,
     first_rowid: i64,
     resolved: ResolvedColumns,
+    /// With [`ParquetSourceOptions::content_hash`].
+    sha256: Option<String>,
 }
 
 /// A Parquet table (root or pattern) read file by file.
@@ -160,6 +165,47 @@ async fn read_footers(
         footers.push(footer);
     }
     Ok(footers)
+}
+
+/// The lowercase hex sha256 of the whole object at `path`, streamed: the
+/// bytes are hashed on the blocking pool in slices of a few MiB, never on
+/// the async workers.
+///
+/// # Errors
+/// [`BuildError::Unreadable`] when the object cannot be read.
+pub async fn content_sha256(store: &dyn ObjectStore, path: &Path) -> Result<String, BuildError> {
+    use sha2::Digest;
+    const SLICE: usize = 8 << 20;
+    let mut stream = store
+        .get(path)
+        .await
+        .map_err(|e| unreadable(path, e))?
+        .into_stream();
+    let mut hasher = sha2::Sha256::new();
+    let mut pending: Vec<bytes::Bytes> = Vec::new();
+    let mut pending_len = 0;
+    loop {
+        let next = stream.try_next().await.map_err(|e| unreadable(path, e))?;
+        let done = next.is_none();
+        if let Some(chunk) = next {
+            pending_len += chunk.len();
+            pending.push(chunk);
+        }
+        if pending_len >= SLICE || (done && pending_len > 0) {
+            let slices = std::mem::take(&mut pending);
+            pending_len = 0;
+            hasher = crate::builder::offload::blocking(move || {
+                for s in &slices {
+                    hasher.update(s);
+                }
+                Ok(hasher)
+            })
+            .await?;
+        }
+        if done {
+            return Ok(hex::encode(hasher.finalize()));
+        }
+    }
 }
 
 /// Give `field` and every nested field (list elements, struct children)
@@ -338,6 +384,7 @@ fn resolve_files(
             rows,
             first_rowid: next_rowid,
             resolved,
+            sha256: None,
         });
         next_rowid = next_rowid
             .checked_add(rows as i64)
@@ -451,7 +498,10 @@ impl ParquetSource {
         let files: Vec<SourceFile> = self
             .files
             .iter()
-            .map(|f| SourceFile::of(&f.meta, f.first_rowid, f.rows))
+            .map(|f| SourceFile {
+                sha256: f.sha256.clone(),
+                ..SourceFile::of(&f.meta, f.first_rowid, f.rows)
+            })
             .collect();
         SourceFiles {
             format_version: SOURCE_FILES_FORMAT_VERSION,
@@ -461,6 +511,7 @@ impl ParquetSource {
                 .max()
                 .unwrap_or(0),
             files,
+            ids: None,
         }
     }
 
@@ -481,7 +532,12 @@ impl ParquetSource {
             by_id,
             &options,
         )?;
-        let files = resolve_files(metas, footers, &logical, by_id, &options, first_rowid)?;
+        let mut files = resolve_files(metas, footers, &logical, by_id, &options, first_rowid)?;
+        if options.content_hash {
+            for f in &mut files {
+                f.sha256 = Some(content_sha256(store.as_ref(), &f.meta.location).await?);
+            }
+        }
         let payload_fields = logical[1 + usize::from(options.id_column.is_some())..]
             .iter()
             .map(|f| Arc::new(Field::new(f.name(), f.data_type().clone(), true)) as FieldRef)

@@ -57,6 +57,11 @@ pub struct SourceSpec {
     /// Skip rows with NULL or non-finite vectors (counted) instead of failing.
     #[serde(default)]
     pub skip_invalid: bool,
+    /// Parquet: record each file's sha256, so `refresh` sees a file
+    /// rewritten in place with its size and mtime kept (each file is read
+    /// once more, in full).
+    #[serde(default)]
+    pub content_hash: bool,
 }
 
 /// Opens the source `spec` names, its store configured by `options`.
@@ -128,6 +133,7 @@ pub async fn open_source(
             payload: spec.payload.clone(),
             skip_invalid: spec.skip_invalid,
             table_uri: src.contains("://").then(|| src.to_string()),
+            content_hash: spec.content_hash,
         },
     )
     .await?;

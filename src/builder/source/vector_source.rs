@@ -247,6 +247,10 @@ pub struct ArraySource {
     part_size: usize,
     location: String,
     skip_invalid: bool,
+    /// The rows' own ids (an upsert's), instead of positions.
+    ids: Option<std::sync::Arc<Vec<i64>>>,
+    /// Payload columns, one row per vector.
+    payload: Option<RecordBatch>,
 }
 
 impl ArraySource {
@@ -272,7 +276,40 @@ impl ArraySource {
             part_size: 65_536,
             location: location.into(),
             skip_invalid: false,
+            ids: None,
+            payload: None,
         })
+    }
+
+    /// Give row `i` the id `ids[i]` instead of `i` (checked for repeats like
+    /// an id column), and carry `payload`'s row `i` with it.
+    ///
+    /// # Errors
+    /// [`BuildError::BadParameter`] when `ids` or `payload` has another row
+    /// count than the vectors.
+    pub fn with_ids(
+        mut self,
+        ids: Vec<i64>,
+        payload: Option<RecordBatch>,
+    ) -> Result<Self, BuildError> {
+        let rows = self.rows();
+        if ids.len() != rows {
+            return Err(BuildError::BadParameter {
+                name: "ids",
+                reason: format!("{} ids for {rows} vectors", ids.len()),
+            });
+        }
+        if let Some(p) = &payload
+            && p.num_rows() != rows
+        {
+            return Err(BuildError::BadParameter {
+                name: "payload",
+                reason: format!("{} payload rows for {rows} vectors", p.num_rows()),
+            });
+        }
+        self.ids = Some(std::sync::Arc::new(ids));
+        self.payload = payload;
+        Ok(self)
     }
 
     /// Skip rows holding NaN or ±∞ instead of failing (the build counts
@@ -318,6 +355,7 @@ impl VectorSource for ArraySource {
         let all = &self.vectors[r.start * dim..r.end * dim];
         let mut rowids = Vec::with_capacity(r.len());
         let mut vectors = Vec::with_capacity(all.len());
+        let mut kept: Vec<u32> = Vec::with_capacity(r.len());
         for (i, row) in r.clone().zip(all.chunks_exact(dim)) {
             if let Some(&value) = row.iter().find(|v| !v.is_finite()) {
                 if self.skip_invalid {
@@ -329,14 +367,33 @@ impl VectorSource for ArraySource {
                     value,
                 });
             }
-            rowids.push(i as i64);
+            rowids.push(self.ids.as_ref().map_or(i as i64, |ids| ids[i]));
+            kept.push(i as u32);
             vectors.extend_from_slice(row);
         }
+        let payload = match &self.payload {
+            Some(p) => Some(
+                arrow::compute::take_record_batch(p, &arrow::array::UInt32Array::from(kept))
+                    .map_err(|e| BuildError::Arrow(e.to_string()))?,
+            ),
+            None => None,
+        };
         Ok(VectorBatch {
             rowids,
             vectors,
-            payload: None,
+            payload,
         })
+    }
+
+    fn ids_may_repeat(&self) -> bool {
+        self.ids.is_some()
+    }
+
+    fn payload_fields(&self) -> Vec<FieldRef> {
+        self.payload
+            .as_ref()
+            .map(|p| p.schema().fields().iter().cloned().collect())
+            .unwrap_or_default()
     }
 
     fn definition(&self) -> SourceDefinition {

@@ -1,0 +1,486 @@
+//! Tables with their own ids (issue #29): `refresh --id-column` follows files
+//! gained, lost and rewritten (the ids of each file are recorded in
+//! `source-ids.parquet`), a rewrite that keeps size and mtime is seen with
+//! content hashes, and `delete`/`upsert` by id give the answers of a fresh
+//! build over the resulting rows. Exhaustive search without codes is exact,
+//! so "equals a fresh build" is "equals brute force over the rows".
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::path::Path;
+use parqivf::builder::mutate::{UpsertRows, delete, delete_where, upsert};
+use parqivf::builder::refresh::{CompactPolicy, RefreshParams, refresh};
+use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec, build, open_source};
+use parqivf::format::warehouse::{self, WarehouseError};
+use parqivf::index::{Index, SearchParams};
+use parqivf::store::options::StoreOptions;
+
+use crate::support;
+use crate::support::files::write_parquet;
+
+const DIM: usize = 8;
+const NLIST: u32 = 8;
+const FILES: i64 = 20;
+const ROWS: i64 = 30;
+
+fn params() -> BuildParams {
+    BuildParams {
+        nlist: NLIST,
+        codes: None,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    }
+}
+
+fn spec(dir: &std::path::Path) -> SourceSpec {
+    SourceSpec {
+        source: dir.to_str().unwrap().to_string(),
+        column: "emb".into(),
+        id_column: Some("id".into()),
+        ..SourceSpec::default()
+    }
+}
+
+/// The table: file name → rows (id, vector). File `f` holds ids that are
+/// not positions: `f * 1000 + 7 .. + ROWS`.
+type Table = BTreeMap<String, Vec<(i64, Vec<f32>)>>;
+
+fn file_rows(f: i64, seed: u64) -> Vec<(i64, Vec<f32>)> {
+    let ids = f * 1000 + 7..f * 1000 + 7 + ROWS;
+    let values = support::fixtures::dataset(ROWS as usize, DIM, seed);
+    ids.zip(values.chunks(DIM).map(<[f32]>::to_vec)).collect()
+}
+
+fn write(dir: &std::path::Path, table: &mut Table, name: &str, rows: Vec<(i64, Vec<f32>)>) {
+    let ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    let values: Vec<f32> = rows.iter().flat_map(|r| r.1.clone()).collect();
+    let batch = support::files::vectors_with_ids(0..ids.len() as i64, &values, DIM);
+    // The helper numbers ids 0..n: put the file's own ids in.
+    let batch = arrow::array::RecordBatch::try_new(
+        batch.schema(),
+        vec![
+            Arc::new(arrow::array::Int64Array::from(ids)),
+            batch.column(1).clone(),
+        ],
+    )
+    .unwrap();
+    write_parquet(dir, name, &batch);
+    table.insert(name.to_string(), rows);
+}
+
+fn all_rows(table: &Table) -> Vec<(i64, Vec<f32>)> {
+    table.values().flatten().cloned().collect()
+}
+
+fn local() -> (tempfile::TempDir, Arc<dyn ObjectStore>, Path) {
+    let dir = tempfile::tempdir().unwrap();
+    let (store, root) = parqivf::store::location::open(dir.path().to_str().unwrap()).unwrap();
+    (dir, store, root)
+}
+
+/// The rowids of an exhaustive search of the current version.
+async fn exhaustive(store: &Arc<dyn ObjectStore>, index: &Path, q: &[f32], k: usize) -> Vec<i64> {
+    let idx = Index::open_current(store.clone(), index).await.unwrap();
+    let p = SearchParams {
+        k,
+        nprobe: NLIST as usize,
+        ..SearchParams::default()
+    };
+    idx.search(q, &p)
+        .await
+        .unwrap()
+        .hits
+        .iter()
+        .map(|h| h.rowid)
+        .collect()
+}
+
+/// Exhaustive top-10 equals brute force over `rows` for 20 queries, and a
+/// k beyond the table returns every live id exactly once.
+async fn check(what: &str, store: &Arc<dyn ObjectStore>, index: &Path, rows: &[(i64, Vec<f32>)]) {
+    for (i, q) in support::fixtures::dataset(20, DIM, 99)
+        .chunks(DIM)
+        .enumerate()
+    {
+        assert_eq!(
+            exhaustive(store, index, q, 10).await,
+            support::fixtures::nearest_ids(rows, q, 10),
+            "{what}: query {i}"
+        );
+    }
+    let mut all = exhaustive(store, index, &rows[0].1, rows.len() + 50).await;
+    all.sort_unstable();
+    let mut ids: Vec<i64> = rows.iter().map(|r| r.0).collect();
+    ids.sort_unstable();
+    assert_eq!(all, ids, "{what}: every live id exactly once");
+}
+
+async fn build_from(src: &std::path::Path, store: &Arc<dyn ObjectStore>, index: &Path) {
+    let source = open_source(&spec(src), &StoreOptions::default())
+        .await
+        .unwrap();
+    build(source, store.clone(), index, &params())
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_with_an_id_column_follows_a_file_gained_lost_and_rewritten() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..FILES {
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
+    }
+    let (_i, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    check("built", &store, &index, &all_rows(&table)).await;
+
+    // Gains one, loses one, one rewritten with changed vectors (same ids).
+    write(src.path(), &mut table, "part-20.parquet", file_rows(20, 20));
+    std::fs::remove_file(src.path().join("part-03.parquet")).unwrap();
+    table.remove("part-03.parquet");
+    let rewritten: Vec<(i64, Vec<f32>)> = file_rows(5, 500);
+    write(src.path(), &mut table, "part-05.parquet", rewritten);
+    let s = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!(s.version, Some(2));
+    assert_eq!(s.rows_added, 2 * ROWS as u64, "{s:?}");
+    assert_eq!(s.rows_removed, 2 * ROWS as u64, "{s:?}");
+    assert_eq!(s.rows_skipped, 0);
+    check("refreshed", &store, &index, &all_rows(&table)).await;
+
+    // The same answers as a fresh build of the table as it is now.
+    let (_j, fresh_store, fresh) = local();
+    build_from(src.path(), &fresh_store, &fresh).await;
+    for q in support::fixtures::dataset(20, DIM, 7).chunks(DIM) {
+        assert_eq!(
+            exhaustive(&store, &index, q, 10).await,
+            exhaustive(&fresh_store, &fresh, q, 10).await
+        );
+    }
+
+    // The rewritten file changes again and the new one goes: each refresh
+    // deletes exactly the rows the file held.
+    write(src.path(), &mut table, "part-05.parquet", file_rows(5, 501));
+    std::fs::remove_file(src.path().join("part-20.parquet")).unwrap();
+    table.remove("part-20.parquet");
+    refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    check("refreshed twice", &store, &index, &all_rows(&table)).await;
+}
+
+/// The finding of issue #29: a file rewritten in place, same size, its
+/// mtime put back, is invisible to size+ETag; with `content_hash` it is a
+/// change, and its new vectors are answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rewrite_that_keeps_size_and_mtime_is_seen_with_content_hashes() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..3 {
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
+    }
+    let (_i, store, index) = local();
+    let hashed = SourceSpec {
+        content_hash: true,
+        ..spec(src.path())
+    };
+    let source = open_source(&hashed, &StoreOptions::default())
+        .await
+        .unwrap();
+    build(source, store.clone(), &index, &params())
+        .await
+        .unwrap();
+    // The control: the same table without content hashes.
+    let (_j, plain_store, plain) = local();
+    build_from(src.path(), &plain_store, &plain).await;
+
+    // Change one value of part-01 in place (the file is uncompressed and
+    // its values PLAIN or in a PLAIN dictionary), then restore the mtime.
+    let path = src.path().join("part-01.parquet");
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    let rows = table.get_mut("part-01.parquet").unwrap();
+    let old = rows[4].1[0].to_le_bytes();
+    let at = bytes
+        .windows(4)
+        .position(|w| w == old)
+        .expect("the value's bytes are in the file");
+    let new_value = 9.5f32;
+    bytes[at..at + 4].copy_from_slice(&new_value.to_le_bytes());
+    rows[4].1[0] = new_value;
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        f.seek(SeekFrom::Start(0)).unwrap();
+        f.write_all(&bytes).unwrap();
+        f.set_modified(mtime).unwrap();
+    }
+    let s = refresh(
+        plain_store.clone(),
+        &plain,
+        &RefreshParams::default(),
+        &params(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        s.version, None,
+        "size and ETag alone do not see the rewrite"
+    );
+    let s = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    assert_eq!(
+        (s.version, s.rows_removed, s.rows_added),
+        (Some(2), 30, 30),
+        "{s:?}"
+    );
+    check("rewritten in place", &store, &index, &all_rows(&table)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delete_and_upsert_by_id_answer_like_a_fresh_build_and_survive_a_refresh() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..FILES {
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
+    }
+    let (_i, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    let mut rows = all_rows(&table);
+
+    // Delete 1 % of the ids (and one that is not there).
+    let gone: Vec<i64> = rows.iter().step_by(100).map(|r| r.0).collect();
+    let mut asked = gone.clone();
+    asked.push(-5);
+    let s = delete(
+        store.clone(),
+        &index,
+        &asked,
+        &params(),
+        CompactPolicy::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        (s.version, s.rows_removed, s.ids_not_found),
+        (Some(2), gone.len() as u64, 1)
+    );
+    rows.retain(|r| !gone.contains(&r.0));
+    check("deleted", &store, &index, &rows).await;
+
+    // Upsert 1 %: half replace live rows (new vectors), half are new ids.
+    let replaced: Vec<i64> = rows.iter().skip(1).step_by(200).map(|r| r.0).collect();
+    let new_ids: Vec<i64> = (0..replaced.len() as i64).map(|i| 900_000 + i).collect();
+    let ids: Vec<i64> = replaced.iter().chain(&new_ids).copied().collect();
+    let vectors = support::fixtures::dataset(ids.len(), DIM, 4242);
+    let s = upsert(
+        store.clone(),
+        &index,
+        UpsertRows {
+            ids: ids.clone(),
+            vectors: vectors.clone(),
+            payload: None,
+        },
+        &params(),
+        CompactPolicy::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(s.version, Some(3));
+    assert_eq!(
+        (s.rows_added, s.rows_removed),
+        (ids.len() as u64, replaced.len() as u64)
+    );
+    assert_eq!(s.ids_not_found, new_ids.len() as u64);
+    rows.retain(|r| !replaced.contains(&r.0));
+    rows.extend(
+        ids.iter()
+            .copied()
+            .zip(vectors.chunks(DIM).map(<[f32]>::to_vec)),
+    );
+    check("upserted", &store, &index, &rows).await;
+
+    // The file that held an upserted id goes: its other rows go, the
+    // upserted row (the API's now) stays.
+    let owner = table
+        .iter()
+        .find(|(_, r)| r.iter().any(|(id, _)| *id == replaced[0]))
+        .map(|(name, _)| name.clone())
+        .unwrap();
+    std::fs::remove_file(src.path().join(&owner)).unwrap();
+    let held: Vec<i64> = table[&owner].iter().map(|r| r.0).collect();
+    rows.retain(|r| r.0 == replaced[0] || !held.contains(&r.0));
+    refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap();
+    check("owner gone", &store, &index, &rows).await;
+
+    // A compaction keeps the answers and the ownership.
+    let policy = CompactPolicy {
+        deltas_above: Some(0),
+        ..CompactPolicy::default()
+    };
+    let s = delete(store.clone(), &index, &[rows[0].0], &params(), policy)
+        .await
+        .unwrap();
+    assert!(s.compacted.is_some(), "{s:?}");
+    rows.remove(0);
+    check("compacted", &store, &index, &rows).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_mutations_are_typed_errors_and_publish_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    write(src.path(), &mut table, "a.parquet", file_rows(0, 1));
+    let (_i, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    let up = |ids: Vec<i64>, vectors: Vec<f32>| UpsertRows {
+        ids,
+        vectors,
+        payload: None,
+    };
+    let none = CompactPolicy::default();
+    let e = upsert(
+        store.clone(),
+        &index,
+        up(vec![1, 1], vec![0.5; 2 * DIM]),
+        &params(),
+        none,
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(e, BuildError::DuplicateId { id: 1, .. }), "{e}");
+    let e = upsert(
+        store.clone(),
+        &index,
+        up(vec![1], vec![0.5; DIM + 1]),
+        &params(),
+        none,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        e.to_string().contains("9 values for 1 ids of dimension 8"),
+        "{e}"
+    );
+    let mut bad = vec![0.5; DIM];
+    bad[3] = f32::NAN;
+    let e = upsert(store.clone(), &index, up(vec![1], bad), &params(), none)
+        .await
+        .unwrap_err();
+    assert!(matches!(e, BuildError::NonFiniteValue { .. }), "{e}");
+    let e = delete_where(store.clone(), &index, "nope = 1", &params(), none)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(e, BuildError::BadParameter { name: "where", .. }),
+        "{e}"
+    );
+    // Nothing to delete: nothing published.
+    let s = delete(store.clone(), &index, &[123_456], &params(), none)
+        .await
+        .unwrap();
+    assert_eq!((s.version, s.ids_not_found), (None, 1));
+    let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+    assert_eq!(current.version, 1, "nothing published");
+
+    // An index whose rowids are positions refuses an upsert.
+    let (_j, store2, index2) = local();
+    let positional = SourceSpec {
+        id_column: None,
+        payload: vec!["id".into()],
+        ..spec(src.path())
+    };
+    let source = open_source(&positional, &StoreOptions::default())
+        .await
+        .unwrap();
+    build(source, store2.clone(), &index2, &params())
+        .await
+        .unwrap();
+    let e = upsert(
+        store2.clone(),
+        &index2,
+        up(vec![1], vec![0.5; DIM]),
+        &params(),
+        none,
+    )
+    .await
+    .unwrap_err();
+    assert!(
+        matches!(
+            &e,
+            BuildError::Mutation {
+                operation: "upsert",
+                ..
+            }
+        ) && e.to_string().contains("--id-column"),
+        "{e}"
+    );
+    // … but deletes by a payload filter.
+    let s = delete_where(store2.clone(), &index2, "id < 10", &params(), none)
+        .await
+        .unwrap();
+    assert_eq!(s.rows_removed, 3, "ids 7, 8, 9");
+    let left: Vec<(i64, Vec<f32>)> = table["a.parquet"]
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.0 >= 10)
+        .map(|(pos, r)| (pos as i64, r.1.clone()))
+        .collect();
+    check("deleted where", &store2, &index2, &left).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn racing_deletes_give_one_winner_and_the_loser_deletes_nothing() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    write(src.path(), &mut table, "a.parquet", file_rows(0, 1));
+    let (_i, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    let rows = all_rows(&table);
+    let none = CompactPolicy::default();
+    let (first, second, p) = ([rows[0].0], [rows[1].0], params());
+    let (a, b) = tokio::join!(
+        delete(store.clone(), &index, &first, &p, none),
+        delete(store.clone(), &index, &second, &p, none)
+    );
+    let (won, lost, err) = match (a, b) {
+        (Ok(_), Err(e)) => (rows[0].0, rows[1].0, e),
+        (Err(e), Ok(_)) => (rows[1].0, rows[0].0, e),
+        other => panic!("expected one winner, got {other:?}"),
+    };
+    assert!(
+        matches!(
+            err,
+            BuildError::Warehouse(WarehouseError::Conflict { version: 2, .. })
+        ),
+        "{err}"
+    );
+    let left: Vec<(i64, Vec<f32>)> = rows.iter().filter(|r| r.0 != won).cloned().collect();
+    check("after the race", &store, &index, &left).await;
+    assert!(
+        left.iter().any(|r| r.0 == lost),
+        "the loser deleted nothing"
+    );
+}
