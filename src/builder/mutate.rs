@@ -200,6 +200,20 @@ pub async fn upsert(
     apply(store, index, (commit, snapshot), changes, how).await
 }
 
+/// The payload columns of the current version of the index at `index`:
+/// what [`UpsertRows::payload`] must hold.
+///
+/// # Errors
+/// No snapshot, unreadable documents or footers.
+pub async fn payload_schema(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<arrow::datatypes::SchemaRef, BuildError> {
+    let (_, snapshot) = current(store, index).await?;
+    let fields = payload_fields(store, &snapshot).await?;
+    Ok(Arc::new(arrow::datatypes::Schema::new(fields)))
+}
+
 /// An upsert needs the table's own ids.
 fn check_upsert(index: &Path, snapshot: &Snapshot) -> Result<(), BuildError> {
     let refuse = |reason: &str| BuildError::Mutation {

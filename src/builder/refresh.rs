@@ -667,7 +667,6 @@ pub(super) async fn apply(
     if changes.added.is_none()
         && changes.removed.is_empty()
         && changes.source == snapshot.definition.source
-        && changes.empty_files == 0
     {
         summary.seconds = super::job::secs(t0.elapsed());
         return Ok(summary);

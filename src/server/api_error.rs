@@ -194,6 +194,9 @@ impl From<BackendError> for ApiError {
                     "the stored index is inconsistent (the server log names the object)",
                 )
             },
+            BackendError::Conflict { message, .. } => {
+                Self::new(StatusCode::CONFLICT, "conflict", message)
+            }
         }
     }
 }

@@ -71,6 +71,28 @@ pub enum BackendError {
     /// The stored index is inconsistent (e.g. a row-group cid contradicts its statistics).
     #[error("corrupt index at {location}: {message}")]
     Corrupt { location: String, message: String },
+    /// Another publisher committed the version a change was writing; it
+    /// changed nothing (retry).
+    #[error("conflict at {location}: {message}")]
+    Conflict { location: String, message: String },
+}
+
+/// A change by id (`POST /v1/indexes/{name}/delete|upsert`), published as
+/// the next version of the index.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Change {
+    /// Delete the live rows with these ids.
+    Delete { ids: Vec<i64> },
+    /// Delete the live rows whose payload matches this SQL filter.
+    DeleteWhere { filter: String },
+    /// Write these rows (`ids.len()` vectors, row-major); each id's live row
+    /// is replaced. `payload`: one JSON object per row with the index's
+    /// payload columns.
+    Upsert {
+        ids: Vec<i64>,
+        vectors: Vec<f32>,
+        payload: Option<Vec<serde_json::Value>>,
+    },
 }
 
 /// One opened, immutable index snapshot.
@@ -112,4 +134,24 @@ pub trait BackendLoader: Send + Sync + 'static {
     /// [`BackendError::Storage`] when the store fails, [`BackendError::Corrupt`]
     /// or [`BackendError::BadRequest`] when the location holds no valid index.
     async fn load(&self, location: &str) -> Result<Arc<dyn SearchBackend>, BackendError>;
+
+    /// Publishes `change` to the index at `location` as its next version and
+    /// returns what was done (the library's summary, as JSON). The default
+    /// refuses: a loader that serves something other than an index store
+    /// cannot change it.
+    ///
+    /// # Errors
+    /// [`BackendError::BadRequest`] for a change the index refuses,
+    /// [`BackendError::Conflict`] for a lost race, and storage errors.
+    async fn change(
+        &self,
+        location: &str,
+        change: Change,
+    ) -> Result<serde_json::Value, BackendError> {
+        let _ = (location, change);
+        Err(BackendError::BadRequest {
+            code: "not_supported",
+            message: "this server cannot change its indexes".into(),
+        })
+    }
 }

@@ -12,8 +12,10 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 
-use super::backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchBackend};
+use super::backend::{BackendError, BackendLoader, CacheState, Change, IndexInfo, SearchBackend};
 use crate::Error;
+use crate::builder::refresh::CompactPolicy;
+use crate::builder::{BuildError, BuildParams, ProgressMode};
 use crate::format::snapshot::SnapshotError;
 use crate::format::warehouse::{self, Commit, WarehouseError};
 use crate::index::{Index, IndexError, IndexOptions, Preload, SearchParams, SearchResult};
@@ -122,6 +124,58 @@ fn index_info(index: &Index, label: String, preload: Preload) -> IndexInfo {
     }
 }
 
+/// A change's [`BuildError`] by class: what the caller got wrong is a 400
+/// with a stable code, a lost race a 409, the store a 503, the rest a 500.
+fn classify_change(location: &str, e: BuildError) -> BackendError {
+    let message = e.to_string();
+    let bad = |code: &'static str| BackendError::BadRequest {
+        code,
+        message: message.clone(),
+    };
+    match e {
+        BuildError::BadParameter { .. } | BuildError::BadShape { .. } => bad("invalid_change"),
+        BuildError::DuplicateId { .. } => bad("duplicate_id"),
+        BuildError::NonFiniteValue { .. } | BuildError::NoDirection { .. } => {
+            bad("non_finite_value")
+        }
+        BuildError::Mutation { .. } => bad("not_supported"),
+        BuildError::Warehouse(WarehouseError::Conflict { .. }) => BackendError::Conflict {
+            location: location.to_string(),
+            message,
+        },
+        BuildError::Store(_)
+        | BuildError::Unreadable { .. }
+        | BuildError::Warehouse(WarehouseError::Store(_)) => BackendError::Storage {
+            location: location.to_string(),
+            message,
+        },
+        _ => BackendError::Corrupt {
+            location: location.to_string(),
+            message,
+        },
+    }
+}
+
+/// JSON payload rows as a batch of the index's payload columns.
+fn payload_batch(
+    schema: arrow::datatypes::SchemaRef,
+    rows: &[serde_json::Value],
+) -> Result<arrow::array::RecordBatch, BuildError> {
+    let bad = |e: arrow::error::ArrowError| BuildError::BadParameter {
+        name: "payload",
+        reason: e.to_string(),
+    };
+    let mut decoder = arrow::json::ReaderBuilder::new(schema.clone())
+        .with_batch_size(rows.len().max(1))
+        .build_decoder()
+        .map_err(bad)?;
+    decoder.serialize(rows).map_err(bad)?;
+    Ok(decoder
+        .flush()
+        .map_err(bad)?
+        .unwrap_or_else(|| arrow::array::RecordBatch::new_empty(schema)))
+}
+
 impl IndexLoader {
     fn open_store(
         &self,
@@ -138,6 +192,52 @@ impl IndexLoader {
 
 #[async_trait]
 impl BackendLoader for IndexLoader {
+    async fn change(
+        &self,
+        location: &str,
+        change: Change,
+    ) -> Result<serde_json::Value, BackendError> {
+        use crate::builder::mutate;
+        let (store, path) = self.open_store(location)?;
+        let build = BuildParams {
+            progress: ProgressMode::Quiet,
+            ..BuildParams::default()
+        };
+        let policy = CompactPolicy::default();
+        let done = match change {
+            Change::Delete { ids } => mutate::delete(store, &path, &ids, &build, policy).await,
+            Change::DeleteWhere { filter } => {
+                mutate::delete_where(store, &path, &filter, &build, policy).await
+            }
+            Change::Upsert {
+                ids,
+                vectors,
+                payload,
+            } => {
+                let payload = match payload {
+                    Some(rows) => mutate::payload_schema(&store, &path)
+                        .await
+                        .and_then(|schema| payload_batch(schema, &rows))
+                        .map(Some),
+                    None => Ok(None),
+                };
+                match payload {
+                    Ok(payload) => {
+                        let rows = mutate::UpsertRows {
+                            ids,
+                            vectors,
+                            payload,
+                        };
+                        mutate::upsert(store, &path, rows, &build, policy).await
+                    }
+                    Err(e) => Err(e),
+                }
+            }
+        }
+        .map_err(|e| classify_change(location, e))?;
+        Ok(serde_json::to_value(done).unwrap_or_default())
+    }
+
     async fn current_snapshot(&self, location: &str) -> Result<String, BackendError> {
         let (store, path) = self.open_store(location)?;
         let commit = warehouse::current(&store, &path)

@@ -373,6 +373,8 @@ fn router(app: Arc<AppState>) -> Router {
         ));
     let admin = Router::new()
         .route(routes::RELOAD, post(routes::reload))
+        .route(routes::DELETE, post(routes::delete))
+        .route(routes::UPSERT, post(routes::upsert))
         .route_layer(axum::middleware::from_fn_with_state(
             app.auth.clone(),
             auth::require_token,

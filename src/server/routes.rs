@@ -22,7 +22,7 @@ use serde_json::{Value, json};
 
 use super::api_error::ApiError;
 use super::auth::Authenticated;
-use super::backend::IndexInfo;
+use super::backend::{Change, IndexInfo};
 use super::limits::Limits;
 use super::reload::ReloadError;
 use super::state::AppState;
@@ -35,6 +35,8 @@ pub const INDEXES: &str = "/v1/indexes";
 pub const INDEX: &str = "/v1/indexes/{name}";
 pub const SEARCH: &str = "/v1/indexes/{name}/search";
 pub const RELOAD: &str = "/v1/indexes/{name}/reload";
+pub const DELETE: &str = "/v1/indexes/{name}/delete";
+pub const UPSERT: &str = "/v1/indexes/{name}/upsert";
 /// Largest re-rank factor a request may ask for (k × rerank candidates are
 /// kept per query).
 pub const MAX_RERANK: u64 = 1000;
@@ -378,6 +380,159 @@ pub async fn reload(
     };
     app.metrics.record_reload(&name, label);
     Ok(Json(json!(outcome?)))
+}
+
+/// `POST /v1/indexes/{name}/delete` body: exactly one of `ids` and `filter`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteBody {
+    pub ids: Option<Vec<i64>>,
+    /// A SQL `WHERE` expression over the payload columns.
+    pub filter: Option<String>,
+}
+
+/// `POST /v1/indexes/{name}/upsert` body: one vector (and optionally one
+/// payload object) per id.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UpsertBody {
+    pub ids: Vec<i64>,
+    pub vectors: Vec<Vec<f64>>,
+    pub payload: Option<Vec<Value>>,
+}
+
+/// A checked delete or upsert body as the backend's [`Change`]: the shapes
+/// here (the body limit bounds the rows); the values (finite, the payload
+/// columns, repeated ids) are the library's to refuse.
+///
+/// # Errors
+/// 400 `invalid_request` (neither or both of `ids`/`filter`, counts that
+/// differ), `wrong_dimension`, `invalid_filter` (too long).
+fn checked_change(
+    delete: Option<DeleteBody>,
+    upsert: Option<UpsertBody>,
+    info: &IndexInfo,
+) -> Result<Change, ApiError> {
+    match (delete, upsert) {
+        (
+            Some(DeleteBody {
+                ids: Some(ids),
+                filter: None,
+            }),
+            None,
+        ) => Ok(Change::Delete { ids }),
+        (
+            Some(DeleteBody {
+                ids: None,
+                filter: Some(filter),
+            }),
+            None,
+        ) => {
+            if filter.len() > crate::filter::MAX_FILTER_BYTES {
+                return Err(ApiError::bad_request(
+                    "invalid_filter",
+                    format!(
+                        "the filter has {} bytes; the limit is {}",
+                        filter.len(),
+                        crate::filter::MAX_FILTER_BYTES
+                    ),
+                ));
+            }
+            Ok(Change::DeleteWhere { filter })
+        }
+        (Some(_), _) => Err(ApiError::bad_request(
+            "invalid_request",
+            "give either \"ids\" or \"filter\"",
+        )),
+        (None, Some(body)) => {
+            let n = body.ids.len();
+            if body.vectors.len() != n || body.payload.as_ref().is_some_and(|p| p.len() != n) {
+                return Err(ApiError::bad_request(
+                    "invalid_request",
+                    format!(
+                        "{n} ids, {} vectors and {} payload rows: give one of each per id",
+                        body.vectors.len(),
+                        body.payload.as_ref().map_or(n, Vec::len)
+                    ),
+                ));
+            }
+            let mut vectors = Vec::with_capacity(n * info.dim);
+            for (i, v) in body.vectors.iter().enumerate() {
+                if v.len() != info.dim {
+                    return Err(ApiError::bad_request(
+                        "wrong_dimension",
+                        format!(
+                            "vectors[{i}] has {} values; the index has dimension {}",
+                            v.len(),
+                            info.dim
+                        ),
+                    ));
+                }
+                // Beyond the f32 range becomes infinity: the index refuses it.
+                vectors.extend(v.iter().map(|&x| x as f32));
+            }
+            Ok(Change::Upsert {
+                ids: body.ids,
+                vectors,
+                payload: body.payload,
+            })
+        }
+        (None, None) => Err(ApiError::internal("a change route without a body")),
+    }
+}
+
+/// `POST /v1/indexes/{name}/delete` (behind the token).
+pub async fn delete(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    check_content_type(&request)?;
+    let body = read_body(&app, request).await?;
+    let body: DeleteBody = parse_body(&body)?;
+    change(&app, name, Some(body), None).await
+}
+
+/// `POST /v1/indexes/{name}/upsert` (behind the token).
+pub async fn upsert(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+    request: Request,
+) -> Result<Json<Value>, ApiError> {
+    check_content_type(&request)?;
+    let body = read_body(&app, request).await?;
+    let body: UpsertBody = parse_body(&body)?;
+    change(&app, name, None, Some(body)).await
+}
+
+/// Publish a checked change and serve the version it made.
+async fn change(
+    app: &AppState,
+    name: String,
+    delete: Option<DeleteBody>,
+    upsert: Option<UpsertBody>,
+) -> Result<Json<Value>, ApiError> {
+    let backend = app
+        .registry
+        .get(&name)
+        .ok_or_else(|| ApiError::unknown_index(&name))?;
+    let change = checked_change(delete, upsert, &backend.info())?;
+    let (done, reload) = app
+        .registry
+        .change(&name, change)
+        .await
+        .ok_or_else(|| ApiError::unknown_index(&name))??;
+    app.metrics.record_reload(
+        &name,
+        if reload.changed {
+            "swapped"
+        } else {
+            "unchanged"
+        },
+    );
+    Ok(Json(
+        json!({ "index": name, "change": done, "snapshot": reload.snapshot }),
+    ))
 }
 
 /// `GET /healthz`.

@@ -484,3 +484,140 @@ async fn racing_deletes_give_one_winner_and_the_loser_deletes_nothing() {
         "the loser deleted nothing"
     );
 }
+
+/// `POST /v1/indexes/{name}/delete|upsert`: behind the token, published as
+/// the next version and served at once; answers equal brute force over the
+/// resulting rows; bad bodies are 400s with codes, a race loser a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_delete_and_upsert_publish_and_serve_the_next_version() {
+    use parqivf::server::index_backend::IndexLoader;
+    use parqivf::server::{Server, ServerConfig};
+    use serde_json::{Value, json};
+
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..5 {
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let location = dir.path().join("idx").display().to_string();
+    let (store, index) = parqivf::store::location::open(&location).unwrap();
+    build_from(src.path(), &store, &index).await;
+    let config = ServerConfig {
+        addr: "127.0.0.1:0".parse().unwrap(),
+        indexes: vec![("docs".into(), location.clone())],
+        auth_token: support::server::token(),
+        ..ServerConfig::default()
+    };
+    let server = Server::bind(config, Arc::new(IndexLoader::default()))
+        .await
+        .unwrap();
+    let base = format!("http://{}/v1/indexes/docs", server.local_addr());
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(server.run(async {
+        let _ = stopped.await;
+    }));
+    let client = reqwest::Client::new();
+    let post = |path: &str, body: Value, token: bool| {
+        let mut r = client.post(format!("{base}/{path}")).json(&body);
+        if token {
+            r = r.bearer_auth(support::server::TOKEN);
+        }
+        async move {
+            let r = r.send().await.unwrap();
+            (r.status().as_u16(), r.json::<Value>().await.unwrap())
+        }
+    };
+    let mut rows = all_rows(&table);
+
+    // Without the token: 401, nothing changes.
+    let (status, _) = post("delete", json!({"ids": [rows[0].0]}), false).await;
+    assert_eq!(status, 401);
+    // Delete 1 %, then upsert 1 % (one replaced, one new).
+    let gone: Vec<i64> = rows.iter().step_by(100).map(|r| r.0).collect();
+    let (status, body) = post("delete", json!({ "ids": gone }), true).await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["change"]["rows-removed"], gone.len() as u64, "{body}");
+    assert!(
+        body["snapshot"].as_str().unwrap().starts_with("v2:"),
+        "{body}"
+    );
+    rows.retain(|r| !gone.contains(&r.0));
+    let ids = [rows[3].0, 777_777];
+    let vectors = support::fixtures::dataset(2, DIM, 31);
+    let (status, body) = post(
+        "upsert",
+        json!({"ids": ids, "vectors": vectors.chunks(DIM).collect::<Vec<_>>()}),
+        true,
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        (
+            body["change"]["rows-added"].as_u64(),
+            body["change"]["rows-removed"].as_u64()
+        ),
+        (Some(2), Some(1))
+    );
+    rows.remove(3);
+    rows.extend(
+        ids.iter()
+            .copied()
+            .zip(vectors.chunks(DIM).map(<[f32]>::to_vec)),
+    );
+    // The server serves the new version at once, and it is right.
+    for q in support::fixtures::dataset(5, DIM, 3).chunks(DIM) {
+        let (status, body) = post(
+            "search",
+            json!({"vector": q, "k": 10, "nprobe": NLIST}),
+            true,
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let got: Vec<i64> = body["results"][0]["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["rowid"].as_i64().unwrap())
+            .collect();
+        assert_eq!(got, support::fixtures::nearest_ids(&rows, q, 10));
+        assert!(body["snapshot"].as_str().unwrap().starts_with("v3:"));
+    }
+    check("over http", &store, &index, &rows).await;
+    // Bad bodies.
+    let (status, body) = post("delete", json!({"ids": [1], "filter": "id = 1"}), true).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_request")),
+        "{body}"
+    );
+    let (status, body) = post("upsert", json!({"ids": [1], "vectors": [[1.0]]}), true).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("wrong_dimension")),
+        "{body}"
+    );
+    let (status, body) = post(
+        "upsert",
+        json!({"ids": [5, 5], "vectors": [vec![0.5; DIM], vec![0.5; DIM]]}),
+        true,
+    )
+    .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("duplicate_id")),
+        "{body}"
+    );
+    let (status, body) = post("delete", json!({"filter": "nope = 1"}), true).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (400, Some("invalid_change")),
+        "{body}"
+    );
+    stop.send(()).ok();
+}
