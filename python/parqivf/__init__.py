@@ -28,7 +28,9 @@ from ._parqivf import (
     __version__,
     build,
     compact,
+    delete,
     refresh,
+    upsert,
     verify,
 )
 
@@ -46,6 +48,8 @@ __all__ = [
     "__version__",
     "build",
     "compact",
+    "delete",
     "refresh",
+    "upsert",
     "verify",
 ]

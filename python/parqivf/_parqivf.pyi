@@ -60,6 +60,7 @@ def build(
     codes: Literal["rabitq4", "sq8", "none"] = "rabitq4",
     memory_limit: int = 2 << 30,
     skip_invalid: bool = False,
+    content_hash: bool = False,
     storage_options: StorageOptions = None,
 ) -> Dict[str, Any]:
     """Builds an index of ``source`` and publishes it as the next version at ``out``.
@@ -83,6 +84,7 @@ def refresh(
     retrain_above: Optional[float] = None,
     storage_options: StorageOptions = None,
     memory_limit: Optional[int] = None,
+    compact_above: Optional[int] = None,
 ) -> Dict[str, Any]:
     """Brings the index up to date with its table as the next version (the
     summary of ``parqivf refresh --json``): new rows as a delta table
@@ -101,6 +103,35 @@ def compact(
     centroids, as the next version (``parqivf compact --json``).
     ``memory_limit`` bounds the bytes held before spilling, as for ``build``
     and ``refresh``."""
+
+def delete(
+    index: str,
+    ids: Optional[Union[np.ndarray, Sequence[int]]] = None,
+    where: Optional[str] = None,
+    storage_options: StorageOptions = None,
+    memory_limit: Optional[int] = None,
+    compact_above: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Deletes the live rows with ``ids``, or whose payload matches the SQL
+    filter ``where``, as the next version (``parqivf delete --json``:
+    ``rows-removed``, ``ids-not-found``, ``version``). A lost race raises
+    ``Conflict`` and deletes nothing. ``compact_above``: compact right after
+    when the index then has more delta tables than this."""
+
+def upsert(
+    index: str,
+    ids: Union[np.ndarray, Sequence[int]],
+    vectors: np.ndarray,
+    payload: Any = None,
+    storage_options: StorageOptions = None,
+    memory_limit: Optional[int] = None,
+    compact_above: Optional[int] = None,
+) -> Dict[str, Any]:
+    """Writes rows by id as the next version: each id's live row is
+    replaced, new ids are added (``parqivf upsert --json``). ``vectors`` is
+    float32 ``(n, d)``; ``payload`` a ``pyarrow.Table`` or ``RecordBatch`` of
+    the index's payload columns, one row per id. Needs an index with ids of
+    its own (built with ``id_column``, or from a vector file)."""
 
 def verify(location: str, storage_options: StorageOptions = None, orphans: bool = False) -> Dict[str, Any]:
     """Checks every rule of the format for a postings table, a snapshot or an

@@ -131,6 +131,7 @@ fn build_error(e: &BuildError, message: String) -> PyErr {
         | B::SortColumn { .. }
         | B::BadShape { .. }
         | B::Location(_)
+        | B::Mutation { .. }
         | B::KMeans(_) => InvalidArgument::new_err(message),
         B::Warehouse(w) => warehouse_error(w, message),
         B::Store(_) | B::Spill { .. } | B::Probe(ProbeError::Store { .. }) => {
@@ -231,6 +232,7 @@ fn build_args(source: String, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Bu
             "id_column" => spec.id_column = Some(text()?),
             "payload" => spec.payload = value.extract()?,
             "skip_invalid" => spec.skip_invalid = value.extract()?,
+            "content_hash" => spec.content_hash = value.extract()?,
             "nlist" => params.nlist = value.extract()?,
             "roots" => params.roots = Some(value.extract()?),
             "polish" => params.polish = value.extract()?,
@@ -280,7 +282,7 @@ fn build<'py>(
 /// Brings the index at `index` up to date with its table, as the next
 /// version: new rows as a delta table, removed rowids as deletions.
 #[pyfunction]
-#[pyo3(signature = (index, source=None, snapshot=None, data_path=None, retrain_above=None, storage_options=None, memory_limit=None))]
+#[pyo3(signature = (index, source=None, snapshot=None, data_path=None, retrain_above=None, storage_options=None, memory_limit=None, compact_above=None))]
 #[allow(clippy::too_many_arguments)]
 fn refresh<'py>(
     py: Python<'py>,
@@ -291,6 +293,7 @@ fn refresh<'py>(
     retrain_above: Option<f64>,
     storage_options: Option<HashMap<String, String>>,
     memory_limit: Option<usize>,
+    compact_above: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
     let options = store_options(storage_options)?;
     let params = parqivf::builder::refresh::RefreshParams {
@@ -299,12 +302,124 @@ fn refresh<'py>(
         data_path,
         retrain_above,
         store_options: options.clone(),
+        compact: compact_policy(compact_above),
     };
     let build = quiet_build(memory_limit);
     let summary = block_on(py, || async {
         let (store, path) = parqivf::store::location::open_with(&index, &options)
             .map_err(|e| BuildError::Store(e.into()))?;
         parqivf::builder::refresh::refresh(store, &path, &params, &build).await
+    })
+    .map_err(py_build_error)?;
+    to_py(py, &summary)
+}
+
+/// `compact_above` (the CLI's `--compact-above`) as a policy.
+fn compact_policy(compact_above: Option<usize>) -> parqivf::builder::refresh::CompactPolicy {
+    parqivf::builder::refresh::CompactPolicy {
+        deltas_above: compact_above,
+        ..Default::default()
+    }
+}
+
+/// Ids from a numpy integer array or a sequence of ints.
+fn ids_of(ids: &Bound<'_, PyAny>) -> PyResult<Vec<i64>> {
+    if let Ok(a) = ids.extract::<numpy::PyReadonlyArray1<'_, i64>>() {
+        return Ok(a.as_array().to_vec());
+    }
+    ids.extract::<Vec<i64>>().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "ids must be a 1-D int64 numpy array or a sequence of int, not {}",
+            ids.get_type()
+        ))
+    })
+}
+
+/// Deletes the live rows with `ids` (or matching the SQL filter `where`)
+/// from the index at `index`, as the next version.
+#[pyfunction]
+#[pyo3(signature = (index, ids=None, r#where=None, storage_options=None, memory_limit=None, compact_above=None))]
+fn delete<'py>(
+    py: Python<'py>,
+    index: String,
+    ids: Option<&Bound<'py, PyAny>>,
+    r#where: Option<String>,
+    storage_options: Option<HashMap<String, String>>,
+    memory_limit: Option<usize>,
+    compact_above: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options = store_options(storage_options)?;
+    let build = quiet_build(memory_limit);
+    let policy = compact_policy(compact_above);
+    let ids = match (ids, &r#where) {
+        (Some(ids), None) => Some(ids_of(ids)?),
+        (None, Some(_)) => None,
+        _ => return Err(invalid("give either ids or where")),
+    };
+    let summary = block_on(py, || async {
+        let (store, path) = parqivf::store::location::open_with(&index, &options)
+            .map_err(|e| BuildError::Store(e.into()))?;
+        match (ids, r#where) {
+            (Some(ids), _) => {
+                parqivf::builder::mutate::delete(store, &path, &ids, &build, policy).await
+            }
+            (None, Some(filter)) => {
+                parqivf::builder::mutate::delete_where(store, &path, &filter, &build, policy).await
+            }
+            (None, None) => unreachable!("checked above"),
+        }
+    })
+    .map_err(py_build_error)?;
+    to_py(py, &summary)
+}
+
+/// Writes rows by id to the index at `index`, as the next version: each
+/// id's live row is replaced. `vectors`: float32 `(n, d)`; `payload`: a
+/// `pyarrow.Table` or `RecordBatch` of the index's payload columns.
+#[pyfunction]
+#[pyo3(signature = (index, ids, vectors, payload=None, storage_options=None, memory_limit=None, compact_above=None))]
+#[allow(clippy::too_many_arguments)]
+fn upsert<'py>(
+    py: Python<'py>,
+    index: String,
+    ids: &Bound<'py, PyAny>,
+    vectors: &Bound<'py, PyAny>,
+    payload: Option<&Bound<'py, PyAny>>,
+    storage_options: Option<HashMap<String, String>>,
+    memory_limit: Option<usize>,
+    compact_above: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let options = store_options(storage_options)?;
+    let build = quiet_build(memory_limit);
+    let policy = compact_policy(compact_above);
+    let ids = ids_of(ids)?;
+    let (vectors, _) = f32_rows(vectors, "vectors")?;
+    let payload = match payload {
+        None => None,
+        Some(p) => {
+            let (batches, schema) = match arrow_pyarrow::Table::from_pyarrow_bound(p) {
+                Ok(t) => t.into_inner(),
+                Err(_) => {
+                    let b = RecordBatch::from_pyarrow_bound(p)?;
+                    let schema = b.schema();
+                    (vec![b], schema)
+                }
+            };
+            Some(
+                arrow::compute::concat_batches(&schema, &batches)
+                    .map_err(|e| invalid(format!("payload: {e}")))?,
+            )
+        }
+    };
+    let rows = parqivf::builder::mutate::UpsertRows {
+        ids,
+        vectors,
+        payload,
+    };
+    let summary = block_on(py, || async {
+        let (store, path) = parqivf::store::location::open_with(&index, &options)
+            .map_err(|e| BuildError::Store(e.into()))?;
+        parqivf::builder::mutate::upsert(store, &path, rows, &build, policy).await
     })
     .map_err(py_build_error)?;
     to_py(py, &summary)
@@ -896,6 +1011,8 @@ fn _parqivf(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(verify, m)?)?;
     m.add_function(wrap_pyfunction!(refresh, m)?)?;
     m.add_function(wrap_pyfunction!(compact, m)?)?;
+    m.add_function(wrap_pyfunction!(delete, m)?)?;
+    m.add_function(wrap_pyfunction!(upsert, m)?)?;
     m.add_function(wrap_pyfunction!(plan_build, m)?)?;
     m.add_function(wrap_pyfunction!(plan_info, m)?)?;
     m.add_function(wrap_pyfunction!(publish_build, m)?)?;

@@ -344,3 +344,62 @@ def test_refresh_and_compact_follow_the_table(tmp_path, data):
     assert answer() == [[titles[j] for j in row] for row in want]
     with pytest.raises(parqivf.NotFound):
         parqivf.refresh(str(tmp_path / "nothing-here"))
+
+
+def test_delete_and_upsert_by_id_answer_like_brute_force(tmp_path, data):
+    """A table with its own ids: delete 1 % by id and one row by a payload
+    filter, upsert 1 % (half replace live rows, half are new, each with its
+    payload); exhaustive answers equal brute force over the rows as they
+    are now, and the ids come back as the table's. A positional index
+    refuses an upsert, and a repeated id is an InvalidArgument."""
+    n = 600
+    x = data[:n]
+    ids = np.arange(n, dtype=np.int64) * 3 + 1000
+    folder = tmp_path / "t"
+    folder.mkdir()
+    pq.write_table(
+        pa.table({
+            "id": pa.array(ids),
+            "embedding": pa.FixedSizeListArray.from_arrays(pa.array(x.ravel()), DIM),
+            "title": pa.array([f"doc {i}" for i in range(n)]),
+        }),
+        folder / "part-0.parquet",
+    )
+    out = str(tmp_path / "idx")
+    parqivf.build(str(folder), out, nlist=NLIST, codes="none", id_column="id", payload=["title"])
+    rows = {int(i): (x[j], f"doc {j}") for j, i in enumerate(ids)}
+
+    gone = ids[::100]
+    s = parqivf.delete(out, ids=gone)
+    assert s["version"] == 2 and s["rows-removed"] == len(gone) and s["ids-not-found"] == 0
+    for i in gone:
+        del rows[int(i)]
+    s = parqivf.delete(out, where="title = 'doc 7'")
+    assert s["version"] == 3 and s["rows-removed"] == 1
+    del rows[int(ids[7])]
+
+    replaced = ids[1::200]
+    new = np.arange(len(replaced), dtype=np.int64) + 10**9
+    up_ids = np.concatenate([replaced, new])
+    up_x = vectors(rows=len(up_ids), seed=99)
+    titles = [f"up {i}" for i in up_ids]
+    s = parqivf.upsert(out, up_ids, up_x, payload=pa.table({"title": pa.array(titles)}))
+    assert s["version"] == 4 and s["rows-added"] == len(up_ids) and s["rows-removed"] == len(replaced)
+    for i, v, t in zip(up_ids, up_x, titles):
+        rows[int(i)] = (v, t)
+
+    keys = np.array(sorted(rows), dtype=np.int64)
+    xs = np.stack([rows[int(i)][0] for i in keys]).astype(np.float32)
+    q = data[:20] + 0.01
+    got_ids, _ = parqivf.Index.open(out).search(q, k=10, nprobe=NLIST)
+    want, _ = brute_force(xs, q, 10)
+    assert (got_ids == keys[want]).all()
+    t = parqivf.Index.open(out).search_table(q[:1], k=10, nprobe=NLIST)
+    assert t.column("title").to_pylist() == [rows[int(i)][1] for i in keys[want[0]]]
+
+    with pytest.raises(parqivf.ParqivfError, match="appears more than once"):
+        parqivf.upsert(out, np.array([5, 5]), vectors(rows=2, seed=1))
+    positional = str(tmp_path / "positional")
+    parqivf.build(str(folder), positional, nlist=NLIST, codes="none")
+    with pytest.raises(parqivf.InvalidArgument, match="--id-column"):
+        parqivf.upsert(positional, np.array([5]), vectors(rows=1, seed=1))

@@ -39,7 +39,8 @@ use crate::probe::load::{IndexOptions, PostingsReader};
 use crate::probe::rows::Want;
 
 /// Rows to write by id: `ids.len()` vectors, row-major, and optionally the
-/// payload columns of the index, one row per id.
+/// payload columns of the index, one row per id (without them, every
+/// payload column of the new rows is NULL).
 #[derive(Debug, Clone)]
 pub struct UpsertRows {
     pub ids: Vec<i64>,
@@ -162,6 +163,18 @@ pub async fn upsert(
         });
     }
     let payload = payload_fields(&store, &snapshot).await?;
+    let mut rows = rows;
+    if rows.payload.is_none() && !payload.is_empty() {
+        // No payload given: the rows carry NULL in every payload column.
+        let schema = Arc::new(arrow::datatypes::Schema::new(payload.clone()));
+        let columns = payload
+            .iter()
+            .map(|f| arrow::array::new_null_array(f.data_type(), rows.ids.len()))
+            .collect();
+        rows.payload = Some(
+            RecordBatch::try_new(schema, columns).map_err(|e| BuildError::Arrow(e.to_string()))?,
+        );
+    }
     let given: Vec<String> = rows.payload.as_ref().map_or_else(Vec::new, |p| {
         p.schema()
             .fields()
