@@ -621,3 +621,141 @@ async fn http_delete_and_upsert_publish_and_serve_the_next_version() {
     );
     stop.send(()).ok();
 }
+
+/// The CLI: `delete --ids ids.npy`, `upsert --from rows.parquet` (the
+/// index's column names) and `upsert --ids --vectors`, each a new version
+/// answered like brute force; `--json` reports the counts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cli_delete_and_upsert_by_id() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..5 {
+        write(src.path(), &mut table, &format!("part-{f:02}.parquet"), file_rows(f, f as u64));
+    }
+    let (dir, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    let mut rows = all_rows(&table);
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_parqivf"))
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
+    };
+    let at = dir.path().to_str().unwrap();
+    let work = tempfile::tempdir().unwrap();
+
+    // delete --ids (a 1-D int64 .npy)
+    let gone: Vec<i64> = rows.iter().step_by(50).map(|r| r.0).collect();
+    let ids_path = work.path().join("gone.npy");
+    {
+        use npyz::WriterBuilder;
+        let f = std::io::BufWriter::new(std::fs::File::create(&ids_path).unwrap());
+        let mut w = npyz::WriteOptions::new()
+            .default_dtype()
+            .shape(&[gone.len() as u64])
+            .writer(f)
+            .begin_nd()
+            .unwrap();
+        w.extend(gone.iter().copied()).unwrap();
+        w.finish().unwrap();
+    }
+    let s = run(&["delete", "--index", at, "--ids", ids_path.to_str().unwrap(), "--json"]);
+    assert_eq!(s["rows-removed"].as_u64(), Some(gone.len() as u64), "{s}");
+    rows.retain(|r| !gone.contains(&r.0));
+
+    // upsert --from a Parquet file with the index's columns
+    let from = tempfile::tempdir().unwrap();
+    let mut up = Table::new();
+    let replaced = rows[2].0;
+    let new_rows = vec![
+        (replaced, vec![0.25; DIM]),
+        (555_555, vec![-0.5; DIM]),
+    ];
+    write(from.path(), &mut up, "rows.parquet", new_rows.clone());
+    let s = run(&[
+        "upsert",
+        "--index",
+        at,
+        "--from",
+        from.path().join("rows.parquet").to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!((s["rows-added"].as_u64(), s["rows-removed"].as_u64()), (Some(2), Some(1)), "{s}");
+    rows.retain(|r| r.0 != replaced);
+    rows.extend(new_rows);
+
+    // upsert --ids --vectors
+    let v_path = work.path().join("v.npy");
+    support::files::write_npy(&v_path, &[0.75; DIM], DIM);
+    let one = work.path().join("one.npy");
+    {
+        use npyz::WriterBuilder;
+        let f = std::io::BufWriter::new(std::fs::File::create(&one).unwrap());
+        let mut w = npyz::WriteOptions::new()
+            .default_dtype()
+            .shape(&[1])
+            .writer(f)
+            .begin_nd()
+            .unwrap();
+        w.push(&555_555i64).unwrap();
+        w.finish().unwrap();
+    }
+    let s = run(&[
+        "upsert",
+        "--index",
+        at,
+        "--ids",
+        one.to_str().unwrap(),
+        "--vectors",
+        v_path.to_str().unwrap(),
+        "--json",
+    ]);
+    assert_eq!(s["version"].as_u64(), Some(4), "{s}");
+    rows.retain(|r| r.0 != 555_555);
+    rows.push((555_555, vec![0.75; DIM]));
+    check("cli", &store, &index, &rows).await;
+}
+
+/// A write failing at any point of an upsert (delta files, deletions,
+/// source ids, file set, index.json, the commit) leaves the previous
+/// version current and answering as before; the last try lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upsert_failing_at_any_write_leaves_the_previous_version_current() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..3 {
+        write(src.path(), &mut table, &format!("part-{f:02}.parquet"), file_rows(f, f as u64));
+    }
+    let (_i, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    let mut rows = all_rows(&table);
+    let ids = vec![rows[0].0, 42];
+    let vectors = support::fixtures::dataset(2, DIM, 77);
+    let mut n = 0;
+    loop {
+        let failing: Arc<dyn ObjectStore> = Arc::new(support::store::fail_nth_write(&store, n));
+        let up = UpsertRows {
+            ids: ids.clone(),
+            vectors: vectors.clone(),
+            payload: None,
+        };
+        match upsert(failing, &index, up, &params(), CompactPolicy::default()).await {
+            Err(e) => {
+                assert!(n < 100, "an upsert fails without an injected failure: {e}");
+                let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+                assert_eq!(current.version, 1, "write {n} failed: {e}");
+                n += 1;
+            }
+            Ok(s) => {
+                assert_eq!(s.version, Some(2));
+                break;
+            }
+        }
+    }
+    assert!(n >= 5, "an upsert writes at least 5 objects, failed at {n}");
+    rows.retain(|r| r.0 != ids[0]);
+    rows.extend(ids.iter().copied().zip(vectors.chunks(DIM).map(<[f32]>::to_vec)));
+    check("after the faults", &store, &index, &rows).await;
+}

@@ -76,14 +76,20 @@ enum Publisher {
     Refresh,
     Compact,
     Distributed,
+    Delete,
 }
 
-const PUBLISHERS: [Publisher; 4] = [
+const PUBLISHERS: [Publisher; 5] = [
     Publisher::Build,
     Publisher::Refresh,
     Publisher::Compact,
     Publisher::Distributed,
+    Publisher::Delete,
 ];
+
+/// The rowids the `Delete` publisher deletes (rows of `a.parquet`, whose
+/// rowids are their ids).
+const DELETED: std::ops::Range<i64> = 100..130;
 
 const FAULTS: [Fault; 5] = [
     Fault::LoseResponse,
@@ -156,6 +162,18 @@ async fn publish(
             .await?
             .version
             .expect("there is a delta to compact")),
+        Publisher::Delete => {
+            let ids: Vec<i64> = DELETED.collect();
+            let s = parqivf::builder::mutate::delete(
+                store,
+                index,
+                &ids,
+                &params(),
+                Default::default(),
+            )
+            .await?;
+            Ok(s.version.expect("the ids are live"))
+        }
         Publisher::Distributed => {
             let plan = distributed::plan(&spec(src), uri, &params(), &options).await?;
             let worker = Worker::open(plan.clone(), &options).await?;
@@ -256,7 +274,11 @@ async fn every_publisher_tells_the_truth_when_its_commit_meets_a_fault() {
                     .unwrap();
                 let before_table = table_of(&[&a]);
                 write_parquet(src.path(), "b.parquet", &b);
-                let after_table = table_of(&[&a, &b]);
+                let mut after_table = table_of(&[&a, &b]);
+                if publisher == Publisher::Delete {
+                    after_table = table_of(&[&a]);
+                    after_table.retain(|(id, _)| !DELETED.contains(id));
+                }
                 let mut parent = 1;
                 let before = match publisher {
                     Publisher::Compact => {
