@@ -43,7 +43,7 @@ use super::progress::Phase;
 use super::source::spec::{DUCKLAKE, SourceSpec};
 use super::source::vector_source::{SourceDefinition, VectorBatch, VectorSource};
 use super::spill::BucketSpill;
-use super::spilled::{AssignError, assign_all, write_all};
+use super::spilled::{AssignError, assign_all, write_all, write_one_bucket};
 use super::stages::{self, BuildParams, PostingsTarget};
 use crate::format::definition::{IndexDefinition, IndexSource};
 use crate::format::layers::{DELETIONS_FILE, DeletionsRef, DeltaRef, LayerRef, Layers};
@@ -746,16 +746,53 @@ pub(super) async fn apply(
         return Ok(summary);
     }
 
+    // A small change after a small last delta: both are written as one
+    // small delta that replaces it, so small changes never pile up layers.
+    let row_bytes = (4 * dim + code_bytes.unwrap_or(0)) as u64;
+    let layers_now = snapshot.layer_starts.len() as u32;
+    let mut rows = error.rows;
+    let merge_tail = error.rows > 0
+        && layers_now > 1
+        && snapshot.definition.layers.as_ref().is_some_and(|l| {
+            l.deltas
+                .last()
+                .is_some_and(|d| (d.rows + error.rows) * row_bytes <= SMALL_DELTA_BYTES)
+        });
+    if merge_tail {
+        let tail: Vec<usize> =
+            (snapshot.layer_starts[layers_now as usize - 1]..snapshot.files.len()).collect();
+        let deletions = Arc::new(snapshot.deletions.with(&changes.removed, layers_now));
+        let old = LiveSource::new(&store, &snapshot, payload.clone(), tail, deletions);
+        let kept = assign_all(
+            &old,
+            Vec::new(),
+            &hierarchy,
+            quantizer.as_ref(),
+            &schema,
+            &build,
+            &mut spill,
+            &std::collections::HashSet::new(),
+            |_| {},
+        )
+        .await?;
+        rows += kept.rows;
+    }
+
     // The new snapshot folder: the delta table (maybe empty), the
     // deletions, the file set, then index.json and the commit.
     let writer = SnapshotWriter::begin(store.clone(), index, how.publisher)?;
-    let delta = Delta::after(
+    let mut delta = Delta::after(
         &commit,
         &snapshot,
         &changes,
         quantizer.as_deref(),
         payload_plain,
     );
+    delta.small = rows * row_bytes <= SMALL_DELTA_BYTES;
+    if merge_tail {
+        delta.deltas.pop();
+        delta.deletions = delta.deletions.clamped(layers_now - 1);
+    }
     let written = write_delta(&writer, delta, &mut spill, &build).await;
     let folder = writer.folder().path.to_string();
     let (layers, committed) = writer.publish(Some(commit.version), written).await?;
@@ -825,7 +862,16 @@ struct Delta<'a> {
     quantizer: Option<&'a crate::quant::Quantizer>,
     payload: Vec<Field>,
     cid_offsets: Vec<u32>,
+    /// Written as a small delta: one bucket, one file.
+    small: bool,
 }
+
+/// A delta table up to this many bytes of vectors and codes is written as
+/// one file in one bucket (its manifest's `cid-offsets` are `[0, nlist]`),
+/// and a change that keeps the last delta this small rewrites it instead
+/// of adding a layer: a cold probe then reads each small change in one
+/// request per round, not one per root bucket.
+pub const SMALL_DELTA_BYTES: u64 = 32 << 20;
 
 impl<'a> Delta<'a> {
     /// What a refresh of `snapshot` (the version `commit`) that found
@@ -867,6 +913,7 @@ impl<'a> Delta<'a> {
             quantizer,
             payload,
             cid_offsets: snapshot.hierarchy.cid_offsets.clone(),
+            small: false,
         }
     }
 }
@@ -894,6 +941,7 @@ async fn write_delta(
         quantizer,
         payload,
         cid_offsets,
+        small,
     } = delta;
     let (store, folder) = (writer.store(), writer.folder());
     let mut plain = definition.clone();
@@ -907,7 +955,18 @@ async fn write_delta(
             .unwrap_or_default(),
         ..target
     };
-    let files = write_all(store, &target, spill, build, |_| {}).await?;
+    let (files, cid_offsets) = if small {
+        let one_bucket = vec![0, definition.nlist];
+        (
+            write_one_bucket(store, &target, spill, build).await?,
+            one_bucket,
+        )
+    } else {
+        (
+            write_all(store, &target, spill, build, |_| {}).await?,
+            cid_offsets,
+        )
+    };
     let rows: u64 = files.iter().map(|f| f.rows).sum();
     let manifest = crate::postings::writer::manifest_of(files, definition.nlist, cid_offsets)?;
     crate::postings::writer::publish(store, &target.root, &manifest).await?;
@@ -1045,11 +1104,48 @@ pub struct CompactSummary {
 /// object, row group and page named, instead of becoming a new base.
 struct LiveSource {
     reader: Arc<PostingsReader>,
+    /// The postings files read, by part (all of them for a compaction, the
+    /// last layer's when a small delta is merged).
+    files: Vec<usize>,
     rows: Vec<u64>,
     /// The snapshot has codes: they are read too, to check their pages.
     has_codes: bool,
     payload: Vec<FieldRef>,
     definition: SourceDefinition,
+    /// The deletions applied (the snapshot's, or a change's on top of them).
+    deletions: Arc<crate::format::layers::Deletions>,
+}
+
+impl LiveSource {
+    /// The live rows of `files` of `snapshot`, without `deletions`.
+    fn new(
+        store: &Arc<dyn ObjectStore>,
+        snapshot: &Snapshot,
+        payload: Vec<FieldRef>,
+        files: Vec<usize>,
+        deletions: Arc<crate::format::layers::Deletions>,
+    ) -> Self {
+        let b = &snapshot.definition.build;
+        LiveSource {
+            rows: files.iter().map(|&f| snapshot.files[f].rows).collect(),
+            files,
+            has_codes: snapshot.quantizer.is_some(),
+            reader: Arc::new(PostingsReader::new(
+                store.clone(),
+                snapshot,
+                IndexOptions::default(),
+            )),
+            payload,
+            definition: SourceDefinition {
+                source: snapshot.definition.source.clone(),
+                vector_column: b.vector_column.clone(),
+                id_column: b.id_column.clone(),
+                payload_columns: b.payload_columns.clone(),
+                skip_invalid: b.skip_invalid,
+            },
+            deletions,
+        }
+    }
 }
 
 #[async_trait]
@@ -1073,10 +1169,11 @@ impl VectorSource for LiveSource {
             codes: self.has_codes,
             payload: true,
         };
-        let groups = self.reader.read_file(part, want).await?;
-        let layer = self.reader.live().layer_of(part);
+        let file = self.files[part];
+        let groups = self.reader.read_file(file, want).await?;
+        let layer = self.reader.live().layer_of(file);
         let (deletions, payload, name) = (
-            Arc::clone(&self.reader.live().deletions),
+            Arc::clone(&self.deletions),
             self.payload.clone(),
             self.part_name(part),
         );
@@ -1092,9 +1189,9 @@ impl VectorSource for LiveSource {
     }
 
     fn part_name(&self, part: usize) -> String {
-        self.reader
-            .paths()
+        self.files
             .get(part)
+            .and_then(|&f| self.reader.paths().get(f))
             .map_or_else(String::new, ToString::to_string)
     }
 }
@@ -1210,23 +1307,13 @@ pub async fn compact(
     definition.format_version = crate::format::definition::INDEX_FORMAT_VERSION;
     // The source file set (and ids) of the current snapshot carries over unchanged.
     let recorded = recorded_files(&store, &snapshot).await?;
-    let source = LiveSource {
-        rows: snapshot.files.iter().map(|f| f.rows).collect(),
-        has_codes: snapshot.quantizer.is_some(),
-        reader: Arc::new(PostingsReader::new(
-            store.clone(),
-            &snapshot,
-            IndexOptions::default(),
-        )),
-        payload: payload.clone(),
-        definition: SourceDefinition {
-            source: snapshot.definition.source.clone(),
-            vector_column: b.vector_column.clone(),
-            id_column: b.id_column.clone(),
-            payload_columns: b.payload_columns.clone(),
-            skip_invalid: b.skip_invalid,
-        },
-    };
+    let source = LiveSource::new(
+        &store,
+        &snapshot,
+        payload.clone(),
+        (0..snapshot.files.len()).collect(),
+        Arc::clone(&snapshot.deletions),
+    );
     let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
     let error = assign_all(
         &source,

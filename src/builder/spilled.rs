@@ -144,6 +144,36 @@ pub async fn write_all(
     Ok(files)
 }
 
+/// [`write_all`] for a small table: every bucket of `spill`, sorted, as
+/// ONE bucket (`cid_bucket=000000`) of postings files, so a probe reads
+/// the table in one request per round. Its manifest's `cid-offsets` are
+/// `[0, nlist]`: one root holding every list.
+///
+/// # Errors
+/// As [`write_all`].
+pub async fn write_one_bucket(
+    store: &Arc<dyn ObjectStore>,
+    target: &stages::PostingsTarget,
+    spill: &mut BucketSpill,
+    params: &BuildParams,
+) -> Result<Vec<crate::format::manifest::FileEntry>, BuildError> {
+    let mut sorted = Vec::new();
+    for bucket in 0..spill.buckets() {
+        let (taken, sort_by) = (spill.take(bucket), params.sort_by.clone());
+        sorted.extend(blocking(move || taken.sorted(sort_by.as_deref())).await?);
+    }
+    let Some(first) = sorted.first() else {
+        return Ok(Vec::new());
+    };
+    let schema = first.schema();
+    let all = blocking(move || {
+        arrow::compute::concat_batches(&schema, &sorted)
+            .map_err(|e| BuildError::Arrow(e.to_string()))
+    })
+    .await?;
+    stages::write_bucket(store, target, 0, all).await
+}
+
 /// The smallest id that occurs more than once, if any.
 fn first_repeated(mut ids: Vec<i64>) -> Option<i64> {
     use rayon::slice::ParallelSliceMut;

@@ -271,6 +271,20 @@ impl Deletions {
         }
     }
 
+    /// These deletions with every bound above `max_layer` lowered to it:
+    /// what stays true when the layers from `max_layer` on are rewritten
+    /// as one (without the rows these deletions hid in them).
+    pub fn clamped(&self, max_layer: u32) -> Deletions {
+        Deletions {
+            rowids: self.rowids.clone(),
+            before_layer: self
+                .before_layer
+                .iter()
+                .map(|&b| b.min(max_layer))
+                .collect(),
+        }
+    }
+
     /// The Parquet bytes: columns `rowid` (int64) and `before_layer`
     /// (uint32), one row group, exact statistics, zstd.
     pub fn encode(&self) -> Bytes {

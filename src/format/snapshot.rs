@@ -286,8 +286,12 @@ impl Snapshot {
         for delta in deltas {
             table_roots.push(delta.root.clone());
             let delta_manifest = delta.root.clone().join("manifest.json");
+            // A delta has the base's buckets, or (a small delta, one file)
+            // one bucket holding every list.
+            let one_bucket = [0, base_table.manifest.nlist];
             if delta.manifest.nlist != base_table.manifest.nlist
-                || delta.manifest.cid_offsets != base_table.manifest.cid_offsets
+                || (delta.manifest.cid_offsets != base_table.manifest.cid_offsets
+                    && delta.manifest.cid_offsets != one_bucket)
             {
                 return Err(SnapshotError::Mismatch {
                     path: delta_manifest.to_string(),

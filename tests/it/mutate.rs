@@ -630,7 +630,12 @@ async fn cli_delete_and_upsert_by_id() {
     let src = tempfile::tempdir().unwrap();
     let mut table = Table::new();
     for f in 0..5 {
-        write(src.path(), &mut table, &format!("part-{f:02}.parquet"), file_rows(f, f as u64));
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
     }
     let (dir, store, index) = local();
     build_from(src.path(), &store, &index).await;
@@ -640,7 +645,11 @@ async fn cli_delete_and_upsert_by_id() {
             .args(args)
             .output()
             .unwrap();
-        assert!(out.status.success(), "{args:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert!(
+            out.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap()
     };
     let at = dir.path().to_str().unwrap();
@@ -661,7 +670,14 @@ async fn cli_delete_and_upsert_by_id() {
         w.extend(gone.iter().copied()).unwrap();
         w.finish().unwrap();
     }
-    let s = run(&["delete", "--index", at, "--ids", ids_path.to_str().unwrap(), "--json"]);
+    let s = run(&[
+        "delete",
+        "--index",
+        at,
+        "--ids",
+        ids_path.to_str().unwrap(),
+        "--json",
+    ]);
     assert_eq!(s["rows-removed"].as_u64(), Some(gone.len() as u64), "{s}");
     rows.retain(|r| !gone.contains(&r.0));
 
@@ -669,10 +685,7 @@ async fn cli_delete_and_upsert_by_id() {
     let from = tempfile::tempdir().unwrap();
     let mut up = Table::new();
     let replaced = rows[2].0;
-    let new_rows = vec![
-        (replaced, vec![0.25; DIM]),
-        (555_555, vec![-0.5; DIM]),
-    ];
+    let new_rows = vec![(replaced, vec![0.25; DIM]), (555_555, vec![-0.5; DIM])];
     write(from.path(), &mut up, "rows.parquet", new_rows.clone());
     let s = run(&[
         "upsert",
@@ -682,7 +695,11 @@ async fn cli_delete_and_upsert_by_id() {
         from.path().join("rows.parquet").to_str().unwrap(),
         "--json",
     ]);
-    assert_eq!((s["rows-added"].as_u64(), s["rows-removed"].as_u64()), (Some(2), Some(1)), "{s}");
+    assert_eq!(
+        (s["rows-added"].as_u64(), s["rows-removed"].as_u64()),
+        (Some(2), Some(1)),
+        "{s}"
+    );
     rows.retain(|r| r.0 != replaced);
     rows.extend(new_rows);
 
@@ -726,7 +743,12 @@ async fn an_upsert_failing_at_any_write_leaves_the_previous_version_current() {
     let src = tempfile::tempdir().unwrap();
     let mut table = Table::new();
     for f in 0..3 {
-        write(src.path(), &mut table, &format!("part-{f:02}.parquet"), file_rows(f, f as u64));
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
     }
     let (_i, store, index) = local();
     build_from(src.path(), &store, &index).await;
@@ -756,6 +778,87 @@ async fn an_upsert_failing_at_any_write_leaves_the_previous_version_current() {
     }
     assert!(n >= 5, "an upsert writes at least 5 objects, failed at {n}");
     rows.retain(|r| r.0 != ids[0]);
-    rows.extend(ids.iter().copied().zip(vectors.chunks(DIM).map(<[f32]>::to_vec)));
+    rows.extend(
+        ids.iter()
+            .copied()
+            .zip(vectors.chunks(DIM).map(<[f32]>::to_vec)),
+    );
     check("after the faults", &store, &index, &rows).await;
+}
+
+/// Issue #29's cold-IO bound: a new process's first query (open + search,
+/// nprobe 16 of 64, default codes) on an index with 5 small deltas makes
+/// at most 1.25× the requests of the same query on the compacted index.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_small_deltas_cost_a_cold_query_at_most_a_quarter_more_requests() {
+    use parqivf::store::counting::CountingStore;
+    const D: usize = 16;
+    let src = tempfile::tempdir().unwrap();
+    let rows_of = |f: i64, n: i64| {
+        let values = support::fixtures::dataset(n as usize, D, f as u64);
+        let batch = support::files::vectors_with_ids(f * 100_000..f * 100_000 + n, &values, D);
+        batch
+    };
+    for f in 0..20 {
+        write_parquet(
+            src.path(),
+            &format!("part-{f:02}.parquet"),
+            &rows_of(f, 1000),
+        );
+    }
+    let (_i, store, index) = local();
+    let p = BuildParams {
+        nlist: 64,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    };
+    let source = open_source(&spec(src.path()), &StoreOptions::default())
+        .await
+        .unwrap();
+    build(source, store.clone(), &index, &p).await.unwrap();
+    for f in 20..25 {
+        write_parquet(
+            src.path(),
+            &format!("part-{f:02}.parquet"),
+            &rows_of(f, 200),
+        );
+        refresh(store.clone(), &index, &RefreshParams::default(), &p)
+            .await
+            .unwrap();
+    }
+    let queries = support::fixtures::dataset(20, D, 5);
+    let cold = |store: Arc<dyn ObjectStore>| {
+        let index = index.clone();
+        let queries = queries.clone();
+        async move {
+            let mut total = 0;
+            for q in queries.chunks(D) {
+                let counting = CountingStore::new(store.clone());
+                let s: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+                let idx = Index::open_current(s, &index).await.unwrap();
+                let params = SearchParams {
+                    k: 10,
+                    nprobe: 16,
+                    ..SearchParams::default()
+                };
+                idx.search(q, &params).await.unwrap();
+                let c = counting.counts();
+                total += c.get_requests + c.head_requests + c.list_requests;
+            }
+            total
+        }
+    };
+    let with_deltas = cold(store.clone()).await;
+    parqivf::builder::refresh::compact(store.clone(), &index, &p)
+        .await
+        .unwrap();
+    let compacted = cold(store.clone()).await;
+    println!(
+        "cold requests over 20 queries: 5 deltas {with_deltas}, compacted {compacted}, ratio {:.2}",
+        with_deltas as f64 / compacted as f64
+    );
+    assert!(
+        with_deltas as f64 <= 1.25 * compacted as f64,
+        "5 deltas: {with_deltas} requests, compacted: {compacted}"
+    );
 }

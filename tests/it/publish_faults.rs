@@ -164,14 +164,9 @@ async fn publish(
             .expect("there is a delta to compact")),
         Publisher::Delete => {
             let ids: Vec<i64> = DELETED.collect();
-            let s = parqivf::builder::mutate::delete(
-                store,
-                index,
-                &ids,
-                &params(),
-                Default::default(),
-            )
-            .await?;
+            let s =
+                parqivf::builder::mutate::delete(store, index, &ids, &params(), Default::default())
+                    .await?;
             Ok(s.version.expect("the ids are live"))
         }
         Publisher::Distributed => {

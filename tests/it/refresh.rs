@@ -188,13 +188,22 @@ async fn refresh_follows_files_gained_lost_and_changed_then_compact_restores_one
     assert!(r.drift.error_growth.is_some() && r.drift.new_rows_imbalance.unwrap() >= 1.0);
     check_exact(&store, &index, src.path()).await;
 
-    // A second delta, deleting part of the first one.
+    // A second small change, deleting rows of the first delta: the two are
+    // merged into one small delta (one file, one bucket) in place of it.
     write_parquet(src.path(), "d.parquet", &rows(660..700, 5));
     std::fs::remove_file(src.path().join("c.parquet")).unwrap();
     let r = refresh(store.clone(), &index, &RefreshParams::default(), &params())
         .await
         .unwrap();
-    assert_eq!((r.version, r.drift.deltas), (Some(3), 2));
+    assert_eq!((r.version, r.drift.deltas), (Some(3), 1));
+    let layers = Index::open_current(store.clone(), &index).await.unwrap();
+    let last = layers.definition().layers.as_ref().unwrap().deltas[0].clone();
+    assert_eq!(last.rows, 300 + 40, "b's new rows and d's; c's are gone");
+    assert_eq!(
+        layers.postings_paths().len() - layers.manifest().files.len(),
+        1,
+        "a small delta is one file"
+    );
     check_exact(&store, &index, src.path()).await;
     let idx = Index::open_current(store.clone(), &index).await.unwrap();
     let cold = idx
@@ -226,7 +235,7 @@ async fn refresh_follows_files_gained_lost_and_changed_then_compact_restores_one
 
     // Compact: one base, the same answers, the base's centroids.
     let c = compact(store.clone(), &index, &params()).await.unwrap();
-    assert_eq!((c.version, c.rows, c.deltas), (Some(4), 340, 2));
+    assert_eq!((c.version, c.rows, c.deltas), (Some(4), 340, 1));
     let current = warehouse::current(&store, &index).await.unwrap().unwrap();
     let first = warehouse::history(&store, &index).await.unwrap().remove(0);
     let centroids = |c: &warehouse::Commit| {
