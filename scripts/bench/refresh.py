@@ -16,8 +16,14 @@ One run, same data, same binary (docs/benchmarks.md, "Refresh"):
 4. Cold query rounds and bytes (`search --stats`) with 0, 1 and 5 delta
    tables, then after `parqivf compact`.
 
-Ground truth is brute force (numpy) by id; rowids map to ids through each
-snapshot's source-files.json.
+With --id-column the table's ids are its own (`id = 7 * row + 3`, not
+positions) and the index is built with `--id-column id`: the rowids an
+answer returns are the ids, and a gone or rewritten file's rows are found
+through `source-ids.parquet`. Step 2 then also times an append-only
+refresh (one new file) against a fresh build.
+
+Ground truth is brute force (numpy) by id; without --id-column rowids map
+to ids through each snapshot's source-files.json.
 """
 
 import argparse
@@ -32,7 +38,18 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 
+ID_COLUMN = False
+
+
+def table_ids(rows):
+    """The ids of table rows `rows`: positions, or with --id-column ids of
+    the table's own."""
+    rows = np.asarray(rows, np.int64)
+    return rows * 7 + 3 if ID_COLUMN else rows
+
+
 def write_file(path, ids, vectors):
+    ids = table_ids(ids)
     dim = vectors.shape[1]
     emb = pa.FixedSizeListArray.from_arrays(pa.array(vectors.reshape(-1), pa.float32()), dim)
     pq.write_table(pa.table({"id": pa.array(ids, pa.int64()), "vector": emb}), path)
@@ -52,6 +69,8 @@ def current_snapshot(index):
 
 def rowid_to_id(index):
     """rowid -> id of the current snapshot, from its source-files.json."""
+    if ID_COLUMN:
+        return IDENTITY
     record = json.load(open(os.path.join(current_snapshot(index), "source-files.json")))
     mapping = {}
     for f in record["files"]:
@@ -59,6 +78,14 @@ def rowid_to_id(index):
         for i, v in enumerate(ids):
             mapping[f["first-rowid"] + i] = int(v)
     return mapping
+
+
+class Identity(dict):
+    def __missing__(self, key):
+        return key
+
+
+IDENTITY = Identity()
 
 
 def search(binary, index, queries_npy, k, nprobe, stats=False):
@@ -96,8 +123,9 @@ def table_of(src):
 
 def build(binary, src, index, nlist, codes="rabitq4"):
     shutil.rmtree(index, ignore_errors=True)
+    ids = ["--id-column", "id"] if ID_COLUMN else ["--payload", "id"]
     wall, out = run([binary, "build", "--source", src, "--out", index, "--column", "vector",
-                     "--payload", "id", "--nlist", str(nlist), "--codes", codes, "--json"])
+                     *ids, "--nlist", str(nlist), "--codes", codes, "--json"])
     return wall, json.loads(out)
 
 
@@ -118,7 +146,10 @@ def main():
     ap.add_argument("--rounds", action="store_true")
     ap.add_argument("--bin", default="target/release/parqivf")
     ap.add_argument("--work", required=True)
+    ap.add_argument("--id-column", action="store_true")
     a = ap.parse_args()
+    global ID_COLUMN
+    ID_COLUMN = a.id_column
 
     base = np.load(os.path.join(a.data, "base.npy"), mmap_mode="r")
     queries = np.ascontiguousarray(np.load(os.path.join(a.data, "query.npy"))[: a.queries], dtype=np.float32)
@@ -138,6 +169,16 @@ def main():
     index = os.path.join(a.work, "index")
     # Without codes, an exhaustive search is exact: refresh must equal a fresh build.
     report["base_build_s"], _ = build(a.bin, src, index, a.nlist, codes="none")
+    if ID_COLUMN:
+        # An append alone: one new file, refreshed, against a fresh build.
+        e = min(n_old + a.file_rows, a.rows)
+        write_file(os.path.join(src, f"part-{n_old // a.file_rows:05d}.parquet"),
+                   np.arange(n_old, e), np.asarray(base[n_old:e], np.float32))
+        report["append_refresh_s"], r = refresh(a.bin, index)
+        report["append_rebuild_s"], _ = build(a.bin, src, os.path.join(a.work, "fresh"), a.nlist,
+                                              codes="none")
+        report["append_refresh_over_rebuild"] = report["append_refresh_s"] / report["append_rebuild_s"]
+        n_old = e
     for s in range(n_old, a.rows, a.file_rows):
         e = min(s + a.file_rows, a.rows)
         write_file(os.path.join(src, f"part-{s // a.file_rows:05d}.parquet"),
@@ -152,6 +193,7 @@ def main():
     report["refresh_over_rebuild"] = report["refresh_s"] / report["rebuild_s"]
     ids, vecs = table_of(src)
     exact = truth(ids, vecs, queries, 10)
+    report["rows_after"] = int(len(ids))
     m_r, m_f = rowid_to_id(index), rowid_to_id(fresh)
     res_r = search(a.bin, index, qpath, 10, a.nlist)
     res_f = search(a.bin, fresh, qpath, 10, a.nlist)

@@ -5,17 +5,23 @@
 use bytes::Bytes;
 use std::ops::Range;
 
-/// Two wanted ranges of one object whose gap is at most this are read as
-/// one request. A request to object storage costs a time to first byte
+/// Two wanted column chunks of one object whose gap is at most this are
+/// read as one request ([`coalesce_near`]). A request to object storage costs a time to first byte
 /// (about 30 ms on S3), in which megabytes could stream; reading a gap of
 /// 16 KiB costs far less than that, and far less than a request on local
-/// disk. Kept small so that page-level reads stay page-level: a small
-/// table's scattered row groups (a small delta's) become one request, a
-/// large table's lists stay apart.
+/// disk. Kept small so that a large table's lists stay apart (a list's
+/// vector chunk alone is larger), while a small table's scattered row
+/// groups (a small delta's) become one request. Page reads of the re-rank
+/// stay exact ([`coalesce`]): they are the bytes the codes path saves.
 pub const COALESCE_GAP: u64 = 16 << 10;
 
-/// Sort and merge ranges that overlap or lie within [`COALESCE_GAP`].
+/// Sort and merge ranges that overlap or touch.
 pub fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
+    coalesce_within(ranges, 0)
+}
+
+/// Sort and merge ranges that overlap or lie within [`COALESCE_GAP`].
+pub fn coalesce_near(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
     coalesce_within(ranges, COALESCE_GAP)
 }
 
@@ -57,9 +63,9 @@ mod tests {
     #[test]
     fn coalesce_merges_within_the_gap_only() {
         let gap = COALESCE_GAP;
-        let got = coalesce(vec![0..5, gap + 5..gap + 6, 2 * gap + 7..2 * gap + 8].into_iter());
+        let got = coalesce_near(vec![0..5, gap + 5..gap + 6, 2 * gap + 7..2 * gap + 8].into_iter());
         assert_eq!(got, vec![0..gap + 6, 2 * gap + 7..2 * gap + 8]);
-        let got = coalesce_within(vec![10..20, 0..5, 5..8, 19..25, 30..31].into_iter(), 0);
+        let got = coalesce(vec![10..20, 0..5, 5..8, 19..25, 30..31].into_iter());
         assert_eq!(got, vec![0..8, 10..25, 30..31]);
         let data: Vec<Bytes> = got
             .iter()
