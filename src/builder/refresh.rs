@@ -763,19 +763,8 @@ pub(super) async fn apply(
             (snapshot.layer_starts[layers_now as usize - 1]..snapshot.files.len()).collect();
         let deletions = Arc::new(snapshot.deletions.with(&changes.removed, layers_now));
         let old = LiveSource::new(&store, &snapshot, payload.clone(), tail, deletions);
-        let kept = assign_all(
-            &old,
-            Vec::new(),
-            &hierarchy,
-            quantizer.as_ref(),
-            &schema,
-            &build,
-            &mut spill,
-            &std::collections::HashSet::new(),
-            |_| {},
-        )
-        .await?;
-        rows += kept.rows;
+        let model = (&hierarchy, quantizer.as_ref());
+        rows += old.assign(model, &schema, &build, &mut spill).await?.rows;
     }
 
     // The new snapshot folder: the delta table (maybe empty), the
@@ -1117,6 +1106,37 @@ struct LiveSource {
 }
 
 impl LiveSource {
+    /// Assign every row to `model`'s lists into `spill` (the build's assign
+    /// stage; the rows are live ids already, so none is checked against
+    /// the index).
+    ///
+    /// # Errors
+    /// As [`assign_all`].
+    async fn assign(
+        &self,
+        (hierarchy, quantizer): (
+            &Arc<crate::kmeans::Hierarchy>,
+            Option<&Arc<crate::quant::Quantizer>>,
+        ),
+        schema: &arrow::datatypes::SchemaRef,
+        build: &BuildParams,
+        spill: &mut BucketSpill,
+    ) -> Result<AssignError, BuildError> {
+        let none = std::collections::HashSet::new();
+        assign_all(
+            self,
+            Vec::new(),
+            hierarchy,
+            quantizer,
+            schema,
+            build,
+            spill,
+            &none,
+            |_| {},
+        )
+        .await
+    }
+
     /// The live rows of `files` of `snapshot`, without `deletions`.
     fn new(
         store: &Arc<dyn ObjectStore>,
@@ -1315,18 +1335,8 @@ pub async fn compact(
         Arc::clone(&snapshot.deletions),
     );
     let mut spill = BucketSpill::new(schema.clone(), hierarchy.nroots(), build.memory_limit / 2)?;
-    let error = assign_all(
-        &source,
-        Vec::new(),
-        &hierarchy,
-        quantizer.as_ref(),
-        &schema,
-        &build,
-        &mut spill,
-        &std::collections::HashSet::new(),
-        |_| {},
-    )
-    .await?;
+    let model = (&hierarchy, quantizer.as_ref());
+    let error = source.assign(model, &schema, &build, &mut spill).await?;
     let writer = SnapshotWriter::begin(store.clone(), index, Publisher::Compact)?;
     let target = PostingsTarget::new(
         &definition,

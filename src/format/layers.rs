@@ -329,24 +329,12 @@ impl Deletions {
         };
         let reader =
             ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| invalid(e.to_string()))?;
-        let expected = deletions_schema();
-        let found = reader.schema();
-        if found.fields().len() != 2
-            || found
-                .fields()
-                .iter()
-                .zip(expected.fields())
-                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
-        {
-            return Err(invalid(format!(
-                "columns {:?}, expected rowid int64 and before_layer uint32",
-                found
-                    .fields()
-                    .iter()
-                    .map(|f| format!("{} {}", f.name(), f.data_type()))
-                    .collect::<Vec<_>>()
-            )));
-        }
+        crate::format::check_columns(
+            reader.schema(),
+            &deletions_schema(),
+            "rowid int64 and before_layer uint32",
+        )
+        .map_err(invalid)?;
         let mut out = Deletions::default();
         for batch in reader.build().map_err(|e| invalid(e.to_string()))? {
             let batch = batch.map_err(|e| invalid(e.to_string()))?;

@@ -47,6 +47,31 @@ pub(crate) enum VersionError {
 
 /// Parse `bytes` as JSON and check its `format-version` equals `supported`
 /// before anything else is read (the rule every parser here follows).
+/// Checks that a small Parquet table's columns are exactly `expected`'s
+/// (names and types, in order); else the columns found, as `name type`,
+/// and `what` was expected.
+pub(crate) fn check_columns(
+    found: &arrow::datatypes::Schema,
+    expected: &arrow::datatypes::Schema,
+    what: &str,
+) -> Result<(), String> {
+    let same = found.fields().len() == expected.fields().len()
+        && found
+            .fields()
+            .iter()
+            .zip(expected.fields())
+            .all(|(a, b)| a.name() == b.name() && a.data_type() == b.data_type());
+    if same {
+        return Ok(());
+    }
+    let columns: Vec<String> = found
+        .fields()
+        .iter()
+        .map(|f| format!("{} {}", f.name(), f.data_type()))
+        .collect();
+    Err(format!("columns {columns:?}, expected {what}"))
+}
+
 pub(crate) fn versioned_json(
     bytes: &[u8],
     supported: u32,

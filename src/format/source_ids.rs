@@ -155,24 +155,8 @@ impl SourceIds {
         };
         let reader =
             ParquetRecordBatchReaderBuilder::try_new(bytes).map_err(|e| invalid(e.to_string()))?;
-        let found = reader.schema();
-        let expected = schema();
-        if found.fields().len() != 2
-            || found
-                .fields()
-                .iter()
-                .zip(expected.fields())
-                .any(|(a, b)| a.name() != b.name() || a.data_type() != b.data_type())
-        {
-            return Err(invalid(format!(
-                "columns {:?}, expected path utf8 and id int64",
-                found
-                    .fields()
-                    .iter()
-                    .map(|f| format!("{} {}", f.name(), f.data_type()))
-                    .collect::<Vec<_>>()
-            )));
-        }
+        crate::format::check_columns(reader.schema(), &schema(), "path utf8 and id int64")
+            .map_err(invalid)?;
         let mut by_file: BTreeMap<String, Vec<i64>> = BTreeMap::new();
         for batch in reader.build().map_err(|e| invalid(e.to_string()))? {
             let batch = batch.map_err(|e| invalid(e.to_string()))?;

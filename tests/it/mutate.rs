@@ -658,18 +658,7 @@ async fn cli_delete_and_upsert_by_id() {
     // delete --ids (a 1-D int64 .npy)
     let gone: Vec<i64> = rows.iter().step_by(50).map(|r| r.0).collect();
     let ids_path = work.path().join("gone.npy");
-    {
-        use npyz::WriterBuilder;
-        let f = std::io::BufWriter::new(std::fs::File::create(&ids_path).unwrap());
-        let mut w = npyz::WriteOptions::new()
-            .default_dtype()
-            .shape(&[gone.len() as u64])
-            .writer(f)
-            .begin_nd()
-            .unwrap();
-        w.extend(gone.iter().copied()).unwrap();
-        w.finish().unwrap();
-    }
+    support::files::write_ids_npy(&ids_path, &gone);
     let s = run(&[
         "delete",
         "--index",
@@ -707,18 +696,7 @@ async fn cli_delete_and_upsert_by_id() {
     let v_path = work.path().join("v.npy");
     support::files::write_npy(&v_path, &[0.75; DIM], DIM);
     let one = work.path().join("one.npy");
-    {
-        use npyz::WriterBuilder;
-        let f = std::io::BufWriter::new(std::fs::File::create(&one).unwrap());
-        let mut w = npyz::WriteOptions::new()
-            .default_dtype()
-            .shape(&[1])
-            .writer(f)
-            .begin_nd()
-            .unwrap();
-        w.push(&555_555i64).unwrap();
-        w.finish().unwrap();
-    }
+    support::files::write_ids_npy(&one, &[555_555]);
     let s = run(&[
         "upsert",
         "--index",
@@ -796,8 +774,7 @@ async fn five_small_deltas_cost_a_cold_query_at_most_a_quarter_more_requests() {
     let src = tempfile::tempdir().unwrap();
     let rows_of = |f: i64, n: i64| {
         let values = support::fixtures::dataset(n as usize, D, f as u64);
-        let batch = support::files::vectors_with_ids(f * 100_000..f * 100_000 + n, &values, D);
-        batch
+        support::files::vectors_with_ids(f * 100_000..f * 100_000 + n, &values, D)
     };
     for f in 0..20 {
         write_parquet(

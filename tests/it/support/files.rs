@@ -52,3 +52,17 @@ pub fn write_npy(path: &Path, values: &[f32], dim: usize) {
     w.extend(values.iter().copied()).unwrap();
     w.finish().unwrap();
 }
+
+/// Writes `ids` as a 1-D `<i8` `.npy` file (what `parqivf delete --ids` reads).
+pub fn write_ids_npy(path: &Path, ids: &[i64]) {
+    use npyz::WriterBuilder;
+    let file = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(&[ids.len() as u64])
+        .writer(file)
+        .begin_nd()
+        .unwrap();
+    w.extend(ids.iter().copied()).unwrap();
+    w.finish().unwrap();
+}
