@@ -122,6 +122,11 @@ pub enum Violation {
     /// The commit log cannot be read.
     #[error("{path}: {error}")]
     CommitInvalid { path: String, error: String },
+    /// `source-files.json` or `source-ids.parquet` breaks a rule (a pin, the
+    /// schema, an id owned twice, a file not recorded): a refresh would
+    /// refuse the index.
+    #[error("{path}: the source record is invalid: {error}")]
+    SourceRecordInvalid { path: String, error: String },
     #[error("{path}: snapshot is not named by any version (gc deletes it after the grace period)")]
     UnreferencedSnapshot { path: String },
     /// A stored code differs from the code its vector re-encodes to.
@@ -399,6 +404,12 @@ pub async fn verify_location(
         };
         let checked = match opened {
             Ok(snapshot) => {
+                if let Err(e) = snapshot.source_record(store.as_ref()).await {
+                    early.push(Violation::SourceRecordInvalid {
+                        path: folder.to_string(),
+                        error: e.to_string(),
+                    });
+                }
                 // A refreshed snapshot: the base table and every delta table.
                 tables = snapshot.table_roots.clone();
                 let reader = PostingsReader::new(store.clone(), &snapshot, IndexOptions::default());

@@ -1,9 +1,9 @@
 //! Deletes and upserts by id, without a source change: `parqivf delete`,
 //! `parqivf upsert`, `POST /v1/indexes/{name}/delete|upsert`, Python's
-//! `Index.delete`/`upsert`, and [`crate::index::Index::delete`]/`upsert`.
+//! `parqivf.delete`/`upsert`, and [`crate::index::Index::delete`]/`upsert`.
 //!
-//! Each is a [`Changes`] published by refresh's one path
-//! ([`super::refresh::apply`]): a delete adds the live ids it names to the
+//! Each is a set of changes published by refresh's one path
+//! (`refresh::apply`): a delete adds the live ids it names to the
 //! deletion object; an upsert writes its rows as a delta table and deletes
 //! the live rows of the same ids before it, so the newest version wins.
 //! Both publish the next version create-if-absent: in a race exactly one

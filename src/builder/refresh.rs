@@ -47,7 +47,7 @@ use super::spilled::{AssignError, assign_all, write_all, write_one_bucket};
 use super::stages::{self, BuildParams, PostingsTarget};
 use crate::format::definition::{IndexDefinition, IndexSource};
 use crate::format::layers::{DELETIONS_FILE, DeletionsRef, DeltaRef, LayerRef, Layers};
-use crate::format::pin::{Pin, check_pin};
+use crate::format::pin::Pin;
 use crate::format::postings_table::{RESERVED_COLUMNS, postings_schema};
 use crate::format::snapshot::Snapshot;
 use crate::format::snapshot_writer::SnapshotWriter;
@@ -350,50 +350,19 @@ async fn changes(
     }
 }
 
-/// The file set a snapshot recorded of its Parquet source
-/// (`source-files.json`, checked against the commit's pin) and, with an id
-/// column, the ids each file holds (`source-ids.parquet`, checked against
-/// the file set's pin). `None` for a snapshot that records none.
+/// The file set a snapshot recorded of its Parquet source, and the ids
+/// each file holds ([`Snapshot::source_record`]).
 ///
 /// # Errors
-/// Unreadable documents, pin mismatches, malformed documents.
+/// [`BuildError::Refresh`] naming what is wrong with them.
 pub(super) async fn recorded_files(
     store: &Arc<dyn ObjectStore>,
     snapshot: &Snapshot,
 ) -> Result<Option<(SourceFiles, Option<SourceIds>)>, BuildError> {
-    let refuse = |reason: String| refused(snapshot, reason);
-    let Some(rel) = snapshot.definition.source_files.as_deref() else {
-        return Ok(None);
-    };
-    let path = crate::store::uri::RelativeLocation::parse(rel)?.resolve_path(&snapshot.folder);
-    let bytes = get(store, &path).await?;
-    if let Some(c) = &snapshot.commit {
-        check_pin(&c.pins, rel, path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
-    }
-    let files = SourceFiles::parse(path.as_ref(), &bytes).map_err(|e| refuse(e.to_string()))?;
-    let ids = match &files.ids {
-        Some(pin) => {
-            let path = crate::store::uri::RelativeLocation::parse(&pin.path)?
-                .resolve_path(&snapshot.folder);
-            let bytes = get(store, &path).await?;
-            check_pin(std::slice::from_ref(pin), &pin.path, path.as_ref(), &bytes)
-                .map_err(|e| refuse(e.to_string()))?;
-            let ids = SourceIds::decode(path.as_ref(), bytes).map_err(|e| refuse(e.to_string()))?;
-            if let Some(stray) = ids.files().find(|f| {
-                files
-                    .files
-                    .binary_search_by(|r| r.path.as_str().cmp(f))
-                    .is_err()
-            }) {
-                return Err(refuse(format!(
-                    "{path}: holds ids of {stray}, which source-files.json does not record"
-                )));
-            }
-            Some(ids)
-        }
-        None => None,
-    };
-    Ok(Some((files, ids)))
+    snapshot
+        .source_record(store.as_ref())
+        .await
+        .map_err(|e| refused(snapshot, e.to_string()))
 }
 
 /// What changed in a Parquet source: its file set (path, size, ETag, and

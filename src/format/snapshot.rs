@@ -27,6 +27,8 @@ use crate::format::layers::{Deletions, LayersError};
 use crate::format::manifest::{FileEntry, Manifest, ManifestError};
 use crate::format::pin::{Pin, PinError, check_pin};
 use crate::format::quantizer::{self, QuantizerDocError};
+use crate::format::source_files::SourceFiles;
+use crate::format::source_ids::SourceIds;
 use crate::format::warehouse::{self, Commit, WarehouseError};
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
@@ -87,6 +89,13 @@ pub enum SnapshotError {
     /// The deletion object of a refreshed snapshot is invalid.
     #[error(transparent)]
     Layers(#[from] LayersError),
+    /// `source-files.json` is invalid.
+    #[error(transparent)]
+    SourceFiles(#[from] crate::format::source_files::SourceFilesError),
+    /// `source-ids.parquet` is invalid, or names a file `source-files.json`
+    /// does not record.
+    #[error(transparent)]
+    SourceIds(#[from] crate::format::source_ids::SourceIdsError),
 }
 
 /// Every small document of one snapshot, validated and in agreement.
@@ -137,6 +146,51 @@ async fn get(store: &dyn ObjectStore, path: &Path) -> Result<Bytes, SnapshotErro
 }
 
 impl Snapshot {
+    /// What this snapshot records of its Parquet source: `source-files.json`
+    /// (checked against the commit's pin) and, with an id column,
+    /// `source-ids.parquet` (checked against the file set's pin, every path
+    /// a recorded file). `None` for a snapshot that records none.
+    ///
+    /// # Errors
+    /// Storage errors, pin mismatches, malformed documents.
+    pub async fn source_record(
+        &self,
+        store: &dyn ObjectStore,
+    ) -> Result<Option<(SourceFiles, Option<SourceIds>)>, SnapshotError> {
+        let Some(rel) = self.definition.source_files.as_deref() else {
+            return Ok(None);
+        };
+        let pins = self.commit.as_ref().map(|c| c.pins.as_slice());
+        let bytes = get_pinned(store, &self.folder, rel, pins).await?;
+        let path = self.folder.clone().join(rel);
+        let files = SourceFiles::parse(path.as_ref(), &bytes)?;
+        let Some(pin) = &files.ids else {
+            return Ok(Some((files, None)));
+        };
+        let bytes = get_pinned(
+            store,
+            &self.folder,
+            &pin.path,
+            Some(std::slice::from_ref(pin)),
+        )
+        .await?;
+        let ids_path = self.folder.clone().join(pin.path.as_str());
+        let ids = SourceIds::decode(ids_path.as_ref(), bytes)?;
+        if let Some(stray) = ids.files().find(|f| {
+            files
+                .files
+                .binary_search_by(|r| r.path.as_str().cmp(f))
+                .is_err()
+        }) {
+            return Err(crate::format::source_ids::SourceIdsError::Stray {
+                path: ids_path.to_string(),
+                file: stray.to_string(),
+            }
+            .into());
+        }
+        Ok(Some((files, Some(ids))))
+    }
+
     /// The commit log version this snapshot was opened at (`None` for a bare
     /// snapshot folder).
     pub fn version(&self) -> Option<u64> {

@@ -40,6 +40,8 @@ const ROW_GROUP_ROWS: usize = 1 << 20;
 pub enum SourceIdsError {
     #[error("{path}: not a source-ids table: {reason}")]
     Invalid { path: String, reason: String },
+    #[error("{path}: holds ids of {file}, which source-files.json does not record")]
+    Stray { path: String, file: String },
     #[error("{path}: id {id} is held by both {first:?} and {second:?}")]
     Repeated {
         path: String,

@@ -901,3 +901,74 @@ async fn source_files_documents_validate_and_the_side_table_holds_every_id() {
         assert_eq!(ids.ids_of(&f.path), want.as_slice(), "{}", f.path);
     }
 }
+
+/// `source-ids.parquet` is checked as every pinned document is: an edited
+/// side table is a `verify` violation and a refresh refuses the index with
+/// a typed error, publishing nothing. `Index::delete` and `Index::upsert`
+/// publish on the index the snapshot belongs to.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_edited_source_ids_table_is_refused_and_index_methods_publish() {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..2 {
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
+    }
+    let (dir, store, index) = local();
+    build_from(src.path(), &store, &index).await;
+    let mut rows = all_rows(&table);
+
+    let idx = Index::open_current(store.clone(), &index).await.unwrap();
+    let s = idx.delete(&[rows[0].0], &params()).await.unwrap();
+    assert_eq!(s.version, Some(2));
+    let up = UpsertRows {
+        ids: vec![rows[1].0],
+        vectors: vec![0.5; DIM],
+        payload: None,
+    };
+    let s = idx.upsert(up, &params()).await.unwrap();
+    assert_eq!(
+        s.version,
+        Some(3),
+        "published on the current version, not the opened one"
+    );
+    rows[1].1 = vec![0.5; DIM];
+    rows.remove(0);
+    check("index methods", &store, &index, &rows).await;
+
+    let commit = warehouse::current(&store, &index).await.unwrap().unwrap();
+    let path = dir.path().join(&commit.snapshot).join("source-ids.parquet");
+    let mut bytes = std::fs::read(&path).unwrap();
+    let n = bytes.len();
+    bytes[n / 2] ^= 0x40;
+    std::fs::write(&path, bytes).unwrap();
+    let report = parqivf::verify::verify_location(
+        store.clone(),
+        &index,
+        parqivf::verify::VerifyOptions::default(),
+    )
+    .await
+    .unwrap();
+    assert!(
+        report.violations.iter().any(|v| matches!(
+            v,
+            parqivf::verify::Violation::SourceRecordInvalid { error, .. } if error.contains("sha256")
+        )),
+        "{:?}",
+        report.violations
+    );
+    write(src.path(), &mut table, "part-09.parquet", file_rows(9, 9));
+    let e = refresh(store.clone(), &index, &RefreshParams::default(), &params())
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&e, BuildError::Refresh { reason, .. } if reason.contains("source-ids.parquet")),
+        "{e}"
+    );
+    let current = warehouse::current(&store, &index).await.unwrap().unwrap();
+    assert_eq!(current.version, 3, "nothing published");
+}
