@@ -446,7 +446,12 @@ impl VectorReader {
                     Element::F4 => Body::NpyF32(npy_values(npy, &name)?),
                     Element::F8 => Body::NpyF64(npy_values(npy, &name)?),
                     Element::I4 => Body::NpyI32(npy_values(npy, &name)?),
-                    Element::I8 => unreachable!("not among the accepted elements"),
+                    Element::I8 => {
+                        return Err(VectorFileError::UnsupportedDtype {
+                            path: name.clone(),
+                            descr: Element::I8.descr().into(),
+                        });
+                    }
                 };
                 (body, dim, rows)
             }

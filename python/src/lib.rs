@@ -351,22 +351,25 @@ fn delete<'py>(
     let options = store_options(storage_options)?;
     let build = quiet_build(memory_limit);
     let policy = compact_policy(compact_above);
-    let ids = match (ids, &r#where) {
-        (Some(ids), None) => Some(ids_of(ids)?),
-        (None, Some(_)) => None,
+    enum Rows {
+        Ids(Vec<i64>),
+        Where(String),
+    }
+    let rows = match (ids, r#where) {
+        (Some(ids), None) => Rows::Ids(ids_of(ids)?),
+        (None, Some(filter)) => Rows::Where(filter),
         _ => return Err(invalid("give either ids or where")),
     };
     let summary = block_on(py, || async {
         let (store, path) = parqivf::store::location::open_with(&index, &options)
             .map_err(|e| BuildError::Store(e.into()))?;
-        match (ids, r#where) {
-            (Some(ids), _) => {
+        match rows {
+            Rows::Ids(ids) => {
                 parqivf::builder::mutate::delete(store, &path, &ids, &build, policy).await
             }
-            (None, Some(filter)) => {
+            Rows::Where(filter) => {
                 parqivf::builder::mutate::delete_where(store, &path, &filter, &build, policy).await
             }
-            (None, None) => unreachable!("checked above"),
         }
     })
     .map_err(py_build_error)?;
