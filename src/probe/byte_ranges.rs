@@ -20,9 +20,17 @@ pub fn coalesce(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
     coalesce_within(ranges, 0)
 }
 
-/// Sort and merge ranges that overlap or lie within [`COALESCE_GAP`].
-pub fn coalesce_near(ranges: impl Iterator<Item = Range<u64>>) -> Vec<Range<u64>> {
-    coalesce_within(ranges, COALESCE_GAP)
+/// The share of a delta table's file that one merged gap may read: a
+/// delta is written small (one file per small change), its row groups are
+/// a few rows each and scattered over every list, so reading up to 1/64 of
+/// the file per gap makes its probe one request instead of one per row
+/// group. A base table keeps [`COALESCE_GAP`].
+pub const DELTA_GAP_SHARE: u64 = 64;
+
+/// Sort and merge ranges that overlap or lie within `gap` of each other
+/// ([`COALESCE_GAP`] for a base table's file; see [`DELTA_GAP_SHARE`]).
+pub fn coalesce_near(ranges: impl Iterator<Item = Range<u64>>, gap: u64) -> Vec<Range<u64>> {
+    coalesce_within(ranges, gap.max(COALESCE_GAP))
 }
 
 /// Sort and merge ranges that overlap or whose gap is at most `gap`.
@@ -63,8 +71,13 @@ mod tests {
     #[test]
     fn coalesce_merges_within_the_gap_only() {
         let gap = COALESCE_GAP;
-        let got = coalesce_near(vec![0..5, gap + 5..gap + 6, 2 * gap + 7..2 * gap + 8].into_iter());
+        let got = coalesce_near(
+            vec![0..5, gap + 5..gap + 6, 2 * gap + 7..2 * gap + 8].into_iter(),
+            0,
+        );
         assert_eq!(got, vec![0..gap + 6, 2 * gap + 7..2 * gap + 8]);
+        let wide = coalesce_near(vec![0..5, 2 * gap + 7..2 * gap + 8].into_iter(), 3 * gap);
+        assert_eq!(wide, vec![0..2 * gap + 8]);
         let got = coalesce(vec![10..20, 0..5, 5..8, 19..25, 30..31].into_iter());
         assert_eq!(got, vec![0..8, 10..25, 30..31]);
         let data: Vec<Bytes> = got

@@ -27,7 +27,7 @@
 
 use super::ProbeError;
 use super::access_plan::AccessPlan;
-use super::byte_ranges::coalesce_near;
+use super::byte_ranges::{DELTA_GAP_SHARE, coalesce_near};
 use super::decode::{Job, decode};
 use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
 use super::live::LiveRows;
@@ -414,7 +414,13 @@ impl PostingsReader {
                     .filter_map(|j| j.offset_index.as_ref())
                     .map(|(r, _)| r.end - r.start)
                     .sum::<u64>();
-                let ranges = coalesce_near(jobs.iter().flat_map(Job::all_ranges));
+                // A delta's files are small: a larger gap, bounded by the file.
+                let gap = if self.live.layer_of(file) > 0 {
+                    self.files.get(file).map_or(0, |f| f.size / DELTA_GAP_SHARE)
+                } else {
+                    0
+                };
+                let ranges = coalesce_near(jobs.iter().flat_map(Job::all_ranges), gap);
                 plan.requests.push(FileRequest { file, ranges });
                 plan.names.push(name.to_string());
                 plan.jobs.push(jobs);
