@@ -102,7 +102,19 @@ pub async fn delete(
     build: &BuildParams,
     compact: CompactPolicy,
 ) -> Result<RefreshSummary, BuildError> {
-    let (commit, snapshot) = current(&store, index).await?;
+    let current = current(&store, index).await?;
+    delete_in(store, index, current, ids, build, compact).await
+}
+
+/// [`delete`] of `ids` from the version `commit` of `index`, opened.
+async fn delete_in(
+    store: Arc<dyn ObjectStore>,
+    index: &Path,
+    (commit, snapshot): (crate::format::warehouse::Commit, Snapshot),
+    ids: &[i64],
+    build: &BuildParams,
+    compact: CompactPolicy,
+) -> Result<RefreshSummary, BuildError> {
     let live = live_ids(&store, &snapshot, &[]).await?;
     let (removed, missing) = split_live(ids, &live);
     let changes = unchanged_source(&store, &snapshot, removed, missing, None).await?;
@@ -128,9 +140,9 @@ pub async fn delete_where(
     build: &BuildParams,
     compact: CompactPolicy,
 ) -> Result<RefreshSummary, BuildError> {
-    let (_, snapshot) = current(&store, index).await?;
-    let ids = matching_ids(&store, &snapshot, filter).await?;
-    delete(store, index, &ids, build, compact).await
+    let current = current(&store, index).await?;
+    let ids = matching_ids(&store, &current.1, filter).await?;
+    delete_in(store, index, current, &ids, build, compact).await
 }
 
 /// Write `rows` to the index at `index` as the next version: each id's

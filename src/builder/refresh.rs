@@ -1075,15 +1075,14 @@ struct LiveSource {
 }
 
 impl LiveSource {
-    /// Assign every row to `model`'s lists into `spill` (the build's assign
-    /// stage; the rows are live ids already, so none is checked against
-    /// the index).
+    /// Assign every row to `model`'s lists into `spill` ([`assign_new`];
+    /// the rows are live ids already, so none is checked against the index).
     ///
     /// # Errors
     /// As [`assign_all`].
     async fn assign(
         &self,
-        (hierarchy, quantizer): (
+        model: (
             &Arc<crate::kmeans::Hierarchy>,
             Option<&Arc<crate::quant::Quantizer>>,
         ),
@@ -1092,18 +1091,7 @@ impl LiveSource {
         spill: &mut BucketSpill,
     ) -> Result<AssignError, BuildError> {
         let none = std::collections::HashSet::new();
-        assign_all(
-            self,
-            Vec::new(),
-            hierarchy,
-            quantizer,
-            schema,
-            build,
-            spill,
-            &none,
-            |_| {},
-        )
-        .await
+        assign_new(self, model, schema, build, spill, &none).await
     }
 
     /// The live rows of `files` of `snapshot`, without `deletions`.

@@ -70,6 +70,22 @@ fn write(dir: &std::path::Path, table: &mut Table, name: &str, rows: Vec<(i64, V
     table.insert(name.to_string(), rows);
 }
 
+/// A source folder of `files` keyed files (`part-NN.parquet`, file `f`
+/// holding `file_rows(f, f)`) and its table.
+fn keyed_table(files: i64) -> (tempfile::TempDir, Table) {
+    let src = tempfile::tempdir().unwrap();
+    let mut table = Table::new();
+    for f in 0..files {
+        write(
+            src.path(),
+            &mut table,
+            &format!("part-{f:02}.parquet"),
+            file_rows(f, f as u64),
+        );
+    }
+    (src, table)
+}
+
 fn all_rows(table: &Table) -> Vec<(i64, Vec<f32>)> {
     table.values().flatten().cloned().collect()
 }
@@ -128,16 +144,7 @@ async fn build_from(src: &std::path::Path, store: &Arc<dyn ObjectStore>, index: 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn refresh_with_an_id_column_follows_a_file_gained_lost_and_rewritten() {
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..FILES {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, mut table) = keyed_table(FILES);
     let (_i, store, index) = local();
     build_from(src.path(), &store, &index).await;
     check("built", &store, &index, &all_rows(&table)).await;
@@ -183,16 +190,7 @@ async fn refresh_with_an_id_column_follows_a_file_gained_lost_and_rewritten() {
 /// change, and its new vectors are answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_rewrite_that_keeps_size_and_mtime_is_seen_with_content_hashes() {
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..3 {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, mut table) = keyed_table(3);
     let (_i, store, index) = local();
     let hashed = SourceSpec {
         content_hash: true,
@@ -254,16 +252,7 @@ async fn a_rewrite_that_keeps_size_and_mtime_is_seen_with_content_hashes() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delete_and_upsert_by_id_answer_like_a_fresh_build_and_survive_a_refresh() {
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..FILES {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, table) = keyed_table(FILES);
     let (_i, store, index) = local();
     build_from(src.path(), &store, &index).await;
     let mut rows = all_rows(&table);
@@ -494,16 +483,7 @@ async fn http_delete_and_upsert_publish_and_serve_the_next_version() {
     use parqivf::server::{Server, ServerConfig};
     use serde_json::{Value, json};
 
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..5 {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, table) = keyed_table(5);
     let dir = tempfile::tempdir().unwrap();
     let location = dir.path().join("idx").display().to_string();
     let (store, index) = parqivf::store::location::open(&location).unwrap();
@@ -627,16 +607,7 @@ async fn http_delete_and_upsert_publish_and_serve_the_next_version() {
 /// answered like brute force; `--json` reports the counts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cli_delete_and_upsert_by_id() {
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..5 {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, table) = keyed_table(5);
     let (dir, store, index) = local();
     build_from(src.path(), &store, &index).await;
     let mut rows = all_rows(&table);
@@ -718,16 +689,7 @@ async fn cli_delete_and_upsert_by_id() {
 /// version current and answering as before; the last try lands.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_upsert_failing_at_any_write_leaves_the_previous_version_current() {
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..3 {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, table) = keyed_table(3);
     let (_i, store, index) = local();
     build_from(src.path(), &store, &index).await;
     let mut rows = all_rows(&table);
@@ -851,16 +813,7 @@ async fn source_files_documents_validate_and_the_side_table_holds_every_id() {
     let schema: serde_json::Value =
         serde_json::from_str(include_str!("../../manifests/source-files.schema.json")).unwrap();
     let validator = jsonschema::draft202012::new(&schema).unwrap();
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..3 {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, table) = keyed_table(3);
     let (dir, store, index) = local();
     let source = open_source(
         &SourceSpec {
@@ -908,16 +861,7 @@ async fn source_files_documents_validate_and_the_side_table_holds_every_id() {
 /// publish on the index the snapshot belongs to.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_edited_source_ids_table_is_refused_and_index_methods_publish() {
-    let src = tempfile::tempdir().unwrap();
-    let mut table = Table::new();
-    for f in 0..2 {
-        write(
-            src.path(),
-            &mut table,
-            &format!("part-{f:02}.parquet"),
-            file_rows(f, f as u64),
-        );
-    }
+    let (src, mut table) = keyed_table(2);
     let (dir, store, index) = local();
     build_from(src.path(), &store, &index).await;
     let mut rows = all_rows(&table);
