@@ -29,6 +29,7 @@ pub use crate::probe::load::{IndexOptions, PostingsReader};
 pub use crate::probe::query::{DEFAULT_RERANK, Hit, QueryError, SearchParams, SearchResult};
 use crate::probe::query::{IndexShape, QueryPlan};
 pub use crate::probe::stats::{FilterPlan, SearchStats};
+use crate::probe::target::{CalibrationStatus, RecallModel};
 use crate::quant::Quantizer;
 use arrow::record_batch::RecordBatch;
 use object_store::ObjectStore;
@@ -76,6 +77,8 @@ pub struct Index {
     definition: IndexDefinition,
     /// The base postings manifest.
     manifest: Manifest,
+    /// Rows of every layer, less the deleted.
+    live_rows: u64,
     engine: Engine,
 }
 
@@ -148,6 +151,12 @@ impl Index {
         options: IndexOptions,
     ) -> Index {
         let reader = PostingsReader::new(store, &snapshot, options);
+        let live_rows = snapshot
+            .files
+            .iter()
+            .map(|f| f.rows)
+            .sum::<u64>()
+            .saturating_sub(snapshot.deletions.len() as u64);
         let Snapshot {
             commit,
             folder,
@@ -155,6 +164,7 @@ impl Index {
             manifest,
             hierarchy,
             quantizer,
+            calibration,
             ..
         } = snapshot;
         Index {
@@ -162,7 +172,13 @@ impl Index {
             folder,
             definition,
             manifest,
-            engine: Engine::new(reader, hierarchy, quantizer),
+            live_rows,
+            engine: Engine::new(
+                reader,
+                hierarchy,
+                quantizer,
+                calibration.map(RecallModel::new),
+            ),
         }
     }
 
@@ -205,6 +221,20 @@ impl Index {
     /// The quantiser of the postings' codes, in an index with codes.
     pub fn quantizer(&self) -> Option<&Quantizer> {
         self.engine.quantizer()
+    }
+
+    /// The build's recall calibration (`calibration.json`), when it
+    /// measured one: what a target recall and the estimates use.
+    pub fn calibration(&self) -> Option<&crate::format::calibration::Calibration> {
+        self.engine.recall_model().map(RecallModel::calibration)
+    }
+
+    /// Whether the calibration still describes the index: the rows it was
+    /// measured on against the live rows now (a refresh adds and deletes
+    /// rows, and carries the calibration). `None` without one.
+    pub fn calibration_status(&self) -> Option<CalibrationStatus> {
+        self.calibration()
+            .map(|c| CalibrationStatus::new(c, self.live_rows))
     }
 
     /// What [`Index::preload`] holds in memory.
@@ -304,6 +334,7 @@ impl Index {
             nlist: self.manifest.nlist as usize,
             metric: hierarchy.metric,
             has_codes: self.quantizer().is_some(),
+            calibrated: self.engine.recall_model().is_some(),
         }
     }
 

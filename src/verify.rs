@@ -414,7 +414,7 @@ pub async fn verify_location(
                 tables = snapshot.table_roots.clone();
                 let reader = PostingsReader::new(store.clone(), &snapshot, IndexOptions::default());
                 let codes = snapshot.quantizer.is_some();
-                let engine = Engine::new(reader, snapshot.hierarchy, snapshot.quantizer);
+                let engine = Engine::new(reader, snapshot.hierarchy, snapshot.quantizer, None);
                 match engine.reader().warm().await {
                     Ok(_) => {
                         early.extend(reader_violations(engine.reader(), codes).await);

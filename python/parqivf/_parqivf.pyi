@@ -163,6 +163,7 @@ class Index:
         filter: Optional[str] = None,
         max_nprobe: Optional[int] = None,
         rerank: Optional[int] = None,
+        target_recall: Optional[float] = None,
     ) -> Tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]:
         """The ``k`` nearest rows of each query (``(n, d)`` or ``(d,)``
         float32): ``(ids, distances)``, both ``(n, k)``, best first, smaller
@@ -171,7 +172,10 @@ class Index:
         expression over the payload columns; a filtered query probes further
         until ``k`` rows match or ``max_nprobe`` lists are probed.
         ``rerank`` (default 4) re-ranks ``rerank × k`` code candidates
-        exactly; 0 returns the codes' estimates. Raises ``DimensionMismatch``,
+        exactly; 0 returns the codes' estimates. ``target_recall`` (in
+        (0, 1]) replaces ``nprobe``: each query probes its nearest lists until
+        the build's calibration predicts that share of its exact neighbours
+        (``last_stats["estimated_recall"]``). Raises ``DimensionMismatch``,
         ``InvalidFilter``, ``InvalidArgument``, ``CorruptIndex``, ``StorageError``."""
 
     def search_table(
@@ -183,6 +187,7 @@ class Index:
         max_nprobe: Optional[int] = None,
         rerank: Optional[int] = None,
         payload: bool = True,
+        target_recall: Optional[float] = None,
     ) -> pa.Table:
         """As ``search``, as one row per hit: ``query`` (int64), ``rank``
         (int32), ``rowid`` (int64), ``distance`` (float32), then the payload

@@ -532,6 +532,7 @@ impl Index {
         max_nprobe: Option<usize>,
         rerank: Option<usize>,
         include_payload: bool,
+        target_recall: Option<f64>,
     ) -> SearchParams {
         let d = SearchParams::default();
         SearchParams {
@@ -539,6 +540,7 @@ impl Index {
             nprobe,
             filter,
             max_nprobe,
+            target_recall,
             rerank: rerank.unwrap_or(d.rerank),
             include_payload,
             ..d
@@ -619,7 +621,10 @@ impl Index {
     /// The `k` nearest rows of each query: `(ids, distances)`, both `(n, k)`,
     /// best first; a query with fewer than `k` results is padded with id -1
     /// and distance +inf.
-    #[pyo3(signature = (queries, k=10, nprobe=16, filter=None, max_nprobe=None, rerank=None))]
+    /// With `target_recall` (in (0, 1]) each query probes its nearest lists
+    /// until the build's calibration predicts that share of its exact
+    /// neighbours, instead of `nprobe` lists (`last_stats` has the estimate).
+    #[pyo3(signature = (queries, k=10, nprobe=16, filter=None, max_nprobe=None, rerank=None, target_recall=None))]
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn search<'py>(
         &self,
@@ -630,8 +635,9 @@ impl Index {
         filter: Option<String>,
         max_nprobe: Option<usize>,
         rerank: Option<usize>,
+        target_recall: Option<f64>,
     ) -> PyResult<(Bound<'py, PyArray2<i64>>, Bound<'py, PyArray2<f32>>)> {
-        let params = self.params(k, nprobe, filter, max_nprobe, rerank, false);
+        let params = self.params(k, nprobe, filter, max_nprobe, rerank, false, target_recall);
         let results = self.run(py, queries, &params)?;
         let n = results.len();
         let mut ids = vec![-1i64; n * k];
@@ -651,7 +657,7 @@ impl Index {
 
     /// The hits of each query as one `pyarrow.Table`: `query`, `rank`,
     /// `rowid`, `distance`, then the payload columns (with `payload=True`).
-    #[pyo3(signature = (queries, k=10, nprobe=16, filter=None, max_nprobe=None, rerank=None, payload=true))]
+    #[pyo3(signature = (queries, k=10, nprobe=16, filter=None, max_nprobe=None, rerank=None, payload=true, target_recall=None))]
     #[allow(clippy::too_many_arguments)]
     fn search_table<'py>(
         &self,
@@ -663,8 +669,17 @@ impl Index {
         max_nprobe: Option<usize>,
         rerank: Option<usize>,
         payload: bool,
+        target_recall: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let params = self.params(k, nprobe, filter, max_nprobe, rerank, payload);
+        let params = self.params(
+            k,
+            nprobe,
+            filter,
+            max_nprobe,
+            rerank,
+            payload,
+            target_recall,
+        );
         let results = self.run(py, queries, &params)?;
         let batch = hits_table(&results).map_err(|e| ParqivfError::new_err(e.to_string()))?;
         let table = arrow_pyarrow::Table::try_new(vec![batch.clone()], batch.schema())
@@ -697,6 +712,7 @@ impl Index {
             "postings_bytes": manifest.files.iter().map(|f| f.size).sum::<u64>(),
             "codes": i.quantizer().map(|q| q.scheme().name()),
             "preloaded": i.preloaded(),
+            "calibration": i.calibration_status(),
             "definition": i.definition(),
         });
         to_py(py, &info)

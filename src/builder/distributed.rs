@@ -683,9 +683,11 @@ pub async fn publish_on(
                 .map_err(|e| BuildError::Internal(e.to_string()))
             })
             .transpose()?;
+        // No node sees every row: a distributed build measures no calibration.
         let model = Model {
             hierarchy: &hierarchy,
             quantizer: quantizer.as_ref(),
+            calibration: None,
         };
         stages::publish(
             &writer,
@@ -715,6 +717,7 @@ pub async fn publish_on(
         roots: plan.definition.roots,
         parts: plan.parts(),
         sample_rows: h.sample_rows,
+        calibration_queries: 0,
         objective: h.objective,
         postings_files,
         postings_bytes,

@@ -1,6 +1,8 @@
 //! The single-node build: the [`stages`] count → sample → train → assign and
-//! group (spilling per root bucket under a memory limit) → write each bucket
-//! → publish (centroids, `manifest.json`, `index.json`, commit), composed
+//! group (spilling per root bucket under a memory limit; the recall
+//! calibration's exact neighbours gathered on the way, [`calibrate`]) →
+//! write each bucket → publish (centroids, `calibration.json`,
+//! `manifest.json`, `index.json`, commit), composed
 //! with progress, timing, a memory budget and clean-up on failure.
 //!
 //! Every build writes to a fresh snapshot folder `<index>/snapshots/<id>/`;
@@ -16,6 +18,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use serde::Serialize;
 
+use super::calibrate::{self, GroundTruth};
 use super::error::BuildError;
 use super::offload::blocking;
 use super::progress::{Phase, peak_rss_bytes};
@@ -55,6 +58,8 @@ pub struct BuildSummary {
     pub roots: u32,
     pub parts: usize,
     pub sample_rows: usize,
+    /// Held-out queries of the recall calibration (0: none measured).
+    pub calibration_queries: usize,
     pub objective: f64,
     pub postings_files: usize,
     pub postings_bytes: u64,
@@ -109,6 +114,12 @@ pub async fn build(
     times.sample = secs(phase.finish());
     stages::check_rows(params.nlist, sample.rows)?;
     let (rows, skipped_rows, sample_rows) = (sample.rows, sample.skipped_rows, sample.len());
+    // Held-out queries for the recall calibration: rows of the sample.
+    let calibration_queries = calibrate::queries_for(params.calibration_queries, rows, sample_rows);
+    let mut truth = (calibration_queries > 0).then(|| {
+        let queries = calibrate::pick_queries(&sample.vectors, dim, calibration_queries);
+        GroundTruth::new(queries, dim, calibrate::CALIBRATION_K, params.metric)
+    });
 
     // 3. Train the two-level hierarchy.
     let phase = Phase::start(params.progress, "train", u64::from(params.nlist), "lists");
@@ -142,10 +153,18 @@ pub async fn build(
         params,
         &mut spill,
         &std::collections::HashSet::new(),
+        &mut truth,
         |n| phase.inc(n),
     )
     .await?;
     times.assign = secs(phase.finish());
+    let calibration = match truth {
+        Some(gt) => {
+            let h = Arc::clone(&hierarchy);
+            Some(blocking(move || Ok(gt.finish(&h))).await?)
+        }
+        None => None,
+    };
 
     // 5. Write postings bucket by bucket into a fresh snapshot folder, then
     // 6. publish it.
@@ -158,7 +177,7 @@ pub async fn build(
         }
         ids
     });
-    let definition = stages::definition(
+    let mut definition = stages::definition(
         source.definition(),
         params,
         dim,
@@ -166,9 +185,13 @@ pub async fn build(
         sample_rows,
         source_files.is_some(),
     );
+    definition.calibration = calibration
+        .as_ref()
+        .map(|_| crate::format::calibration::CALIBRATION_FILE.to_string());
     let model = stages::Model {
         hierarchy: &hierarchy,
         quantizer: quantizer.as_deref(),
+        calibration: calibration.as_ref(),
     };
     let out = Output {
         definition: &definition,
@@ -196,6 +219,7 @@ pub async fn build(
         roots: nroots as u32,
         parts,
         sample_rows,
+        calibration_queries,
         objective: report.objective,
         postings_files,
         postings_bytes,

@@ -6,6 +6,7 @@
 //! function of [`stages`] with plain inputs and outputs; [`job::build`]
 //! composes them on one machine. See `docs/build.md`.
 
+pub mod calibrate;
 pub mod distributed;
 pub mod error;
 pub mod job;

@@ -1020,6 +1020,7 @@ async fn assign_new(
         build,
         spill,
         indexed,
+        &mut None,
         |n| phase.inc(n),
     )
     .await?;
@@ -1304,9 +1305,11 @@ pub async fn compact(
     )?;
     let written = async {
         let files = write_all(&store, &target, &mut spill, &build, |_| {}).await?;
+        // The centroids are the compacted snapshot's: so is its calibration.
         let model = stages::Model {
             hierarchy: &hierarchy,
             quantizer: quantizer.as_deref(),
+            calibration: snapshot.calibration.as_ref(),
         };
         let record = recorded.as_ref().map(|(files, ids)| stages::FileRecord {
             files,

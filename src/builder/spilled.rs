@@ -46,7 +46,8 @@ impl AssignError {
 /// from the data must be unique, and none may be in `indexed` (the live ids
 /// of the index a refresh adds to; empty for a build): checked as each part
 /// is read and once all are assigned. `on_rows` is told the rows of each
-/// part assigned.
+/// part assigned. `truth`, when given, sees every row assigned (the
+/// calibration's exact neighbours, [`super::calibrate`]).
 ///
 /// # Errors
 /// The source's errors, [`BuildError::DuplicateId`],
@@ -61,6 +62,7 @@ pub async fn assign_all(
     params: &BuildParams,
     spill: &mut BucketSpill,
     indexed: &std::collections::HashSet<i64>,
+    truth: &mut Option<super::calibrate::GroundTruth>,
     on_rows: impl Fn(u64),
 ) -> Result<AssignError, BuildError> {
     let skip_invalid = source.definition().skip_invalid;
@@ -86,17 +88,25 @@ pub async fn assign_all(
         let n = batch.len() as u64;
         let (h, q) = (Arc::clone(hierarchy), quantizer.cloned());
         let (mode, schema) = (params.assign, schema.clone());
-        let (grouped, sum, cids) = blocking(move || {
+        let mut seen = truth.take();
+        let (grouped, sum, cids, seen) = blocking(move || {
             let assigned = stages::assign(&h, mode, q.as_deref(), &schema, batch)?;
             let sum = stages::quantization_error(&h, &assigned)?;
-            let cids = assigned
+            let cids: Vec<u32> = assigned
                 .column(0)
                 .as_primitive::<arrow::datatypes::Int32Type>()
                 .values()
-                .to_vec();
-            Ok((stages::group_by_root(&h.cid_offsets, &assigned)?, sum, cids))
+                .iter()
+                .map(|&c| c as u32)
+                .collect();
+            if let Some(gt) = seen.as_mut() {
+                gt.observe(&stages::vector_values(&assigned)?, &cids);
+            }
+            let grouped = stages::group_by_root(&h.cid_offsets, &assigned)?;
+            Ok((grouped, sum, cids, seen))
         })
         .await?;
+        *truth = seen;
         error.sum += sum;
         error.rows += n;
         error

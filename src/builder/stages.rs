@@ -83,6 +83,10 @@ pub struct BuildParams {
     /// NULLs last), so that a filter on it prunes `vector` pages and its
     /// statistics are tight (e.g. a tenant column). `None`: by rowid.
     pub sort_by: Option<String>,
+    /// Rows of the sample used as held-out queries to measure recall by
+    /// lists probed (`calibration.json`, what a target recall needs); 0
+    /// measures none. Fewer on large tables ([`super::calibrate::queries_for`]).
+    pub calibration_queries: usize,
     pub writer: WriterOptions,
     pub progress: ProgressMode,
 }
@@ -110,6 +114,7 @@ impl Default for BuildParams {
             codes: DEFAULT_CODES,
             memory_limit: 2 << 30,
             sort_by: None,
+            calibration_queries: super::calibrate::DEFAULT_CALIBRATION_QUERIES,
             writer: WriterOptions::default(),
             progress: ProgressMode::Auto,
         }
@@ -612,6 +617,22 @@ pub fn quantization_error(hierarchy: &Hierarchy, rows: &RecordBatch) -> Result<f
     Ok(sum)
 }
 
+/// The `vector` column of assigned rows (FixedSizeBinary of little-endian
+/// f32) as row-major f32. CPU only.
+///
+/// # Errors
+/// [`BuildError::Arrow`] when the rows lack the postings schema's vector.
+pub fn vector_values(rows: &RecordBatch) -> Result<Vec<f32>, BuildError> {
+    let vectors = rows.column(2).as_fixed_size_binary_opt().ok_or_else(|| {
+        BuildError::Arrow("assigned rows lack the postings schema's vector".into())
+    })?;
+    Ok(vectors
+        .value_data()
+        .chunks_exact(4)
+        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+        .collect())
+}
+
 /// Splits assigned rows by root bucket (root `r` owns the CIDs
 /// `cid_offsets[r]..cid_offsets[r + 1]`): one batch per non-empty bucket,
 /// ascending by bucket, rows in input order. CPU only.
@@ -767,6 +788,9 @@ pub async fn write_bucket(
 pub struct Model<'a> {
     pub hierarchy: &'a Hierarchy,
     pub quantizer: Option<&'a Quantizer>,
+    /// The recall calibration measured over these centroids
+    /// (`calibration.json`), when `index.json` names one.
+    pub calibration: Option<&'a crate::format::calibration::Calibration>,
 }
 
 /// Writes the documents of a built snapshot through `writer`: the centroids
@@ -789,6 +813,7 @@ pub async fn publish(
     let Model {
         hierarchy,
         quantizer,
+        calibration,
     } = model;
     let folder = writer.folder();
     let store = writer.store();
@@ -811,6 +836,17 @@ pub async fn publish(
             return Err(BuildError::Internal(format!(
                 "index.json names quantizer {rel:?}, but the build has {} quantizer",
                 if quantizer.is_some() { "a" } else { "no" }
+            )));
+        }
+    }
+    match (&definition.calibration, calibration) {
+        (Some(rel), Some(c)) => {
+            writer.put(rel, Bytes::from(c.encode())).await?;
+        }
+        (None, _) => {}
+        (Some(rel), None) => {
+            return Err(BuildError::Internal(format!(
+                "index.json names calibration {rel:?}, but the build has none"
             )));
         }
     }

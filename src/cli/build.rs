@@ -50,6 +50,12 @@ pub struct Args {
     /// Number of roots (default round(sqrt(nlist))); 1 trains flat k-means.
     #[arg(long)]
     pub roots: Option<u32>,
+    /// Rows held out as queries to measure recall by lists probed
+    /// (`calibration.json`: what `search --target-recall` and the recall
+    /// estimates use); 0 measures none. Fewer on large tables: about 10⁹
+    /// distances at most.
+    #[arg(long, default_value_t = parqivf::builder::calibrate::DEFAULT_CALIBRATION_QUERIES)]
+    pub calibration_queries: usize,
     /// Flat Lloyd iterations over all leaves after the per-root trainings.
     #[arg(long, default_value_t = parqivf::builder::DEFAULT_POLISH)]
     pub polish: usize,
@@ -135,6 +141,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
             codes: args.codes.0,
             memory_limit: args.memory.memory_limit,
             sort_by: args.sort_by.clone(),
+            calibration_queries: args.calibration_queries,
             progress: if args.json {
                 ProgressMode::Plain
             } else {

@@ -16,6 +16,7 @@ pub mod search;
 pub mod serve;
 pub mod source_args;
 pub mod train;
+pub mod tune;
 pub mod verify;
 
 #[derive(Debug, Parser)]
@@ -85,6 +86,9 @@ pub enum Command {
     Build(build::Args),
     /// Query an index with vectors from a file.
     Search(search::Args),
+    /// Sweep an index's operating points (nprobe, target recall) and draw the
+    /// recall/QPS frontier.
+    Tune(tune::Args),
     /// Serve one or more indexes over HTTP/JSON.
     Serve(serve::Args),
     /// Train k-means centroids on a vector file (benchmarking aid).
@@ -111,6 +115,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Search(a) => search::run(a, &store),
         Command::Serve(a) => serve::run(a, store),
         Command::Train(a) => train::run(a),
+        Command::Tune(a) => tune::run(a, &store),
         Command::Verify(a) => verify::run(a, &store),
         Command::Gc(a) => gc::run(a, &store),
         Command::Refresh(a) => refresh::run(a, &store),

@@ -63,9 +63,16 @@ pub struct Args {
     #[arg(long)]
     pub filter: Option<String>,
     /// With `--filter`: the most lists probed while looking for `k` matches
-    /// (default every list).
+    /// (default every list). With `--target-recall`: the most lists a query
+    /// probes.
     #[arg(long)]
     pub max_nprobe: Option<usize>,
+    /// Probe for a recall@k instead of `--nprobe` (in (0, 1]): each query
+    /// probes its nearest lists until the build's calibration predicts it
+    /// has found this share of its exact neighbours. Easy queries stop
+    /// early, hard ones go further; `--stats` shows each estimate.
+    #[arg(long, value_name = "R")]
+    pub target_recall: Option<f64>,
     /// Exact neighbours (`.ivecs` or `.npy` of int rows, padded with -1
     /// where fewer than k rows match a filter): print recall@k and QPS.
     #[arg(long)]
@@ -191,6 +198,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         rerank: args.rerank,
         filter: args.filter.clone(),
         max_nprobe: args.max_nprobe,
+        target_recall: args.target_recall,
         ..SearchParams::default()
     };
     runtime.block_on(async {
@@ -264,6 +272,8 @@ async fn benchmark(
     let (mut hits, mut expected, mut full) = (0usize, 0usize, 0usize);
     let mut plans: std::collections::BTreeMap<String, usize> = Default::default();
     let (mut lists, mut capped) = (0u64, 0usize);
+    // Each query's recall, and the sum of the estimates.
+    let (mut recalls, mut estimated, mut estimates) = (Vec::new(), 0f64, 0usize);
     // IO fields are a batch's (shared by its queries): counted once a batch.
     let (mut bytes, mut rounds) = (0u64, 0u64);
     let (nq, _) = stream(index, args, params, |first, results| {
@@ -278,6 +288,10 @@ async fn benchmark(
                 .or_default() += 1;
             lists += r.stats.lists_probed;
             capped += usize::from(r.stats.capped);
+            if let Some(e) = r.stats.estimated_recall {
+                estimated += e;
+                estimates += 1;
+            }
         }
         let rows = truth.next_i32(results.len())?;
         if rows.len() < results.len() * cols {
@@ -292,11 +306,13 @@ async fn benchmark(
             let row: Vec<i32> = row[..args.k].iter().copied().filter(|&t| t >= 0).collect();
             expected += row.len();
             full += usize::from(r.hits.len() >= row.len());
-            hits += r
+            let found = r
                 .hits
                 .iter()
                 .filter(|h| row.iter().any(|&t| i64::from(t) == h.rowid))
                 .count();
+            hits += found;
+            recalls.push(found as f64 / row.len().max(1) as f64);
         }
         Ok(())
     })
@@ -318,6 +334,12 @@ async fn benchmark(
         "seconds": best,
         "qps": nq as f64 / best,
         "recall": hits as f64 / expected.max(1) as f64,
+        "target-recall": args.target_recall,
+        "mean-estimated-recall": (estimates > 0).then(|| estimated / estimates as f64),
+        // The share of queries whose recall is at least the target's minus 0.1.
+        "within-0.1-of-target": args.target_recall.map(|t| {
+            recalls.iter().filter(|&&r| r >= t - 0.1 - 1e-9).count() as f64 / recalls.len().max(1) as f64
+        }),
         "full-answers": full as f64 / nq.max(1) as f64,
         "filter": args.filter,
         "plans": plans,

@@ -80,6 +80,23 @@ pub struct Args {
     /// Shortest time between two client-requested reloads of one index (else 429).
     #[arg(long, value_parser = humantime::parse_duration, default_value = "1s")]
     pub reload_min_interval: Duration,
+    /// Re-run this share of queries (0..=1) exhaustively in the background
+    /// and export their measured recall next to the estimate (Prometheus
+    /// `parqivf_recall_measured`, `parqivf_recall_estimated`); a warning is
+    /// logged when the two drift apart.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.0, value_parser = share)]
+    pub recall_sample: f64,
+    /// The share of the time the recall re-runs may keep their worker busy.
+    #[arg(long, value_name = "SHARE", default_value_t = parqivf::server::DEFAULT_RECALL_CPU_SHARE, value_parser = share)]
+    pub recall_sample_cpu: f64,
+}
+
+/// A share in 0..=1.
+fn share(value: &str) -> Result<f64, String> {
+    match value.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("expected a share between 0 and 1, got {value:?}")),
+    }
 }
 
 /// The token from `file` or the value of `PARQIVF_AUTH_TOKEN` (`env`), not both.
@@ -130,6 +147,10 @@ fn config(args: &Args, auth_token: Option<AuthToken>) -> ServerConfig {
         },
         auth_token,
         reload_min_interval: args.reload_min_interval,
+        recall_sampling: parqivf::server::recall_sample::RecallSampling {
+            rate: args.recall_sample,
+            cpu_share: args.recall_sample_cpu.max(0.001),
+        },
     }
 }
 

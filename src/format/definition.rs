@@ -279,6 +279,11 @@ pub struct IndexDefinition {
     /// has no codes.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub quantizer: Option<String>,
+    /// How recall grows with the lists probed (`calibration.json`,
+    /// relative to `index.json`, a base document like the centroids);
+    /// absent when the build measured none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<String>,
     /// The indexed files of a Parquet source (`source-files.json`, relative
     /// to `index.json`), which `refresh` compares with a new listing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -478,6 +483,7 @@ impl IndexDefinition {
                 documents.push(crate::format::footers::footers_location(manifest));
                 documents.push(self.tables.ivf_centroids.location.clone());
                 documents.extend(self.quantizer.clone());
+                documents.extend(self.calibration.clone());
             }
         }
         documents.extend(self.source_files.clone());
@@ -508,6 +514,7 @@ impl IndexDefinition {
                 ivf_postings: IndexTableDefinition::new(POSTINGS_LOCATION, Some(ARTIFACT_MANIFEST)),
             },
             quantizer: None,
+            calibration: None,
             source_files: None,
             layers: None,
             source,
@@ -610,6 +617,26 @@ impl IndexDefinition {
             .transpose()
     }
 
+    /// The recall calibration (`calibration.json`), resolved against the
+    /// snapshot directory; `None` when the build measured none.
+    ///
+    /// # Errors
+    /// `Location` when the location is not a relative path.
+    pub fn calibration_path(&self, snapshot: &Path) -> Result<Option<Path>, DefinitionError> {
+        self.calibration
+            .as_deref()
+            .map(|location| {
+                RelativeLocation::parse(location)
+                    .map(|rel| rel.resolve_path(snapshot))
+                    .map_err(|source| DefinitionError::Location {
+                        document: INDEX_DOC,
+                        key: "calibration".to_string(),
+                        source,
+                    })
+            })
+            .transpose()
+    }
+
     /// Pretty-printed JSON, the bytes the build job writes.
     pub fn to_json(&self) -> String {
         to_pretty_json(self)
@@ -670,6 +697,7 @@ impl IndexDefinition {
             .ivf_postings
             .validate("ivf_postings", Some(ARTIFACT_MANIFEST))?;
         self.quantizer_path(&Path::default())?;
+        self.calibration_path(&Path::default())?;
         self.source.validate()?;
         if self.format_version < 3 && (self.layers.is_some() || self.source_files.is_some()) {
             return Err(DefinitionError::Incompatible {

@@ -12,6 +12,7 @@
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
 //! | writing a new snapshot, its commit and rollback | [`snapshot_writer`] |
 //! | a refreshed snapshot's layers and `deletions.parquet` | [`layers`] |
+//! | `calibration.json` (recall by lists probed, measured at build) | [`calibration`] |
 //! | `source-files.json` (the indexed files of a Parquet source) | [`source_files`] |
 //! | `source-ids.parquet` (the ids each source file holds, with an id column) | [`source_ids`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
@@ -21,6 +22,7 @@
 //! Parsers read the version keys first and refuse a version they do not know
 //! before anything else. `docs/format.md` describes the bytes.
 
+pub mod calibration;
 pub mod centroids;
 pub mod definition;
 pub mod footers;

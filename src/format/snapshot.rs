@@ -4,7 +4,8 @@
 //!
 //! ```text
 //! Snapshot::open(store, folder)           index.json, then manifest.json + footers.json + centroids
-//!                                         (+ quantizer.json with codes), one GET each, concurrently
+//!                                         (+ quantizer.json with codes, + calibration.json when
+//!                                         measured), one GET each, concurrently
 //! Snapshot::open_commit(store, index, c)  the same for commit c's folder, every document checked against c's pins
 //! Snapshot::open_current(store, location) the commit log's current snapshot (read once), or location itself
 //!                                         when it is a bare snapshot folder (holding index.json)
@@ -20,6 +21,7 @@
 //! and `footers.json` and its deletion object, all in the same round as the
 //! base's, each checked against the pins in its `index.json`.
 
+use crate::format::calibration::{Calibration, CalibrationError};
 use crate::format::centroids::{self, CentroidsError};
 use crate::format::definition::{DefinitionError, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::footers::{FooterPin, Footers, FootersError};
@@ -70,6 +72,8 @@ pub enum SnapshotError {
     Centroids(#[from] CentroidsError),
     #[error(transparent)]
     Quantizer(#[from] QuantizerDocError),
+    #[error(transparent)]
+    Calibration(#[from] CalibrationError),
     /// A document differs from, or lacks, its pin in the commit document.
     #[error(transparent)]
     Pin(#[from] PinError),
@@ -129,6 +133,9 @@ pub struct Snapshot {
     /// The quantiser of the postings' `code` column (`quantizer.json`), in
     /// an index built with codes.
     pub quantizer: Option<Quantizer>,
+    /// How recall grows with the lists probed (`calibration.json`), when
+    /// the build measured it.
+    pub calibration: Option<Calibration>,
 }
 
 async fn get(store: &dyn ObjectStore, path: &Path) -> Result<Bytes, SnapshotError> {
@@ -293,7 +300,7 @@ impl Snapshot {
             .quantizer_path(&base_folder)
             .map_err(definition_err)?;
         let base = async {
-            let (table, c, q) = futures::join!(
+            let (table, c, q, cal) = futures::join!(
                 read_table(
                     store,
                     &manifest_path,
@@ -310,11 +317,28 @@ impl Snapshot {
                         _ => Ok(None),
                     }
                 },
+                async {
+                    match &definition.calibration {
+                        Some(rel) => get_pinned(store, &base_folder, rel, base_pins)
+                            .await
+                            .map(Some),
+                        None => Ok(None),
+                    }
+                },
             );
-            Ok::<_, SnapshotError>((table?, c?, q?))
+            Ok::<_, SnapshotError>((table?, c?, q?, cal?))
         };
         let layered = read_layers(store, folder, &definition);
-        let ((base_table, c, q), (deltas, deletions)) = futures::try_join!(base, layered)?;
+        let ((base_table, c, q, cal), (deltas, deletions)) = futures::try_join!(base, layered)?;
+        let calibration = match (definition.calibration_path(&base_folder), cal) {
+            (Ok(Some(path)), Some(bytes)) => Some(Calibration::parse(
+                path.as_ref(),
+                &bytes,
+                definition.nlist as usize,
+            )?),
+            (Err(source), _) => return Err(definition_err(source)),
+            _ => None,
+        };
         let quantizer = match (&quantizer_path, q) {
             (Some(path), Some(bytes)) => Some(quantizer::decode(
                 path.as_ref(),
@@ -373,6 +397,7 @@ impl Snapshot {
             footer_pins,
             hierarchy,
             quantizer,
+            calibration,
         })
     }
 }

@@ -25,8 +25,9 @@ use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
-use super::select::{ranked_cids, select_cids};
+use super::select::{ranked_leaves, select_cids};
 use super::stats::{SearchStats, micros};
+use super::target::RecallModel;
 use crate::filter::Filter;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
@@ -80,6 +81,8 @@ pub struct Engine {
     /// Shared with the compute steps on rayon.
     hierarchy: Arc<Hierarchy>,
     codes: Option<Arc<Codes>>,
+    /// The build's recall calibration: target recalls and estimates.
+    recall: Option<Arc<RecallModel>>,
     /// What [`Engine::preload`] put in memory.
     preloaded: Mutex<Preload>,
     /// The payload of every row group, concatenated by [`Engine::preload`]:
@@ -112,6 +115,52 @@ impl Gathered {
             loaded: &self.loaded,
             masks: &self.masks,
         }
+    }
+}
+
+/// One query's lists ([`Engine::select`]).
+#[derive(Debug)]
+struct Selected {
+    /// Unfiltered: the lists to probe, sorted. Filtered: every list,
+    /// nearest first.
+    cids: Vec<u32>,
+    /// The lists of the first round.
+    start: usize,
+    /// The estimated recall of the first round's lists.
+    estimate: Option<f64>,
+    probe_us: u64,
+}
+
+impl Selected {
+    /// From every leaf `ranked` nearest first, of which the first `start`
+    /// are probed first: all of them kept when `every` (a filter widens
+    /// through them), else those `start`, sorted.
+    fn ranked(ranked: Vec<(f32, u32)>, start: usize, every: bool, estimate: Option<f64>) -> Self {
+        let cids = if every {
+            ranked.into_iter().map(|l| l.1).collect()
+        } else {
+            let mut cids: Vec<u32> = ranked[..start].iter().map(|l| l.1).collect();
+            cids.sort_unstable();
+            cids
+        };
+        Selected {
+            cids,
+            start,
+            estimate,
+            probe_us: 0,
+        }
+    }
+
+    /// The estimated recall of a filtered query that probed its nearest
+    /// `lists`: its first round's, or, widened, the calibration's at
+    /// `lists` when higher.
+    fn estimate_after(&self, model: &RecallModel, lists: usize) -> Option<f64> {
+        let first = self.estimate?;
+        Some(if lists > self.start {
+            first.max(model.recall_at(lists))
+        } else {
+            first
+        })
     }
 }
 
@@ -163,10 +212,16 @@ struct PagesToRank {
 }
 
 impl Engine {
-    /// The engine over `reader` (a snapshot's postings), its centroids and,
-    /// in an index with codes, its quantiser. Rotates every leaf by the
-    /// quantiser (CPU, once).
-    pub fn new(reader: PostingsReader, hierarchy: Hierarchy, quantizer: Option<Quantizer>) -> Self {
+    /// The engine over `reader` (a snapshot's postings), its centroids, in
+    /// an index with codes its quantiser, and its recall calibration when
+    /// the build measured one. Rotates every leaf by the quantiser (CPU,
+    /// once).
+    pub fn new(
+        reader: PostingsReader,
+        hierarchy: Hierarchy,
+        quantizer: Option<Quantizer>,
+        recall: Option<RecallModel>,
+    ) -> Self {
         let codes = quantizer.map(|quantizer| {
             let rotated_leaves = rotate_leaves(&quantizer, &hierarchy);
             Arc::new(Codes {
@@ -178,6 +233,7 @@ impl Engine {
             reader,
             hierarchy: Arc::new(hierarchy),
             codes,
+            recall: recall.map(Arc::new),
             preloaded: Mutex::new(Preload::None),
             payload_table: OnceLock::new(),
         }
@@ -196,6 +252,11 @@ impl Engine {
     /// The quantiser of the postings' codes, in an index with codes.
     pub fn quantizer(&self) -> Option<&Quantizer> {
         self.codes.as_deref().map(|c| &c.quantizer)
+    }
+
+    /// The recall calibration, when the build measured one.
+    pub fn recall_model(&self) -> Option<&RecallModel> {
+        self.recall.as_deref()
     }
 
     /// What [`Engine::preload`] holds in memory.
@@ -282,24 +343,43 @@ impl Engine {
         }
     }
 
-    /// Each query's lists, nearest first, and the time it took: its
-    /// `nprobe` nearest (within `root_factor`), or every list with a filter.
-    async fn select(&self, plan: &QueryPlan) -> Vec<(Vec<u32>, u64)> {
+    /// Each query's lists and the time it took: its `nprobe` nearest
+    /// (within `root_factor`), those a target recall chose, or, with a
+    /// filter, every list nearest first ([`Selected`]).
+    async fn select(&self, plan: &QueryPlan) -> Vec<Selected> {
         let hierarchy = Arc::clone(&self.hierarchy);
         let queries = Arc::clone(&plan.queries);
+        let recall = self.recall.clone();
         let (nprobe, root_factor, every) = (plan.nprobe, plan.root_factor, plan.filter.is_some());
+        let (target, cap) = (plan.target, plan.cap);
         on_rayon(move || {
-            let (dim, nlist) = (hierarchy.dim, hierarchy.nlist());
             queries
-                .par_chunks_exact(dim)
+                .par_chunks_exact(hierarchy.dim)
                 .map(|q| {
                     let t = Instant::now();
-                    let cids = if every {
-                        ranked_cids(&hierarchy, q, nlist, 0)
+                    let mut selected = if every || target.is_some() {
+                        let ranked = ranked_leaves(&hierarchy, q);
+                        let (start, estimate) = match (target, &recall) {
+                            (Some(t), Some(m)) => {
+                                let lists = m.lists_for(&ranked, t, cap);
+                                (lists.cids.len(), Some(lists.estimated_recall))
+                            }
+                            _ => (
+                                nprobe.min(ranked.len()),
+                                recall.as_ref().map(|m| m.recall_at(nprobe)),
+                            ),
+                        };
+                        Selected::ranked(ranked, start, every, estimate)
                     } else {
-                        select_cids(&hierarchy, q, nprobe, root_factor)
+                        Selected {
+                            cids: select_cids(&hierarchy, q, nprobe, root_factor),
+                            start: nprobe,
+                            estimate: recall.as_ref().map(|m| m.recall_at(nprobe)),
+                            probe_us: 0,
+                        }
                     };
-                    (cids, micros(t.elapsed()))
+                    selected.probe_us = micros(t.elapsed());
+                    selected
                 })
                 .collect()
         })
@@ -310,12 +390,12 @@ impl Engine {
     async fn gather(
         &self,
         plan: &QueryPlan,
-        selected: Vec<(Vec<u32>, u64)>,
+        selected: Vec<Selected>,
         stats: &mut SearchStats,
     ) -> Result<(Gathered, Vec<Own>), ProbeError> {
         let mut union: Vec<u32> = selected
             .iter()
-            .flat_map(|(c, _)| c.iter().copied())
+            .flat_map(|s| s.cids.iter().copied())
             .collect();
         union.sort_unstable();
         union.dedup();
@@ -324,14 +404,15 @@ impl Engine {
         let masks = self.reader.live().masks(&loaded);
         let own = selected
             .iter()
-            .map(|(_, probe_us)| Own {
-                probe_us: *probe_us,
+            .map(|s| Own {
+                probe_us: s.probe_us,
+                estimated_recall: s.estimate,
                 ..Own::default()
             })
             .collect();
         let gathered = Gathered {
             queries: Arc::clone(&plan.queries),
-            probed: selected.into_iter().map(|(c, _)| c).collect(),
+            probed: selected.into_iter().map(|s| s.cids).collect(),
             loaded: loaded.into(),
             masks: masks.into(),
         };
@@ -348,7 +429,7 @@ impl Engine {
         &self,
         plan: &QueryPlan,
         filter: &Arc<Filter>,
-        ranked: Vec<(Vec<u32>, u64)>,
+        ranked: Vec<Selected>,
         stats: &mut SearchStats,
     ) -> Result<(Gathered, Vec<Own>), ProbeError> {
         let nlist = self.hierarchy.nlist();
@@ -358,8 +439,9 @@ impl Engine {
             cap: plan.cap,
             in_memory: self.preloaded() != Preload::None,
         };
-        let lists: Vec<Vec<u32>> = ranked.iter().map(|(c, _)| c.clone()).collect();
-        let mut widening = Widening::new(&lists, budget, plan.k);
+        let lists: Vec<Vec<u32>> = ranked.iter().map(|s| s.cids.clone()).collect();
+        let starts: Vec<usize> = ranked.iter().map(|s| s.start).collect();
+        let mut widening = Widening::new(&lists, &starts, budget, plan.k);
         let mut rows = FilteredRows::default();
         let want = self.want(true);
         loop {
@@ -384,8 +466,12 @@ impl Engine {
             .iter()
             .zip(widening.states())
             .zip(&ranked)
-            .map(|((cids, s), (_, probe_us))| Own {
-                probe_us: *probe_us,
+            .map(|((cids, s), selected)| Own {
+                probe_us: selected.probe_us,
+                estimated_recall: self
+                    .recall
+                    .as_ref()
+                    .and_then(|m| selected.estimate_after(m, s.lists)),
                 rows_matched: rows.count(cids).matched,
                 filter_plan: s.plan,
                 capped: s.capped,

@@ -270,13 +270,16 @@ pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, FilterPlan) {
 pub struct QueryProbe {
     /// Its nearest lists probed so far.
     pub lists: usize,
+    /// The lists of its first round (`nprobe`, or what a target recall
+    /// chose): the budget widens from these.
+    pub start: usize,
     pub plan: FilterPlan,
     /// It stopped at `max_nprobe` with fewer than `k` matches.
     pub capped: bool,
 }
 
 /// The rounds of a filtered batch: every query starts at its nearest
-/// `nprobe` lists; after the first round [`filter_budget`] widens each to
+/// `nprobe` lists (or those a target recall chose); after the first round [`filter_budget`] widens each to
 /// what `nprobe` lists cost unfiltered, and after each later round a query
 /// with fewer than `k` matches doubles its lists, up to the cap. It ends
 /// when a round changes no query's lists. Pure: the caller reads the lists
@@ -290,14 +293,20 @@ pub struct Widening {
 }
 
 impl Widening {
-    /// The first round of queries whose lists, nearest first, are `ranked`.
-    pub fn new(ranked: &[Vec<u32>], budget: FilterBudget, k: usize) -> Self {
+    /// The first round of queries whose lists, nearest first, are `ranked`,
+    /// each probing first the number of lists `starts` gives it.
+    pub fn new(ranked: &[Vec<u32>], starts: &[usize], budget: FilterBudget, k: usize) -> Self {
         let states = ranked
             .iter()
-            .map(|cids| QueryProbe {
-                lists: budget.nprobe.min(cids.len()),
-                plan: FilterPlan::Probe,
-                capped: false,
+            .zip(starts)
+            .map(|(cids, &start)| {
+                let start = start.clamp(1, cids.len().max(1)).min(cids.len());
+                QueryProbe {
+                    lists: start,
+                    start,
+                    plan: FilterPlan::Probe,
+                    capped: false,
+                }
             })
             .collect();
         Widening {
@@ -335,7 +344,11 @@ impl Widening {
             let seen = rows.count(&cids[..s.lists]);
             let most = self.budget.cap.min(cids.len());
             let lists = if self.round == 0 {
-                let (lists, plan) = filter_budget(&self.budget, seen);
+                let budget = FilterBudget {
+                    nprobe: s.start,
+                    ..self.budget
+                };
+                let (lists, plan) = filter_budget(&budget, seen);
                 s.plan = plan;
                 lists.min(cids.len())
             } else if seen.matched < self.k {

@@ -35,6 +35,7 @@ pub mod rows;
 pub mod scan;
 pub mod select;
 pub mod stats;
+pub mod target;
 
 use thiserror::Error;
 

@@ -41,6 +41,14 @@ pub enum QueryError {
     /// only hides a mistake.
     #[error("root_factor = {root_factor} is outside 0..={nlist} (the index's nlist)")]
     InvalidRootFactor { root_factor: usize, nlist: usize },
+    /// A target recall is a share of the exact top-k: in `(0, 1]`.
+    #[error("target_recall = {target} is outside (0, 1]")]
+    InvalidTargetRecall { target: f64 },
+    /// The index was built without a recall calibration.
+    #[error(
+        "target_recall needs the index's recall calibration (calibration.json), which this index does not have: build it again (calibration is on by default) or give nprobe"
+    )]
+    NotCalibrated,
     #[error("max_nprobe = {max_nprobe} is outside {nprobe}..={nlist} (nprobe..=nlist)")]
     InvalidMaxNprobe {
         max_nprobe: usize,
@@ -61,12 +69,14 @@ impl QueryError {
             QueryError::InvalidNprobe { .. } => "nprobe_out_of_range",
             QueryError::InvalidRootFactor { .. } => "root_factor_out_of_range",
             QueryError::InvalidMaxNprobe { .. } => "max_nprobe_out_of_range",
+            QueryError::InvalidTargetRecall { .. } => "target_recall_out_of_range",
+            QueryError::NotCalibrated => "not_calibrated",
         }
     }
 }
 
 /// Parameters of a search.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SearchParams {
     /// Neighbours to return (≥ 1). Default 10.
     pub k: usize,
@@ -92,8 +102,16 @@ pub struct SearchParams {
     pub filter: Option<String>,
     /// With a filter: the most lists probed while looking for `k` matches
     /// (default every list). A query that stops there with fewer says so
-    /// ([`SearchStats::capped`]).
+    /// ([`SearchStats::capped`]). With a target recall: the most lists a
+    /// query probes.
     pub max_nprobe: Option<usize>,
+    /// Probe for a recall instead of a number of lists: each query probes
+    /// its nearest lists until the build's calibration predicts it has
+    /// found this share of its exact top-k (in `(0, 1]`;
+    /// [`super::target`]), so an easy query stops early and a hard one goes
+    /// further. Replaces `nprobe`; with a filter, the filter widens from
+    /// there. Needs an index with a calibration.
+    pub target_recall: Option<f64>,
 }
 
 /// Re-rank factor by default (see `docs/benchmarks.md`).
@@ -109,6 +127,7 @@ impl Default for SearchParams {
             rerank: DEFAULT_RERANK,
             filter: None,
             max_nprobe: None,
+            target_recall: None,
         }
     }
 }
@@ -118,9 +137,20 @@ impl SearchParams {
     ///
     /// # Errors
     /// [`QueryError::InvalidK`], [`QueryError::InvalidNprobe`],
-    /// [`QueryError::InvalidRootFactor`], [`QueryError::InvalidMaxNprobe`].
+    /// [`QueryError::InvalidRootFactor`], [`QueryError::InvalidMaxNprobe`],
+    /// [`QueryError::InvalidTargetRecall`].
     pub fn check(&self, nlist: usize) -> Result<(), QueryError> {
-        let nprobe = self.nprobe;
+        if let Some(target) = self.target_recall
+            && !(target > 0.0 && target <= 1.0)
+        {
+            return Err(QueryError::InvalidTargetRecall { target });
+        }
+        // Under a target recall, nprobe is not used: max_nprobe may be any list count.
+        let nprobe = if self.target_recall.is_some() {
+            1
+        } else {
+            self.nprobe
+        };
         if self.k == 0 {
             return Err(QueryError::InvalidK);
         }
@@ -187,8 +217,10 @@ pub struct QueryPlan {
     /// under cosine).
     pub queries: Arc<[f32]>,
     pub k: usize,
-    /// The nearest lists each query probes first.
+    /// The nearest lists each query probes first (without a target).
     pub nprobe: usize,
+    /// The target recall that chooses each query's lists instead.
+    pub target: Option<f64>,
     pub root_factor: usize,
     /// A filter widens the probe, nearest list first, up to `cap` lists
     /// ([`super::filtered::FilterBudget`]); `None`: one round of `nprobe`.
@@ -212,6 +244,9 @@ impl QueryPlan {
         index: IndexShape,
     ) -> Result<QueryPlan, QueryError> {
         params.check(index.nlist)?;
+        if params.target_recall.is_some() && !index.calibrated {
+            return Err(QueryError::NotCalibrated);
+        }
         let queries = prepare_queries(index.metric, queries, index.dim)?;
         let rank = if index.has_codes {
             RankMode::Codes {
@@ -224,6 +259,7 @@ impl QueryPlan {
             queries: queries.into(),
             k: params.k,
             nprobe: params.nprobe,
+            target: params.target_recall,
             root_factor: params.root_factor,
             filter: None,
             cap: params.max_nprobe.unwrap_or(index.nlist).min(index.nlist),
@@ -240,6 +276,8 @@ pub struct IndexShape {
     pub nlist: usize,
     pub metric: Metric,
     pub has_codes: bool,
+    /// The index has a recall calibration (a target recall needs one).
+    pub calibrated: bool,
 }
 
 /// `queries` checked (whole queries of `dim` finite values) and prepared
@@ -291,6 +329,7 @@ mod tests {
             nlist: 8,
             metric: Metric::Cosine,
             has_codes: false,
+            calibrated: false,
         }
     }
 
@@ -352,6 +391,24 @@ mod tests {
             Err("max_nprobe_out_of_range")
         );
         assert_eq!(plan(&q, &with(|p| p.max_nprobe = Some(8))), Ok(()));
+        for bad in [0.0, -0.1, 1.01, f64::NAN] {
+            let mut p = with(|_| ());
+            p.target_recall = Some(bad);
+            assert_eq!(
+                plan(&q, &p).map_err(|e| e.code()),
+                Err("target_recall_out_of_range"),
+                "{bad}"
+            );
+        }
+        // A target needs a calibration; under one, max_nprobe may be below nprobe.
+        let mut target = with(|p| p.max_nprobe = Some(2));
+        target.target_recall = Some(0.9);
+        assert_eq!(plan(&q, &target), Err(QueryError::NotCalibrated));
+        let calibrated = IndexShape {
+            calibrated: true,
+            ..shape()
+        };
+        assert!(QueryPlan::new(&q, &target, calibrated).is_ok());
     }
 
     #[test]

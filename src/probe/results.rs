@@ -16,6 +16,7 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Own {
     pub probe_us: u64,
+    pub estimated_recall: Option<f64>,
     pub rows_matched: u64,
     pub filter_plan: FilterPlan,
     pub capped: bool,
@@ -66,6 +67,7 @@ pub fn results(
             let stats = SearchStats {
                 probe_us: own.probe_us,
                 lists_probed: cids.len() as u64,
+                estimated_recall: own.estimated_recall,
                 rows_matched: own.rows_matched,
                 filter_plan: own.filter_plan,
                 capped: own.capped,

@@ -31,14 +31,15 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
     cids
 }
 
-/// The leaf CIDs of the roots visited for `nprobe` (see [`select_cids`]),
-/// nearest first: the order in which a filtered search goes on probing
-/// when its first `nprobe` lists hold fewer than `k` matches. Its first
-/// `nprobe` entries are the cids of [`select_cids`].
-pub fn ranked_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
-    let mut leaves = leaf_distances(h, query, nprobe, root_factor);
+/// Every leaf, `(distance, cid)`, nearest first (all roots visited): the
+/// order in which a filtered search goes on probing when its first lists
+/// hold fewer than `k` matches, and in which a target recall takes them.
+/// Its first `nprobe` cids are those of [`select_cids`] with `root_factor`
+/// 0.
+pub fn ranked_leaves(h: &Hierarchy, query: &[f32]) -> Vec<(f32, u32)> {
+    let mut leaves = leaf_distances(h, query, h.nlist(), 0);
     leaves.sort_unstable_by(nearest_first);
-    leaves.into_iter().map(|l| l.1).collect()
+    leaves
 }
 
 fn nearest_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
@@ -107,6 +108,16 @@ mod tests {
         assert_eq!(select_cids(&h, &[4.9], 2, 1), vec![0, 1]);
         // factor 2 widens to root 1, whose leaf 9.0 beats -1.0.
         assert_eq!(select_cids(&h, &[4.9], 2, 2), vec![1, 2]);
+    }
+
+    #[test]
+    fn every_leaf_ranked_nearest_first_begins_with_the_selected() {
+        let h = hierarchy();
+        let ranked: Vec<u32> = ranked_leaves(&h, &[4.9]).iter().map(|l| l.1).collect();
+        assert_eq!(ranked, vec![1, 2, 0, 3]);
+        let mut first_two = ranked[..2].to_vec();
+        first_two.sort_unstable();
+        assert_eq!(first_two, select_cids(&h, &[4.9], 2, 0));
     }
 
     #[test]

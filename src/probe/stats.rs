@@ -10,7 +10,7 @@ use std::time::Duration;
 /// What a search cost. In a batch, the IO fields and `plan/fetch/decode`
 /// times are those of the whole batch (row groups are shared); `probe` and
 /// `scan` are the query's own.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct SearchStats {
     /// Manifest files whose cid range holds a probed cid.
     pub candidate_files: u64,
@@ -58,6 +58,11 @@ pub struct SearchStats {
     /// Lists the query probed (its own): `nprobe`, more when a filter left
     /// fewer than `k` matches in them, every list when exhaustive.
     pub lists_probed: u64,
+    /// The share of the query's exact top-k its probed lists hold, as the
+    /// build's calibration estimates it ([`super::target`]); absent for an
+    /// index without one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_recall: Option<f64>,
     /// How a filtered query was planned.
     pub filter_plan: FilterPlan,
     /// A filtered query stopped at `max_nprobe` lists with fewer than `k`

@@ -33,6 +33,10 @@ pub struct IndexInfo {
     pub definition: serde_json::Value,
     /// Cache and preload state.
     pub cache: CacheState,
+    /// The build's recall calibration: rows measured, rows now, stale
+    /// (absent for an index without one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub calibration: Option<crate::probe::target::CalibrationStatus>,
 }
 
 /// Memory held by the backend's caches.

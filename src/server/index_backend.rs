@@ -121,6 +121,7 @@ fn index_info(index: &Index, label: String, preload: Preload) -> IndexInfo {
             preload,
             ..CacheState::default()
         },
+        calibration: index.calibration_status(),
     }
 }
 

@@ -63,6 +63,17 @@ fn latency_histogram() -> Histogram {
     Histogram::new(LATENCY_BUCKETS)
 }
 
+/// Upper bounds of the recall histogram buckets.
+const RECALL_BUCKETS: [f64; 13] = [
+    0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.93, 0.95, 0.97, 0.98, 0.99, 0.995, 1.0,
+];
+
+type Recall = Family<IndexLabels, Histogram, fn() -> Histogram>;
+
+fn recall_histogram() -> Histogram {
+    Histogram::new(RECALL_BUCKETS)
+}
+
 /// Process-wide counters, registered once (the help texts get their final
 /// period from the crate).
 #[derive(Debug)]
@@ -77,6 +88,9 @@ pub struct Metrics {
     store_requests: Family<IndexLabels, Counter>,
     store_bytes: Family<IndexLabels, Counter>,
     reloads: Family<ReloadLabels, Counter>,
+    recall_measured: Recall,
+    recall_estimated: Recall,
+    recall_skipped: Family<IndexLabels, Counter>,
 }
 
 /// A per-index gauge: name, help text, and how to read it from the index info.
@@ -95,6 +109,9 @@ impl Default for Metrics {
             store_requests: Family::default(),
             store_bytes: Family::default(),
             reloads: Family::default(),
+            recall_measured: Recall::new_with_constructor(recall_histogram),
+            recall_estimated: Recall::new_with_constructor(recall_histogram),
+            recall_skipped: Family::default(),
         };
         let mut registry = Registry::default();
         // Counters are registered without their `_total`, which the encoder adds.
@@ -142,6 +159,21 @@ impl Default for Metrics {
             "parqivf_index_reloads",
             "Reload attempts by outcome",
             m.reloads.clone(),
+        );
+        registry.register(
+            "parqivf_recall_measured",
+            "Recall@k of sampled queries against an exhaustive re-run (serve --recall-sample)",
+            m.recall_measured.clone(),
+        );
+        registry.register(
+            "parqivf_recall_estimated",
+            "The calibration's recall estimate of the same sampled queries",
+            m.recall_estimated.clone(),
+        );
+        registry.register(
+            "parqivf_recall_samples_skipped",
+            "Sampled queries not re-run (queue full, or the re-run failed)",
+            m.recall_skipped.clone(),
         );
         Metrics { registry, ..m }
     }
@@ -195,6 +227,27 @@ impl Metrics {
         self.queries.get_or_create(&labels).inc_by(queries);
         self.store_requests.get_or_create(&labels).inc_by(requests);
         self.store_bytes.get_or_create(&labels).inc_by(bytes);
+    }
+
+    /// Records the measured recall of one sampled query of `index`, and its
+    /// estimate when the index has one.
+    pub fn record_recall(&self, index: &str, measured: f64, estimated: Option<f64>) {
+        let labels = IndexLabels {
+            index: index.to_owned(),
+        };
+        self.recall_measured.get_or_create(&labels).observe(measured);
+        if let Some(e) = estimated {
+            self.recall_estimated.get_or_create(&labels).observe(e);
+        }
+    }
+
+    /// Records a sampled query of `index` that was not re-run.
+    pub fn record_recall_skipped(&self, index: &str) {
+        self.recall_skipped
+            .get_or_create(&IndexLabels {
+                index: index.to_owned(),
+            })
+            .inc();
     }
 
     /// Records one reload attempt of `index` (`outcome`: swapped, unchanged,
@@ -332,6 +385,7 @@ mod tests {
             snapshot: "v1:a\"b\\c".into(),
             definition: serde_json::Value::Null,
             cache: super::super::backend::CacheState::default(),
+            calibration: None,
         };
         let text = m.render(&[("x".into(), info)]);
         for line in [

@@ -26,12 +26,17 @@
 //! ([`auth`]), and tower-http's body limit, which answers 413 from a declared
 //! `Content-Length` before any of the body is read.
 
+/// Share of the time `--recall-sample` re-runs may keep their worker busy
+/// by default.
+pub const DEFAULT_RECALL_CPU_SHARE: f64 = 0.05;
+
 pub mod api_error;
 pub mod auth;
 pub mod backend;
 pub mod index_backend;
 pub mod limits;
 pub mod metrics;
+pub mod recall_sample;
 pub mod reload;
 mod routes;
 mod state;
@@ -86,6 +91,9 @@ pub struct ServerConfig {
     pub auth_token: Option<AuthToken>,
     /// Shortest time between two client-requested reloads of one index.
     pub reload_min_interval: Duration,
+    /// Re-run a share of queries exhaustively and export measured recall
+    /// (rate 0: off).
+    pub recall_sampling: recall_sample::RecallSampling,
 }
 
 impl Default for ServerConfig {
@@ -100,6 +108,10 @@ impl Default for ServerConfig {
             connections: ConnectionLimits::default(),
             auth_token: None,
             reload_min_interval: Duration::from_secs(1),
+            recall_sampling: recall_sample::RecallSampling {
+                rate: 0.0,
+                cpu_share: DEFAULT_RECALL_CPU_SHARE,
+            },
         }
     }
 }
@@ -182,12 +194,15 @@ impl Server {
                 source,
             })?;
         let local_addr = listener.local_addr()?;
+        let metrics = Arc::new(metrics::Metrics::default());
         let app = Arc::new(AppState {
             registry,
             limits: config.limits,
             connections: config.connections,
             pool: QueryPool::new(config.queue, config.workers),
-            metrics: metrics::Metrics::default(),
+            metrics: Arc::clone(&metrics),
+            recall: (config.recall_sampling.rate > 0.0)
+                .then(|| recall_sample::RecallSampler::start(config.recall_sampling, metrics)),
             auth: config.auth_token,
             reload_min_interval: config.reload_min_interval,
         });

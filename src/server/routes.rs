@@ -63,6 +63,10 @@ pub struct SearchBody {
     pub filter: Option<String>,
     /// With a filter: the most lists probed looking for `k` matches.
     pub max_nprobe: Option<u64>,
+    /// Probe for this recall instead of `nprobe` (in `(0, 1]`; the index
+    /// needs its build calibration).
+    #[serde(default)]
+    pub target_recall: Option<f64>,
 }
 
 /// Optional parts of each answer.
@@ -194,6 +198,7 @@ pub fn validate(
             max_nprobe: body
                 .max_nprobe
                 .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
+            target_recall: body.target_recall,
         },
         include_stats: body.include.contains(&Include::Stats),
     })
@@ -305,10 +310,18 @@ pub async fn search(
     let count = request.count;
     let params = request.params;
     let queries = request.queries;
+    // Kept for the recall sampler only when it is on.
+    let sampled = app
+        .recall
+        .as_ref()
+        .map(|_| (queries.clone(), params.clone(), Arc::clone(&backend)));
     let answers = app
         .pool
         .run(async move { backend.search_batch(&queries, &params).await })
         .await??;
+    if let (Some(sampler), Some((queries, params, backend))) = (&app.recall, &sampled) {
+        sampler.offer(&name, backend, queries, params, &answers, &app.metrics);
+    }
     if answers.len() != count {
         return Err(ApiError::internal(format!(
             "index {name:?} answered {} of {count} queries",
@@ -609,6 +622,7 @@ mod tests {
             snapshot: "s".into(),
             definition: Value::Null,
             cache: CacheState::default(),
+            calibration: None,
         }
     }
 
@@ -638,6 +652,7 @@ mod tests {
                 rerank: crate::index::DEFAULT_RERANK,
                 filter: None,
                 max_nprobe: None,
+                target_recall: None,
             }
         );
         let two =

@@ -439,6 +439,10 @@ async fn documents_written_by_a_build_match_their_schemas() {
             "quantizer.schema.json",
             get(snapshot.clone().join("quantizer.json")).await,
         ),
+        (
+            "calibration.schema.json",
+            get(snapshot.clone().join("calibration.json")).await,
+        ),
     ];
     for (schema, doc) in docs {
         let v = validator(schema);
@@ -453,5 +457,14 @@ async fn documents_written_by_a_build_match_their_schemas() {
     )
     .unwrap();
     assert!(validator("commit.schema.json").is_valid(&example));
+    let calibration: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("manifests/examples/calibration.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(validator("calibration.schema.json").is_valid(&calibration));
     assert!(!validator("commit.schema.json").is_valid(&serde_json::json!({"version": 1})));
 }

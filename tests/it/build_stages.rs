@@ -127,6 +127,7 @@ async fn by_hand(
     let model = stages::Model {
         hierarchy: &hierarchy,
         quantizer: quantizer.as_ref(),
+        calibration: None,
     };
     stages::publish(&writer, files, model, &definition, None)
         .await
@@ -277,6 +278,7 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
     let model = stages::Model {
         hierarchy: &h,
         quantizer: None,
+        calibration: None,
     };
     let written = stages::publish(&writer, vec![missing], model, &definition, None).await;
     assert!(written.is_err());

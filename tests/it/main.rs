@@ -47,5 +47,6 @@ mod server_reload;
 mod snapshot;
 mod source_shapes;
 mod store_conformance;
+mod target_recall;
 mod uri;
 mod verify;

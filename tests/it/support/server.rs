@@ -164,6 +164,7 @@ impl SearchBackend for BruteForce {
                 footer_cache_bytes: 0,
                 postings_cache_bytes: 4 * self.vectors.len() as u64,
             },
+            calibration: None,
         }
     }
 
@@ -184,6 +185,7 @@ impl SearchBackend for BruteForce {
             nlist: self.nlist,
             metric: parqivf::distance::Metric::L2,
             has_codes: false,
+            calibrated: false,
         };
         QueryPlan::new(queries, params, shape).map_err(|e| BackendError::BadRequest {
             code: e.code(),

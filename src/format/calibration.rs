@@ -1,0 +1,254 @@
+//! `calibration.json`: how recall grows with the lists probed, measured at
+//! build time on a held-out sample of the index's own rows used as queries
+//! (each query's exact top-k over every row, itself left out). Named by
+//! `index.json` (`calibration`) and pinned like the centroids; a refreshed
+//! snapshot reads its base's. The probe turns it into a target recall and
+//! an estimate with every answer ([`crate::probe::target`]). The JSON
+//! Schema is `manifests/calibration.schema.json`.
+//!
+//! The feature is the *leaf-distance gap*: for a query `q` whose nearest
+//! leaf centroid is at distance `d₁` (the metric's distance, squared for
+//! L2), list `j` has gap `d(q, cⱼ) − d₁ ≥ 0`. `neighbour-gaps` holds
+//! quantiles of the gaps of the lists that hold the sample's true
+//! neighbours: probing every list whose gap is at most its `t`-quantile
+//! finds a share `t` of the neighbours, on average over queries.
+//!
+//! ```json
+//! {"format-version": 1, "k": 10, "queries": 1000, "rows": 1000000,
+//!  "feature": "leaf-distance-gap", "neighbour-gaps": [0.0, 0.0, …, 41877.5],
+//!  "recall-by-nprobe": [{"nprobe": 1, "recall": 0.412}, …]}
+//! ```
+
+use serde::{Deserialize, Serialize};
+use thiserror::Error;
+
+/// File name of the calibration in a snapshot folder.
+pub const CALIBRATION_FILE: &str = "calibration.json";
+/// The `calibration.json` format version this crate writes and reads.
+pub const CALIBRATION_FORMAT_VERSION: u32 = 1;
+/// The one feature written today (see the module documentation).
+pub const FEATURE_LEAF_DISTANCE_GAP: &str = "leaf-distance-gap";
+
+/// A `calibration.json` that cannot be used.
+#[derive(Debug, Error)]
+pub enum CalibrationError {
+    #[error("{path} is not a valid calibration document: {reason}")]
+    Invalid { path: String, reason: String },
+    #[error("{path}: calibration format version {found} is not supported (supported: {supported})")]
+    Incompatible {
+        path: String,
+        found: u64,
+        supported: u32,
+    },
+}
+
+/// The document as stored.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Calibration {
+    pub format_version: u32,
+    /// The `k` of recall@k measured.
+    pub k: u32,
+    /// Held-out queries measured.
+    pub queries: u32,
+    /// Rows the index held when it was measured (a later refresh compares).
+    pub rows: u64,
+    /// Always [`FEATURE_LEAF_DISTANCE_GAP`].
+    pub feature: String,
+    /// Quantiles of the neighbours' list gaps, ascending: entry `i` of
+    /// `n + 1` is the gap below which a share `i / n` of them lie.
+    pub neighbour_gaps: Vec<f32>,
+    /// Mean recall@k of the sample at fixed `nprobe`, ascending `nprobe`
+    /// (the lists holding the neighbours among the nearest `nprobe`).
+    pub recall_by_nprobe: Vec<RecallPoint>,
+}
+
+/// One operating point of [`Calibration::recall_by_nprobe`].
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct RecallPoint {
+    pub nprobe: u32,
+    pub recall: f64,
+}
+
+impl Calibration {
+    /// Pretty-printed JSON, the bytes the build writes.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = serde_json::to_vec_pretty(self).unwrap_or_default();
+        out.push(b'\n');
+        out
+    }
+
+    /// Parse and check `calibration.json` at `path` for an index of `nlist`
+    /// lists: `format-version` first, then the keys, then the values.
+    ///
+    /// # Errors
+    /// [`CalibrationError::Incompatible`] for another version,
+    /// [`CalibrationError::Invalid`] naming the first broken rule.
+    pub fn parse(path: &str, bytes: &[u8], nlist: usize) -> Result<Self, CalibrationError> {
+        let invalid = |reason: String| CalibrationError::Invalid {
+            path: path.to_string(),
+            reason,
+        };
+        let value = match super::versioned_json(bytes, CALIBRATION_FORMAT_VERSION) {
+            Ok(v) => v,
+            Err(super::VersionError::Invalid(reason)) => return Err(invalid(reason)),
+            Err(super::VersionError::Incompatible(found)) => {
+                return Err(CalibrationError::Incompatible {
+                    path: path.to_string(),
+                    found,
+                    supported: CALIBRATION_FORMAT_VERSION,
+                });
+            }
+        };
+        let doc: Calibration = serde_json::from_value(value).map_err(|e| invalid(e.to_string()))?;
+        doc.check(nlist).map_err(invalid)?;
+        Ok(doc)
+    }
+
+    /// Every value rule; the broken one.
+    fn check(&self, nlist: usize) -> Result<(), String> {
+        if self.feature != FEATURE_LEAF_DISTANCE_GAP {
+            return Err(format!(
+                "feature is {:?}, expected {FEATURE_LEAF_DISTANCE_GAP:?}",
+                self.feature
+            ));
+        }
+        if self.k == 0 || self.queries == 0 {
+            return Err(format!(
+                "k is {} and queries {}: both must be at least 1",
+                self.k, self.queries
+            ));
+        }
+        let gaps = &self.neighbour_gaps;
+        if gaps.len() < 2 {
+            return Err(format!(
+                "neighbour-gaps has {} entries, at least 2 expected",
+                gaps.len()
+            ));
+        }
+        if let Some(i) = gaps.iter().position(|g| !g.is_finite() || *g < 0.0) {
+            return Err(format!(
+                "neighbour-gaps[{i}] is {}, not a finite gap ≥ 0",
+                gaps[i]
+            ));
+        }
+        if let Some(i) = gaps.windows(2).position(|w| w[1] < w[0]) {
+            return Err(format!(
+                "neighbour-gaps[{}] = {} is below the entry before it ({})",
+                i + 1,
+                gaps[i + 1],
+                gaps[i]
+            ));
+        }
+        let points = &self.recall_by_nprobe;
+        for (i, p) in points.iter().enumerate() {
+            if p.nprobe == 0 || p.nprobe as usize > nlist {
+                return Err(format!(
+                    "recall-by-nprobe[{i}].nprobe is {}, outside 1..={nlist} (the index's nlist)",
+                    p.nprobe
+                ));
+            }
+            if !(0.0..=1.0).contains(&p.recall) {
+                return Err(format!(
+                    "recall-by-nprobe[{i}].recall is {}, outside 0..=1",
+                    p.recall
+                ));
+            }
+            if i > 0 && (p.nprobe <= points[i - 1].nprobe || p.recall < points[i - 1].recall) {
+                return Err(format!(
+                    "recall-by-nprobe[{i}] ({}, {}) does not follow ({}, {}): nprobe must rise and recall must not fall",
+                    p.nprobe,
+                    p.recall,
+                    points[i - 1].nprobe,
+                    points[i - 1].recall
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn doc() -> Calibration {
+        Calibration {
+            format_version: 1,
+            k: 10,
+            queries: 4,
+            rows: 100,
+            feature: FEATURE_LEAF_DISTANCE_GAP.into(),
+            neighbour_gaps: vec![0.0, 0.5, 2.0],
+            recall_by_nprobe: vec![
+                RecallPoint {
+                    nprobe: 1,
+                    recall: 0.5,
+                },
+                RecallPoint {
+                    nprobe: 4,
+                    recall: 1.0,
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trips_and_checks_every_rule() {
+        let d = doc();
+        assert_eq!(Calibration::parse("c", &d.encode(), 4).unwrap(), d);
+        let broken: Vec<(Calibration, &str)> = vec![
+            (Calibration { k: 0, ..doc() }, "k is 0"),
+            (
+                Calibration {
+                    neighbour_gaps: vec![0.0, 2.0, 1.0],
+                    ..doc()
+                },
+                "neighbour-gaps[2] = 1 is below",
+            ),
+            (
+                Calibration {
+                    neighbour_gaps: vec![-1.0, 0.0],
+                    ..doc()
+                },
+                "neighbour-gaps[0] is -1, not a finite gap",
+            ),
+            (
+                Calibration {
+                    feature: "other".into(),
+                    ..doc()
+                },
+                "feature is \"other\"",
+            ),
+        ];
+        for (d, want) in broken {
+            let err = Calibration::parse("c", &d.encode(), 4)
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(want), "{err} should say {want}");
+        }
+        // nprobe beyond the index's nlist.
+        let err = Calibration::parse("c", &doc().encode(), 3)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("outside 1..=3"), "{err}");
+        let mut falling = doc();
+        falling.recall_by_nprobe[1].recall = 0.4;
+        let err = Calibration::parse("c", &falling.encode(), 4)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("recall must not fall"), "{err}");
+        let v2 = String::from_utf8(doc().encode())
+            .unwrap()
+            .replace("\"format-version\": 1", "\"format-version\": 2");
+        assert!(matches!(
+            Calibration::parse("c", v2.as_bytes(), 4),
+            Err(CalibrationError::Incompatible { found: 2, .. })
+        ));
+        let extra = String::from_utf8(doc().encode())
+            .unwrap()
+            .replace("\"k\": 10", "\"k\": 10, \"x\": 1");
+        assert!(Calibration::parse("c", extra.as_bytes(), 4).is_err());
+    }
+}
