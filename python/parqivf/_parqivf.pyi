@@ -61,6 +61,7 @@ def build(
     memory_limit: int = 2 << 30,
     skip_invalid: bool = False,
     content_hash: bool = False,
+    calibration_queries: int = 1000,
     storage_options: StorageOptions = None,
 ) -> Dict[str, Any]:
     """Builds an index of ``source`` and publishes it as the next version at ``out``.

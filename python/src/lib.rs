@@ -244,6 +244,7 @@ fn build_args(source: String, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Bu
             "codes" => params.codes = parsed(&key, parqivf::quant::parse_codes(&text()?))?,
             "memory_limit" => params.memory_limit = value.extract()?,
             "sort_by" => params.sort_by = Some(text()?),
+            "calibration_queries" => params.calibration_queries = value.extract()?,
             "storage_options" => store = store_options(Some(value.extract()?))?,
             _ => {
                 return Err(PyTypeError::new_err(format!(

@@ -166,6 +166,28 @@ def test_verify(coded_index, tmp_path):
         idx.search(vectors(rows=3), nprobe=NLIST)
 
 
+def test_target_recall_and_its_estimate(coded_index, table, tmp_path, data):
+    idx = parqivf.Index.open(str(coded_index))
+    status = idx.info["calibration"]
+    assert status["calibrated_rows"] == ROWS and not status["stale"]
+    queries = vectors(rows=200, seed=11)
+    truth, _ = brute_force(data, queries, 10)
+    ids, _ = idx.search(queries, target_recall=0.9)
+    recall = np.mean([len(set(i) & set(t)) / 10 for i, t in zip(ids, truth)])
+    assert abs(recall - 0.9) <= 0.06, recall
+    assert idx.stats["last_search"]["estimated_recall"] == pytest.approx(0.9, abs=0.02)
+    table_hits = idx.search_table(queries[:3], target_recall=0.99, payload=False)
+    assert table_hits.num_rows == 30
+    with pytest.raises(parqivf.InvalidArgument, match="outside"):
+        idx.search(queries[:1], target_recall=0.0)
+    plain = tmp_path / "plain"
+    parqivf.build(str(table), str(plain), nlist=NLIST, calibration_queries=0)
+    bare = parqivf.Index.open(str(plain))
+    assert bare.info["calibration"] is None
+    with pytest.raises(parqivf.InvalidArgument, match="calibration"):
+        bare.search(queries[:1], target_recall=0.9)
+
+
 def test_errors_are_typed_and_name_the_numbers(index, tmp_path, table):
     idx = parqivf.Index.open(str(index[0]))
     with pytest.raises(parqivf.DimensionMismatch, match=f"dimension 8, the index has {DIM}"):

@@ -9,7 +9,7 @@
 //! `nprobe`.
 //!
 //! Cost: one dot product per (query, row), done as SGEMM tiles on rayon:
-//! the sample is sized so that at most [`MAX_PAIRS`] pairs are computed
+//! the sample is sized so that at most [`MAX_MULTIPLY_ADDS`] are computed
 //! (at least [`MIN_QUERIES`] queries).
 
 use crate::distance::{Metric, squared_norms};
@@ -21,26 +21,30 @@ use rayon::prelude::*;
 
 /// Calibration queries by default: ±0.005 on a mean recall near 0.95.
 pub const DEFAULT_CALIBRATION_QUERIES: usize = 1000;
-/// The most (query, row) distances the calibration computes: 10⁹ at 128-d
-/// is about 1.5 s of SGEMM on 2 cores. Larger tables get fewer queries.
-pub const MAX_PAIRS: u64 = 1_000_000_000;
-/// The fewest queries a calibration uses when [`MAX_PAIRS`] binds.
+/// The most multiply-adds the calibration spends (queries × rows × dim):
+/// 4·10¹⁰, about 1.5 s of SGEMM on 2 cores (1000 queries over 100k × 384,
+/// 312 over 1M × 128). Larger tables get fewer queries.
+pub const MAX_MULTIPLY_ADDS: u64 = 40_000_000_000;
+/// The fewest queries a calibration uses when [`MAX_MULTIPLY_ADDS`] binds.
 pub const MIN_QUERIES: usize = 300;
 /// Quantiles kept of the neighbours' gaps (`neighbour-gaps` has one more).
 pub const GAP_QUANTILES: usize = 1000;
 /// The recall@k measured.
 pub const CALIBRATION_K: usize = 10;
-/// Queries per rayon task: one SGEMM of a row tile against them.
-const QUERY_CHUNK: usize = 64;
+/// Queries per rayon task: one SGEMM of a row tile against them (large,
+/// so that each row tile is packed for few of them).
+const QUERY_CHUNK: usize = 256;
 /// Rows per SGEMM.
-const ROW_TILE: usize = 256;
+const ROW_TILE: usize = 512;
 
-/// How many of `asked` queries a calibration over `rows` rows uses.
-pub fn queries_for(asked: usize, rows: u64, sample: usize) -> usize {
+/// How many of `asked` queries a calibration over `rows` rows of `dim`
+/// dimensions uses, from a sample of `sample` rows.
+pub fn queries_for(asked: usize, rows: u64, dim: usize, sample: usize) -> usize {
     if asked == 0 {
         return 0;
     }
-    let by_cost = usize::try_from(MAX_PAIRS / rows.max(1)).unwrap_or(usize::MAX);
+    let per_query = rows.max(1).saturating_mul(dim.max(1) as u64);
+    let by_cost = usize::try_from(MAX_MULTIPLY_ADDS / per_query).unwrap_or(usize::MAX);
     asked.min(by_cost.max(MIN_QUERIES)).min(sample)
 }
 

@@ -115,7 +115,8 @@ pub async fn build(
     stages::check_rows(params.nlist, sample.rows)?;
     let (rows, skipped_rows, sample_rows) = (sample.rows, sample.skipped_rows, sample.len());
     // Held-out queries for the recall calibration: rows of the sample.
-    let calibration_queries = calibrate::queries_for(params.calibration_queries, rows, sample_rows);
+    let calibration_queries =
+        calibrate::queries_for(params.calibration_queries, rows, dim, sample_rows);
     let mut truth = (calibration_queries > 0).then(|| {
         let queries = calibrate::pick_queries(&sample.vectors, dim, calibration_queries);
         GroundTruth::new(queries, dim, calibrate::CALIBRATION_K, params.metric)

@@ -52,8 +52,8 @@ pub struct Args {
     pub roots: Option<u32>,
     /// Rows held out as queries to measure recall by lists probed
     /// (`calibration.json`: what `search --target-recall` and the recall
-    /// estimates use); 0 measures none. Fewer on large tables: about 10⁹
-    /// distances at most.
+    /// estimates use); 0 measures none. Fewer on large tables: 4·10¹⁰
+    /// multiply-adds at most (at least 300 queries).
     #[arg(long, default_value_t = parqivf::builder::calibrate::DEFAULT_CALIBRATION_QUERIES)]
     pub calibration_queries: usize,
     /// Flat Lloyd iterations over all leaves after the per-root trainings.

@@ -235,7 +235,9 @@ impl Metrics {
         let labels = IndexLabels {
             index: index.to_owned(),
         };
-        self.recall_measured.get_or_create(&labels).observe(measured);
+        self.recall_measured
+            .get_or_create(&labels)
+            .observe(measured);
         if let Some(e) = estimated {
             self.recall_estimated.get_or_create(&labels).observe(e);
         }

@@ -144,7 +144,10 @@ async fn worker(mut rx: mpsc::Receiver<Sample>, cpu_share: f64, metrics: Arc<Met
                     let (m, e) = window
                         .iter()
                         .fold((0.0, 0.0), |(a, b), (m, e)| (a + m / n, b + e / n));
-                    if window.len() >= WINDOW / 4 && (m - e).abs() > DIVERGENCE && count >= warned_at + WINDOW {
+                    if window.len() >= WINDOW / 4
+                        && (m - e).abs() > DIVERGENCE
+                        && count >= warned_at + WINDOW
+                    {
                         warned_at = count;
                         tracing::warn!(
                             index = %s.index,

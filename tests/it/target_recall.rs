@@ -285,7 +285,9 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
     for (path, queries_asked) in [(&calibrated, 1000), (&plain, 0)] {
         let (store, idx) = parqivf::store::location::open(&path.display().to_string()).unwrap();
         let src = ArraySource::new(base.clone(), DIM, "clustered").unwrap();
-        build(Arc::new(src), store, &idx, &params(queries_asked)).await.unwrap();
+        build(Arc::new(src), store, &idx, &params(queries_asked))
+            .await
+            .unwrap();
     }
     let config = ServerConfig {
         addr: "127.0.0.1:0".parse().unwrap(),
@@ -299,14 +301,23 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
         },
         ..ServerConfig::default()
     };
-    let server = Server::bind(config, Arc::new(IndexLoader::default())).await.unwrap();
+    let server = Server::bind(config, Arc::new(IndexLoader::default()))
+        .await
+        .unwrap();
     let url = format!("http://{}", server.local_addr());
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let running = tokio::spawn(server.run(async {
         let _ = stopped.await;
     }));
     let client = reqwest::Client::new();
-    let info: serde_json::Value = client.get(format!("{url}/v1/indexes/a")).send().await.unwrap().json().await.unwrap();
+    let info: serde_json::Value = client
+        .get(format!("{url}/v1/indexes/a"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(info["calibration"]["calibrated_rows"], 10_000, "{info}");
     assert_eq!(info["calibration"]["stale"], false);
     let r = client
@@ -335,14 +346,26 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
         let result = &body["results"][0];
         let e = result["stats"]["estimated_recall"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&e));
-        let served: Vec<i64> = result["hits"].as_array().unwrap().iter().map(|h| h["rowid"].as_i64().unwrap()).collect();
+        let served: Vec<i64> = result["hits"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["rowid"].as_i64().unwrap())
+            .collect();
         let truth = support::fixtures::brute_force(Metric::L2, DIM, &base, &ids, q, 10);
         offline += truth.iter().filter(|t| served.contains(&t.0)).count() as f64 / 10.0;
     }
     let offline = offline / n as f64;
     // The re-runs are in the background: wait until all are measured.
     let scrape = || async {
-        let text = client.get(format!("{url}/metrics")).send().await.unwrap().text().await.unwrap();
+        let text = client
+            .get(format!("{url}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
         let value = |name: &str| {
             text.lines()
                 .find(|l| l.starts_with(name) && l.contains("index=\"a\""))
@@ -350,7 +373,11 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
                 .and_then(|v| v.parse::<f64>().ok())
                 .unwrap_or(0.0)
         };
-        (value("parqivf_recall_measured_sum"), value("parqivf_recall_measured_count"), value("parqivf_recall_estimated_count"))
+        (
+            value("parqivf_recall_measured_sum"),
+            value("parqivf_recall_measured_count"),
+            value("parqivf_recall_estimated_count"),
+        )
     };
     let mut got = scrape().await;
     for _ in 0..200 {
@@ -363,7 +390,10 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
     let (sum, count, estimated) = got;
     assert_eq!((count, estimated), (n as f64, n as f64));
     let measured = sum / count;
-    assert!((measured - offline).abs() <= 0.01, "sampled {measured}, offline {offline}");
+    assert!(
+        (measured - offline).abs() <= 0.01,
+        "sampled {measured}, offline {offline}"
+    );
     let _ = stop.send(());
     running.await.unwrap().unwrap();
 }
