@@ -25,7 +25,7 @@ use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
-use super::select::{ranked_leaves, select_cids};
+use super::select::{leaves_within, ranked_leaves, select_cids};
 use super::stats::{SearchStats, micros};
 use super::target::RecallModel;
 use crate::filter::Filter;
@@ -132,19 +132,11 @@ struct Selected {
 }
 
 impl Selected {
-    /// From every leaf `ranked` nearest first, of which the first `start`
-    /// are probed first: all of them kept when `every` (a filter widens
-    /// through them), else those `start`, sorted.
-    fn ranked(ranked: Vec<(f32, u32)>, start: usize, every: bool, estimate: Option<f64>) -> Self {
-        let cids = if every {
-            ranked.into_iter().map(|l| l.1).collect()
-        } else {
-            let mut cids: Vec<u32> = ranked[..start].iter().map(|l| l.1).collect();
-            cids.sort_unstable();
-            cids
-        };
+    /// A filtered query's lists: every leaf `ranked` nearest first, of
+    /// which the first `start` are probed first.
+    fn ranked(ranked: Vec<(f32, u32)>, start: usize, estimate: Option<f64>) -> Self {
         Selected {
-            cids,
+            cids: ranked.into_iter().map(|l| l.1).collect(),
             start,
             estimate,
             probe_us: 0,
@@ -357,26 +349,37 @@ impl Engine {
                 .par_chunks_exact(hierarchy.dim)
                 .map(|q| {
                     let t = Instant::now();
-                    let mut selected = if every || target.is_some() {
-                        let ranked = ranked_leaves(&hierarchy, q);
-                        let (start, estimate) = match (target, &recall) {
-                            (Some(t), Some(m)) => {
-                                let lists = m.lists_for(&ranked, t, cap);
-                                (lists.cids.len(), Some(lists.estimated_recall))
+                    let mut selected = match (target, &recall) {
+                        // Unfiltered under a target: only the lists within its gap are sorted.
+                        (Some(t), Some(m)) if !every => {
+                            let (cids, next) = leaves_within(&hierarchy, q, m.gap_for(t), cap);
+                            Selected {
+                                start: cids.len(),
+                                estimate: Some(m.target_estimate(t, next)),
+                                cids,
+                                probe_us: 0,
                             }
-                            _ => (
-                                nprobe.min(ranked.len()),
-                                recall.as_ref().map(|m| m.recall_at(nprobe)),
-                            ),
-                        };
-                        Selected::ranked(ranked, start, every, estimate)
-                    } else {
-                        Selected {
+                        }
+                        _ if every => {
+                            let ranked = ranked_leaves(&hierarchy, q);
+                            let (start, estimate) = match (target, &recall) {
+                                (Some(t), Some(m)) => {
+                                    let lists = m.lists_for(&ranked, t, cap);
+                                    (lists.cids.len(), Some(lists.estimated_recall))
+                                }
+                                _ => (
+                                    nprobe.min(ranked.len()),
+                                    recall.as_ref().map(|m| m.recall_at(nprobe)),
+                                ),
+                            };
+                            Selected::ranked(ranked, start, estimate)
+                        }
+                        _ => Selected {
                             cids: select_cids(&hierarchy, q, nprobe, root_factor),
                             start: nprobe,
                             estimate: recall.as_ref().map(|m| m.recall_at(nprobe)),
                             probe_us: 0,
-                        }
+                        },
                     };
                     selected.probe_us = micros(t.elapsed());
                     selected

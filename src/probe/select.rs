@@ -31,6 +31,28 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
     cids
 }
 
+/// The leaves within `gap` of the query's nearest leaf (`d − d₁ ≤ gap`,
+/// every root visited), at most `cap` of them (the nearest; at least one),
+/// sorted by cid, and the gap of the nearest leaf left out (`None`: none
+/// was): a target recall's lists ([`super::target`]). Sorts only the leaves
+/// kept, not all of them.
+pub fn leaves_within(h: &Hierarchy, query: &[f32], gap: f32, cap: usize) -> (Vec<u32>, Option<f32>) {
+    let leaves = leaf_distances(h, query, h.nlist(), 0);
+    let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
+    let (mut kept, rest): (Vec<(f32, u32)>, Vec<(f32, u32)>) =
+        leaves.into_iter().partition(|l| l.0 - d1 <= gap);
+    let mut next = rest.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
+    let cap = cap.max(1);
+    if kept.len() > cap {
+        kept.select_nth_unstable_by(cap, nearest_first);
+        next = next.min(kept[cap].0);
+        kept.truncate(cap);
+    }
+    let mut cids: Vec<u32> = kept.into_iter().map(|l| l.1).collect();
+    cids.sort_unstable();
+    (cids, next.is_finite().then(|| next - d1))
+}
+
 /// Every leaf, `(distance, cid)`, nearest first (all roots visited): the
 /// order in which a filtered search goes on probing when its first lists
 /// hold fewer than `k` matches, and in which a target recall takes them.
@@ -118,6 +140,19 @@ mod tests {
         let mut first_two = ranked[..2].to_vec();
         first_two.sort_unstable();
         assert_eq!(first_two, select_cids(&h, &[4.9], 2, 0));
+    }
+
+    #[test]
+    fn the_leaves_within_a_gap_and_the_next_one() {
+        let h = hierarchy();
+        // Distances to 4.9: leaf 1 15.21, leaf 2 16.81, leaf 0 34.81, leaf 3 37.21.
+        let (cids, next) = leaves_within(&h, &[4.9], 2.0, 4);
+        assert_eq!(cids, vec![1, 2]);
+        assert!((next.unwrap() - 19.6).abs() < 1e-3);
+        // The cap keeps the nearest.
+        assert_eq!(leaves_within(&h, &[4.9], 100.0, 3).0, vec![0, 1, 2]);
+        assert_eq!(leaves_within(&h, &[4.9], f32::INFINITY, 4), (vec![0, 1, 2, 3], None));
+        assert_eq!(leaves_within(&h, &[4.9], 0.0, 4).0, vec![1]);
     }
 
     #[test]

@@ -144,6 +144,17 @@ impl RecallModel {
         points.last().map_or(1.0, |p| p.recall)
     }
 
+    /// The estimated recall of a query under `target` whose nearest list
+    /// left out has gap `next` (`None`: it probed every list). Stopped by
+    /// the gap: the target, as calibrated; by the cap at a smaller gap: the
+    /// share below the gap it left.
+    pub fn target_estimate(&self, target: f64, next: Option<f32>) -> f64 {
+        match next {
+            None => 1.0,
+            Some(g) => self.share_below(g.min(self.gap_for(target))),
+        }
+    }
+
     /// The lists of a query whose leaves, nearest first, are `ranked`
     /// (`(distance, cid)`), for `target`: every list within the target's
     /// gap, at least one, at most `cap`.
@@ -152,15 +163,9 @@ impl RecallModel {
         let d1 = ranked.first().map_or(0.0, |l| l.0);
         let within = ranked.iter().take_while(|l| l.0 - d1 <= gap).count();
         let probed = within.clamp(1, cap.max(1)).min(ranked.len());
-        // Stopped by the gap: the target, as calibrated; by the cap (or the
-        // last list) at a smaller gap: the share below the next list's.
-        let estimated_recall = match ranked.get(probed) {
-            None => 1.0,
-            Some(next) => self.share_below((next.0 - d1).min(gap)),
-        };
         TargetLists {
             cids: ranked[..probed].iter().map(|l| l.1).collect(),
-            estimated_recall,
+            estimated_recall: self.target_estimate(target, ranked.get(probed).map(|l| l.0 - d1)),
         }
     }
 }
