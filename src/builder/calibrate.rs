@@ -262,6 +262,17 @@ pub fn nprobe_grid(nlist: usize) -> Vec<usize> {
 mod tests {
     use super::*;
 
+    /// Leaves at 4.5 and 14.5 on a line, under one root.
+    fn two_lists() -> Hierarchy {
+        Hierarchy {
+            dim: 1,
+            metric: Metric::L2,
+            roots: vec![10.0],
+            leaves: vec![4.5, 14.5],
+            cid_offsets: vec![0, 2],
+        }
+    }
+
     #[test]
     fn the_grid_rises_to_nlist() {
         assert_eq!(nprobe_grid(1), vec![1]);
@@ -279,14 +290,7 @@ mod tests {
         gt.observe(&data[7..], &lists[7..]);
         assert_eq!(gt.best[0].top, vec![(1.0, 0), (1.0, 0), (4.0, 0)]);
         assert_eq!(gt.best[1].top, vec![(1.0, 1), (1.0, 1), (4.0, 1)]);
-        let h = Hierarchy {
-            dim: 1,
-            metric: Metric::L2,
-            roots: vec![10.0],
-            leaves: vec![4.5, 14.5],
-            cid_offsets: vec![0, 2],
-        };
-        let c = gt.finish(&h);
+        let c = gt.finish(&two_lists());
         assert_eq!((c.k, c.queries, c.rows), (3, 2, 20));
         // Every neighbour is in its query's nearest list: gap 0, recall 1 at nprobe 1.
         assert_eq!(c.neighbour_gaps.last(), Some(&0.0));
@@ -300,14 +304,7 @@ mod tests {
         // Query 9 has neighbours 8, 10, 7: one in list 1.
         let mut gt = GroundTruth::new(vec![9.0], 1, 3, Metric::L2);
         gt.observe(&data, &lists);
-        let h = Hierarchy {
-            dim: 1,
-            metric: Metric::L2,
-            roots: vec![10.0],
-            leaves: vec![4.5, 14.5],
-            cid_offsets: vec![0, 2],
-        };
-        let c = gt.finish(&h);
+        let c = gt.finish(&two_lists());
         // d(9, 4.5)² = 20.25, d(9, 14.5)² = 30.25: gap 10 for one of three.
         assert_eq!(c.neighbour_gaps.last(), Some(&10.0));
         assert!((c.recall_by_nprobe[0].recall - 2.0 / 3.0).abs() < 1e-12);

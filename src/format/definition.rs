@@ -50,6 +50,26 @@ pub fn is_readable_index_version(v: u64) -> bool {
 fn readable_index_versions() -> String {
     format!("{INDEX_FORMAT_VERSION_MIN}..={INDEX_FORMAT_VERSION}")
 }
+/// An optional document `location` of `index.json` (its `key`), resolved
+/// against the snapshot directory.
+fn resolve_optional(
+    location: Option<&str>,
+    key: &str,
+    snapshot: &Path,
+) -> Result<Option<Path>, DefinitionError> {
+    location
+        .map(|location| {
+            RelativeLocation::parse(location)
+                .map(|rel| rel.resolve_path(snapshot))
+                .map_err(|source| DefinitionError::Location {
+                    document: INDEX_DOC,
+                    key: key.to_string(),
+                    source,
+                })
+        })
+        .transpose()
+}
+
 /// The provider of every table and index this crate writes.
 pub const PROVIDER: &str = "parquet";
 /// The layout whose location names an authoritative `manifest.json`.
@@ -603,18 +623,7 @@ impl IndexDefinition {
     /// # Errors
     /// `Location` when the location is not a relative path.
     pub fn quantizer_path(&self, snapshot: &Path) -> Result<Option<Path>, DefinitionError> {
-        self.quantizer
-            .as_deref()
-            .map(|location| {
-                RelativeLocation::parse(location)
-                    .map(|rel| rel.resolve_path(snapshot))
-                    .map_err(|source| DefinitionError::Location {
-                        document: INDEX_DOC,
-                        key: "quantizer".to_string(),
-                        source,
-                    })
-            })
-            .transpose()
+        resolve_optional(self.quantizer.as_deref(), "quantizer", snapshot)
     }
 
     /// The recall calibration (`calibration.json`), resolved against the
@@ -623,18 +632,7 @@ impl IndexDefinition {
     /// # Errors
     /// `Location` when the location is not a relative path.
     pub fn calibration_path(&self, snapshot: &Path) -> Result<Option<Path>, DefinitionError> {
-        self.calibration
-            .as_deref()
-            .map(|location| {
-                RelativeLocation::parse(location)
-                    .map(|rel| rel.resolve_path(snapshot))
-                    .map_err(|source| DefinitionError::Location {
-                        document: INDEX_DOC,
-                        key: "calibration".to_string(),
-                        source,
-                    })
-            })
-            .transpose()
+        resolve_optional(self.calibration.as_deref(), "calibration", snapshot)
     }
 
     /// Pretty-printed JSON, the bytes the build job writes.

@@ -36,7 +36,12 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
 /// sorted by cid, and the gap of the nearest leaf left out (`None`: none
 /// was): a target recall's lists ([`super::target`]). Sorts only the leaves
 /// kept, not all of them.
-pub fn leaves_within(h: &Hierarchy, query: &[f32], gap: f32, cap: usize) -> (Vec<u32>, Option<f32>) {
+pub fn leaves_within(
+    h: &Hierarchy,
+    query: &[f32],
+    gap: f32,
+    cap: usize,
+) -> (Vec<u32>, Option<f32>) {
     let leaves = leaf_distances(h, query, h.nlist(), 0);
     let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
     let (mut kept, rest): (Vec<(f32, u32)>, Vec<(f32, u32)>) =
@@ -151,7 +156,10 @@ mod tests {
         assert!((next.unwrap() - 19.6).abs() < 1e-3);
         // The cap keeps the nearest.
         assert_eq!(leaves_within(&h, &[4.9], 100.0, 3).0, vec![0, 1, 2]);
-        assert_eq!(leaves_within(&h, &[4.9], f32::INFINITY, 4), (vec![0, 1, 2, 3], None));
+        assert_eq!(
+            leaves_within(&h, &[4.9], f32::INFINITY, 4),
+            (vec![0, 1, 2, 3], None)
+        );
         assert_eq!(leaves_within(&h, &[4.9], 0.0, 4).0, vec![1]);
     }
 

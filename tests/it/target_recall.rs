@@ -208,25 +208,31 @@ async fn an_index_without_a_calibration_refuses_a_target_and_estimates_nothing()
 async fn refresh_and_compaction_carry_the_calibration_and_say_when_it_is_stale() {
     let (store, idx, base, queries) = built(10_000, 1000).await;
     let build_params = params(1000);
-    // Append 20 % more rows of the same distribution.
-    // The rows after the first 10 000 of the same seeded stream.
+    let upserted = |first: i64, vectors: Vec<f32>| {
+        let rows = UpsertRows {
+            ids: (first..first + (vectors.len() / DIM) as i64).collect(),
+            vectors,
+            payload: None,
+        };
+        let (store, idx, build_params) = (store.clone(), idx.clone(), build_params.clone());
+        async move {
+            upsert(
+                store.clone(),
+                &idx,
+                rows,
+                &build_params,
+                CompactPolicy::default(),
+            )
+            .await
+            .unwrap();
+            Index::open_current(store, &idx).await.unwrap()
+        }
+    };
+    // Append 20 % more rows of the same distribution: the rows after the
+    // first 10 000 of the same seeded stream.
     let extra =
         support::fixtures::dataset(12_000 + QUERIES, DIM, 41)[(QUERIES + 10_000) * DIM..].to_vec();
-    let rows = UpsertRows {
-        ids: (10_000..12_000).collect(),
-        vectors: extra.clone(),
-        payload: None,
-    };
-    upsert(
-        store.clone(),
-        &idx,
-        rows,
-        &build_params,
-        CompactPolicy::default(),
-    )
-    .await
-    .unwrap();
-    let index = Index::open_current(store.clone(), &idx).await.unwrap();
+    let index = upserted(10_000, extra.clone()).await;
     let status = index.calibration_status().expect("carried by the refresh");
     assert_eq!(
         (status.calibrated_rows, status.rows, status.stale),
@@ -239,23 +245,8 @@ async fn refresh_and_compaction_carry_the_calibration_and_say_when_it_is_stale()
         "after +20 %: recall {recall}, estimate {estimate}"
     );
     // Past STALE_CHANGE more rows, the index says so.
-    let n = (10_000.0 * STALE_CHANGE) as i64 + 1_000;
-    let grown = support::fixtures::random_vectors(n as usize, DIM, 5);
-    let rows = UpsertRows {
-        ids: (20_000..20_000 + n).collect(),
-        vectors: grown,
-        payload: None,
-    };
-    upsert(
-        store.clone(),
-        &idx,
-        rows,
-        &build_params,
-        CompactPolicy::default(),
-    )
-    .await
-    .unwrap();
-    let index = Index::open_current(store.clone(), &idx).await.unwrap();
+    let n = (10_000.0 * STALE_CHANGE) as usize + 1_000;
+    let index = upserted(20_000, support::fixtures::random_vectors(n, DIM, 5)).await;
     assert!(index.calibration_status().unwrap().stale);
     // Compaction keeps the centroids, so it keeps (and pins) the calibration.
     compact(store.clone(), &idx, &build_params).await.unwrap();
