@@ -525,14 +525,13 @@ fn f32_rows(queries: &Bound<'_, PyAny>, what: &str) -> PyResult<(Vec<f32>, usize
 }
 
 impl Index {
+    /// The search parameters of `search` and `search_table` (without the payload).
     fn params(
-        &self,
         k: usize,
         nprobe: usize,
         filter: Option<String>,
         max_nprobe: Option<usize>,
         rerank: Option<usize>,
-        include_payload: bool,
         target_recall: Option<f64>,
     ) -> SearchParams {
         let d = SearchParams::default();
@@ -543,7 +542,6 @@ impl Index {
             max_nprobe,
             target_recall,
             rerank: rerank.unwrap_or(d.rerank),
-            include_payload,
             ..d
         }
     }
@@ -638,7 +636,7 @@ impl Index {
         rerank: Option<usize>,
         target_recall: Option<f64>,
     ) -> PyResult<(Bound<'py, PyArray2<i64>>, Bound<'py, PyArray2<f32>>)> {
-        let params = self.params(k, nprobe, filter, max_nprobe, rerank, false, target_recall);
+        let params = Self::params(k, nprobe, filter, max_nprobe, rerank, target_recall);
         let results = self.run(py, queries, &params)?;
         let n = results.len();
         let mut ids = vec![-1i64; n * k];
@@ -672,15 +670,10 @@ impl Index {
         payload: bool,
         target_recall: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let params = self.params(
-            k,
-            nprobe,
-            filter,
-            max_nprobe,
-            rerank,
-            payload,
-            target_recall,
-        );
+        let params = SearchParams {
+            include_payload: payload,
+            ..Self::params(k, nprobe, filter, max_nprobe, rerank, target_recall)
+        };
         let results = self.run(py, queries, &params)?;
         let batch = hits_table(&results).map_err(|e| ParqivfError::new_err(e.to_string()))?;
         let table = arrow_pyarrow::Table::try_new(vec![batch.clone()], batch.schema())

@@ -31,6 +31,9 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
     cids
 }
 
+/// `(distance, cid)` of a leaf.
+type Leaf = (f32, u32);
+
 /// The leaves within `gap` of the query's nearest leaf (`d − d₁ ≤ gap`,
 /// every root visited), at most `cap` of them (the nearest; at least one),
 /// sorted by cid, and the gap of the nearest leaf left out (`None`: none
@@ -44,7 +47,7 @@ pub fn leaves_within(
 ) -> (Vec<u32>, Option<f32>) {
     let leaves = leaf_distances(h, query, h.nlist(), 0);
     let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
-    let (mut kept, rest): (Vec<(f32, u32)>, Vec<(f32, u32)>) =
+    let (mut kept, rest): (Vec<Leaf>, Vec<Leaf>) =
         leaves.into_iter().partition(|l| l.0 - d1 <= gap);
     let mut next = rest.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
     let cap = cap.max(1);
@@ -55,7 +58,7 @@ pub fn leaves_within(
     }
     let mut cids: Vec<u32> = kept.into_iter().map(|l| l.1).collect();
     cids.sort_unstable();
-    (cids, next.is_finite().then(|| next - d1))
+    (cids, next.is_finite().then_some(next - d1))
 }
 
 /// Every leaf, `(distance, cid)`, nearest first (all roots visited): the
