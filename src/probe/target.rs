@@ -71,18 +71,18 @@ pub struct TargetLists {
 /// The calibration of one index, ready for queries.
 #[derive(Debug, Clone)]
 pub struct RecallModel {
-    /// Ascending gap quantiles (at least 2).
-    gaps: Vec<f32>,
     calibration: Calibration,
 }
 
 impl RecallModel {
     /// The model of a parsed (valid) calibration.
     pub fn new(calibration: Calibration) -> Self {
-        RecallModel {
-            gaps: calibration.neighbour_gaps.clone(),
-            calibration,
-        }
+        RecallModel { calibration }
+    }
+
+    /// The ascending gap quantiles (at least 2: the parser checked).
+    fn gaps(&self) -> &[f32] {
+        &self.calibration.neighbour_gaps
     }
 
     /// The document it was made from.
@@ -97,27 +97,29 @@ impl RecallModel {
         if target >= 1.0 {
             return f32::INFINITY;
         }
-        let n = self.gaps.len() - 1;
+        let gaps = self.gaps();
+        let n = gaps.len() - 1;
         let at = target.clamp(0.0, 1.0) * n as f64;
         let i = (at.floor() as usize).min(n - 1);
         let frac = (at - i as f64) as f32;
-        self.gaps[i] + (self.gaps[i + 1] - self.gaps[i]) * frac
+        gaps[i] + (gaps[i + 1] - gaps[i]) * frac
     }
 
     /// `F(gap)`: the share of calibration neighbours in lists whose gap is
     /// below `gap`, interpolated between quantiles (1 past the last).
     pub fn share_below(&self, gap: f32) -> f64 {
-        let n = self.gaps.len() - 1;
+        let gaps = self.gaps();
+        let n = gaps.len() - 1;
         // The first quantile ≥ gap: the share below lies between its
         // neighbour's and its own.
-        let i = self.gaps.partition_point(|&g| g < gap);
+        let i = gaps.partition_point(|&g| g < gap);
         if i == 0 {
             return 0.0;
         }
         if i > n {
             return 1.0;
         }
-        let (lo, hi) = (self.gaps[i - 1], self.gaps[i]);
+        let (lo, hi) = (gaps[i - 1], gaps[i]);
         let frac = if hi > lo {
             f64::from((gap - lo) / (hi - lo))
         } else {
