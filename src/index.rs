@@ -24,11 +24,11 @@ use crate::format::warehouse::Commit;
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
 use crate::probe::engine::Engine;
-pub use crate::probe::engine::{CodeMismatch, Preload};
+pub use crate::probe::engine::{CodeMismatch, Explain, Preload};
 pub use crate::probe::load::{IndexOptions, PostingsReader};
 pub use crate::probe::query::{DEFAULT_RERANK, Hit, QueryError, SearchParams, SearchResult};
 use crate::probe::query::{IndexShape, QueryPlan};
-pub use crate::probe::stats::{FilterPlan, SearchStats};
+pub use crate::probe::stats::{FilterPlan, Scoring, SearchStats};
 use crate::probe::target::{CalibrationStatus, RecallModel};
 use crate::quant::Quantizer;
 use arrow::record_batch::RecordBatch;
@@ -324,6 +324,25 @@ impl Index {
             self.render_payload(result)?;
         }
         Ok(results)
+    }
+
+    /// How `queries` would be searched with `params`, without searching
+    /// ([`Explain`]): each query's lists and, with a filter, the matches its
+    /// lists hold (counted by reading only the filter's columns) and what
+    /// scoring them would read each way.
+    ///
+    /// # Errors
+    /// As [`Index::search_batch`].
+    pub async fn explain(
+        &self,
+        queries: &[f32],
+        params: &SearchParams,
+    ) -> Result<Vec<Explain>, IndexError> {
+        let mut plan = QueryPlan::new(queries, params, self.shape())?;
+        if let Some(text) = params.filter.as_deref() {
+            plan.filter = Some(Arc::new(self.filter(text).await?));
+        }
+        Ok(self.engine.explain(plan).await?)
     }
 
     /// What a query plan is checked against.

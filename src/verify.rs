@@ -327,6 +327,7 @@ async fn reader_violations(reader: &PostingsReader, codes: bool) -> Vec<Violatio
         vectors: true,
         codes,
         payload: true,
+        ..Want::default()
     };
     let mut found = Vec::new();
     for file in 0..reader.files().len() {

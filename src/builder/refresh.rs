@@ -1146,6 +1146,7 @@ impl VectorSource for LiveSource {
             // Read to check their pages: compaction encodes new codes.
             codes: self.has_codes,
             payload: true,
+            ..Want::default()
         };
         let file = self.files[part];
         let groups = self.reader.read_file(file, want).await?;

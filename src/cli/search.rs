@@ -89,6 +89,12 @@ pub struct Args {
     /// Include the IO stats of each query.
     #[arg(long)]
     pub stats: bool,
+    /// Print each query's plan without searching: its lists and, with
+    /// `--filter`, the matches they hold (counted by reading only the
+    /// filter's columns), the plan chosen and what scoring would read each
+    /// way. No code or vector is read.
+    #[arg(long, conflicts_with = "groundtruth")]
+    pub explain: bool,
     /// Queries read, searched and printed at a time (bounds memory).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
@@ -209,10 +215,58 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         }
         match &args.groundtruth {
             Some(gt) => benchmark(&index, &args, &params, gt).await,
+            None if args.explain => print_plans(&index, &args, &params).await,
             None => print_results(&index, &args, &params).await,
         }
     })?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// Print each query's plan ([`Index::explain`]), a batch at a time: one
+/// JSON object per query with `--json`, else one line.
+async fn print_plans(index: &Index, args: &Args, params: &SearchParams) -> anyhow::Result<()> {
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let batch = args.batch_size as usize;
+    let mut queries = Queries::open(&args.queries, &args.column, batch)?;
+    let mut done = 0;
+    while let Some((q, dim)) = queries.next(batch)? {
+        let expected = index.hierarchy().dim;
+        if dim != expected {
+            bail!("queries have dimension {dim}, the index has {expected}");
+        }
+        for (i, plan) in index.explain(&q, params).await?.iter().enumerate() {
+            let mut obj = serde_json::to_value(plan)?;
+            obj["query"] = (done + i).into();
+            if args.json {
+                writeln!(out, "{obj}")?;
+            } else {
+                let text = |v: &serde_json::Value| v.as_str().unwrap_or_default().to_string();
+                write!(
+                    out,
+                    "query {}: {} lists, {} probed, plan {}, {} rows match, scoring {}",
+                    done + i,
+                    plan.lists_first,
+                    plan.lists_probed,
+                    text(&obj["filter_plan"]),
+                    plan.rows_matched,
+                    text(&obj["filter_scoring"]),
+                )?;
+                for (way, reads) in [("exact", plan.exact), ("lists", plan.lists)] {
+                    if let Some(r) = reads {
+                        write!(
+                            out,
+                            "; {way} would read {} B of codes, {} B of vectors, {} B of pages, touch {} B in memory",
+                            r.code_bytes, r.vector_bytes, r.page_bytes, r.memory_bytes
+                        )?;
+                    }
+                }
+                writeln!(out, " (counting read {} B)", plan.counting_bytes)?;
+            }
+        }
+        done += q.len() / dim;
+    }
+    out.flush()?;
+    Ok(())
 }
 
 /// Print each batch's neighbours as soon as it is searched.
@@ -271,20 +325,30 @@ async fn benchmark(
     // hits as the truth has ids.
     let (mut hits, mut expected, mut full) = (0usize, 0usize, 0usize);
     let mut plans: std::collections::BTreeMap<String, usize> = Default::default();
+    let mut scorings: std::collections::BTreeMap<String, usize> = Default::default();
     let (mut lists, mut capped) = (0u64, 0usize);
     // Each query's recall, and the sum of the estimates.
     let (mut recalls, mut estimated, mut estimates) = (Vec::new(), 0f64, 0usize);
     // IO fields are a batch's (shared by its queries): counted once a batch.
     let (mut bytes, mut rounds) = (0u64, 0u64);
+    // Of the bytes: payload, codes, whole vector chunks and vector pages.
+    let mut kinds = [0u64; 4];
     let (nq, _) = stream(index, args, params, |first, results| {
         if let Some(r) = results.first() {
-            bytes += r.stats.bytes;
-            rounds = rounds.max(r.stats.rounds);
+            let s = &r.stats;
+            bytes += s.bytes;
+            rounds = rounds.max(s.rounds);
+            let of = [s.payload_bytes, s.code_bytes, s.vector_bytes, s.page_bytes];
+            kinds.iter_mut().zip(of).for_each(|(k, b)| *k += b);
         }
         for r in results {
             let plan = serde_json::to_value(r.stats.filter_plan)?;
             *plans
                 .entry(plan.as_str().unwrap_or_default().to_string())
+                .or_default() += 1;
+            let scoring = serde_json::to_value(r.stats.filter_scoring)?;
+            *scorings
+                .entry(scoring.as_str().unwrap_or_default().to_string())
                 .or_default() += 1;
             lists += r.stats.lists_probed;
             capped += usize::from(r.stats.capped);
@@ -346,6 +410,11 @@ async fn benchmark(
         "mean-lists-probed": lists as f64 / nq.max(1) as f64,
         "capped": capped,
         "bytes-per-query": bytes as f64 / nq.max(1) as f64,
+        "scorings": scorings,
+        "payload-bytes-per-query": kinds[0] as f64 / nq.max(1) as f64,
+        "code-bytes-per-query": kinds[1] as f64 / nq.max(1) as f64,
+        "vector-bytes-per-query": kinds[2] as f64 / nq.max(1) as f64,
+        "page-bytes-per-query": kinds[3] as f64 / nq.max(1) as f64,
         "max-rounds": rounds,
     });
     println!("{summary}");

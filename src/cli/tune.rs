@@ -153,8 +153,7 @@ async fn sample_rows(index: &Index, n: usize) -> anyhow::Result<Queries> {
     let cids: Vec<u32> = (0..nlist).step_by(step).map(|c| c as u32).collect();
     let want = Want {
         vectors: true,
-        codes: false,
-        payload: false,
+        ..Want::default()
     };
     let loaded = index
         .reader()

@@ -58,16 +58,27 @@ pub struct WriterOptions {
     /// the part size of that upload (default 10 MiB; S3 needs at least 5 MiB
     /// for every part but the last).
     pub upload_buffer_bytes: usize,
-    /// Most rows in one data page of the `vector` column (default
-    /// [`VECTOR_PAGE_ROWS`]): the unit an exact re-rank reads, found through
-    /// the offset index. Must be at least 1.
-    pub vector_page_rows: usize,
+    /// Most rows in one data page of the `vector` column (default `None`:
+    /// [`vector_page_rows`] of the dimension): the unit an exact re-rank, or
+    /// the exact scoring of a filter's matches, reads, found through the
+    /// offset index. Must be at least 1.
+    pub vector_page_rows: Option<usize>,
 }
 
-/// Rows per `vector` data page by default: a re-rank candidate costs one
-/// page, 8 × 4·dim bytes (4 KiB at 128-d, 12 KiB at 384-d), against ≈ 30
-/// bytes of page header and offset-index entry per page.
+/// Bytes of a `vector` data page by default ([`vector_page_rows`]).
+pub const VECTOR_PAGE_BYTES: usize = 4096;
+
+/// Most rows of a default `vector` page.
 pub const VECTOR_PAGE_ROWS: usize = 8;
+
+/// Rows per `vector` data page by default at `dim`: as many as fit in
+/// [`VECTOR_PAGE_BYTES`], 1 to [`VECTOR_PAGE_ROWS`] (8 rows at 128-d,
+/// 2 rows, 3 KiB, at 384-d, 1 row from 512-d on). A row read exactly
+/// (a re-rank candidate, a filter's match) costs its page, against ≈ 30
+/// bytes of page header and offset-index entry per page.
+pub fn vector_page_rows(dim: usize) -> usize {
+    (VECTOR_PAGE_BYTES / dim.saturating_mul(4).max(1)).clamp(1, VECTOR_PAGE_ROWS)
+}
 
 impl Default for WriterOptions {
     fn default() -> Self {
@@ -75,7 +86,7 @@ impl Default for WriterOptions {
             max_rows_per_row_group: 32_768,
             max_file_bytes: 256 * 1024 * 1024,
             upload_buffer_bytes: 10 * 1024 * 1024,
-            vector_page_rows: VECTOR_PAGE_ROWS,
+            vector_page_rows: None,
         }
     }
 }
@@ -113,12 +124,12 @@ impl PostingsWriter {
         }
         if options.max_rows_per_row_group == 0
             || options.max_file_bytes == 0
-            || options.vector_page_rows == 0
+            || options.vector_page_rows == Some(0)
         {
             return Err(PostingsError::InvalidOptions {
                 max_rows_per_row_group: options.max_rows_per_row_group,
                 max_file_bytes: options.max_file_bytes,
-                vector_page_rows: options.vector_page_rows,
+                vector_page_rows: 0,
             });
         }
         if let Some(f) = payload_fields
@@ -449,23 +460,26 @@ pub async fn publish(
     .await?)
 }
 
-/// Uncompressed PLAIN `vector` pages of at most `vector_page_rows` rows (each
+/// Uncompressed PLAIN `vector` pages of at most [`vector_page_rows`] rows (each
 /// page is a re-rank read, located by the offset index), PLAIN `code`
 /// chunks (scored whole), page statistics elsewhere.
 fn writer_properties(dim: usize, options: &WriterOptions) -> WriterProperties {
     let vector = ColumnPath::from(VECTOR_COLUMN);
     let code = ColumnPath::from(CODE_COLUMN);
-    let page_bytes = options.vector_page_rows.saturating_mul(dim * 4);
+    let page_rows = options
+        .vector_page_rows
+        .unwrap_or_else(|| vector_page_rows(dim));
+    let page_bytes = page_rows.saturating_mul(dim * 4);
     let mut builder = WriterProperties::builder()
         .set_max_row_group_row_count(Some(options.max_rows_per_row_group))
         .set_max_row_group_bytes(None)
         .set_compression(Compression::UNCOMPRESSED)
         .set_statistics_enabled(EnabledStatistics::Page)
-        .set_column_data_page_row_count_limit(vector.clone(), options.vector_page_rows)
+        .set_column_data_page_row_count_limit(vector.clone(), page_rows)
         .set_column_data_page_size_limit(vector.clone(), page_bytes)
         // Page limits are checked between mini-batches of this many rows:
         // without it a vector page takes one row more than its limit.
-        .set_write_batch_size(options.vector_page_rows);
+        .set_write_batch_size(page_rows);
     // Every fixed column PLAIN without dictionary: the reader takes their
     // values straight from the pages (`probe::executor`). `cid` costs 4
     // bytes a row this way instead of a few bytes a row group; it keeps its

@@ -48,7 +48,41 @@ pub struct Job {
     rows: usize,
 }
 
+/// The column-chunk bytes of a [`Job`], by kind.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ChunkBytes {
+    /// `cid` and `rowid`.
+    pub keys: u64,
+    pub vectors: u64,
+    pub codes: u64,
+    pub payload: u64,
+}
+
+impl ChunkBytes {
+    /// Every kind's.
+    pub fn total(self) -> u64 {
+        self.keys + self.vectors + self.codes + self.payload
+    }
+}
+
 impl Job {
+    /// The bytes of the column chunks it reads (not its offset index), by kind.
+    pub fn chunk_bytes(&self) -> ChunkBytes {
+        let mut bytes = ChunkBytes::default();
+        let named = self.ranges.iter().zip(self.columns.iter().map(String::as_str));
+        let direct = self.direct.iter().map(|(c, r)| (r, *c));
+        for (r, column) in named.chain(direct) {
+            let len = r.end - r.start;
+            match column {
+                CID_COLUMN | ROWID_COLUMN => bytes.keys += len,
+                VECTOR_COLUMN => bytes.vectors += len,
+                CODE_COLUMN => bytes.codes += len,
+                _ => bytes.payload += len,
+            }
+        }
+        bytes
+    }
+
     /// Every byte range the job reads: decoder chunks, direct chunks and
     /// the offset index.
     pub fn all_ranges(&self) -> impl Iterator<Item = Range<u64>> + '_ {
@@ -62,7 +96,8 @@ impl Job {
     /// The job of row group `rg` of file `file` (named `name`), reading
     /// what `want` asks: direct chunks where PLAIN and uncompressed, a push
     /// decoder for the rest (which says which ranges it needs), and the
-    /// `vector` offset index when [`Want::pages`].
+    /// `vector` offset index when [`Want::pages`]. With
+    /// [`Want::partial_payload`] the payload read is `filter_columns`.
     ///
     /// # Errors
     /// [`ProbeError::Decode`] for a footer the decoder rejects, a missing
@@ -70,9 +105,9 @@ impl Job {
     pub fn new(
         name: &str,
         footer: &Footer,
-        file: usize,
-        rg: usize,
+        (file, rg): (usize, usize),
         want: Want,
+        filter_columns: &[String],
     ) -> Result<Job, ProbeError> {
         let err = |source| ProbeError::Decode {
             path: name.to_string(),
@@ -99,6 +134,16 @@ impl Job {
         }
         if want.payload {
             roots.extend(&footer.facts.payload_roots);
+        } else if want.filter_columns {
+            let fields = footer.arrow.schema().fields();
+            for column in filter_columns {
+                let root = footer.facts.payload_roots.iter().copied().find(|&r| {
+                    fields.get(r).is_some_and(|f| f.name() == column)
+                });
+                roots.push(root.ok_or_else(|| {
+                    general(format!("no payload column {column} for the filter"))
+                })?);
+            }
         }
         let rows = metadata.row_group(rg).num_rows();
         let decoder = if roots.is_empty() {
@@ -290,7 +335,7 @@ pub fn decode(
             vectors: job.want.vectors && !direct_vectors,
             codes: job.want.codes && !direct_codes,
             rowids: !direct_rowids,
-            payload: job.want.payload,
+            payload: job.want.payload || job.want.filter_columns,
         };
         decoded_batch(&at, &job, &batch, first_row, dim, wants, &mut columns)?;
     }
@@ -309,7 +354,7 @@ pub fn decode(
         }
         None => None,
     };
-    let payload = if job.want.payload {
+    let payload = if job.want.payload || job.want.filter_columns {
         let schema = columns.payloads.first().map_or_else(
             || Arc::new(arrow::datatypes::Schema::empty()),
             RecordBatch::schema,

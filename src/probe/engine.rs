@@ -17,16 +17,22 @@
 //! ([`on_rayon`]), so a tokio worker stays free for other tasks.
 
 use super::ProbeError;
-use super::filtered::{FilterBudget, FilteredRows, PayloadTable, WHOLE_TABLE_SHARE, Widening};
+use super::filtered::{
+    FilterBudget, FilteredRows, PayloadTable, Reads, ScoreCost, WHOLE_TABLE_SHARE, Widening,
+    scoring,
+};
 use super::load::PostingsReader;
 use super::offload::on_rayon;
-use super::quantized::{CodeRank, CodeScan, PagePlan, rank_codes, rotate_leaves};
+use super::quantized::{
+    CodeRank, CodeScan, PagePlan, matched_candidates, matched_page_bytes, pruned_pages, rank_codes,
+    rotate_leaves,
+};
 use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
 use super::select::{leaves_within, ranked_leaves, select_cids};
-use super::stats::{SearchStats, micros};
+use super::stats::{FilterPlan, Scoring, SearchStats, micros};
 use super::target::RecallModel;
 use crate::filter::Filter;
 use crate::kmeans::Hierarchy;
@@ -36,6 +42,7 @@ use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
 use rayon::prelude::*;
 use serde::Serialize;
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -116,6 +123,44 @@ impl Gathered {
             masks: &self.masks,
         }
     }
+}
+
+/// What a filtered batch's rounds found ([`Engine::count`]).
+struct Counted {
+    rows: FilteredRows,
+    /// Each query's probed lists, sorted.
+    probed: Vec<Vec<u32>>,
+    own: Vec<Own>,
+    cost: ScoreCost,
+    scoring: Scoring,
+}
+
+/// The plan of one query ([`Engine::explain`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
+pub struct Explain {
+    /// What the index holds in memory.
+    pub mode: Preload,
+    /// Lists of the first round: `nprobe`, or those a target recall chose.
+    pub lists_first: usize,
+    /// Lists after a filter's widening.
+    pub lists_probed: usize,
+    pub rows_matched: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub estimated_recall: Option<f64>,
+    pub filter_plan: FilterPlan,
+    pub filter_scoring: Scoring,
+    pub capped: bool,
+    /// Bytes the batch read to count its matches (footers included), and
+    /// of those the payload columns'.
+    pub counting_bytes: u64,
+    pub counting_payload_bytes: u64,
+    /// What the batch's scoring would read each way (the chosen one is
+    /// `filter_scoring`); absent without a filter, or for `exact` when the
+    /// matches' pages are unknown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exact: Option<Reads>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lists: Option<Reads>,
 }
 
 /// One query's lists ([`Engine::select`]).
@@ -203,6 +248,31 @@ struct PagesToRank {
     input: Gathered,
 }
 
+impl PagesToRank {
+    /// The step, its stats counted: `took` microseconds of scan, `pruned`
+    /// pages spared by the masks, the candidates and the planned pages.
+    fn new(
+        candidates: Vec<TopK>,
+        plan: PagePlan,
+        (pruned, took): (u64, u64),
+        mut finish: Finish,
+        input: Gathered,
+    ) -> Self {
+        let stats = &mut finish.stats;
+        stats.scan_us += took;
+        stats.pages_pruned += pruned;
+        stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
+        stats.pages_read += plan.pages() as u64;
+        stats.page_bytes += plan.page_bytes();
+        PagesToRank {
+            candidates,
+            plan,
+            finish,
+            input,
+        }
+    }
+}
+
 impl Engine {
     /// The engine over `reader` (a snapshot's postings), its centroids, in
     /// an index with codes its quantiser, and its recall calibration when
@@ -271,6 +341,7 @@ impl Engine {
             vectors: !has_codes || self.preloaded() == Preload::All,
             codes: has_codes,
             payload: include_payload,
+            ..Want::default()
         }
     }
 
@@ -311,8 +382,11 @@ impl Engine {
     pub async fn run(&self, plan: QueryPlan) -> Result<Vec<SearchResult>, ProbeError> {
         let mut stats = SearchStats::default();
         let ranked = self.select(&plan).await;
-        let (gathered, own) = match &plan.filter {
-            None => self.gather(&plan, ranked, &mut stats).await?,
+        let (gathered, own, scoring) = match &plan.filter {
+            None => {
+                let (gathered, own) = self.gather(&plan, ranked, &mut stats).await?;
+                (gathered, own, Scoring::None)
+            }
             Some(filter) => {
                 let filter = Arc::clone(filter);
                 self.gather_filtered(&plan, &filter, ranked, &mut stats)
@@ -325,8 +399,13 @@ impl Engine {
             include_payload: plan.include_payload,
             stats,
         };
-        match (plan.rank, &self.codes) {
-            (RankMode::Codes { rerank }, Some(codes)) => {
+        let vectors_held = gathered.loaded.iter().all(|rg| !rg.vectors.is_empty());
+        match (scoring, plan.rank, &self.codes) {
+            (Scoring::Exact, ..) if !vectors_held => {
+                self.rank_matches(gathered, plan.k, finish).await
+            }
+            (Scoring::Exact, ..) => self.rank_exact(gathered, plan.k, finish).await,
+            (_, RankMode::Codes { rerank }, Some(codes)) => {
                 let codes = Arc::clone(codes);
                 let k = (plan.k, rerank);
                 self.rank_codes(codes, gathered, want, k, finish).await
@@ -425,36 +504,84 @@ impl Engine {
     /// The filtered gather, in rounds ([`Widening`]): each query first
     /// probes its nearest `nprobe` lists (row groups whose payload
     /// statistics rule the filter out are never read) and the filter is
-    /// evaluated on the rows read; then its budget widens it, and while
-    /// fewer than `k` rows match it doubles its lists, up to the plan's cap.
-    /// Rows read by an earlier round are not read again.
+    /// evaluated on the rows read; then its budget widens it by the rows
+    /// that matched, and while fewer than `k` rows match it doubles its
+    /// lists, up to the plan's cap. Rows read by an earlier round are not
+    /// read again. From storage the rounds read only what counting needs
+    /// (the filter's columns, or the whole payload when the answers carry
+    /// it, and the `vector` offset indexes); once the lists are known,
+    /// [`scoring`] chooses between the matches' exact distances (their
+    /// pages) and the row groups holding them ranked as unfiltered, read
+    /// then.
     async fn gather_filtered(
         &self,
         plan: &QueryPlan,
         filter: &Arc<Filter>,
         ranked: Vec<Selected>,
         stats: &mut SearchStats,
-    ) -> Result<(Gathered, Vec<Own>), ProbeError> {
+    ) -> Result<(Gathered, Vec<Own>, Scoring), ProbeError> {
+        let counted = self.count(plan, filter, &ranked, stats).await?;
+        let Counted {
+            rows,
+            probed,
+            own,
+            scoring,
+            ..
+        } = counted;
+        let in_memory = self.preloaded() != Preload::None;
+        let (loaded, masks) = if in_memory || scoring == Scoring::Exact {
+            (rows.loaded, rows.masks)
+        } else {
+            self.load_matching(plan, rows, &probed, stats).await?
+        };
+        let gathered = Gathered {
+            queries: Arc::clone(&plan.queries),
+            probed: probed.into(),
+            loaded: loaded.into(),
+            masks: masks.into(),
+        };
+        Ok((gathered, own, scoring))
+    }
+
+    /// The rounds of a filtered batch up to its plan ([`Engine::gather_filtered`]
+    /// without the scoring's reads): each query's lists and matches, and
+    /// how the batch scores them.
+    async fn count(
+        &self,
+        plan: &QueryPlan,
+        filter: &Arc<Filter>,
+        ranked: &[Selected],
+        stats: &mut SearchStats,
+    ) -> Result<Counted, ProbeError> {
         let nlist = self.hierarchy.nlist();
         let budget = FilterBudget {
             nprobe: plan.nprobe,
             nlist,
             cap: plan.cap,
-            in_memory: self.preloaded() != Preload::None,
+        };
+        let in_memory = self.preloaded() != Preload::None;
+        let counting = if in_memory {
+            self.want(true)
+        } else {
+            Want {
+                payload: plan.include_payload,
+                filter_columns: true,
+                offsets: true,
+                ..Want::default()
+            }
         };
         let lists: Vec<Vec<u32>> = ranked.iter().map(|s| s.cids.clone()).collect();
         let starts: Vec<usize> = ranked.iter().map(|s| s.start).collect();
         let mut widening = Widening::new(&lists, &starts, budget, plan.k);
         let mut rows = FilteredRows::default();
-        let want = self.want(true);
         loop {
             let need = widening.need(&lists, &rows);
             if !need.is_empty() {
                 let (fresh, pruned) = self
                     .reader
-                    .load_filtered(&need, want, Some(filter), stats)
+                    .load_filtered(&need, counting, Some(filter), stats)
                     .await?;
-                let whole = budget.in_memory && need.len() * WHOLE_TABLE_SHARE >= nlist;
+                let whole = in_memory && need.len() * WHOLE_TABLE_SHARE >= nlist;
                 let table = self.payload_table.get().filter(|_| whole);
                 let (paths, live) = (self.reader.paths(), self.reader.live());
                 rows.add(&need, fresh, pruned, filter, table, paths, live)
@@ -465,28 +592,173 @@ impl Engine {
             }
         }
         let probed = widening.probed(&lists);
-        let own = probed
+        let matched: Vec<u64> = probed.iter().map(|c| rows.count(c).matched).collect();
+        let cost = self.score_cost(plan, &rows, &probed, &matched, in_memory);
+        let scoring = scoring(&cost);
+        let own = matched
             .iter()
             .zip(widening.states())
-            .zip(&ranked)
-            .map(|((cids, s), selected)| Own {
+            .zip(ranked)
+            .map(|((&matched, s), selected)| Own {
                 probe_us: selected.probe_us,
                 estimated_recall: self
                     .recall
                     .as_ref()
                     .and_then(|m| selected.estimate_after(m, s.lists)),
-                rows_matched: rows.count(cids).matched,
+                rows_matched: matched,
                 filter_plan: s.plan,
+                filter_scoring: scoring,
                 capped: s.capped,
             })
             .collect();
-        let gathered = Gathered {
-            queries: Arc::clone(&plan.queries),
-            probed: probed.into(),
-            loaded: rows.loaded.into(),
-            masks: rows.masks.into(),
+        Ok(Counted {
+            rows,
+            probed,
+            own,
+            cost,
+            scoring,
+        })
+    }
+
+    /// The plan of `plan` without running it ([`Explain`]): each query's
+    /// lists, and for a filtered batch the rounds that count its matches
+    /// (from storage they read only the filter's columns and the `vector`
+    /// offset indexes) and what each way of scoring them would read. No
+    /// code or vector is read or scored.
+    ///
+    /// # Errors
+    /// [`ProbeError`] for IO failures and a corrupt index.
+    pub async fn explain(&self, plan: QueryPlan) -> Result<Vec<Explain>, ProbeError> {
+        let mut stats = SearchStats::default();
+        let ranked = self.select(&plan).await;
+        let mode = self.preloaded();
+        let Some(filter) = &plan.filter else {
+            return Ok(ranked
+                .iter()
+                .map(|s| Explain {
+                    mode,
+                    lists_first: s.start,
+                    lists_probed: s.start,
+                    estimated_recall: s.estimate,
+                    ..Explain::default()
+                })
+                .collect());
         };
-        Ok((gathered, own))
+        let counted = self.count(&plan, filter, &ranked, &mut stats).await?;
+        let (exact, lists) = (
+            counted.cost.reads(Scoring::Exact),
+            counted.cost.reads(Scoring::Lists),
+        );
+        Ok(counted
+            .own
+            .iter()
+            .zip(&counted.probed)
+            .zip(&ranked)
+            .map(|((own, probed), s)| Explain {
+                mode,
+                lists_first: s.start,
+                lists_probed: probed.len(),
+                rows_matched: own.rows_matched,
+                estimated_recall: own.estimated_recall,
+                filter_plan: own.filter_plan,
+                filter_scoring: own.filter_scoring,
+                capped: own.capped,
+                counting_bytes: stats.bytes,
+                counting_payload_bytes: stats.payload_bytes,
+                exact,
+                lists,
+            })
+            .collect())
+    }
+
+    /// What scoring a filtered batch's matches costs ([`ScoreCost`]), over
+    /// the row groups of `rows` its queries `probed` (each query's
+    /// `matched` rows). Pure.
+    fn score_cost(
+        &self,
+        plan: &QueryPlan,
+        rows: &FilteredRows,
+        probed: &[Vec<u32>],
+        matched: &[u64],
+        in_memory: bool,
+    ) -> ScoreCost {
+        let mut cids: Vec<u32> = probed.iter().flatten().copied().collect();
+        cids.sort_unstable();
+        cids.dedup();
+        let groups: Vec<usize> = cids
+            .iter()
+            .flat_map(|c| rows.by_cid.get(c).into_iter().flatten().copied())
+            .filter(|&g| rows.matched[g] > 0)
+            .collect();
+        let (pages, page_bytes) = groups
+            .iter()
+            .filter_map(|&g| rows.loaded[g].vector_pages.as_deref())
+            .flatten()
+            .fold((0u64, 0u64), |(n, b), p| {
+                (n + 1, b + u64::try_from(p.compressed_page_size).unwrap_or(0))
+            });
+        let dim = self.hierarchy.dim as u64;
+        let keep = match (plan.rank, &self.codes) {
+            (RankMode::Codes { rerank }, Some(_)) => plan.k.saturating_mul(rerank) as u64,
+            _ => 0,
+        };
+        ScoreCost {
+            matched_rows: groups.iter().map(|&g| rows.matched[g]).sum(),
+            group_rows: groups
+                .iter()
+                .map(|&g| rows.loaded[g].rowids.len() as u64)
+                .sum(),
+            matched_page_bytes: matched_page_bytes(&rows.loaded, &rows.masks, groups),
+            page_bytes: page_bytes.checked_div(pages).unwrap_or(dim * 4),
+            row_width: self
+                .codes
+                .as_ref()
+                .map_or(dim * 4, |c| c.quantizer.code_bytes() as u64),
+            codes: self.codes.is_some(),
+            vector_width: dim * 4,
+            rerank_rows: matched.iter().map(|&m| m.min(keep)).sum(),
+            ranked_held: in_memory,
+            vectors_held: in_memory && self.want(true).vectors,
+        }
+    }
+
+    /// The row groups of the lists where a query of the batch found a
+    /// match, read as an unfiltered query reads them (codes or vectors,
+    /// the payload when the answers carry it), each with its mask from
+    /// `rows` (a row group the statistics skipped: none set).
+    async fn load_matching(
+        &self,
+        plan: &QueryPlan,
+        rows: FilteredRows,
+        probed: &[Vec<u32>],
+        stats: &mut SearchStats,
+    ) -> Result<(Vec<Arc<DecodedRowGroup>>, Vec<Option<BooleanBuffer>>), ProbeError> {
+        let mut cids: Vec<u32> = probed
+            .iter()
+            .flatten()
+            .copied()
+            .filter(|c| rows.count(&[*c]).matched > 0)
+            .collect();
+        cids.sort_unstable();
+        cids.dedup();
+        let loaded = self
+            .reader
+            .load(&cids, self.want(plan.include_payload), stats)
+            .await?;
+        let by_group: HashMap<(usize, usize), Option<BooleanBuffer>> = rows
+            .loaded
+            .iter()
+            .map(|rg| (rg.file, rg.row_group))
+            .zip(rows.masks)
+            .collect();
+        let masks = loaded
+            .iter()
+            .map(|rg| {
+                let mask = by_group.get(&(rg.file, rg.row_group)).cloned().flatten();
+                Some(mask.unwrap_or_else(|| BooleanBuffer::new_unset(rg.rowids.len())))
+            })
+            .collect();
+        Ok((loaded, masks))
     }
 
     /// The exact rank: each query's `k` best among the rows of its probed
@@ -522,7 +794,6 @@ impl Engine {
         finish: Finish,
     ) -> Result<Vec<SearchResult>, ProbeError> {
         let hierarchy = Arc::clone(&self.hierarchy);
-        let (metric, dim) = (hierarchy.metric, hierarchy.dim);
         let paths = Arc::clone(self.reader.paths());
         let step = on_rayon(move || {
             let t = Instant::now();
@@ -546,27 +817,53 @@ impl Engine {
                     candidates,
                     plan,
                     pruned,
-                } => {
-                    let stats = &mut finish.stats;
-                    stats.scan_us += took;
-                    stats.pages_pruned += pruned;
-                    stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
-                    stats.pages_read += plan.pages() as u64;
-                    stats.page_bytes += plan.page_bytes();
-                    Ok(CodeStep::Pages(Box::new(PagesToRank {
-                        candidates,
-                        plan,
-                        finish,
-                        input,
-                    })))
-                }
+                } => Ok(CodeStep::Pages(Box::new(PagesToRank::new(
+                    candidates,
+                    plan,
+                    (pruned, took),
+                    finish,
+                    input,
+                )))),
             }
         })
         .await?;
-        let mut pages = match step {
-            CodeStep::Answered(answers) => return Ok(answers),
-            CodeStep::Pages(pages) => pages,
-        };
+        match step {
+            CodeStep::Answered(answers) => Ok(answers),
+            CodeStep::Pages(pages) => self.rank_pages(*pages, k).await,
+        }
+    }
+
+    /// The exact rank of a filtered batch's few matches: every row each
+    /// query may see in its probed row groups ([`matched_candidates`]),
+    /// from the `vector` pages holding them (no code is read or scored).
+    async fn rank_matches(
+        &self,
+        input: Gathered,
+        k: usize,
+        finish: Finish,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let paths = Arc::clone(self.reader.paths());
+        let pages = on_rayon(move || {
+            let t = Instant::now();
+            let probed = input.probed();
+            let candidates = matched_candidates(input.rows(&probed));
+            let plan = PagePlan::new(&paths, &input.loaded, &candidates)?;
+            let pruned = pruned_pages(&input.loaded, &input.masks);
+            let took = micros(t.elapsed());
+            Ok::<_, ProbeError>(PagesToRank::new(candidates, plan, (pruned, took), finish, input))
+        })
+        .await?;
+        self.rank_pages(pages, k).await
+    }
+
+    /// Read the pages of `pages`' plan (one round), then rank its
+    /// candidates exactly and answer, on rayon.
+    async fn rank_pages(
+        &self,
+        mut pages: PagesToRank,
+        k: usize,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let (metric, dim) = (self.hierarchy.metric, self.hierarchy.dim);
         let t = Instant::now();
         let fetched = self
             .reader
@@ -581,7 +878,7 @@ impl Engine {
                 plan,
                 finish,
                 input,
-            } = *pages;
+            } = pages;
             let (q, rgs) = (&input.queries, &input.loaded);
             let tops = plan.rank(fetched, &paths, rgs, metric, dim, q, candidates, k)?;
             finish.answers(tops, &input, &paths, micros(t.elapsed()))
@@ -607,7 +904,7 @@ impl Engine {
         let want = Want {
             vectors: true,
             codes: true,
-            payload: false,
+            ..Want::default()
         };
         let loaded = self
             .reader

@@ -12,7 +12,7 @@ use super::ProbeError;
 use super::live::LiveRows;
 use super::offload::on_rayon;
 use super::rows::DecodedRowGroup;
-use super::stats::FilterPlan;
+use super::stats::{FilterPlan, Scoring};
 use crate::filter::Filter;
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -236,33 +236,141 @@ pub struct FilterBudget {
     pub nlist: usize,
     /// `max_nprobe` (at most `nlist`).
     pub cap: usize,
-    /// Whether the postings are in memory (preloaded): then a list costs
-    /// the rows it scores, else the rows it reads.
-    pub in_memory: bool,
 }
 
 /// The lists a filtered query probes after seeing what its first `nprobe`
-/// held: as many as cost what `nprobe` lists cost an unfiltered query.
-/// In memory a list costs the rows scored, so with a fraction `s` of its
-/// rows matching, `nprobe / s` lists score as many rows as `nprobe` lists
-/// without the filter; from storage a list costs the rows read, so with a
-/// fraction `r` of its rows in row groups the statistics keep, `nprobe /
-/// r` lists read as many. When that reaches every list (and `max_nprobe`
-/// allows it), the plan is exhaustive. Pure.
+/// held: as many as hold the matches `nprobe` lists hold unfiltered. With a
+/// fraction `s` of its rows matching (rows of row groups the statistics
+/// skipped count as not matching), `nprobe / s` lists hold as many rows to
+/// score as `nprobe` lists without the filter. The one rule of every
+/// serving mode: in memory a list costs the rows it scores, and from
+/// storage a filtered query reads its filter's columns before anything
+/// else ([`Want::filter_columns`](super::rows::Want)), so there too it
+/// scores only the rows that match. When that reaches every list (and
+/// `max_nprobe` allows it), the plan is exhaustive. Pure.
 pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, FilterPlan) {
     let rows = seen.read + seen.pruned;
-    let cost = match (rows, budget.in_memory) {
-        (0, _) => 1.0,
-        (_, true) => seen.matched as f64 / rows as f64,
-        (_, false) => seen.read as f64 / rows as f64,
+    let share = match rows {
+        0 => 1.0,
+        _ => seen.matched as f64 / rows as f64,
     };
-    let lists = budget.nprobe as f64 / cost;
+    let lists = budget.nprobe as f64 / share;
     if lists >= budget.nlist as f64 && budget.cap >= budget.nlist {
         return (budget.nlist, FilterPlan::Exhaustive);
     }
-    // `lists` is finite here (cost > 0, or it would exceed nlist).
+    // `lists` is finite here (share > 0, or it would exceed nlist).
     let lists = (lists.ceil() as usize).clamp(budget.nprobe, budget.cap.max(budget.nprobe));
     (lists, FilterPlan::Probe)
+}
+
+/// A memory byte's cost against a byte read from storage: scoring a row
+/// held in memory is this many times cheaper than reading it.
+pub const MEMORY_BYTE_SHARE: u64 = 64;
+
+/// What scoring a filtered batch's matches costs either way ([`scoring`]):
+/// counted over the row groups its queries probed, each once.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct ScoreCost {
+    /// Rows that match.
+    pub matched_rows: u64,
+    /// Rows of the row groups holding a match.
+    pub group_rows: u64,
+    /// Bytes of the `vector` pages holding a match (`None`: their offset
+    /// indexes were not read).
+    pub matched_page_bytes: Option<u64>,
+    /// Mean bytes of a `vector` page.
+    pub page_bytes: u64,
+    /// Bytes of a row of the column a list is ranked by: the code width,
+    /// or `dim × 4` without codes.
+    pub row_width: u64,
+    /// The index has codes (a list is ranked by them).
+    pub codes: bool,
+    /// Bytes of a vector (`dim × 4`).
+    pub vector_width: u64,
+    /// Candidates the batch re-ranks from their pages after the codes: per
+    /// query `k × rerank`, at most its matches (0 without codes or re-rank).
+    pub rerank_rows: u64,
+    /// The column ranked is in memory (preloaded).
+    pub ranked_held: bool,
+    /// The vectors are in memory (`--preload all`, or no codes preloaded).
+    pub vectors_held: bool,
+}
+
+/// What scoring a filtered batch's matches one way reads from storage and
+/// touches in memory, in bytes ([`ScoreCost::reads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
+pub struct Reads {
+    /// `code` chunks of the row groups holding a match.
+    pub code_bytes: u64,
+    /// Whole `vector` chunks of those row groups (an index without codes).
+    pub vector_bytes: u64,
+    /// `vector` pages: of each match, or of the re-rank's candidates.
+    pub page_bytes: u64,
+    /// Codes or vectors scored in memory.
+    pub memory_bytes: u64,
+}
+
+impl Reads {
+    /// Bytes read, a byte in memory counted [`MEMORY_BYTE_SHARE`] times less.
+    pub fn cost(&self) -> u64 {
+        self.code_bytes
+            + self.vector_bytes
+            + self.page_bytes
+            + self.memory_bytes / MEMORY_BYTE_SHARE
+    }
+}
+
+impl ScoreCost {
+    /// What scoring `way` reads and touches; `None` for [`Scoring::Exact`]
+    /// when the matches' pages are unknown (their offset indexes not read).
+    pub fn reads(&self, way: Scoring) -> Option<Reads> {
+        match way {
+            Scoring::None => Some(Reads::default()),
+            Scoring::Exact if self.vectors_held => Some(Reads {
+                memory_bytes: self.matched_rows * self.vector_width,
+                ..Reads::default()
+            }),
+            Scoring::Exact => self.matched_page_bytes.map(|page_bytes| Reads {
+                page_bytes,
+                ..Reads::default()
+            }),
+            Scoring::Lists => {
+                let read = self.group_rows * self.row_width;
+                let mut reads = match (self.ranked_held, self.codes) {
+                    (true, _) => Reads {
+                        memory_bytes: self.matched_rows * self.row_width,
+                        ..Reads::default()
+                    },
+                    (false, true) => Reads {
+                        code_bytes: read,
+                        ..Reads::default()
+                    },
+                    (false, false) => Reads {
+                        vector_bytes: read,
+                        ..Reads::default()
+                    },
+                };
+                if !self.vectors_held {
+                    reads.page_bytes = self.rerank_rows * self.page_bytes;
+                }
+                Some(reads)
+            }
+        }
+    }
+}
+
+/// How a filtered batch scores its matches: [`Scoring::Exact`] when reading
+/// (or touching) each matching row's vector costs no more than ranking the
+/// row groups that hold them as an unfiltered query does
+/// ([`Scoring::Lists`]: their codes, read whole from storage, then the
+/// re-rank's pages), by [`Reads::cost`]. The same function decides for
+/// every serving mode; only what is held differs. Pure.
+pub fn scoring(c: &ScoreCost) -> Scoring {
+    let lists = c.reads(Scoring::Lists).map_or(u64::MAX, |r| r.cost());
+    match c.reads(Scoring::Exact) {
+        Some(exact) if exact.cost() <= lists => Scoring::Exact,
+        _ => Scoring::Lists,
+    }
 }
 
 /// Where a filtered query's probing stands.
@@ -382,12 +490,11 @@ impl Widening {
 mod tests {
     use super::*;
 
-    fn budget(in_memory: bool) -> FilterBudget {
+    fn budget() -> FilterBudget {
         FilterBudget {
             nprobe: 10,
             nlist: 100,
             cap: 100,
-            in_memory,
         }
     }
 
@@ -400,43 +507,38 @@ mod tests {
     }
 
     #[test]
-    fn in_memory_a_list_costs_its_matches() {
+    fn a_list_costs_its_matches() {
         // Half the rows match: twice the lists score as many rows.
         assert_eq!(
-            filter_budget(&budget(true), seen(500, 1000, 0)),
+            filter_budget(&budget(), seen(500, 1000, 0)),
             (20, FilterPlan::Probe)
         );
         // 5 % match: 200 lists would cost nprobe's, more than there are.
         assert_eq!(
-            filter_budget(&budget(true), seen(50, 1000, 0)),
+            filter_budget(&budget(), seen(50, 1000, 0)),
             (100, FilterPlan::Exhaustive)
         );
         // No match near the query: only an exhaustive scan finds any.
         assert_eq!(
-            filter_budget(&budget(true), seen(0, 1000, 0)),
+            filter_budget(&budget(), seen(0, 1000, 0)),
             (100, FilterPlan::Exhaustive)
         );
         // Every row matches: the unfiltered probe.
         assert_eq!(
-            filter_budget(&budget(true), seen(1000, 1000, 0)),
+            filter_budget(&budget(), seen(1000, 1000, 0)),
             (10, FilterPlan::Probe)
         );
     }
 
     #[test]
-    fn from_storage_a_list_costs_the_rows_read() {
-        // Statistics kept every row group: no wider than nprobe, whatever matched.
+    fn rows_skipped_by_statistics_count_as_not_matching() {
+        // A quarter of the rows kept, all of them matching: four times the lists.
         assert_eq!(
-            filter_budget(&budget(false), seen(1, 1000, 0)),
-            (10, FilterPlan::Probe)
-        );
-        // They kept a quarter of the rows: four times the lists read as much.
-        assert_eq!(
-            filter_budget(&budget(false), seen(1, 250, 750)),
+            filter_budget(&budget(), seen(250, 250, 750)),
             (40, FilterPlan::Probe)
         );
         assert_eq!(
-            filter_budget(&budget(false), seen(0, 0, 1000)),
+            filter_budget(&budget(), seen(0, 0, 1000)),
             (100, FilterPlan::Exhaustive)
         );
     }
@@ -445,7 +547,7 @@ mod tests {
     fn max_nprobe_bounds_the_widening_and_forbids_exhaustive() {
         let capped = FilterBudget {
             cap: 30,
-            ..budget(true)
+            ..budget()
         };
         assert_eq!(
             filter_budget(&capped, seen(0, 1000, 0)),
@@ -455,5 +557,71 @@ mod tests {
             filter_budget(&capped, seen(500, 1000, 0)),
             (20, FilterPlan::Probe)
         );
+    }
+
+    /// 100k rows of 384-d with 200-byte codes, 316 lists, one query, k 10,
+    /// re-rank 4, 8-row vector pages; `matched` rows match, spread so that
+    /// every page holding one holds one only.
+    fn embeddings(matched: u64, groups: u64) -> ScoreCost {
+        let page_bytes = 8 * 1536;
+        ScoreCost {
+            matched_rows: matched,
+            group_rows: groups * 316,
+            matched_page_bytes: Some(matched.min(groups * 40) * page_bytes),
+            page_bytes,
+            row_width: 200,
+            codes: true,
+            vector_width: 1536,
+            rerank_rows: matched.min(40),
+            ranked_held: false,
+            vectors_held: false,
+        }
+    }
+
+    #[test]
+    fn from_storage_few_matches_are_scored_exactly_from_their_pages() {
+        // 0.1 %: 100 pages against 100 row groups of codes.
+        assert_eq!(scoring(&embeddings(100, 100)), Scoring::Exact);
+        // 1 %: about 970 pages (12 MB) against every code (20 MB).
+        assert_eq!(scoring(&embeddings(970, 316)), Scoring::Exact);
+        // 10 %: most pages hold a match; the codes cost less.
+        assert_eq!(scoring(&embeddings(10_000, 316)), Scoring::Lists);
+        // Offset indexes not read: the pages cannot be planned.
+        let unknown = ScoreCost {
+            matched_page_bytes: None,
+            ..embeddings(10, 10)
+        };
+        assert_eq!(scoring(&unknown), Scoring::Lists);
+    }
+
+    #[test]
+    fn in_memory_the_same_rule_prices_what_is_held() {
+        // Codes held, vectors read: 100 matches cost 100 pages exactly,
+        // against 40 re-ranked pages after the codes.
+        let codes = ScoreCost {
+            ranked_held: true,
+            ..embeddings(100, 100)
+        };
+        assert_eq!(scoring(&codes), Scoring::Lists);
+        // Fewer matches than the re-rank keeps: exact.
+        let few = ScoreCost {
+            ranked_held: true,
+            ..embeddings(30, 30)
+        };
+        assert_eq!(scoring(&few), Scoring::Exact);
+        // Everything held: exact until the vectors touched outweigh the codes.
+        let all = ScoreCost {
+            ranked_held: true,
+            vectors_held: true,
+            ..embeddings(100, 100)
+        };
+        assert_eq!(scoring(&all), Scoring::Lists);
+        let flat = ScoreCost {
+            row_width: 1536,
+            codes: false,
+            rerank_rows: 0,
+            ..all
+        };
+        assert_eq!(scoring(&flat), Scoring::Exact);
     }
 }

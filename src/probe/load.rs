@@ -27,12 +27,13 @@
 
 use super::ProbeError;
 use super::access_plan::AccessPlan;
-use super::byte_ranges::{DELTA_GAP_SHARE, coalesce_near};
+use super::byte_ranges::{DELTA_GAP_SHARE, coalesce, coalesce_near};
 use super::decode::{Job, decode};
 use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
 use super::live::LiveRows;
 use super::offload::on_rayon;
 use super::planner::{candidate_files_layered, plan_row_groups};
+use super::cache::ByteLru;
 use super::rows::{DecodedRowGroup, RowGroupCache, Want};
 use super::stats::{SearchStats, micros};
 use crate::filter::{ContainerStats, Filter};
@@ -60,6 +61,12 @@ pub struct IndexOptions {
     pub postings_cache_bytes: usize,
     /// Tail bytes read with each footer (default 64 KiB).
     pub prefetch_hint: u64,
+    /// Byte bound of the filter-columns cache (default 64 MiB): what a
+    /// filtered query from storage reads to count its matches (the
+    /// filter's columns, `rowid` and the `vector` offset index, about 14
+    /// bytes a row for one int32 column), kept so that a later query with
+    /// a filter on the same columns reads only what it scores.
+    pub filter_cache_bytes: usize,
 }
 
 impl Default for IndexOptions {
@@ -68,6 +75,7 @@ impl Default for IndexOptions {
             footer_cache_bytes: 64 << 20,
             postings_cache_bytes: 0,
             prefetch_hint: FOOTER_PREFETCH,
+            filter_cache_bytes: 64 << 20,
         }
     }
 }
@@ -91,6 +99,9 @@ pub struct PostingsReader {
     code_bytes: Option<usize>,
     footers: FooterCache,
     row_groups: RowGroupCache,
+    /// Row groups read with only a filter's payload columns
+    /// ([`Want::partial_payload`]), keyed by those columns too.
+    counting: ByteLru<(usize, usize, Arc<str>), DecodedRowGroup>,
     /// Upper bound on the tail read for a footer.
     prefetch: u64,
     /// Most footer bytes per cid seen in this index (see [`tail_estimate`]).
@@ -108,6 +119,9 @@ pub struct FileRequest {
 
 /// What a load needs, given the caches: plain data from [`PostingsReader::plan`].
 pub struct LoadPlan {
+    /// With [`Want::partial_payload`], the filter's columns: the key of the
+    /// row groups read in the filter-columns cache.
+    counting: Option<Arc<str>>,
     /// Planned row groups already decoded (from the decoded-postings cache).
     pub cached: Vec<Arc<DecodedRowGroup>>,
     /// `(cid, rows)` of each row group skipped by the filter's statistics.
@@ -197,6 +211,7 @@ impl PostingsReader {
             code_bytes: snapshot.quantizer.as_ref().map(|q| q.code_bytes()),
             footers: FooterCache::new(options.footer_cache_bytes),
             row_groups: RowGroupCache::new(options.postings_cache_bytes),
+            counting: ByteLru::new(options.filter_cache_bytes),
             prefetch: options.prefetch_hint,
             footer_per_cid: AtomicU64::new(0),
         }
@@ -240,9 +255,11 @@ impl PostingsReader {
         self.paths.first().map_or_else(String::new, Path::to_string)
     }
 
-    /// Bytes held by the footer cache and by the decoded-postings cache.
+    /// Bytes held by the footer cache, and by the decoded-postings and
+    /// filter-columns caches.
     pub fn cache_bytes(&self) -> (usize, usize) {
-        (self.footers.bytes(), self.row_groups.bytes())
+        let decoded = self.row_groups.bytes() + self.counting.bytes();
+        (self.footers.bytes(), decoded)
     }
 
     /// Lift the bound of the decoded-postings cache (a preload).
@@ -371,7 +388,12 @@ impl PostingsReader {
         filter: Option<&Filter>,
         stats: &mut SearchStats,
     ) -> Result<LoadPlan, ProbeError> {
+        let columns = filter.map_or(&[][..], Filter::columns);
+        let counting = want
+            .partial_payload()
+            .then(|| Arc::<str>::from(columns.join("\u{0}")));
         let mut plan = LoadPlan {
+            counting: counting.clone(),
             cached: Vec::new(),
             pruned: Vec::new(),
             requests: Vec::new(),
@@ -394,33 +416,44 @@ impl PostingsReader {
                         .push((cid.unwrap_or(u32::MAX), u64::try_from(rows).unwrap_or(0)));
                     continue;
                 }
-                match self.row_groups.get(&(file, rg)) {
+                let cached = self.row_groups.get(&(file, rg)).or_else(|| {
+                    let key = counting.as_ref()?;
+                    self.counting.get(&(file, rg, Arc::clone(key)))
+                });
+                match cached {
                     Some(d) if d.has(want) => {
                         stats.row_groups_cached += 1;
                         plan.cached.push(d);
                     }
-                    _ => jobs.push(Job::new(name, footer, file, rg, want)?),
+                    _ => jobs.push(Job::new(name, footer, (file, rg), want, columns)?),
                 }
             }
             if !jobs.is_empty() {
                 stats.row_groups_read += jobs.len() as u64;
-                stats.row_group_bytes += jobs
-                    .iter()
-                    .flat_map(|j| j.ranges.iter().chain(j.direct.iter().map(|(_, r)| r)))
-                    .map(|r| r.end - r.start)
-                    .sum::<u64>();
+                for job in &jobs {
+                    let bytes = job.chunk_bytes();
+                    stats.row_group_bytes += bytes.total();
+                    stats.payload_bytes += bytes.payload;
+                    stats.code_bytes += bytes.codes;
+                    stats.vector_bytes += bytes.vectors;
+                }
                 stats.page_index_bytes += jobs
                     .iter()
                     .filter_map(|j| j.offset_index.as_ref())
                     .map(|(r, _)| r.end - r.start)
                     .sum::<u64>();
                 // A delta's files are small: a larger gap, bounded by the file.
-                let gap = if self.live.layer_of(file) > 0 {
-                    self.files.get(file).map_or(0, |f| f.size / DELTA_GAP_SHARE)
+                // A read of a filter's columns only merges adjacent ranges:
+                // the gaps between them are the other payload columns.
+                let ranges = jobs.iter().flat_map(Job::all_ranges);
+                let ranges = if want.partial_payload() {
+                    coalesce(ranges)
+                } else if self.live.layer_of(file) > 0 {
+                    let gap = self.files.get(file).map_or(0, |f| f.size / DELTA_GAP_SHARE);
+                    coalesce_near(ranges, gap)
                 } else {
-                    0
+                    coalesce_near(ranges, 0)
                 };
-                let ranges = coalesce_near(jobs.iter().flat_map(Job::all_ranges), gap);
                 plan.requests.push(FileRequest { file, ranges });
                 plan.names.push(name.to_string());
                 plan.jobs.push(jobs);
@@ -459,8 +492,17 @@ impl PostingsReader {
         Ok(Fetched(fetched))
     }
 
-    /// Keep freshly decoded row groups in the decoded-postings cache.
-    fn remember(&self, decoded: &[Arc<DecodedRowGroup>]) {
+    /// Keep freshly decoded row groups in the decoded-postings cache, or
+    /// those holding only the filter's columns `counting` in the
+    /// filter-columns cache.
+    fn remember(&self, decoded: &[Arc<DecodedRowGroup>], counting: Option<Arc<str>>) {
+        if let Some(key) = counting {
+            for d in decoded {
+                let key = (d.file, d.row_group, Arc::clone(&key));
+                self.counting.insert(key, Arc::clone(d), d.bytes());
+            }
+            return;
+        }
         for d in decoded {
             self.row_groups
                 .insert((d.file, d.row_group), Arc::clone(d), d.bytes());
@@ -522,13 +564,14 @@ impl PostingsReader {
             return Ok((loaded, pruned));
         }
         let dim = self.dim;
+        let counting = plan.counting.take();
         let (decoded, took) = on_rayon(move || {
             let t = Instant::now();
             plan.decode(fetched, dim).map(|d| (d, t.elapsed()))
         })
         .await?;
         stats.decode_us += micros(took);
-        self.remember(&decoded);
+        self.remember(&decoded, counting);
         loaded.extend(decoded);
         Ok((loaded, pruned))
     }

@@ -32,6 +32,7 @@ use crate::quant::Quantizer;
 use crate::topk::TopK;
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
+use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
 use std::collections::HashMap;
 use std::ops::Range;
@@ -341,31 +342,86 @@ pub fn rank_codes(
     Ok((rank, scored))
 }
 
+/// Every row each query may see in the row groups it probes (set in their
+/// masks; every row without one), as candidates for a [`PagePlan`]: the
+/// exact rank of a filtered query with few matches, which reads each
+/// match's page and no code. CPU only.
+pub fn matched_candidates(rows: ProbedRows<'_>) -> Vec<TopK> {
+    let probing = probing_queries(rows.cids, rows.loaded);
+    let mut found: Vec<Vec<(i64, u64)>> = vec![Vec::new(); rows.cids.len()];
+    for (g, (rg, qs)) in rows.loaded.iter().zip(&probing).enumerate() {
+        if qs.is_empty() {
+            continue;
+        }
+        let set: Vec<usize> = match rows.masks.get(g).and_then(Option::as_ref) {
+            Some(mask) => mask.set_indices().collect(),
+            None => (0..rg.rowids.len()).collect(),
+        };
+        for &q in qs {
+            let at = &mut found[q as usize];
+            at.extend(set.iter().map(|&i| (rg.rowids[i], pack(g, i))));
+        }
+    }
+    found
+        .into_iter()
+        .map(|rows| {
+            let mut top = TopK::new(rows.len());
+            for (rowid, at) in rows {
+                top.push_at(0.0, rowid, at);
+            }
+            top
+        })
+        .collect()
+}
+
 /// `vector` pages of the `loaded` row groups (read with their offset
 /// index) none of whose rows is set in their mask: a re-rank never fetches
-/// them. 0 without masks. One pass over each mask's set bits.
+/// them. 0 without masks.
 pub fn pruned_pages(loaded: &[Arc<DecodedRowGroup>], masks: &[Option<BooleanBuffer>]) -> u64 {
     loaded
         .iter()
         .zip(masks)
         .filter_map(|(rg, m)| Some((rg.vector_pages.as_deref()?, m.as_ref()?)))
-        .map(|(pages, mask)| {
-            // Pages holding a set row: the set rows ascend, and so do pages.
-            let (mut page, mut last, mut with_match) = (0, usize::MAX, 0);
-            for row in mask.set_indices() {
-                while pages
-                    .get(page + 1)
-                    .is_some_and(|p| p.first_row_index as usize <= row)
-                {
-                    page += 1;
-                }
-                if page != last {
-                    (last, with_match) = (page, with_match + 1);
-                }
-            }
-            (pages.len() - with_match) as u64
-        })
+        .map(|(pages, mask)| (pages.len() - matching_pages(pages, mask).len()) as u64)
         .sum()
+}
+
+/// Bytes of the `vector` pages of `loaded[g]`, for each `g` of `groups`,
+/// that hold a row set in its mask (every page without one); `None` when
+/// one of them was read without its offset index.
+pub fn matched_page_bytes(
+    loaded: &[Arc<DecodedRowGroup>],
+    masks: &[Option<BooleanBuffer>],
+    groups: impl IntoIterator<Item = usize>,
+) -> Option<u64> {
+    let mut bytes = 0;
+    for g in groups {
+        let pages = loaded.get(g)?.vector_pages.as_deref()?;
+        let size = |p: usize| u64::try_from(pages[p].compressed_page_size).unwrap_or(0);
+        bytes += match masks.get(g).and_then(Option::as_ref) {
+            Some(mask) => matching_pages(pages, mask).into_iter().map(size).sum::<u64>(),
+            None => (0..pages.len()).map(size).sum::<u64>(),
+        };
+    }
+    Some(bytes)
+}
+
+/// The indexes of the `pages` (ascending, as an offset index lists them)
+/// holding a row set in `mask`: one pass over its set bits.
+fn matching_pages(pages: &[PageLocation], mask: &BooleanBuffer) -> Vec<usize> {
+    let (mut page, mut out) = (0, Vec::new());
+    for row in mask.set_indices() {
+        while pages
+            .get(page + 1)
+            .is_some_and(|p| p.first_row_index as usize <= row)
+        {
+            page += 1;
+        }
+        if out.last() != Some(&page) {
+            out.push(page);
+        }
+    }
+    out
 }
 
 /// One `vector` data page to read.

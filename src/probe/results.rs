@@ -6,7 +6,7 @@
 use super::ProbeError;
 use super::query::{Hit, SearchResult};
 use super::rows::DecodedRowGroup;
-use super::stats::{FilterPlan, SearchStats};
+use super::stats::{FilterPlan, Scoring, SearchStats};
 use crate::topk::TopK;
 use arrow::array::RecordBatch;
 use object_store::path::Path;
@@ -19,6 +19,7 @@ pub struct Own {
     pub estimated_recall: Option<f64>,
     pub rows_matched: u64,
     pub filter_plan: FilterPlan,
+    pub filter_scoring: Scoring,
     pub capped: bool,
 }
 
@@ -70,6 +71,7 @@ pub fn results(
                 estimated_recall: own.estimated_recall,
                 rows_matched: own.rows_matched,
                 filter_plan: own.filter_plan,
+                filter_scoring: own.filter_scoring,
                 capped: own.capped,
                 ..stats
             };

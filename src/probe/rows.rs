@@ -26,7 +26,8 @@ pub struct DecodedRowGroup {
     /// read with the codes when the vectors are not ([`Want::pages`]): what
     /// an exact re-rank fetches.
     pub vector_pages: Option<Vec<PageLocation>>,
-    /// The payload columns, when they were asked for.
+    /// The payload columns, when they were asked for (only the filter's,
+    /// when [`Want::partial_payload`]).
     pub payload: Option<RecordBatch>,
     /// Manifest index of the file, and row group within it (for errors).
     pub file: usize,
@@ -42,13 +43,26 @@ pub struct Want {
     pub codes: bool,
     /// The payload columns.
     pub payload: bool,
+    /// Only the filter's payload columns (when `payload` is not set): what
+    /// a filtered query reads to count its matches before it scores. Such
+    /// a row group is never kept in the decoded-postings cache.
+    pub filter_columns: bool,
+    /// The `vector` column's offset index even without the codes (a
+    /// filtered query that may score its matches from their pages).
+    pub offsets: bool,
 }
 
 impl Want {
-    /// Whether the `vector` column's offset index is read: with the codes,
-    /// unless the vectors themselves are (a re-rank then reads no page).
+    /// Whether the `vector` column's offset index is read: with the codes
+    /// or when asked, unless the vectors themselves are (a re-rank then
+    /// reads no page).
     pub fn pages(self) -> bool {
-        self.codes && !self.vectors
+        (self.codes || self.offsets) && !self.vectors
+    }
+
+    /// Whether the payload read is only the filter's columns.
+    pub fn partial_payload(self) -> bool {
+        self.filter_columns && !self.payload
     }
 }
 
@@ -72,7 +86,7 @@ impl DecodedRowGroup {
         (!want.vectors || !self.vectors.is_empty())
             && (!want.codes || self.codes.is_some())
             && (!want.pages() || self.vector_pages.is_some())
-            && (!want.payload || self.payload.is_some())
+            && (!(want.payload || want.filter_columns) || self.payload.is_some())
     }
 }
 

@@ -32,7 +32,16 @@ pub struct SearchStats {
     pub footer_bytes: u64,
     /// Column-chunk bytes of the row groups read (before coalescing).
     pub row_group_bytes: u64,
-    /// Bytes of `vector` offset indexes read (with the codes).
+    /// Of `row_group_bytes`: the payload columns' chunks (a filtered query
+    /// from storage reads its filter's columns first).
+    pub payload_bytes: u64,
+    /// Of `row_group_bytes`: the `code` chunks.
+    pub code_bytes: u64,
+    /// Of `row_group_bytes`: the whole `vector` chunks (re-rank pages are
+    /// `page_bytes`).
+    pub vector_bytes: u64,
+    /// Bytes of `vector` offset indexes read (with the codes, or with a
+    /// filter's columns from storage).
     pub page_index_bytes: u64,
     /// Codes scored (quantised scan).
     pub codes_scored: u64,
@@ -65,6 +74,8 @@ pub struct SearchStats {
     pub estimated_recall: Option<f64>,
     /// How a filtered query was planned.
     pub filter_plan: FilterPlan,
+    /// How a filtered query's matches were scored.
+    pub filter_scoring: Scoring,
     /// A filtered query stopped at `max_nprobe` lists with fewer than `k`
     /// matches: more may exist in the lists not probed.
     pub capped: bool,
@@ -95,6 +106,24 @@ pub enum FilterPlan {
     /// Every list whose statistics may match: the filter is selective
     /// enough that scanning all its matches costs less than probing.
     Exhaustive,
+}
+
+/// How a filtered query scores the rows that match
+/// ([`super::filtered::scoring`]), chosen by the same cost in every serving
+/// mode.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Scoring {
+    /// No filter.
+    #[default]
+    None,
+    /// The row groups holding a match are ranked as an unfiltered query's:
+    /// their codes, then the re-rank, or their vectors (an index without
+    /// codes), every row that does not match skipped.
+    Lists,
+    /// Every matching row by its exact distance, from the vectors in memory
+    /// or from the `vector` pages holding it: few rows match.
+    Exact,
 }
 
 /// Whole microseconds of `d` (saturating).

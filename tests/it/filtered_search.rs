@@ -21,7 +21,7 @@ use parqivf::builder::{BuildParams, ParquetSource, ParquetSourceOptions, Progres
 use parqivf::distance::Metric;
 use parqivf::filter::FilterError;
 use parqivf::index::{
-    FilterPlan, Index, IndexError, Preload, QueryError, SearchParams, SearchResult,
+    FilterPlan, Index, IndexError, Preload, QueryError, Scoring, SearchParams, SearchResult,
 };
 use parqivf::quant::Scheme;
 use std::sync::Arc;
@@ -137,6 +137,13 @@ impl Fixture {
             .unwrap()
     }
 
+    /// Open the index built into `name` again (a reader of its own).
+    async fn open(&self, name: &str) -> Index {
+        Index::open_current(self.store.clone(), &Path::from(name))
+            .await
+            .unwrap()
+    }
+
     /// Exact filtered top-k: brute force over the rows `keep` accepts.
     fn expected(&self, q: &[f32], k: usize, keep: &dyn Fn(&Row) -> bool) -> Vec<(i64, f32)> {
         let (mut data, mut ids) = (Vec::new(), Vec::new());
@@ -228,18 +235,109 @@ async fn full_probe_equals_filtered_brute_force_in_every_mode() {
     }
 }
 
+/// Filters matching 1 % of the rows or fewer.
+const SELECTIVE: &[Case] = &[
+    ("cat = 7", |r| r.cat == Some(7)),
+    ("cat = 7 AND region = 1", |r| r.cat == Some(7) && r.region == 1),
+    ("label = 'fr-2' OR label = 'de-1000'", |r| {
+        matches!(r.label.as_deref(), Some("fr-2" | "de-1000"))
+    }),
+];
+
+#[tokio::test]
+async fn the_storage_plan_answers_as_the_memory_plans_at_full_probe() {
+    let fx = Fixture::new();
+    let queries = fx.queries();
+    for (name, codes, modes) in [
+        ("flat", None, &[Preload::All][..]),
+        (
+            "rabitq4",
+            Some(Scheme::RaBitQ4),
+            &[Preload::Codes, Preload::All][..],
+        ),
+    ] {
+        let storage = fx.index(name, codes).await;
+        let mut memory = Vec::new();
+        for &mode in modes {
+            let index = fx.open(name).await;
+            index.preload(mode).await.unwrap();
+            memory.push((mode, index));
+        }
+        for &(filter, _) in CASES.iter().chain(SELECTIVE) {
+            let params = filtered(filter, NLIST as usize);
+            let want = storage.search_batch(&queries, &params).await.unwrap();
+            for (mode, index) in &memory {
+                let got = index.search_batch(&queries, &params).await.unwrap();
+                for (qi, (g, w)) in got.iter().zip(&want).enumerate() {
+                    assert_eq!(
+                        pairs(g),
+                        pairs(w),
+                        "{name} {mode:?} {filter} query {qi}: memory differs from storage"
+                    );
+                    assert_eq!(g.stats.rows_matched, w.stats.rows_matched);
+                    assert_eq!(g.stats.filter_plan, w.stats.filter_plan);
+                }
+            }
+        }
+    }
+}
+
+#[tokio::test]
+async fn selective_filters_are_exact_from_storage_reading_their_columns_and_pages_only() {
+    let fx = Fixture::new();
+    let queries = fx.queries();
+    for codes in [None, Some(Scheme::RaBitQ4)] {
+        let index = fx.index(&format!("idx-{codes:?}"), codes).await;
+        for &(filter, keep) in SELECTIVE {
+            // The default re-rank and a small nprobe: exact all the same.
+            let params = SearchParams {
+                k: 10,
+                nprobe: 2,
+                filter: Some(filter.into()),
+                ..SearchParams::default()
+            };
+            let with_payload = SearchParams {
+                include_payload: true,
+                ..params.clone()
+            };
+            for (qi, q) in queries.chunks_exact(DIM).enumerate() {
+                let r = index.search(q, &params).await.unwrap();
+                let at = format!("{codes:?} {filter} query {qi}: {:?}", r.stats);
+                assert_eq!(pairs(&r), fx.expected(q, 10, &keep), "{at}");
+                assert_eq!(r.stats.filter_scoring, Scoring::Exact, "{at}");
+                assert_eq!(r.stats.filter_plan, FilterPlan::Exhaustive, "{at}");
+                // The filter's columns, then the matches' pages: no code,
+                // no whole vector chunk.
+                assert_eq!((r.stats.code_bytes, r.stats.vector_bytes), (0, 0), "{at}");
+                assert!(r.stats.payload_bytes > 0 && r.stats.page_bytes > 0, "{at}");
+                assert!(r.stats.pages_read <= r.stats.rows_matched, "{at}");
+                // The answer's payload is the whole payload: more bytes.
+                let p = index.search(q, &with_payload).await.unwrap();
+                assert_eq!(pairs(&p), pairs(&r), "{at}");
+                assert!(p.stats.payload_bytes > r.stats.payload_bytes, "{at}");
+                let payload = p.payload.as_ref().expect("payload asked for");
+                assert!(payload.column_by_name("label").is_some(), "{at}");
+                assert_eq!(payload.num_rows(), p.hits.len(), "{at}");
+            }
+        }
+    }
+}
+
 #[tokio::test]
 async fn a_small_nprobe_still_fills_k_by_probing_on() {
     let fx = Fixture::new();
     let queries = fx.queries();
     for codes in [None, Some(Scheme::RaBitQ4)] {
         let index = fx.index(&format!("idx-{codes:?}"), codes).await;
-        // 3 % of the rows match: one list holds about 6 of them.
+        // 3 % of the rows match: one list holds about 6 of them. The
+        // budget (nprobe / 3 %) is past every list; short of exhaustive
+        // (`max_nprobe` below nlist) the query probes on to the cap.
         let keep = |r: &Row| r.cat.is_some_and(|c| c < 3);
-        let got = index
-            .search_batch(&queries, &filtered("cat < 3", 1))
-            .await
-            .unwrap();
+        let params = SearchParams {
+            max_nprobe: Some(NLIST as usize - 1),
+            ..filtered("cat < 3", 1)
+        };
+        let got = index.search_batch(&queries, &params).await.unwrap();
         for (qi, r) in got.iter().enumerate() {
             assert_eq!(r.hits.len(), 10, "{codes:?} query {qi}: {:?}", r.stats);
             assert!(
@@ -454,11 +552,16 @@ async fn http_filters_answer_as_the_library_and_bad_ones_are_400s() {
     };
     let filter = "cat < 3 AND label NOT LIKE 'fr%'";
     let (status, body) = ask(serde_json::json!({
-        "vector": q, "k": 10, "nprobe": 1, "filter": filter, "include": ["stats"]
+        "vector": q, "k": 10, "nprobe": 1, "filter": filter, "include": ["stats"],
+        "max_nprobe": NLIST - 1
     }))
     .await;
     assert_eq!(status, 200, "{body}");
-    let want = index.search(&q, &filtered(filter, 1)).await.unwrap();
+    let capped = |p: SearchParams| SearchParams {
+        max_nprobe: Some(NLIST as usize - 1),
+        ..p
+    };
+    let want = index.search(&q, &capped(filtered(filter, 1))).await.unwrap();
     let got: Vec<i64> = body["results"][0]["hits"]
         .as_array()
         .unwrap()
@@ -469,10 +572,10 @@ async fn http_filters_answer_as_the_library_and_bad_ones_are_400s() {
     let want_default = index
         .search(
             &q,
-            &SearchParams {
+            &capped(SearchParams {
                 rerank: parqivf::index::DEFAULT_RERANK,
                 ..filtered(filter, 1)
-            },
+            }),
         )
         .await
         .unwrap();
