@@ -702,7 +702,12 @@ impl Engine {
             (RankMode::Codes { rerank }, Some(_)) => plan.k.saturating_mul(rerank) as u64,
             _ => 0,
         };
+        let probing = |g: usize| {
+            let cid = rows.loaded[g].cid;
+            probed.iter().filter(|p| p.binary_search(&cid).is_ok()).count() as u64
+        };
         ScoreCost {
+            group_queries: groups.iter().map(|&g| probing(g)).sum(),
             matched_rows: groups.iter().map(|&g| rows.matched[g]).sum(),
             group_rows: groups
                 .iter()

@@ -49,7 +49,15 @@ pub const WHOLE_TABLE_SHARE: usize = 8;
 pub struct PayloadTable {
     batch: arrow::array::RecordBatch,
     at: HashMap<(usize, usize), (usize, usize)>,
+    /// The rows matching each of the last [`MASKS_KEPT`] filters (by
+    /// text), most recent first: a filter repeated by later queries (a
+    /// tenant's, a language's) is evaluated once, as FAISS's selector is
+    /// built once.
+    masks: std::sync::Mutex<Vec<(String, BooleanBuffer)>>,
 }
+
+/// Filters whose matches over a [`PayloadTable`] are kept (one bit a row each).
+pub const MASKS_KEPT: usize = 16;
 
 impl PayloadTable {
     /// The table of `groups` (each with its payload); `None` when they have
@@ -88,12 +96,41 @@ impl PayloadTable {
                 message: format!("payload of the preloaded row groups: {e}"),
             }
         })?;
-        Ok(Some(Self { batch, at }))
+        Ok(Some(Self {
+            batch,
+            at,
+            masks: Default::default(),
+        }))
     }
 
     /// Bytes held.
     pub fn bytes(&self) -> usize {
-        self.batch.get_array_memory_size()
+        let masks = self.masks.lock().unwrap_or_else(|e| e.into_inner());
+        let bits: usize = masks.iter().map(|(t, m)| t.len() + m.len() / 8).sum();
+        self.batch.get_array_memory_size() + bits
+    }
+
+    /// The rows of the table that satisfy `filter`: kept from an earlier
+    /// query with the same filter text, or evaluated in one pass (CPU).
+    ///
+    /// # Errors
+    /// [`crate::filter::FilterError`] from the filter's kernels.
+    pub fn matches(&self, filter: &Filter) -> Result<BooleanBuffer, crate::filter::FilterError> {
+        let lock = || self.masks.lock().unwrap_or_else(|e| e.into_inner());
+        {
+            let mut masks = lock();
+            if let Some(i) = masks.iter().position(|(t, _)| t == filter.text()) {
+                let kept = masks.remove(i);
+                let mask = kept.1.clone();
+                masks.insert(0, kept);
+                return Ok(mask);
+            }
+        }
+        let mask = filter.evaluate(&self.batch)?;
+        let mut masks = lock();
+        masks.insert(0, (filter.text().to_string(), mask.clone()));
+        masks.truncate(MASKS_KEPT);
+        Ok(mask)
     }
 }
 
@@ -128,7 +165,7 @@ impl FilteredRows {
                 let whole =
                     match (whole, &table) {
                         (Some(w), _) => Some(w),
-                        (None, Some(t)) => Some(filter.evaluate(&t.batch).map_err(|source| {
+                        (None, Some(t)) => Some(t.matches(&filter).map_err(|source| {
                             ProbeError::Filter {
                                 path: paths.first().map_or_else(String::new, Path::to_string),
                                 source,
@@ -267,6 +304,10 @@ pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, FilterPlan) {
 /// held in memory is this many times cheaper than reading it.
 pub const MEMORY_BYTE_SHARE: u64 = 64;
 
+/// Preparing a query for one list's codes (its residual, rotated, and the
+/// quantiser's tables) costs about touching this many vectors.
+pub const PREPARE_VECTORS: u64 = 4;
+
 /// What scoring a filtered batch's matches costs either way ([`scoring`]):
 /// counted over the row groups its queries probed, each once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
@@ -275,6 +316,9 @@ pub struct ScoreCost {
     pub matched_rows: u64,
     /// Rows of the row groups holding a match.
     pub group_rows: u64,
+    /// Row groups holding a match, once per query probing each: with
+    /// codes, each costs the query's preparation for that list.
+    pub group_queries: u64,
     /// Bytes of the `vector` pages holding a match (`None`: their offset
     /// indexes were not read).
     pub matched_page_bytes: Option<u64>,
@@ -336,13 +380,18 @@ impl ScoreCost {
             }),
             Scoring::Lists => {
                 let read = self.group_rows * self.row_width;
+                let prepare = match self.codes {
+                    true => self.group_queries * PREPARE_VECTORS * self.vector_width,
+                    false => 0,
+                };
                 let mut reads = match (self.ranked_held, self.codes) {
                     (true, _) => Reads {
-                        memory_bytes: self.matched_rows * self.row_width,
+                        memory_bytes: self.matched_rows * self.row_width + prepare,
                         ..Reads::default()
                     },
                     (false, true) => Reads {
                         code_bytes: read,
+                        memory_bytes: prepare,
                         ..Reads::default()
                     },
                     (false, false) => Reads {
@@ -567,6 +616,7 @@ mod tests {
         ScoreCost {
             matched_rows: matched,
             group_rows: groups * 316,
+            group_queries: groups,
             matched_page_bytes: Some(matched.min(groups * 40) * page_bytes),
             page_bytes,
             row_width: 200,
@@ -609,18 +659,26 @@ mod tests {
             ..embeddings(30, 30)
         };
         assert_eq!(scoring(&few), Scoring::Exact);
-        // Everything held: exact until the vectors touched outweigh the codes.
+        // Everything held: 100 matches in 100 lists cost 100 vectors
+        // exactly, against 100 lists prepared for their codes.
         let all = ScoreCost {
             ranked_held: true,
             vectors_held: true,
             ..embeddings(100, 100)
         };
-        assert_eq!(scoring(&all), Scoring::Lists);
+        assert_eq!(scoring(&all), Scoring::Exact);
+        // 10 % of the rows: their codes cost less than their vectors.
+        let wide = ScoreCost {
+            ranked_held: true,
+            vectors_held: true,
+            ..embeddings(10_000, 316)
+        };
+        assert_eq!(scoring(&wide), Scoring::Lists);
         let flat = ScoreCost {
             row_width: 1536,
             codes: false,
             rerank_rows: 0,
-            ..all
+            ..wide
         };
         assert_eq!(scoring(&flat), Scoring::Exact);
     }

@@ -33,6 +33,10 @@ pub fn probing_queries(cids: &[&[u32]], loaded: &[Arc<DecodedRowGroup>]) -> Vec<
 /// rows of 128-d f32 are 32 KiB, read from memory once and then from cache.
 const SCAN_BLOCK: usize = 64;
 
+/// A mask with fewer than one set row in this many is walked by its set
+/// bits, not block by block.
+const SPARSE_SHARE: usize = 8;
+
 /// The `k` nearest rows of every query of a batch (`queries` row-major,
 /// `cids[q]` the sorted probed cids of query `q`) among the `loaded` row
 /// groups, **list-major**: each row group is read block by block, and every
@@ -57,6 +61,17 @@ pub fn scan_batch(metric: Metric, dim: usize, rows: ProbedRows<'_>, k: usize) ->
         .filter(|(_, qs)| !qs.is_empty())
         .fold(empty, |mut tops, ((g, rg), qs)| {
             let mask = masks.get(g).and_then(Option::as_ref);
+            // A sparse mask (a selective filter's): only its set rows.
+            if let Some(m) = mask.filter(|m| m.count_set_bits() * SPARSE_SHARE < m.len()) {
+                for i in m.set_indices() {
+                    let (v, rowid) = (&rg.vectors[i * dim..(i + 1) * dim], rg.rowids[i]);
+                    for &q in qs {
+                        let query = &queries[q as usize * dim..(q as usize + 1) * dim];
+                        tops[q as usize].push(metric.prepared_distance(query, v), rowid);
+                    }
+                }
+                return tops;
+            }
             for (block, (vectors, rowids)) in rg
                 .vectors
                 .chunks(SCAN_BLOCK * dim)
