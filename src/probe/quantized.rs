@@ -678,5 +678,59 @@ mod tests {
         assert_eq!(count(&[8, 15, 16, 29]), 1);
         assert_eq!(count(&[1, 9, 20, 24]), 0);
         assert_eq!(pruned_pages(std::slice::from_ref(&rg), &[None]), 0);
+        // What the exact scoring of the matches reads: their pages' bytes.
+        let bytes = |rows: &[usize]| {
+            matched_page_bytes(std::slice::from_ref(&rg), &[mask(rows)], [0])
+        };
+        assert_eq!(bytes(&[]), Some(0));
+        assert_eq!(bytes(&[0, 7, 17]), Some(200));
+        assert_eq!(bytes(&[1, 9, 20, 24]), Some(400));
+        let unknown = Arc::new(DecodedRowGroup {
+            vector_pages: None,
+            rowids: Vec::new(),
+            vectors: Vec::<f32>::new().into(),
+            codes: None,
+            payload: None,
+            ..*rg
+        });
+        assert_eq!(matched_page_bytes(&[unknown], &[mask(&[1])], [0]), None);
+    }
+
+    #[test]
+    fn every_match_of_every_probed_row_group_is_a_candidate() {
+        let group = |cid: u32, rowids: Vec<i64>| {
+            Arc::new(DecodedRowGroup {
+                cid,
+                rowids,
+                vectors: Vec::<f32>::new().into(),
+                codes: None,
+                vector_pages: None,
+                payload: None,
+                file: 0,
+                row_group: cid as usize,
+            })
+        };
+        let loaded = [group(0, vec![10, 11, 12]), group(1, vec![20, 21])];
+        let masks = [
+            Some(BooleanBuffer::collect_bool(3, |i| i != 1)),
+            None, // every row
+        ];
+        let cids: [&[u32]; 3] = [&[0], &[0, 1], &[]];
+        let rows = ProbedRows {
+            queries: &[],
+            cids: &cids,
+            loaded: &loaded,
+            masks: &masks,
+        };
+        let got: Vec<Vec<(i64, (usize, usize))>> = matched_candidates(rows)
+            .into_iter()
+            .map(|t| t.into_sorted().iter().map(|n| (n.rowid, unpack(n.at))).collect())
+            .collect();
+        assert_eq!(got[0], vec![(10, (0, 0)), (12, (0, 2))]);
+        assert_eq!(
+            got[1],
+            vec![(10, (0, 0)), (12, (0, 2)), (20, (1, 0)), (21, (1, 1))]
+        );
+        assert!(got[2].is_empty());
     }
 }
