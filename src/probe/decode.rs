@@ -69,7 +69,10 @@ impl Job {
     /// The bytes of the column chunks it reads (not its offset index), by kind.
     pub fn chunk_bytes(&self) -> ChunkBytes {
         let mut bytes = ChunkBytes::default();
-        let named = self.ranges.iter().zip(self.columns.iter().map(String::as_str));
+        let named = self
+            .ranges
+            .iter()
+            .zip(self.columns.iter().map(String::as_str));
         let direct = self.direct.iter().map(|(c, r)| (r, *c));
         for (r, column) in named.chain(direct) {
             let len = r.end - r.start;
@@ -137,9 +140,12 @@ impl Job {
         } else if want.filter_columns {
             let fields = footer.arrow.schema().fields();
             for column in filter_columns {
-                let root = footer.facts.payload_roots.iter().copied().find(|&r| {
-                    fields.get(r).is_some_and(|f| f.name() == column)
-                });
+                let root = footer
+                    .facts
+                    .payload_roots
+                    .iter()
+                    .copied()
+                    .find(|&r| fields.get(r).is_some_and(|f| f.name() == column));
                 roots.push(root.ok_or_else(|| {
                     general(format!("no payload column {column} for the filter"))
                 })?);

@@ -24,7 +24,7 @@ use super::filtered::{
 use super::load::PostingsReader;
 use super::offload::on_rayon;
 use super::quantized::{
-    CodeRank, CodeScan, PagePlan, matched_candidates, matched_page_bytes, pruned_pages, rank_codes,
+    CodeRank, CodeScan, PagePlan, matched_candidates, matched_pages, pruned_pages, rank_codes,
     rotate_leaves,
 };
 use super::query::{QueryPlan, RankMode, SearchResult};
@@ -695,7 +695,10 @@ impl Engine {
             .filter_map(|&g| rows.loaded[g].vector_pages.as_deref())
             .flatten()
             .fold((0u64, 0u64), |(n, b), p| {
-                (n + 1, b + u64::try_from(p.compressed_page_size).unwrap_or(0))
+                (
+                    n + 1,
+                    b + u64::try_from(p.compressed_page_size).unwrap_or(0),
+                )
             });
         let dim = self.hierarchy.dim as u64;
         let keep = match (plan.rank, &self.codes) {
@@ -704,16 +707,20 @@ impl Engine {
         };
         let probing = |g: usize| {
             let cid = rows.loaded[g].cid;
-            probed.iter().filter(|p| p.binary_search(&cid).is_ok()).count() as u64
+            probed
+                .iter()
+                .filter(|p| p.binary_search(&cid).is_ok())
+                .count() as u64
         };
         ScoreCost {
             group_queries: groups.iter().map(|&g| probing(g)).sum(),
+            groups: groups.len() as u64,
             matched_rows: groups.iter().map(|&g| rows.matched[g]).sum(),
             group_rows: groups
                 .iter()
                 .map(|&g| rows.loaded[g].rowids.len() as u64)
                 .sum(),
-            matched_page_bytes: matched_page_bytes(&rows.loaded, &rows.masks, groups),
+            matched_pages: matched_pages(&rows.loaded, &rows.masks, groups),
             page_bytes: page_bytes.checked_div(pages).unwrap_or(dim * 4),
             row_width: self
                 .codes
@@ -855,7 +862,13 @@ impl Engine {
             let plan = PagePlan::new(&paths, &input.loaded, &candidates)?;
             let pruned = pruned_pages(&input.loaded, &input.masks);
             let took = micros(t.elapsed());
-            Ok::<_, ProbeError>(PagesToRank::new(candidates, plan, (pruned, took), finish, input))
+            Ok::<_, ProbeError>(PagesToRank::new(
+                candidates,
+                plan,
+                (pruned, took),
+                finish,
+                input,
+            ))
         })
         .await?;
         self.rank_pages(pages, k).await

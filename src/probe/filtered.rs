@@ -163,38 +163,36 @@ impl FilteredRows {
         let (filter, paths, groups) = (Arc::clone(filter), Arc::clone(paths), fresh.clone());
         let live = live.clone();
         let whole = self.whole.take();
-        let (masks, whole) =
-            on_rayon(move || {
-                let whole =
-                    match (whole, &table) {
-                        (Some(w), _) => Some(w),
-                        (None, Some(t)) => Some(t.matches(&filter).map_err(|source| {
-                            ProbeError::Filter {
-                                path: paths.first().map_or_else(String::new, Path::to_string),
-                                source,
-                            }
-                        })?),
-                        (None, None) => None,
-                    };
-                let masks = groups
-                    .par_iter()
-                    .map(|rg| {
-                        let slice = table
-                            .as_ref()
-                            .zip(whole.as_ref())
-                            .and_then(|(t, w)| {
-                                t.at.get(&(rg.file, rg.row_group))
-                                    .map(|&(s, n)| w.slice(s, n))
-                            })
-                            .filter(|m| m.len() == rg.rowids.len());
-                        slice
-                            .map_or_else(|| mask(&filter, &paths, rg), Ok)
-                            .map(|m| live.and(rg, m))
-                    })
-                    .collect::<Result<Vec<_>, _>>()?;
-                Ok::<_, ProbeError>((masks, whole))
-            })
-            .await?;
+        let (masks, whole) = on_rayon(move || {
+            let whole = match (whole, &table) {
+                (Some(w), _) => Some(w),
+                (None, Some(t)) => {
+                    Some(t.matches(&filter).map_err(|source| ProbeError::Filter {
+                        path: paths.first().map_or_else(String::new, Path::to_string),
+                        source,
+                    })?)
+                }
+                (None, None) => None,
+            };
+            let masks = groups
+                .par_iter()
+                .map(|rg| {
+                    let slice = table
+                        .as_ref()
+                        .zip(whole.as_ref())
+                        .and_then(|(t, w)| {
+                            t.at.get(&(rg.file, rg.row_group))
+                                .map(|&(s, n)| w.slice(s, n))
+                        })
+                        .filter(|m| m.len() == rg.rowids.len());
+                    slice
+                        .map_or_else(|| mask(&filter, &paths, rg), Ok)
+                        .map(|m| live.and(rg, m))
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            Ok::<_, ProbeError>((masks, whole))
+        })
+        .await?;
         self.whole = whole;
         for (rg, m) in fresh.into_iter().zip(masks) {
             self.by_cid
@@ -307,6 +305,11 @@ pub fn filter_budget(budget: &FilterBudget, seen: Seen) -> (usize, FilterPlan) {
 /// held in memory is this many times cheaper than reading it.
 pub const MEMORY_BYTE_SHARE: u64 = 64;
 
+/// A read from storage costs about this many bytes besides its own (a
+/// local read's system call; against an object store, far more): many
+/// small pages cost more than the chunks holding them.
+pub const REQUEST_BYTES: u64 = 4096;
+
 /// Preparing a query for one list's codes (its residual, rotated, and the
 /// quantiser's tables) costs about touching this many vectors. Measured
 /// with everything in memory, one query per call: at 100k × 384-d, 974
@@ -322,14 +325,15 @@ pub const PREPARE_VECTORS: u64 = 4;
 pub struct ScoreCost {
     /// Rows that match.
     pub matched_rows: u64,
-    /// Rows of the row groups holding a match.
+    /// Row groups holding a match, and their rows.
+    pub groups: u64,
     pub group_rows: u64,
     /// Row groups holding a match, once per query probing each: with
     /// codes, each costs the query's preparation for that list.
     pub group_queries: u64,
-    /// Bytes of the `vector` pages holding a match (`None`: their offset
-    /// indexes were not read).
-    pub matched_page_bytes: Option<u64>,
+    /// How many `vector` pages hold a match, and their bytes (`None`:
+    /// their offset indexes were not read).
+    pub matched_pages: Option<(u64, u64)>,
     /// Mean bytes of a `vector` page.
     pub page_bytes: u64,
     /// Bytes of a row of the column a list is ranked by: the code width,
@@ -360,14 +364,18 @@ pub struct Reads {
     pub page_bytes: u64,
     /// Codes or vectors scored in memory.
     pub memory_bytes: u64,
+    /// Reads from storage (a page or a chunk each, before coalescing).
+    pub requests: u64,
 }
 
 impl Reads {
-    /// Bytes read, a byte in memory counted [`MEMORY_BYTE_SHARE`] times less.
+    /// Bytes read, each read counted [`REQUEST_BYTES`] more, a byte in
+    /// memory counted [`MEMORY_BYTE_SHARE`] times less.
     pub fn cost(&self) -> u64 {
         self.code_bytes
             + self.vector_bytes
             + self.page_bytes
+            + self.requests * REQUEST_BYTES
             + self.memory_bytes / MEMORY_BYTE_SHARE
     }
 }
@@ -382,8 +390,9 @@ impl ScoreCost {
                 memory_bytes: self.matched_rows * self.vector_width,
                 ..Reads::default()
             }),
-            Scoring::Exact => self.matched_page_bytes.map(|page_bytes| Reads {
+            Scoring::Exact => self.matched_pages.map(|(requests, page_bytes)| Reads {
                 page_bytes,
+                requests,
                 ..Reads::default()
             }),
             Scoring::Lists => {
@@ -400,15 +409,18 @@ impl ScoreCost {
                     (false, true) => Reads {
                         code_bytes: read,
                         memory_bytes: prepare,
+                        requests: self.groups,
                         ..Reads::default()
                     },
                     (false, false) => Reads {
                         vector_bytes: read,
+                        requests: self.groups,
                         ..Reads::default()
                     },
                 };
                 if !self.vectors_held {
                     reads.page_bytes = self.rerank_rows * self.page_bytes;
+                    reads.requests += self.rerank_rows;
                 }
                 Some(reads)
             }
@@ -617,15 +629,15 @@ mod tests {
     }
 
     /// 100k rows of 384-d with 200-byte codes, 316 lists, one query, k 10,
-    /// re-rank 4, 8-row vector pages; `matched` rows match, spread so that
-    /// every page holding one holds one only.
+    /// re-rank 4, 1-row vector pages; `matched` rows match.
     fn embeddings(matched: u64, groups: u64) -> ScoreCost {
-        let page_bytes = 8 * 1536;
+        let page_bytes = 1536;
         ScoreCost {
             matched_rows: matched,
+            groups,
             group_rows: groups * 316,
             group_queries: groups,
-            matched_page_bytes: Some(matched.min(groups * 40) * page_bytes),
+            matched_pages: Some((matched, matched * page_bytes)),
             page_bytes,
             row_width: 200,
             codes: true,
@@ -640,13 +652,13 @@ mod tests {
     fn from_storage_few_matches_are_scored_exactly_from_their_pages() {
         // 0.1 %: 100 pages against 100 row groups of codes.
         assert_eq!(scoring(&embeddings(100, 100)), Scoring::Exact);
-        // 1 %: about 970 pages (12 MB) against every code (20 MB).
+        // 1 %: 970 pages (1.5 MB) against every code (20 MB).
         assert_eq!(scoring(&embeddings(970, 316)), Scoring::Exact);
-        // 10 %: most pages hold a match; the codes cost less.
+        // 10 %: 10,000 pages (15 MB in 10,000 reads); the codes cost less.
         assert_eq!(scoring(&embeddings(10_000, 316)), Scoring::Lists);
         // Offset indexes not read: the pages cannot be planned.
         let unknown = ScoreCost {
-            matched_page_bytes: None,
+            matched_pages: None,
             ..embeddings(10, 10)
         };
         assert_eq!(scoring(&unknown), Scoring::Lists);

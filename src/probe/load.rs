@@ -28,12 +28,12 @@
 use super::ProbeError;
 use super::access_plan::AccessPlan;
 use super::byte_ranges::{DELTA_GAP_SHARE, coalesce, coalesce_near};
+use super::cache::ByteLru;
 use super::decode::{Job, decode};
 use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
 use super::live::LiveRows;
 use super::offload::on_rayon;
 use super::planner::{candidate_files_layered, plan_row_groups};
-use super::cache::ByteLru;
 use super::rows::{DecodedRowGroup, RowGroupCache, Want};
 use super::stats::{SearchStats, micros};
 use crate::filter::{ContainerStats, Filter};

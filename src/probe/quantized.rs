@@ -386,24 +386,28 @@ pub fn pruned_pages(loaded: &[Arc<DecodedRowGroup>], masks: &[Option<BooleanBuff
         .sum()
 }
 
-/// Bytes of the `vector` pages of `loaded[g]`, for each `g` of `groups`,
-/// that hold a row set in its mask (every page without one); `None` when
-/// one of them was read without its offset index.
-pub fn matched_page_bytes(
+/// How many `vector` pages of `loaded[g]`, for each `g` of `groups`, hold
+/// a row set in its mask (every page without one), and their bytes;
+/// `None` when one of them was read without its offset index.
+pub fn matched_pages(
     loaded: &[Arc<DecodedRowGroup>],
     masks: &[Option<BooleanBuffer>],
     groups: impl IntoIterator<Item = usize>,
-) -> Option<u64> {
-    let mut bytes = 0;
+) -> Option<(u64, u64)> {
+    let (mut count, mut bytes) = (0, 0);
     for g in groups {
         let pages = loaded.get(g)?.vector_pages.as_deref()?;
-        let size = |p: usize| u64::try_from(pages[p].compressed_page_size).unwrap_or(0);
-        bytes += match masks.get(g).and_then(Option::as_ref) {
-            Some(mask) => matching_pages(pages, mask).into_iter().map(size).sum::<u64>(),
-            None => (0..pages.len()).map(size).sum::<u64>(),
+        let matching = match masks.get(g).and_then(Option::as_ref) {
+            Some(mask) => matching_pages(pages, mask),
+            None => (0..pages.len()).collect(),
         };
+        count += matching.len() as u64;
+        bytes += matching
+            .into_iter()
+            .map(|p| u64::try_from(pages[p].compressed_page_size).unwrap_or(0))
+            .sum::<u64>();
     }
-    Some(bytes)
+    Some((count, bytes))
 }
 
 /// The indexes of the `pages` (ascending, as an offset index lists them)
@@ -679,12 +683,10 @@ mod tests {
         assert_eq!(count(&[1, 9, 20, 24]), 0);
         assert_eq!(pruned_pages(std::slice::from_ref(&rg), &[None]), 0);
         // What the exact scoring of the matches reads: their pages' bytes.
-        let bytes = |rows: &[usize]| {
-            matched_page_bytes(std::slice::from_ref(&rg), &[mask(rows)], [0])
-        };
-        assert_eq!(bytes(&[]), Some(0));
-        assert_eq!(bytes(&[0, 7, 17]), Some(200));
-        assert_eq!(bytes(&[1, 9, 20, 24]), Some(400));
+        let pages = |rows: &[usize]| matched_pages(std::slice::from_ref(&rg), &[mask(rows)], [0]);
+        assert_eq!(pages(&[]), Some((0, 0)));
+        assert_eq!(pages(&[0, 7, 17]), Some((2, 200)));
+        assert_eq!(pages(&[1, 9, 20, 24]), Some((4, 400)));
         let unknown = Arc::new(DecodedRowGroup {
             vector_pages: None,
             rowids: Vec::new(),
@@ -693,7 +695,7 @@ mod tests {
             payload: None,
             ..*rg
         });
-        assert_eq!(matched_page_bytes(&[unknown], &[mask(&[1])], [0]), None);
+        assert_eq!(matched_pages(&[unknown], &[mask(&[1])], [0]), None);
     }
 
     #[test]
@@ -724,7 +726,12 @@ mod tests {
         };
         let got: Vec<Vec<(i64, (usize, usize))>> = matched_candidates(rows)
             .into_iter()
-            .map(|t| t.into_sorted().iter().map(|n| (n.rowid, unpack(n.at))).collect())
+            .map(|t| {
+                t.into_sorted()
+                    .iter()
+                    .map(|n| (n.rowid, unpack(n.at)))
+                    .collect()
+            })
             .collect();
         assert_eq!(got[0], vec![(10, (0, 0)), (12, (0, 2))]);
         assert_eq!(

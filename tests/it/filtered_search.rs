@@ -238,7 +238,9 @@ async fn full_probe_equals_filtered_brute_force_in_every_mode() {
 /// Filters matching 1 % of the rows or fewer.
 const SELECTIVE: &[Case] = &[
     ("cat = 7", |r| r.cat == Some(7)),
-    ("cat = 7 AND region = 1", |r| r.cat == Some(7) && r.region == 1),
+    ("cat = 7 AND region = 1", |r| {
+        r.cat == Some(7) && r.region == 1
+    }),
     ("label = 'fr-2' OR label = 'de-1000'", |r| {
         matches!(r.label.as_deref(), Some("fr-2" | "de-1000"))
     }),
@@ -572,7 +574,10 @@ async fn http_filters_answer_as_the_library_and_bad_ones_are_400s() {
         max_nprobe: Some(NLIST as usize - 1),
         ..p
     };
-    let want = index.search(&q, &capped(filtered(filter, 1))).await.unwrap();
+    let want = index
+        .search(&q, &capped(filtered(filter, 1)))
+        .await
+        .unwrap();
     let got: Vec<i64> = body["results"][0]["hits"]
         .as_array()
         .unwrap()
