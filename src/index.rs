@@ -315,10 +315,7 @@ impl Index {
         queries: &[f32],
         params: &SearchParams,
     ) -> Result<Vec<SearchResult>, IndexError> {
-        let mut plan = QueryPlan::new(queries, params, self.shape())?;
-        if let Some(text) = params.filter.as_deref() {
-            plan.filter = Some(Arc::new(self.filter(text).await?));
-        }
+        let plan = self.plan(queries, params).await?;
         let mut results = self.engine.run(plan).await?;
         for result in &mut results {
             self.render_payload(result)?;
@@ -338,11 +335,17 @@ impl Index {
         queries: &[f32],
         params: &SearchParams,
     ) -> Result<Vec<Explain>, IndexError> {
+        let plan = self.plan(queries, params).await?;
+        Ok(self.engine.explain(plan).await?)
+    }
+
+    /// The validated plan of `queries` with `params`, its filter parsed.
+    async fn plan(&self, queries: &[f32], params: &SearchParams) -> Result<QueryPlan, IndexError> {
         let mut plan = QueryPlan::new(queries, params, self.shape())?;
         if let Some(text) = params.filter.as_deref() {
             plan.filter = Some(Arc::new(self.filter(text).await?));
         }
-        Ok(self.engine.explain(plan).await?)
+        Ok(plan)
     }
 
     /// What a query plan is checked against.

@@ -715,7 +715,7 @@ impl Engine {
         ScoreCost {
             group_queries: groups.iter().map(|&g| probing(g)).sum(),
             groups: groups.len() as u64,
-            matched_rows: groups.iter().map(|&g| rows.matched[g]).sum(),
+            scored_rows: matched.iter().sum(),
             group_rows: groups
                 .iter()
                 .map(|&g| rows.loaded[g].rowids.len() as u64)

@@ -323,8 +323,8 @@ pub const PREPARE_VECTORS: u64 = 4;
 /// counted over the row groups its queries probed, each once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize)]
 pub struct ScoreCost {
-    /// Rows that match.
-    pub matched_rows: u64,
+    /// Rows scored: each query's matches, summed over the batch's queries.
+    pub scored_rows: u64,
     /// Row groups holding a match, and their rows.
     pub groups: u64,
     pub group_rows: u64,
@@ -387,12 +387,13 @@ impl ScoreCost {
         match way {
             Scoring::None => Some(Reads::default()),
             Scoring::Exact if self.vectors_held => Some(Reads {
-                memory_bytes: self.matched_rows * self.vector_width,
+                memory_bytes: self.scored_rows * self.vector_width,
                 ..Reads::default()
             }),
             Scoring::Exact => self.matched_pages.map(|(requests, page_bytes)| Reads {
                 page_bytes,
                 requests,
+                memory_bytes: self.scored_rows * self.vector_width,
                 ..Reads::default()
             }),
             Scoring::Lists => {
@@ -403,7 +404,7 @@ impl ScoreCost {
                 };
                 let mut reads = match (self.ranked_held, self.codes) {
                     (true, _) => Reads {
-                        memory_bytes: self.matched_rows * self.row_width + prepare,
+                        memory_bytes: self.scored_rows * self.row_width + prepare,
                         ..Reads::default()
                     },
                     (false, true) => Reads {
@@ -633,7 +634,7 @@ mod tests {
     fn embeddings(matched: u64, groups: u64) -> ScoreCost {
         let page_bytes = 1536;
         ScoreCost {
-            matched_rows: matched,
+            scored_rows: matched,
             groups,
             group_rows: groups * 316,
             group_queries: groups,

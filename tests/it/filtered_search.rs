@@ -337,6 +337,78 @@ async fn selective_filters_are_exact_from_storage_reading_their_columns_and_page
 }
 
 #[tokio::test]
+async fn explain_tells_the_plan_the_search_then_runs() {
+    let fx = Fixture::new();
+    let queries = fx.queries();
+    let index = fx.index("idx", Some(Scheme::RaBitQ4)).await;
+    for &(filter, _) in CASES.iter().chain(SELECTIVE) {
+        let params = filtered(filter, 2);
+        let plans = index.explain(&queries, &params).await.unwrap();
+        let got = index.search_batch(&queries, &params).await.unwrap();
+        for (qi, (plan, r)) in plans.iter().zip(&got).enumerate() {
+            let at = format!("{filter} query {qi}: {plan:?} {:?}", r.stats);
+            assert_eq!(plan.lists_first, 2, "{at}");
+            assert_eq!(plan.lists_probed as u64, r.stats.lists_probed, "{at}");
+            assert_eq!(plan.rows_matched, r.stats.rows_matched, "{at}");
+            assert_eq!(plan.filter_plan, r.stats.filter_plan, "{at}");
+            assert_eq!(plan.filter_scoring, r.stats.filter_scoring, "{at}");
+            // Both ways are priced; the chosen one costs no more.
+            let (exact, lists) = (plan.exact.unwrap(), plan.lists.unwrap());
+            let chosen = match plan.filter_scoring {
+                Scoring::Exact => exact.cost(),
+                _ => lists.cost(),
+            };
+            assert!(chosen <= exact.cost().min(lists.cost()), "{at}");
+        }
+    }
+    // Without a filter: the lists only.
+    let plain = SearchParams {
+        filter: None,
+        ..filtered("cat = 1", 3)
+    };
+    let plans = index.explain(&queries, &plain).await.unwrap();
+    assert!(
+        plans
+            .iter()
+            .all(|p| p.lists_probed == 3 && p.exact.is_none())
+    );
+    // The CLI prints one plan a query and searches nothing.
+    let path = fx._dir.path().join("q.npy");
+    support::files::write_npy(&path, &queries, DIM);
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_parqivf"))
+        .args(["search", "--index"])
+        .arg(fx._dir.path().join("idx"))
+        .arg("--queries")
+        .arg(&path)
+        .args([
+            "--nprobe",
+            "2",
+            "--filter",
+            "cat = 7",
+            "--explain",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), queries.len() / DIM);
+    assert!(
+        lines
+            .iter()
+            .all(|l| l["filter_scoring"] == "exact" && l.get("rowids").is_none())
+    );
+}
+
+#[tokio::test]
 async fn a_small_nprobe_still_fills_k_by_probing_on() {
     let fx = Fixture::new();
     let queries = fx.queries();
