@@ -63,9 +63,10 @@ pub struct IndexOptions {
     pub prefetch_hint: u64,
     /// Byte bound of the filter-columns cache (default 64 MiB): what a
     /// filtered query from storage reads to count its matches (the
-    /// filter's columns, `rowid` and the `vector` offset index, about 14
-    /// bytes a row for one int32 column), kept so that a later query with
-    /// a filter on the same columns reads only what it scores.
+    /// filter's columns, `rowid` and the `vector` offset index: about 25
+    /// bytes a row held with one int32 column, so 1M rows fit), kept so
+    /// that a later query with a filter on the same columns reads only
+    /// what it scores.
     pub filter_cache_bytes: usize,
 }
 
