@@ -61,6 +61,16 @@ pub struct StoreArgs {
     /// other. Without it such a store refuses to publish.
     #[arg(long, global = true, env = "PARQIVF_ALLOW_UNCONDITIONAL_PUBLISH")]
     pub allow_unconditional_publish: bool,
+    /// Emulate object-store latency in front of the store, for tests and
+    /// benches: every get and put waits a drawn time to first byte plus
+    /// its bytes, e.g. `ttfb=30ms,jitter=0.2,tail=0.01@500ms,mib_per_s=100`.
+    #[arg(
+        long,
+        global = true,
+        env = "PARQIVF_STORE_LATENCY",
+        value_name = "SPEC"
+    )]
+    pub store_latency: Option<parqivf::store::latency::Latency>,
 }
 
 impl StoreArgs {
@@ -73,6 +83,7 @@ impl StoreArgs {
             request_timeout: self.request_timeout,
             connect_timeout: self.connect_timeout,
             unconditional_publish: self.allow_unconditional_publish,
+            latency: self.store_latency,
             config: Vec::new(),
         }
     }

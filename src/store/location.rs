@@ -66,6 +66,10 @@ pub fn open_with(
 }
 
 fn wrap(store: Arc<dyn ObjectStore>, options: &StoreOptions) -> Arc<dyn ObjectStore> {
+    let store: Arc<dyn ObjectStore> = match options.latency {
+        Some(latency) => Arc::new(super::latency::LatencyStore::new(store, latency)),
+        None => store,
+    };
     if options.unconditional_publish {
         Arc::new(CheckThenPut::new(store))
     } else {

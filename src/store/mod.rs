@@ -5,6 +5,7 @@ pub mod commit;
 pub mod error;
 pub mod fault;
 pub mod folder;
+pub mod latency;
 pub mod location;
 pub mod options;
 pub mod parquet_reader;

@@ -1,7 +1,8 @@
 //! Store tuning that belongs to the runtime, never to a definition: retries
 //! with exponential backoff, request and connect timeouts for the cloud
-//! stores, and the explicit opt-in to publish on a store that lacks
-//! conditional put.
+//! stores, the explicit opt-in to publish on a store that lacks
+//! conditional put, and an emulated latency for tests and benches
+//! ([`super::latency`]).
 //!
 //! Unset fields keep object_store's defaults (10 retries within 3 min,
 //! backoff 100 ms doubling to 15 s, request timeout 30 s, connect timeout
@@ -36,7 +37,7 @@ pub enum OptionsError {
 }
 
 /// The `PARQIVF_*` store settings, as the CLI's environment variables name them.
-pub const PARQIVF_KEYS: [&str; 7] = [
+pub const PARQIVF_KEYS: [&str; 8] = [
     "PARQIVF_MAX_RETRIES",
     "PARQIVF_RETRY_TIMEOUT",
     "PARQIVF_BACKOFF_INITIAL",
@@ -44,10 +45,11 @@ pub const PARQIVF_KEYS: [&str; 7] = [
     "PARQIVF_REQUEST_TIMEOUT",
     "PARQIVF_CONNECT_TIMEOUT",
     "PARQIVF_ALLOW_UNCONDITIONAL_PUBLISH",
+    "PARQIVF_STORE_LATENCY",
 ];
 
 /// Runtime options applied when a location is opened.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, Default, PartialEq)]
 pub struct StoreOptions {
     /// Retries of a failed request (0 disables retries).
     pub max_retries: Option<usize>,
@@ -66,6 +68,10 @@ pub struct StoreOptions {
     /// other, so this is off unless the user accepts that risk; without it
     /// such a store refuses to publish ([`super::StoreError::NoConditionalPut`]).
     pub unconditional_publish: bool,
+    /// Every request waits as drawn from this before its answer
+    /// ([`super::latency::LatencyStore`]): S3's latency in front of a local
+    /// or memory store, for tests and benches.
+    pub latency: Option<super::latency::Latency>,
     /// Object store keys and values (lower case, e.g. `aws_endpoint`)
     /// applied after the environment's. Shown redacted by `Debug`.
     pub config: Vec<(String, String)>,
@@ -81,6 +87,7 @@ impl std::fmt::Debug for StoreOptions {
             .field("request_timeout", &self.request_timeout)
             .field("connect_timeout", &self.connect_timeout)
             .field("unconditional_publish", &self.unconditional_publish)
+            .field("latency", &self.latency)
             .field(
                 "config",
                 &self
@@ -136,6 +143,9 @@ impl StoreOptions {
                         "false" | "0" | "no" => false,
                         _ => return Err(bad("not a boolean (true or false)".into())),
                     };
+                }
+                "PARQIVF_STORE_LATENCY" => {
+                    o.latency = Some(value.parse().map_err(|e| bad(format!("{e}")))?);
                 }
                 _ if is_store_key(&key) => {
                     o.config.push((key.to_ascii_lowercase(), value.to_string()));
@@ -284,6 +294,7 @@ mod tests {
             request_timeout: Some(Duration::from_millis(1500)),
             connect_timeout: Some(Duration::from_secs(2)),
             unconditional_publish: false,
+            latency: None,
             config: Vec::new(),
         };
         let r = o.retry_config();

@@ -174,6 +174,7 @@ async fn s3_retries_and_timeouts_come_from_store_options() {
         request_timeout: Some(Duration::from_millis(300)),
         connect_timeout: Some(Duration::from_millis(300)),
         unconditional_publish: false,
+        latency: None,
         config: Vec::new(),
     };
     let store = parqivf::store::location::s3_builder("silent", &options)
@@ -195,4 +196,27 @@ async fn s3_retries_and_timeouts_come_from_store_options() {
         "1 attempt + 2 retries: {err}"
     );
     silent.abort();
+}
+
+#[tokio::test]
+async fn store_latency_is_put_in_front_of_any_location() {
+    use parqivf::store::options::StoreOptions;
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let options =
+        StoreOptions::from_map([("PARQIVF_STORE_LATENCY", "ttfb=25ms,jitter=0,seed=3")]).unwrap();
+    let location = dir.path().display().to_string();
+    let (store, prefix) = parqivf::store::location::open_with(&location, &options).unwrap();
+    assert!(store.to_string().starts_with("LatencyStore("), "{store}");
+    let path = prefix.clone().join("a");
+    let t = Instant::now();
+    assert_eq!(put_get(&store, &path, b"bytes").await, b"bytes");
+    // A put and a get, each at least its time to first byte.
+    assert!(
+        t.elapsed() >= Duration::from_millis(50),
+        "{:?}",
+        t.elapsed()
+    );
+    let bad = StoreOptions::from_map([("PARQIVF_STORE_LATENCY", "ttfb=25ms,jitter=3")]);
+    assert!(bad.unwrap_err().to_string().contains("jitter"));
 }
