@@ -151,8 +151,8 @@ impl Latency {
 }
 
 /// A store whose every request waits as [`Latency`] draws before it is
-/// answered (gets, heads and puts; lists, deletes and copies pass through
-/// at once). A `get_ranges` is its ranges sent concurrently: it waits the
+/// answered (gets, heads and single puts; multipart uploads, lists,
+/// deletes and copies pass through at once). A `get_ranges` is its ranges sent concurrently: it waits the
 /// longest of their draws, then its bytes.
 pub struct LatencyStore {
     inner: Arc<dyn ObjectStore>,
