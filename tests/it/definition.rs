@@ -96,11 +96,20 @@ fn examples_validate_against_schemas_and_parse() {
 /// read back as …285e17); the crate is built with `float_roundtrip`.
 #[test]
 fn float_fields_round_trip_exactly() {
-    for error in [1.1944440774527283e17, 0.1 + 0.2, f64::MIN_POSITIVE, 1e308, 5e-324] {
+    for error in [
+        1.1944440774527283e17,
+        0.1 + 0.2,
+        f64::MIN_POSITIVE,
+        1e308,
+        5e-324,
+    ] {
         let mut definition = index_definition();
         definition.build.quantization_error = Some(error);
         let again = IndexDefinition::from_json(definition.to_json()).unwrap();
-        assert_eq!(again.build.quantization_error.map(f64::to_bits), Some(error.to_bits()));
+        assert_eq!(
+            again.build.quantization_error.map(f64::to_bits),
+            Some(error.to_bits())
+        );
     }
 }
 
