@@ -249,9 +249,16 @@ impl Index {
         self.engine.cache_bytes()
     }
 
+    /// The disk tier the index reads through ([`IndexOptions::disk_cache`]).
+    pub fn disk_cache(&self) -> Option<&Arc<crate::store::disk_cache::DiskCache>> {
+        self.engine.reader().disk_cache()
+    }
+
     /// Read every footer not yet cached, all at once (one round), so later
     /// cold queries cost one round. The footer cache must be large enough to
-    /// hold them (see [`IndexOptions::footer_cache_bytes`]).
+    /// hold them (see [`IndexOptions::footer_cache_bytes`]). With a disk
+    /// tier, also copy every postings object into it, so later queries read
+    /// nothing from the store.
     ///
     /// # Errors
     /// [`ProbeError`] for a missing or invalid postings file.

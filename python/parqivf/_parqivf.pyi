@@ -149,12 +149,17 @@ class Index:
         storage_options: StorageOptions = None,
         preload: Optional[Preload] = None,
         postings_cache_bytes: int = 0,
+        cache_dir: Optional[str] = None,
+        cache_size: int = 10 << 30,
     ) -> "Index":
         """Opens the current snapshot of the index at ``location`` (one read
         of the commit log and of each document; never lists). ``preload``
         holds ``"codes"`` (codes, rowids, page offsets, payload) or
         ``"all"`` (also the vectors) in memory; ``None`` reads postings from
-        storage per query. Raises ``NotFound`` or ``CorruptIndex``."""
+        storage per query. ``cache_dir`` keeps the postings bytes read from
+        the store in that local folder, at most ``cache_size`` bytes on disk,
+        across queries, restarts and processes (as ``--cache-dir``).
+        Raises ``NotFound`` or ``CorruptIndex``."""
 
     def search(
         self,

@@ -580,15 +580,30 @@ impl Index {
 impl Index {
     /// Opens the current snapshot of the index at `location`.
     #[staticmethod]
-    #[pyo3(signature = (location, storage_options=None, preload=None, postings_cache_bytes=0))]
+    #[pyo3(signature = (location, storage_options=None, preload=None, postings_cache_bytes=0, cache_dir=None, cache_size=10 << 30))]
     fn open(
         py: Python<'_>,
         location: String,
         storage_options: Option<HashMap<String, String>>,
         preload: Option<String>,
         postings_cache_bytes: usize,
+        cache_dir: Option<std::path::PathBuf>,
+        cache_size: u64,
     ) -> PyResult<Index> {
         let options = store_options(storage_options)?;
+        let disk_cache = match cache_dir {
+            None => None,
+            Some(dir) => Some(Arc::new(
+                parqivf::store::disk_cache::DiskCache::open(dir, cache_size).map_err(
+                    |e| match e {
+                        parqivf::store::disk_cache::DiskCacheError::Io { .. } => {
+                            StorageError::new_err(e.to_string())
+                        }
+                        _ => invalid(format!("cache_size: {e}")),
+                    },
+                )?,
+            )),
+        };
         let preload: Preload = match preload.as_deref() {
             None => Preload::None,
             Some(p) => p
@@ -600,6 +615,7 @@ impl Index {
         let (inner, version, snapshot) = block_on(py, || async move {
             let options = IndexOptions {
                 postings_cache_bytes,
+                disk_cache,
                 ..IndexOptions::default()
             };
             let index = parqivf::index::Index::open_with(store, &path, options, preload).await?;

@@ -8,6 +8,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 pub mod build;
+pub mod cache_args;
 pub mod gc;
 pub mod mutate;
 pub mod quickstart;
@@ -18,6 +19,7 @@ pub mod source_args;
 pub mod train;
 pub mod tune;
 pub mod verify;
+pub mod warm;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -102,6 +104,9 @@ pub enum Command {
     Tune(tune::Args),
     /// Serve one or more indexes over HTTP/JSON.
     Serve(serve::Args),
+    /// Fill an index's caches ahead of traffic: every footer, and with
+    /// `--cache-dir` every postings object into the disk cache.
+    Warm(warm::Args),
     /// Train k-means centroids on a vector file (benchmarking aid).
     Train(train::Args),
     /// Check every MUST of the ivf_postings layout for a published table.
@@ -125,6 +130,7 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Build(a) => build::run(a, &store),
         Command::Search(a) => search::run(a, &store),
         Command::Serve(a) => serve::run(a, store),
+        Command::Warm(a) => warm::run(a, &store),
         Command::Train(a) => train::run(a),
         Command::Tune(a) => tune::run(a, &store),
         Command::Verify(a) => verify::run(a, &store),

@@ -98,6 +98,8 @@ pub struct Args {
     /// Queries read, searched and printed at a time (bounds memory).
     #[arg(long, default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..))]
     pub batch_size: u32,
+    #[command(flatten)]
+    pub cache: super::cache_args::CacheArgs,
 }
 
 /// Query vectors, read a batch at a time.
@@ -196,6 +198,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
             .context("configuring threads")?;
     }
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
+    let disk_cache = args.cache.open()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let params = SearchParams {
         k: args.k,
@@ -208,7 +211,10 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         ..SearchParams::default()
     };
     runtime.block_on(async {
-        let options = IndexOptions::default();
+        let options = IndexOptions {
+            disk_cache,
+            ..IndexOptions::default()
+        };
         let index = Index::open_with(store, &prefix, options, args.preload).await?;
         if args.warm {
             index.warm().await?;

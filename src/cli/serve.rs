@@ -35,9 +35,12 @@ pub struct Args {
     #[arg(long, value_name = "codes|all", num_args = 0..=1, default_value = "none", default_missing_value = "all")]
     pub preload: Preload,
     /// Read every footer at start-up and on reload, so each query needs one
-    /// round of store requests (implied by --preload).
+    /// round of store requests (implied by --preload); with --cache-dir, also
+    /// copy every postings object into the disk cache.
     #[arg(long)]
     pub warm: bool,
+    #[command(flatten)]
+    pub cache: super::cache_args::CacheArgs,
     /// Largest request body in bytes; larger bodies get 413.
     #[arg(long, default_value_t = Limits::default().max_body_bytes)]
     pub max_body_bytes: usize,
@@ -155,12 +158,13 @@ fn config(args: &Args, auth_token: Option<AuthToken>) -> ServerConfig {
 }
 
 /// The loader opening locations at their current snapshot with `index::Index`.
-fn index_loader(args: &Args, store: StoreOptions) -> Arc<dyn BackendLoader> {
-    Arc::new(parqivf::server::index_backend::IndexLoader {
+fn index_loader(args: &Args, store: StoreOptions) -> anyhow::Result<Arc<dyn BackendLoader>> {
+    Ok(Arc::new(parqivf::server::index_backend::IndexLoader {
         preload: args.preload,
         warm: args.warm,
         store,
-    })
+        disk_cache: args.cache.open()?,
+    }))
 }
 
 pub fn run(args: Args, store: StoreOptions) -> anyhow::Result<ExitCode> {
@@ -181,7 +185,7 @@ pub fn run(args: Args, store: StoreOptions) -> anyhow::Result<ExitCode> {
         std::env::var(TOKEN_ENV).ok().filter(|v| !v.is_empty()),
     )?;
     let config = config(&args, token);
-    let loader = index_loader(&args, store);
+    let loader = index_loader(&args, store)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -19,10 +19,9 @@ use super::cache::ByteLru;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{FooterFacts, check_footer};
+use crate::store::disk_cache::{CachedObject, TierIo};
 #[cfg(doc)]
 use crate::store::parquet_reader::FOOTER_PREFETCH;
-use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::DecodeResult;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataPushDecoder};
@@ -46,10 +45,23 @@ pub type FooterCache = ByteLru<usize, Footer>;
 /// IO done to read one footer.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct FooterIo {
+    /// Store requests and the bytes they returned.
     pub requests: u64,
     pub bytes: u64,
+    /// Blocks served by the disk cache, and their bytes.
+    pub disk_hits: u64,
+    pub disk_bytes: u64,
     /// The footer's exact length: metadata plus the 8-byte trailer.
     pub footer_len: u64,
+}
+
+impl FooterIo {
+    fn add(&mut self, tier: TierIo) {
+        self.requests += tier.store_requests;
+        self.bytes += tier.store_bytes;
+        self.disk_hits += tier.disk_hits;
+        self.disk_bytes += tier.disk_bytes;
+    }
 }
 
 /// Fixed part of the tail estimate.
@@ -86,8 +98,7 @@ pub fn footer_per_cid(entry: &FileEntry, footer_len: u64) -> u64 {
 /// [`ProbeError::Footer`], and [`ProbeError::FooterContract`] for a footer
 /// that breaks [`check_footer`].
 pub async fn read_footer(
-    store: &dyn ObjectStore,
-    path: &Path,
+    object: &CachedObject<'_>,
     entry: &FileEntry,
     pin: &FooterPin,
     dim: usize,
@@ -95,7 +106,7 @@ pub async fn read_footer(
     tail: u64,
 ) -> Result<(Footer, FooterIo), ProbeError> {
     let tail = tail.max(pin.footer_size).min(entry.size);
-    let name = path.to_string();
+    let name = object.path.to_string();
     let footer_err = |source| ProbeError::Footer {
         path: name.clone(),
         source,
@@ -110,12 +121,12 @@ pub async fn read_footer(
         .map_err(footer_err)?
         .with_page_index_policy(PageIndexPolicy::Skip);
     let tail = size.saturating_sub(tail.max(8))..size;
-    let bytes = store
-        .get_range(path, tail.clone())
+    let (mut read, tier) = object
+        .get_ranges(std::slice::from_ref(&tail))
         .await
         .map_err(store_err)?;
-    io.requests += 1;
-    io.bytes += bytes.len() as u64;
+    io.add(tier);
+    let bytes = read.pop().unwrap_or_default();
     let footer = bytes
         .len()
         .checked_sub(usize::try_from(pin.footer_size).unwrap_or(usize::MAX))
@@ -130,9 +141,8 @@ pub async fn read_footer(
         match decoder.try_decode().map_err(footer_err)? {
             DecodeResult::Data(m) => break m,
             DecodeResult::NeedsData(ranges) => {
-                let data = store.get_ranges(path, &ranges).await.map_err(store_err)?;
-                io.requests += ranges.len() as u64;
-                io.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();
+                let (data, tier) = object.get_ranges(&ranges).await.map_err(store_err)?;
+                io.add(tier);
                 decoder.push_ranges(ranges, data).map_err(footer_err)?;
             }
             DecodeResult::Finished => {

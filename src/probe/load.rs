@@ -41,7 +41,8 @@ use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::RESERVED_COLUMNS;
 use crate::format::snapshot::Snapshot;
-use crate::store::parquet_reader::{FOOTER_PREFETCH, get_exact_ranges};
+use crate::store::disk_cache::{BLOCK_DATA, CachedObject, DiskCache, TierIo};
+use crate::store::parquet_reader::FOOTER_PREFETCH;
 use arrow::buffer::BooleanBuffer;
 use bytes::Bytes;
 use object_store::ObjectStore;
@@ -52,8 +53,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
+/// Bytes of one read filling the disk tier: 64 blocks.
+pub const FILL_CHUNK: u64 = 64 * BLOCK_DATA;
+/// Reads in flight while filling the disk tier.
+pub const FILL_READS: usize = 16;
+
 /// Tuning of an opened index's reader.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct IndexOptions {
     /// Byte bound of the footer cache (default 64 MiB).
     pub footer_cache_bytes: usize,
@@ -68,6 +74,9 @@ pub struct IndexOptions {
     /// that a later query with a filter on the same columns reads only
     /// what it scores.
     pub filter_cache_bytes: usize,
+    /// The disk tier (default none): postings bytes kept in a local folder
+    /// between the RAM caches and the store ([`DiskCache`]).
+    pub disk_cache: Option<Arc<DiskCache>>,
 }
 
 impl Default for IndexOptions {
@@ -77,6 +86,7 @@ impl Default for IndexOptions {
             postings_cache_bytes: 0,
             prefetch_hint: FOOTER_PREFETCH,
             filter_cache_bytes: 64 << 20,
+            disk_cache: None,
         }
     }
 }
@@ -107,6 +117,8 @@ pub struct PostingsReader {
     prefetch: u64,
     /// Most footer bytes per cid seen in this index (see [`tail_estimate`]).
     footer_per_cid: AtomicU64,
+    /// The disk tier, when there is one.
+    disk: Option<Arc<DiskCache>>,
 }
 
 /// The ranged read of one file: one `get_ranges`.
@@ -215,7 +227,27 @@ impl PostingsReader {
             counting: ByteLru::new(options.filter_cache_bytes),
             prefetch: options.prefetch_hint,
             footer_per_cid: AtomicU64::new(0),
+            disk: options.disk_cache,
         }
+    }
+
+    /// Postings file `f` as read through the tiers: pinned by its manifest
+    /// entry's size and sha256, so no cached byte of another version of the
+    /// object is ever served. `None` for an unknown index.
+    fn object(&self, f: usize) -> Option<CachedObject<'_>> {
+        let entry = self.files.get(f)?;
+        Some(CachedObject {
+            store: self.store.as_ref(),
+            cache: self.disk.as_ref(),
+            path: self.paths.get(f)?,
+            size: entry.size,
+            version: &entry.sha256,
+        })
+    }
+
+    /// The disk tier, when there is one.
+    pub fn disk_cache(&self) -> Option<&Arc<DiskCache>> {
+        self.disk.as_ref()
     }
 
     /// The object path of each postings file, in manifest order.
@@ -293,6 +325,8 @@ impl PostingsReader {
             stats.footers_read += 1;
             stats.requests += fio.requests;
             stats.bytes += fio.bytes;
+            stats.disk_hits += fio.disk_hits;
+            stats.disk_bytes += fio.disk_bytes;
             stats.footer_bytes += fio.footer_len;
             max_requests = max_requests.max(fio.requests);
             let footer = Arc::new(footer);
@@ -323,16 +357,67 @@ impl PostingsReader {
             .ok_or_else(|| absent("footers.json entry"))?;
         let learned = self.footer_per_cid.load(Ordering::Relaxed);
         let tail = tail_estimate(entry, self.prefetch, learned);
-        let path = self.path(f);
-        let store = self.store.as_ref();
+        let object = self.object(f).ok_or_else(|| absent("postings file"))?;
         let (footer, fio) =
-            read_footer(store, path, entry, pin, self.dim, self.code_bytes, tail).await?;
+            read_footer(&object, entry, pin, self.dim, self.code_bytes, tail).await?;
         self.footer_per_cid
             .fetch_max(footer_per_cid(entry, fio.footer_len), Ordering::Relaxed);
         Ok((footer, fio))
     }
 
-    /// Read every footer not yet cached, all at once (one round).
+    /// Copy every postings object into the disk tier (none: nothing to
+    /// do), [`FILL_CHUNK`] bytes a read, [`FILL_READS`] reads in flight;
+    /// blocks already there are not fetched again.
+    ///
+    /// # Errors
+    /// [`ProbeError::Store`] naming the object.
+    async fn fill_disk(&self, stats: &mut SearchStats) -> Result<(), ProbeError> {
+        use futures::{StreamExt, TryStreamExt};
+        if self.disk.is_none() {
+            return Ok(());
+        }
+        let chunks: Vec<(usize, Range<u64>)> = self
+            .files
+            .iter()
+            .enumerate()
+            .flat_map(|(f, e)| {
+                (0..e.size)
+                    .step_by(FILL_CHUNK as usize)
+                    .map(move |s| (f, s..(s + FILL_CHUNK).min(e.size)))
+            })
+            .collect();
+        let ios: Vec<TierIo> = futures::stream::iter(chunks)
+            .map(|(f, range)| async move {
+                let path = self.path(f).to_string();
+                let store = |source| ProbeError::Store {
+                    path: path.clone(),
+                    source,
+                };
+                let object = self.object(f).ok_or_else(|| {
+                    store(object_store::Error::NotFound {
+                        path: path.clone(),
+                        source: "no such manifest file".into(),
+                    })
+                })?;
+                let (_, io) = object.get_ranges(&[range]).await.map_err(store)?;
+                Ok::<_, ProbeError>(io)
+            })
+            .buffer_unordered(FILL_READS)
+            .try_collect()
+            .await?;
+        for io in ios {
+            stats.requests += io.store_requests;
+            stats.bytes += io.store_bytes;
+            stats.disk_hits += io.disk_hits;
+            stats.disk_bytes += io.disk_bytes;
+        }
+        Ok(())
+    }
+
+    /// Read every footer not yet cached, all at once (one round), and with
+    /// a disk tier, copy every postings object into it ([`FILL_CHUNK`]
+    /// bytes a read, [`FILL_READS`] reads in flight; blocks already there
+    /// are not fetched again).
     ///
     /// # Errors
     /// As [`PostingsReader::footers`].
@@ -344,6 +429,7 @@ impl PostingsReader {
         };
         let t = Instant::now();
         self.footers(&all, &mut stats).await?;
+        self.fill_disk(&mut stats).await?;
         stats.plan_us = micros(t.elapsed());
         Ok(stats)
     }
@@ -464,7 +550,9 @@ impl PostingsReader {
     }
 
     /// Issue the ranged reads `requests` for exactly their bytes
-    /// ([`get_exact_ranges`]), all files at once (one round).
+    /// ([`CachedObject::get_ranges`]: through the disk tier when there is
+    /// one), all files at once (one round, none when the disk tier holds
+    /// every byte).
     ///
     /// # Errors
     /// [`ProbeError::Store`] naming the file.
@@ -475,22 +563,33 @@ impl PostingsReader {
     ) -> Result<Fetched, ProbeError> {
         let fetches = requests.iter().map(|r| async move {
             let path = self.path(r.file);
-            get_exact_ranges(self.store.as_ref(), path, &r.ranges)
-                .await
-                .map_err(|source| ProbeError::Store {
-                    path: path.to_string(),
-                    source,
+            let store = |source| ProbeError::Store {
+                path: path.to_string(),
+                source,
+            };
+            let object = self.object(r.file).ok_or_else(|| {
+                store(object_store::Error::NotFound {
+                    path: format!("postings file #{}", r.file),
+                    source: "no such manifest file".into(),
                 })
+            })?;
+            object.get_ranges(&r.ranges).await.map_err(store)
         });
         let fetched = futures::future::try_join_all(fetches).await?;
-        if !fetched.is_empty() {
+        let mut data = Vec::with_capacity(fetched.len());
+        let mut store_requests = 0;
+        for (bytes, io) in fetched {
+            store_requests += io.store_requests;
+            stats.requests += io.store_requests;
+            stats.bytes += io.store_bytes;
+            stats.disk_hits += io.disk_hits;
+            stats.disk_bytes += io.disk_bytes;
+            data.push(bytes);
+        }
+        if store_requests > 0 {
             stats.rounds += 1;
         }
-        for (data, r) in fetched.iter().zip(requests) {
-            stats.requests += r.ranges.len() as u64;
-            stats.bytes += data.iter().map(|b| b.len() as u64).sum::<u64>();
-        }
-        Ok(Fetched(fetched))
+        Ok(Fetched(data))
     }
 
     /// Keep freshly decoded row groups in the decoded-postings cache, or

@@ -28,6 +28,10 @@ pub struct SearchStats {
     pub requests: u64,
     /// Bytes fetched from the object store.
     pub bytes: u64,
+    /// Blocks served by the disk cache (`--cache-dir`) instead of the
+    /// store, and their bytes.
+    pub disk_hits: u64,
+    pub disk_bytes: u64,
     /// Exact lengths of the footers read (what a perfect tail guess fetches).
     pub footer_bytes: u64,
     /// Column-chunk bytes of the row groups read (before coalescing).

@@ -124,8 +124,8 @@ impl ApiError {
         Self::new(
             StatusCode::FORBIDDEN,
             "reload_disabled",
-            "reload needs a bearer token: start the server with --auth-token-file PATH \
-             (or PARQIVF_AUTH_TOKEN) and send \"Authorization: Bearer <token>\"",
+            "reload, delete, upsert and warm need a bearer token: start the server with \
+             --auth-token-file PATH (or PARQIVF_AUTH_TOKEN) and send \"Authorization: Bearer <token>\"",
         )
     }
 

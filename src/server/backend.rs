@@ -14,7 +14,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use thiserror::Error;
 
-use crate::index::{SearchParams, SearchResult};
+use crate::index::{SearchParams, SearchResult, SearchStats};
 
 /// What `GET /v1/indexes/{name}` reports about one opened snapshot.
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -51,6 +51,9 @@ pub struct CacheState {
     /// Bytes currently held by the decoded-postings cache (every posting
     /// after `--preload`).
     pub postings_cache_bytes: u64,
+    /// The disk tier (`--cache-dir`), shared by every index of the process.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::store::disk_cache::DiskCacheState>,
 }
 
 /// Why a backend could not answer or open. The class decides the HTTP status:
@@ -118,6 +121,15 @@ pub trait SearchBackend: Send + Sync + 'static {
         queries: &[f32],
         params: &SearchParams,
     ) -> Result<Vec<SearchResult>, BackendError>;
+
+    /// Fill the caches ahead of traffic (`POST …/warm`): what it read from
+    /// each tier. A backend holding everything in memory reads nothing.
+    ///
+    /// # Errors
+    /// [`BackendError`] by class, as a search's.
+    async fn warm(&self) -> Result<SearchStats, BackendError> {
+        Ok(SearchStats::default())
+    }
 }
 
 /// Opens the snapshot currently published at a location.

@@ -18,7 +18,9 @@ use crate::builder::refresh::CompactPolicy;
 use crate::builder::{BuildError, BuildParams, ProgressMode};
 use crate::format::snapshot::SnapshotError;
 use crate::format::warehouse::{self, Commit, WarehouseError};
-use crate::index::{Index, IndexError, IndexOptions, Preload, SearchParams, SearchResult};
+use crate::index::{
+    Index, IndexError, IndexOptions, Preload, SearchParams, SearchResult, SearchStats,
+};
 
 /// One opened snapshot.
 pub struct IndexBackend {
@@ -61,10 +63,18 @@ impl SearchBackend for IndexBackend {
             cache: CacheState {
                 footer_cache_bytes: footer as u64,
                 postings_cache_bytes: postings as u64,
+                disk: self.index.disk_cache().map(|d| d.state()),
                 ..self.info.cache
             },
             ..self.info.clone()
         }
+    }
+
+    async fn warm(&self) -> Result<SearchStats, BackendError> {
+        self.index
+            .warm()
+            .await
+            .map_err(|e| classify(&self.location, e.into()))
     }
 
     async fn search_batch(
@@ -88,6 +98,8 @@ pub struct IndexLoader {
     pub warm: bool,
     /// Retries, timeouts and the publish opt-in for the stores opened.
     pub store: crate::store::options::StoreOptions,
+    /// The disk tier every opened index reads through (`--cache-dir`).
+    pub disk_cache: Option<Arc<crate::store::disk_cache::DiskCache>>,
 }
 
 /// The snapshot identity the server reports for the snapshot at `path`
@@ -251,7 +263,10 @@ impl BackendLoader for IndexLoader {
         let (store, path) = self.open_store(location)?;
         // One read of the commit log chooses the snapshot, and the label
         // names that same snapshot.
-        let options = IndexOptions::default();
+        let options = IndexOptions {
+            disk_cache: self.disk_cache.clone(),
+            ..IndexOptions::default()
+        };
         let index = Index::open_with(store, &path, options, self.preload)
             .await
             .map_err(|e| classify(location, e.into()))?;

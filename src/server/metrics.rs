@@ -4,7 +4,8 @@
 //! across snapshot reloads), reload attempts by outcome, overload rejections,
 //! open connections and connections closed by the header read timeout, and
 //! per-index gauges taken from the backend's info at scrape time (cache bytes
-//! included). Kept and rendered by the `prometheus-client` crate, as
+//! included), and the disk tier's bound, bytes, hit ratio and evictions.
+//! Kept and rendered by the `prometheus-client` crate, as
 //! Prometheus text exposition format 0.0.4 ([`Metrics::render`]).
 
 use std::time::Duration;
@@ -19,6 +20,7 @@ use std::sync::atomic::AtomicU64;
 
 use super::backend::IndexInfo;
 use crate::index::SearchStats;
+use crate::store::disk_cache::DiskCacheState;
 
 /// The `Content-Type` of [`Metrics::render`]'s text.
 pub const CONTENT_TYPE: &str = prometheus_text::CONTENT_TYPE;
@@ -297,11 +299,97 @@ impl Metrics {
             }
             scrape.register(name, help, family);
         }
+        if let Some(disk) = indexes.iter().find_map(|(_, i)| i.cache.disk) {
+            register_disk_cache(&mut scrape, &disk);
+        }
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_text::encode(&mut out, &self.registry);
         let _ = prometheus_text::encode(&mut out, &scrape);
         out
+    }
+}
+
+/// The disk tier's figures (one folder per process, so no index label):
+/// bound and bytes held, hit ratio, and this process's hits, misses,
+/// writes, evictions and rejected entries.
+fn register_disk_cache(scrape: &mut Registry, d: &DiskCacheState) {
+    let gauge = |v: u64| {
+        let g: Gauge<u64, AtomicU64> = Gauge::default();
+        g.set(v);
+        g
+    };
+    let counter = |v: u64| {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        c
+    };
+    let lookups = d.hits + d.misses;
+    let ratio: Gauge<f64, AtomicU64> = Gauge::default();
+    ratio.set(if lookups == 0 {
+        0.0
+    } else {
+        d.hits as f64 / lookups as f64
+    });
+    scrape.register(
+        "parqivf_disk_cache_capacity_bytes",
+        "The disk cache's bound (--cache-size)",
+        gauge(d.capacity_bytes),
+    );
+    scrape.register(
+        "parqivf_disk_cache_bytes",
+        "Bytes the disk cache folder held at the last write or eviction, every process's entries",
+        gauge(d.usage_bytes),
+    );
+    scrape.register(
+        "parqivf_disk_cache_hit_ratio",
+        "Blocks served by the disk cache over blocks looked up, since start",
+        ratio,
+    );
+    let counters = [
+        (
+            "parqivf_disk_cache_hits",
+            "Blocks served by the disk cache",
+            d.hits,
+        ),
+        (
+            "parqivf_disk_cache_misses",
+            "Blocks looked up and fetched from the store",
+            d.misses,
+        ),
+        (
+            "parqivf_disk_cache_hit_bytes",
+            "Bytes served by the disk cache",
+            d.hit_bytes,
+        ),
+        (
+            "parqivf_disk_cache_written_bytes",
+            "Bytes written to the disk cache",
+            d.written_bytes,
+        ),
+        (
+            "parqivf_disk_cache_evictions",
+            "Entries removed to stay within the bound",
+            d.evictions,
+        ),
+        (
+            "parqivf_disk_cache_evicted_bytes",
+            "Bytes removed to stay within the bound",
+            d.evicted_bytes,
+        ),
+        (
+            "parqivf_disk_cache_corrupt",
+            "Entries that failed their checksum or key (removed)",
+            d.corrupt,
+        ),
+        (
+            "parqivf_disk_cache_write_errors",
+            "Entries that could not be written",
+            d.write_errors,
+        ),
+    ];
+    for (name, help, v) in counters {
+        scrape.register(name, help, counter(v));
     }
 }
 

@@ -390,6 +390,7 @@ fn router(app: Arc<AppState>) -> Router {
         .route(routes::RELOAD, post(routes::reload))
         .route(routes::DELETE, post(routes::delete))
         .route(routes::UPSERT, post(routes::upsert))
+        .route(routes::WARM, post(routes::warm))
         .route_layer(axum::middleware::from_fn_with_state(
             app.auth.clone(),
             auth::require_token,

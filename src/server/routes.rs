@@ -37,6 +37,7 @@ pub const SEARCH: &str = "/v1/indexes/{name}/search";
 pub const RELOAD: &str = "/v1/indexes/{name}/reload";
 pub const DELETE: &str = "/v1/indexes/{name}/delete";
 pub const UPSERT: &str = "/v1/indexes/{name}/upsert";
+pub const WARM: &str = "/v1/indexes/{name}/warm";
 /// Largest re-rank factor a request may ask for (k × rerank candidates are
 /// kept per query).
 pub const MAX_RERANK: u64 = 1000;
@@ -393,6 +394,33 @@ pub async fn reload(
     };
     app.metrics.record_reload(&name, label);
     Ok(Json(json!(outcome?)))
+}
+
+/// `POST /v1/indexes/{name}/warm`: fill the index's caches ahead of
+/// traffic (every footer; with `--cache-dir`, every postings object into
+/// the disk cache); what it read from the store and the disk cache, and the
+/// disk cache's figures after.
+///
+/// # Errors
+/// 404 `unknown_index`; a storage fault 503.
+pub async fn warm(
+    State(app): State<Arc<AppState>>,
+    Path(name): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let backend = app
+        .registry
+        .get(&name)
+        .ok_or_else(|| ApiError::unknown_index(&name))?;
+    let stats = backend.warm().await?;
+    Ok(Json(json!({
+        "index": name,
+        "files": stats.candidate_files,
+        "store_requests": stats.requests,
+        "store_bytes": stats.bytes,
+        "disk_hits": stats.disk_hits,
+        "disk_bytes": stats.disk_bytes,
+        "disk_cache": backend.info().cache.disk,
+    })))
 }
 
 /// `POST /v1/indexes/{name}/delete` body: exactly one of `ids` and `filter`.

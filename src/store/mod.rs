@@ -2,6 +2,7 @@
 //! to `Arc<dyn ObjectStore>` plus a prefix, and create-if-absent publication.
 
 pub mod commit;
+pub mod disk_cache;
 pub mod error;
 pub mod fault;
 pub mod folder;

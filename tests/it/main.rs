@@ -15,6 +15,7 @@ mod codes;
 mod corruption;
 mod cosine;
 mod definition;
+mod disk_cache;
 mod distributed_build;
 mod ducklake;
 mod filter_interop;

@@ -653,7 +653,7 @@ fn openapi_schema(name: &str) -> jsonschema::Validator {
     jsonschema::validator_for(&doc).expect("schema compiles")
 }
 
-fn assert_matches(schema: &str, value: &Value) {
+pub(crate) fn assert_matches(schema: &str, value: &Value) {
     let validator = openapi_schema(schema);
     let errors: Vec<String> = validator
         .iter_errors(value)

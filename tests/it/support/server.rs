@@ -163,6 +163,7 @@ impl SearchBackend for BruteForce {
                 preload: parqivf::index::Preload::All,
                 footer_cache_bytes: 0,
                 postings_cache_bytes: 4 * self.vectors.len() as u64,
+                disk: None,
             },
             calibration: None,
         }

@@ -1,0 +1,830 @@
+//! The disk tier: a persistent, byte-bounded cache of object bytes in a local
+//! folder, between the RAM caches and the object store, shared by every
+//! process that opens the same folder.
+//!
+//! - **Blocks.** An object is cached in blocks of [`BLOCK_DATA`] bytes (the
+//!   last one shorter); a read is served from the blocks it covers, and only
+//!   the missing runs of blocks go to the store, one request a run. Each
+//!   entry file is one block behind a [`HEADER`]-byte header, 64 KiB in all,
+//!   so entries fill whole file-system blocks.
+//! - **No stale byte.** An entry's key is the object's path, size and
+//!   version (the manifest's sha256 of the whole object, or an ETag) and the
+//!   block's index; the header repeats the key and holds the block's length
+//!   and CRC32, checked on every read. A mismatch is a miss and the entry is
+//!   removed.
+//! - **Crash-safe.** An entry is written to `tmp/` and renamed into place, so
+//!   a process killed at any moment leaves a whole entry or none; a torn or
+//!   corrupted one fails its checksum. Leftover temporary files are removed
+//!   by the next eviction once they are [`STALE_TMP`] old.
+//! - **Byte-bounded, across processes.** `usage` holds the bytes reserved in
+//!   the folder, read and written under an exclusive lock on that file. A
+//!   write reserves its entry's bytes first; when the reservation would pass
+//!   the bound, the writer lists the folder (entries, temporary files and
+//!   folders, by their allocated size), removes the least recently used
+//!   entries (a hit refreshes an entry's modification time) down to
+//!   [`EVICT_TO`] of the bound, and records the true total. What a killed
+//!   writer reserved is corrected there too.
+//!
+//! Reads and writes are blocking file IO: callers run them on tokio's
+//! blocking pool ([`CachedObject::get_ranges`]), never on a worker thread.
+
+use bytes::{Bytes, BytesMut};
+use object_store::ObjectStore;
+use object_store::path::Path;
+use sha2::{Digest, Sha256};
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::ops::Range;
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime};
+use thiserror::Error;
+
+/// Bytes of one entry file: the header and one block.
+pub const ENTRY_BYTES: u64 = 64 * 1024;
+/// Header bytes of an entry: magic, object key, block index, length, CRC32.
+pub const HEADER: u64 = 64;
+/// Object bytes in one block.
+pub const BLOCK_DATA: u64 = ENTRY_BYTES - HEADER;
+/// Share of the bound an eviction frees down to, so that evictions (each
+/// lists the folder) are rare.
+pub const EVICT_TO: f64 = 0.9;
+/// Age past which a temporary file is a killed writer's leftover.
+pub const STALE_TMP: Duration = Duration::from_secs(60);
+/// An entry's modification time (its recency) is refreshed by a hit at most
+/// this often.
+const TOUCH_EVERY: Duration = Duration::from_secs(1);
+const MAGIC: &[u8; 8] = b"PQVFCB01";
+/// Subfolders of `blocks/` (by the key's first hex digit).
+const FANOUT: usize = 16;
+
+/// Errors opening a cache folder. Reads and writes of entries never fail a
+/// query: a failed read is a miss, a failed write is counted
+/// ([`CacheCounters::write_errors`]).
+#[derive(Debug, Error)]
+pub enum DiskCacheError {
+    #[error("cache folder {dir}: {source}")]
+    Io { dir: String, source: io::Error },
+    #[error("cache size {size} bytes is below {least} bytes (16 entries of {entry} bytes)")]
+    TooSmall { size: u64, least: u64, entry: u64 },
+}
+
+/// What a cache did since it was opened, in this process.
+#[derive(Debug, Default)]
+pub struct CacheCounters {
+    pub hits: AtomicU64,
+    pub misses: AtomicU64,
+    pub hit_bytes: AtomicU64,
+    pub written: AtomicU64,
+    pub written_bytes: AtomicU64,
+    pub evictions: AtomicU64,
+    pub evicted_bytes: AtomicU64,
+    /// Entries that failed their checks (removed, counted as misses).
+    pub corrupt: AtomicU64,
+    pub write_errors: AtomicU64,
+    /// Bytes reserved in the folder at the last write or eviction (every
+    /// process's entries).
+    pub usage_bytes: AtomicU64,
+}
+
+/// A cache's figures at one moment: what [`DiskCache::state`] reports to
+/// `serve`'s index info and metrics.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct DiskCacheState {
+    /// The bound, in bytes on disk.
+    pub capacity_bytes: u64,
+    /// Bytes the folder held at this process's last write or eviction
+    /// (every process's entries).
+    pub usage_bytes: u64,
+    /// Blocks served, and blocks looked up and not found (this process).
+    pub hits: u64,
+    pub misses: u64,
+    pub hit_bytes: u64,
+    /// Blocks written, and their bytes.
+    pub written: u64,
+    pub written_bytes: u64,
+    /// Entries removed to stay within the bound, and their bytes.
+    pub evictions: u64,
+    pub evicted_bytes: u64,
+    /// Entries that failed their checks (removed), and failed writes.
+    pub corrupt: u64,
+    pub write_errors: u64,
+}
+
+/// A cache folder. Cheap to share (`Arc`); several processes may open the
+/// same folder.
+#[derive(Debug)]
+pub struct DiskCache {
+    dir: PathBuf,
+    capacity: u64,
+    counters: CacheCounters,
+    tmp_seq: AtomicU64,
+}
+
+/// The key of one block: which object (path, size, version) and which block.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct BlockKey {
+    pub object: [u8; 32],
+    pub block: u64,
+}
+
+/// The identity of an object's bytes: its path, size and version (a sha256
+/// or an ETag). Two objects with the same identity hold the same bytes.
+pub fn object_key(path: &str, size: u64, version: &str) -> [u8; 32] {
+    let mut h = Sha256::new();
+    h.update(path.as_bytes());
+    h.update([0]);
+    h.update(size.to_le_bytes());
+    h.update(version.as_bytes());
+    h.finalize().into()
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn crc32(bytes: &[u8]) -> u32 {
+    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, bytes) as u32
+}
+
+/// Bytes a file of `len` bytes takes on a file system of 4 KiB blocks (the
+/// reservation of an entry before it exists).
+fn allocated(len: u64) -> u64 {
+    len.div_ceil(4096) * 4096
+}
+
+impl DiskCache {
+    /// Open (creating it) the cache folder `dir`, bounded to `capacity`
+    /// bytes on disk.
+    ///
+    /// # Errors
+    /// [`DiskCacheError::TooSmall`] below 16 entries; [`DiskCacheError::Io`]
+    /// when the folder cannot be created or its `usage` file opened.
+    pub fn open(dir: impl Into<PathBuf>, capacity: u64) -> Result<Self, DiskCacheError> {
+        let dir = dir.into();
+        let least = 16 * ENTRY_BYTES;
+        if capacity < least {
+            return Err(DiskCacheError::TooSmall {
+                size: capacity,
+                least,
+                entry: ENTRY_BYTES,
+            });
+        }
+        let name = dir.display().to_string();
+        let io = |source| DiskCacheError::Io {
+            dir: name.clone(),
+            source,
+        };
+        for i in 0..FANOUT {
+            fs::create_dir_all(dir.join("blocks").join(format!("{i:x}"))).map_err(io)?;
+        }
+        fs::create_dir_all(dir.join("tmp")).map_err(io)?;
+        let cache = Self {
+            dir,
+            capacity,
+            counters: CacheCounters::default(),
+            tmp_seq: AtomicU64::new(0),
+        };
+        // A new folder (or one whose `usage` was lost) starts from what it
+        // holds: its folders, and any entries already there.
+        let usage = cache
+            .with_usage(|cache, used| match used {
+                0 => Ok(cache.scan()?.0),
+                used => Ok(used),
+            })
+            .map_err(io)?;
+        cache.counters.usage_bytes.store(usage, Ordering::Relaxed);
+        Ok(cache)
+    }
+
+    /// The folder.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
+    }
+
+    /// The bound, in bytes on disk.
+    pub fn capacity(&self) -> u64 {
+        self.capacity
+    }
+
+    /// What this process's handle did.
+    pub fn counters(&self) -> &CacheCounters {
+        &self.counters
+    }
+
+    /// The figures now.
+    pub fn state(&self) -> DiskCacheState {
+        let c = &self.counters;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        DiskCacheState {
+            capacity_bytes: self.capacity,
+            usage_bytes: get(&c.usage_bytes),
+            hits: get(&c.hits),
+            misses: get(&c.misses),
+            hit_bytes: get(&c.hit_bytes),
+            written: get(&c.written),
+            written_bytes: get(&c.written_bytes),
+            evictions: get(&c.evictions),
+            evicted_bytes: get(&c.evicted_bytes),
+            corrupt: get(&c.corrupt),
+            write_errors: get(&c.write_errors),
+        }
+    }
+
+    fn entry_path(&self, key: &BlockKey) -> PathBuf {
+        let name = hex(&key.object);
+        self.dir
+            .join("blocks")
+            .join(&name[..1])
+            .join(format!("{name}-{}", key.block))
+    }
+
+    /// The block `key`, `len` bytes long, if a whole, intact entry holds it.
+    /// A hit refreshes the entry's recency.
+    pub fn get(&self, key: &BlockKey, len: usize) -> Option<Bytes> {
+        let path = self.entry_path(key);
+        let found = read_entry(&path, key, len);
+        match found {
+            Ok(Some(data)) => {
+                self.counters.hits.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .hit_bytes
+                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+                Some(data)
+            }
+            Ok(None) => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            Err(_) => {
+                self.counters.misses.fetch_add(1, Ordering::Relaxed);
+                self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+                let _ = fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Keep `data` as block `key`: reserve its bytes (evicting when the
+    /// folder would pass the bound), write a temporary file, rename it into
+    /// place. A failure is counted, never returned: the cache is an
+    /// optimisation.
+    pub fn put(&self, key: &BlockKey, data: &[u8]) {
+        if let Err(_e) = self.try_put(key, data) {
+            self.counters.write_errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    fn try_put(&self, key: &BlockKey, data: &[u8]) -> io::Result<()> {
+        let len = HEADER + data.len() as u64;
+        let cost = allocated(len);
+        let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        let tmp = self.dir.join("tmp").join(format!(
+            "{}-{seq}-{}.tmp",
+            std::process::id(),
+            hex(&key.object[..4])
+        ));
+        // The temporary file is created under the lock, so that another
+        // process's eviction counts this reservation (see `scan`).
+        let usage = self.with_usage(|cache, used| {
+            let now = if used + cost <= cache.capacity {
+                used + cost
+            } else {
+                cache.evict(cost)? + cost
+            };
+            File::create(&tmp)?;
+            Ok(now)
+        })?;
+        self.counters.usage_bytes.store(usage, Ordering::Relaxed);
+        let mut entry = Vec::with_capacity(len as usize);
+        entry.extend_from_slice(MAGIC);
+        entry.extend_from_slice(&key.object);
+        entry.extend_from_slice(&key.block.to_le_bytes());
+        entry.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        entry.extend_from_slice(&crc32(data).to_le_bytes());
+        entry.resize(HEADER as usize, 0);
+        entry.extend_from_slice(data);
+        let written = fs::write(&tmp, &entry).and_then(|()| fs::rename(&tmp, self.entry_path(key)));
+        if written.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        written?;
+        self.counters.written.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .written_bytes
+            .fetch_add(data.len() as u64, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Run `f(self, used)` with the `usage` file locked, storing what it returns.
+    fn with_usage(&self, f: impl FnOnce(&Self, u64) -> io::Result<u64>) -> io::Result<u64> {
+        let mut file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(self.dir.join("usage"))?;
+        file.lock()?;
+        let mut word = [0u8; 8];
+        let used = match file.read_exact(&mut word) {
+            Ok(()) => u64::from_le_bytes(word),
+            Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => 0,
+            Err(e) => return Err(e),
+        };
+        let now = f(self, used)?;
+        file.seek(SeekFrom::Start(0))?;
+        file.write_all(&now.to_le_bytes())?;
+        Ok(now)
+    }
+
+    /// List the folder: its bytes on disk (folders, `usage`, entries, and
+    /// each temporary file as the whole entry it is becoming, since its
+    /// bytes were reserved), and the entries by recency, oldest first.
+    /// Temporary files [`STALE_TMP`] old are a killed writer's and removed.
+    fn scan(&self) -> io::Result<(u64, Vec<Entry>)> {
+        let now = SystemTime::now();
+        let on_disk = |m: &fs::Metadata| m.blocks() * 512;
+        let mut total = fs::metadata(&self.dir).map(|m| on_disk(&m))?;
+        total += fs::metadata(self.dir.join("usage")).map_or(0, |m| on_disk(&m));
+        let tmp_dir = self.dir.join("tmp");
+        total += fs::metadata(&tmp_dir).map(|m| on_disk(&m))?;
+        for tmp in fs::read_dir(&tmp_dir)? {
+            let Ok(tmp) = tmp else { continue };
+            let Ok(meta) = tmp.metadata() else { continue };
+            let old = meta
+                .modified()
+                .ok()
+                .and_then(|t| now.duration_since(t).ok())
+                .is_some_and(|age| age > STALE_TMP);
+            if old && fs::remove_file(tmp.path()).is_ok() {
+                continue;
+            }
+            total += on_disk(&meta).max(ENTRY_BYTES);
+        }
+        let blocks = self.dir.join("blocks");
+        total += fs::metadata(&blocks).map(|m| on_disk(&m))?;
+        let mut entries = Vec::new();
+        for i in 0..FANOUT {
+            let sub = blocks.join(format!("{i:x}"));
+            total += fs::metadata(&sub).map(|m| on_disk(&m))?;
+            for entry in fs::read_dir(&sub)? {
+                let Ok(entry) = entry else { continue };
+                let Ok(meta) = entry.metadata() else { continue };
+                let size = on_disk(&meta);
+                total += size;
+                let at = meta.modified().unwrap_or(SystemTime::UNIX_EPOCH);
+                entries.push(Entry {
+                    at,
+                    size,
+                    path: entry.path(),
+                });
+            }
+        }
+        entries.sort_unstable_by_key(|e| e.at);
+        Ok((total, entries))
+    }
+
+    /// Remove the least recently used entries until the folder holds at
+    /// most [`EVICT_TO`] of the bound less `incoming`; returns the bytes
+    /// left. Called with the `usage` lock held.
+    fn evict(&self, incoming: u64) -> io::Result<u64> {
+        let target = ((self.capacity as f64 * EVICT_TO) as u64).saturating_sub(incoming);
+        let (mut total, entries) = self.scan()?;
+        for Entry { size, path, .. } in entries {
+            if total <= target {
+                break;
+            }
+            if fs::remove_file(&path).is_ok() {
+                total -= size;
+                self.counters.evictions.fetch_add(1, Ordering::Relaxed);
+                self.counters
+                    .evicted_bytes
+                    .fetch_add(size, Ordering::Relaxed);
+            }
+        }
+        Ok(total)
+    }
+}
+
+/// An entry file as an eviction sees it: its recency, bytes on disk, path.
+struct Entry {
+    at: SystemTime,
+    size: u64,
+    path: PathBuf,
+}
+
+/// The entry at `path` if it is whole and is block `key` of `len` bytes;
+/// `Ok(None)` when there is none, `Err` when one is there but fails a check.
+fn read_entry(path: &std::path::Path, key: &BlockKey, len: usize) -> io::Result<Option<Bytes>> {
+    let mut file = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let mut buf = Vec::with_capacity(HEADER as usize + len);
+    file.read_to_end(&mut buf)?;
+    let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
+    if buf.len() != HEADER as usize + len {
+        return Err(bad("length"));
+    }
+    let (header, data) = buf.split_at(HEADER as usize);
+    let word = |at: usize| {
+        u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
+    };
+    if &header[..8] != MAGIC
+        || header[8..40] != key.object
+        || header[40..48] != key.block.to_le_bytes()
+        || word(48) as usize != len
+    {
+        return Err(bad("header"));
+    }
+    if word(52) != crc32(data) {
+        return Err(bad("checksum"));
+    }
+    let stale = file
+        .metadata()
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.elapsed().ok())
+        .is_none_or(|age| age > TOUCH_EVERY);
+    if stale {
+        let _ = file.set_modified(SystemTime::now());
+    }
+    Ok(Some(Bytes::from(buf).slice(HEADER as usize..)))
+}
+
+/// What one read through the tiers cost.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct TierIo {
+    /// Requests sent to the store, and the bytes they returned.
+    pub store_requests: u64,
+    pub store_bytes: u64,
+    /// Blocks served by the disk cache, and their bytes.
+    pub disk_hits: u64,
+    pub disk_bytes: u64,
+}
+
+/// One immutable object read through the disk tier when there is one.
+#[derive(Debug, Clone, Copy)]
+pub struct CachedObject<'a> {
+    pub store: &'a dyn ObjectStore,
+    pub cache: Option<&'a Arc<DiskCache>>,
+    pub path: &'a Path,
+    /// The object's size (bytes) and version (sha256 or ETag), from the
+    /// document that pins it.
+    pub size: u64,
+    pub version: &'a str,
+}
+
+impl CachedObject<'_> {
+    /// The bytes of `ranges` (each within the object): without a cache,
+    /// exactly those ranges from the store
+    /// ([`get_exact_ranges`](super::parquet_reader::get_exact_ranges)); with
+    /// one, from the blocks they cover, each missing run of blocks fetched
+    /// in one request (all at once) and kept.
+    ///
+    /// # Errors
+    /// The store's error for a failed request.
+    pub async fn get_ranges(
+        &self,
+        ranges: &[Range<u64>],
+    ) -> Result<(Vec<Bytes>, TierIo), object_store::Error> {
+        let Some(cache) = self.cache else {
+            let data =
+                super::parquet_reader::get_exact_ranges(self.store, self.path, ranges).await?;
+            let io = TierIo {
+                store_requests: ranges.len() as u64,
+                store_bytes: data.iter().map(|b| b.len() as u64).sum(),
+                ..TierIo::default()
+            };
+            return Ok((data, io));
+        };
+        let object = object_key(self.path.as_ref(), self.size, self.version);
+        let size = self.size;
+        let mut blocks: Vec<u64> = ranges
+            .iter()
+            .filter(|r| r.start < r.end)
+            .flat_map(|r| r.start / BLOCK_DATA..=(r.end - 1) / BLOCK_DATA)
+            .collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let block_len = move |b: u64| (size.min((b + 1) * BLOCK_DATA) - b * BLOCK_DATA) as usize;
+        let lookup = {
+            let (cache, blocks) = (Arc::clone(cache), blocks.clone());
+            blocking(move || {
+                blocks
+                    .iter()
+                    .map(|&block| cache.get(&BlockKey { object, block }, block_len(block)))
+                    .collect::<Vec<_>>()
+            })
+        };
+        let mut have: Vec<Option<Bytes>> = lookup.await?;
+        let mut io = TierIo::default();
+        for b in have.iter().flatten() {
+            io.disk_hits += 1;
+            io.disk_bytes += b.len() as u64;
+        }
+        // Missing runs of consecutive blocks: one request each.
+        let mut runs: Vec<Range<usize>> = Vec::new();
+        for (i, h) in have.iter().enumerate() {
+            if h.is_some() {
+                continue;
+            }
+            match runs.last_mut() {
+                Some(run) if run.end == i && blocks[i] == blocks[i - 1] + 1 => run.end = i + 1,
+                _ => runs.push(i..i + 1),
+            }
+        }
+        if !runs.is_empty() {
+            let byte_ranges: Vec<Range<u64>> = runs
+                .iter()
+                .map(|run| {
+                    let first = blocks[run.start];
+                    let last = blocks[run.end - 1];
+                    first * BLOCK_DATA..size.min((last + 1) * BLOCK_DATA)
+                })
+                .collect();
+            let fetched =
+                super::parquet_reader::get_exact_ranges(self.store, self.path, &byte_ranges)
+                    .await?;
+            io.store_requests += byte_ranges.len() as u64;
+            let mut fresh = Vec::new();
+            for (run, data) in runs.iter().zip(fetched) {
+                io.store_bytes += data.len() as u64;
+                let mut at = 0;
+                for i in run.clone() {
+                    let len = block_len(blocks[i]);
+                    let block = data.slice(at..at + len);
+                    at += len;
+                    fresh.push((blocks[i], block.clone()));
+                    have[i] = Some(block);
+                }
+            }
+            let cache = Arc::clone(cache);
+            blocking(move || {
+                for (block, data) in fresh {
+                    cache.put(&BlockKey { object, block }, &data);
+                }
+            })
+            .await?;
+        }
+        let data = ranges.iter().map(|r| assemble(r, &blocks, &have)).collect();
+        Ok((data, io))
+    }
+}
+
+/// The bytes of `range` from the blocks holding it.
+fn assemble(range: &Range<u64>, blocks: &[u64], have: &[Option<Bytes>]) -> Bytes {
+    if range.start >= range.end {
+        return Bytes::new();
+    }
+    let first = range.start / BLOCK_DATA;
+    let last = (range.end - 1) / BLOCK_DATA;
+    let at = blocks.partition_point(|&b| b < first);
+    let piece = |i: usize, b: u64| {
+        let data = have[i].as_ref().expect("every block of a range is filled");
+        let start = (range.start.max(b * BLOCK_DATA) - b * BLOCK_DATA) as usize;
+        let end = (range.end.min((b + 1) * BLOCK_DATA) - b * BLOCK_DATA) as usize;
+        data.slice(start..end)
+    };
+    if first == last {
+        return piece(at, first);
+    }
+    let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
+    for (i, b) in (first..=last).enumerate() {
+        out.extend_from_slice(&piece(at + i, b));
+    }
+    out.freeze()
+}
+
+/// Run blocking file IO on tokio's blocking pool.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, object_store::Error> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| object_store::Error::Generic {
+            store: "disk cache",
+            source: Box::new(e),
+        })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::counting::CountingStore;
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutPayload};
+
+    fn key(object: u8, block: u64) -> BlockKey {
+        BlockKey {
+            object: [object; 32],
+            block,
+        }
+    }
+
+    /// Bytes the folder takes on disk, as `du` counts them (a file removed
+    /// or renamed while listing is skipped).
+    fn du(dir: &std::path::Path) -> u64 {
+        let mut total = fs::metadata(dir).unwrap().blocks() * 512;
+        for e in fs::read_dir(dir).unwrap().flatten() {
+            let Ok(m) = e.metadata() else { continue };
+            total += if m.is_dir() {
+                du(&e.path())
+            } else {
+                m.blocks() * 512
+            };
+        }
+        total
+    }
+
+    fn entry_files(cache: &DiskCache) -> Vec<PathBuf> {
+        (0..FANOUT)
+            .flat_map(|i| fs::read_dir(cache.dir().join("blocks").join(format!("{i:x}"))).unwrap())
+            .map(|e| e.unwrap().path())
+            .collect()
+    }
+
+    #[test]
+    fn a_block_round_trips_and_other_keys_miss() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), 16 * ENTRY_BYTES).unwrap();
+        let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
+        cache.put(&key(1, 0), &data);
+        assert_eq!(
+            cache.get(&key(1, 0), data.len()).as_deref(),
+            Some(&data[..])
+        );
+        assert!(
+            cache.get(&key(2, 0), data.len()).is_none(),
+            "another object"
+        );
+        assert!(cache.get(&key(1, 1), data.len()).is_none(), "another block");
+        assert!(cache.get(&key(1, 0), 999).is_none(), "another length");
+        let s = cache.state();
+        assert_eq!((s.hits, s.written), (1, 1));
+        // A length mismatch is a failed check: the entry is gone.
+        assert_eq!(s.corrupt, 1);
+        assert!(cache.get(&key(1, 0), data.len()).is_none());
+    }
+
+    #[test]
+    fn a_torn_or_flipped_entry_is_a_miss_and_is_removed() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = DiskCache::open(dir.path(), 16 * ENTRY_BYTES).unwrap();
+        let data = vec![7u8; 5000];
+        cache.put(&key(3, 0), &data);
+        cache.put(&key(3, 1), &data);
+        let files = entry_files(&cache);
+        assert_eq!(files.len(), 2);
+        // A bit flipped in the data of one, the other cut short.
+        let mut bytes = fs::read(&files[0]).unwrap();
+        bytes[HEADER as usize + 17] ^= 0x10;
+        fs::write(&files[0], &bytes).unwrap();
+        let bytes = fs::read(&files[1]).unwrap();
+        fs::write(&files[1], &bytes[..bytes.len() - 100]).unwrap();
+        assert!(cache.get(&key(3, 0), data.len()).is_none());
+        assert!(cache.get(&key(3, 1), data.len()).is_none());
+        assert_eq!(cache.state().corrupt, 2);
+        assert!(entry_files(&cache).is_empty(), "failed entries are removed");
+    }
+
+    #[test]
+    fn two_handles_on_one_folder_stay_within_the_bound() {
+        let dir = tempfile::tempdir().unwrap();
+        let capacity = 64 * ENTRY_BYTES;
+        let a = Arc::new(DiskCache::open(dir.path(), capacity).unwrap());
+        let b = Arc::new(DiskCache::open(dir.path(), capacity).unwrap());
+        let data = vec![1u8; BLOCK_DATA as usize];
+        std::thread::scope(|s| {
+            for (i, cache) in [&a, &b].into_iter().enumerate() {
+                let (data, dir) = (&data, &dir);
+                s.spawn(move || {
+                    for block in 0..300 {
+                        cache.put(&key(i as u8, block), data);
+                        let held = du(dir.path());
+                        assert!(
+                            held as f64 <= capacity as f64 * 1.01,
+                            "{held} bytes held, bound {capacity}"
+                        );
+                    }
+                });
+            }
+        });
+        let s = (a.state(), b.state());
+        assert!(s.0.evictions + s.1.evictions >= 600 - 64, "{s:?}");
+        assert_eq!(s.0.write_errors + s.1.write_errors, 0);
+        // The most recent blocks of each are still there.
+        assert!(a.get(&key(0, 299), data.len()).is_some());
+        assert!(b.get(&key(1, 299), data.len()).is_some());
+    }
+
+    #[test]
+    fn eviction_keeps_recently_read_entries_and_drops_stale_temporaries() {
+        let dir = tempfile::tempdir().unwrap();
+        let capacity = 32 * ENTRY_BYTES;
+        let cache = DiskCache::open(dir.path(), capacity).unwrap();
+        let data = vec![2u8; BLOCK_DATA as usize];
+        let stale = dir.path().join("tmp").join("killed.tmp");
+        fs::write(&stale, &data).unwrap();
+        let old = SystemTime::now() - STALE_TMP - Duration::from_secs(5);
+        File::options()
+            .write(true)
+            .open(&stale)
+            .unwrap()
+            .set_modified(old)
+            .unwrap();
+        for block in 0..20 {
+            cache.put(&key(9, block), &data);
+        }
+        // Block 0 is the oldest entry; reading it makes it the newest.
+        let past = SystemTime::now() - Duration::from_secs(100);
+        for f in entry_files(&cache) {
+            let name = f.file_name().unwrap().to_str().unwrap();
+            let block: u64 = name.rsplit('-').next().unwrap().parse().unwrap();
+            let at = past + Duration::from_secs(block);
+            File::options()
+                .write(true)
+                .open(&f)
+                .unwrap()
+                .set_modified(at)
+                .unwrap();
+        }
+        assert!(cache.get(&key(9, 0), data.len()).is_some());
+        for block in 20..40 {
+            cache.put(&key(9, block), &data);
+        }
+        assert!(cache.get(&key(9, 0), data.len()).is_some(), "recently read");
+        assert!(
+            cache.get(&key(9, 1), data.len()).is_none(),
+            "least recently used"
+        );
+        assert!(!stale.exists(), "a killed writer's leftover is removed");
+        assert!(du(dir.path()) <= capacity);
+    }
+
+    #[test]
+    fn too_small_a_bound_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let e = DiskCache::open(dir.path(), 1000).unwrap_err();
+        assert!(
+            matches!(e, DiskCacheError::TooSmall { size: 1000, .. }),
+            "{e}"
+        );
+        assert!(e.to_string().contains("1000"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn reads_through_the_tier_fetch_each_block_once() {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("postings/part-0.parquet");
+        let size = 3 * BLOCK_DATA + 123;
+        let body: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
+        inner
+            .put(&path, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        let counting = CountingStore::new(inner);
+        let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(DiskCache::open(dir.path(), 64 * ENTRY_BYTES).unwrap());
+        let object = CachedObject {
+            store: store.as_ref(),
+            cache: Some(&cache),
+            path: &path,
+            size,
+            version: "sha-1",
+        };
+        let ranges = [
+            10..20,
+            BLOCK_DATA - 5..BLOCK_DATA + 5,
+            2 * BLOCK_DATA..size,
+            size - 1..size,
+        ];
+        let want: Vec<&[u8]> = ranges
+            .iter()
+            .map(|r| &body[r.start as usize..r.end as usize])
+            .collect();
+        let (got, io) = object.get_ranges(&ranges).await.unwrap();
+        assert_eq!(got.iter().map(|b| &b[..]).collect::<Vec<_>>(), want);
+        // Blocks 0..=3 missing: one run, one request for all four.
+        assert_eq!(
+            (io.store_requests, io.store_bytes, io.disk_hits),
+            (1, size, 0)
+        );
+        let (again, io) = object.get_ranges(&ranges).await.unwrap();
+        assert_eq!(again, got);
+        assert_eq!((io.store_requests, io.disk_hits), (0, 4));
+        assert_eq!(counting.counts().get_requests, 1);
+        // Another version of the object at the same path is never served
+        // from the old version's blocks.
+        let newer = CachedObject {
+            version: "sha-2",
+            ..object
+        };
+        let (_, io) = newer.get_ranges(&ranges[..1]).await.unwrap();
+        assert_eq!((io.store_requests, io.disk_hits), (1, 0));
+    }
+}
