@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# Query latency with S3-like time to first byte (issue 27): `parqivf serve`
+# one query per HTTP request (scripts/bench/serve_latency.py: a pass to warm
+# the footers, then the measured pass), and a new `parqivf search` process
+# per query with nothing cached (cold), in front of an emulated store
+# (`--store-latency`, `src/store/latency.rs`) at each time to first byte,
+# without and with a 1 % tail of 500 ms. Serving modes:
+#   storage  storage-resident (footers in RAM, postings read per query)
+#   disk     storage-resident with a disk cache filled by POST …/warm
+#   codes    --preload codes (only the re-rank's vector pages per query)
+# Prints one JSON line per (ttfb, tail, mode) with p50/p99 ms and recall.
+#
+# usage: scripts/bench/latency.sh INDEX DATASET NPROBE [NQ] [TTFBS]
+#   INDEX a built index (e.g. from search_vs_faiss.sh), DATASET a folder of
+#   gen_synth.py / gen_embed.py (query.npy, gt.npy); NQ queries (100) per
+#   warm mode, 20 cold; TTFBS "0 30 60" (ms).
+#   env: PY (python3 with numpy), BIN (target/release/parqivf), PORT (18791)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+INDEX="$1"; DATA="$2"; NPROBE="$3"; NQ="${4:-100}"; TTFBS="${5:-0 30 60}"
+PY="${PY:-python3}"; BIN="${BIN:-target/release/parqivf}"; PORT="${PORT:-18791}"
+TOKEN="latency-bench-token-0123456789"
+WORK="$(mktemp -d)"
+trap 'kill "$SERVER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+SERVER=""
+echo "$TOKEN" > "$WORK/token"
+URL="http://127.0.0.1:$PORT/v1/indexes/i"
+
+serve() { # latency-spec extra-flags…
+  local spec="$1"; shift
+  "$BIN" ${spec:+--store-latency "$spec"} serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" \
+    --auth-token-file "$WORK/token" "$@" > "$WORK/serve.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$PORT/healthz" > /dev/null && return
+    sleep 0.1
+  done
+  cat "$WORK/serve.log"; exit 1
+}
+stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
+
+for ttfb in $TTFBS; do
+  for tail in "" ",tail=0.01@500ms"; do
+    spec=""
+    [ "$ttfb" != 0 ] || [ -n "$tail" ] && spec="ttfb=${ttfb}ms,jitter=0.2$tail,seed=1"
+    label="ttfb=${ttfb}ms${tail:+ tail 1%@500ms}"
+    for mode in storage disk codes; do
+      case "$mode" in
+        storage) serve "$spec" --warm ;;
+        disk) rm -rf "$WORK/cache"; serve "$spec" --warm --cache-dir "$WORK/cache"
+              curl -sf -X POST -H "Authorization: Bearer $TOKEN" "$URL/warm" > /dev/null ;;
+        codes) serve "$spec" --preload codes ;;
+      esac
+      "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
+        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode"
+      stop
+    done
+    # Cold: a new process per query, nothing cached (open + footers + postings).
+    "$PY" - "$BIN" "$INDEX" "$DATA" "$NPROBE" "$spec" "$label" "$WORK" <<'PY'
+import json, subprocess, sys, time
+import numpy as np
+bin_, index, data, nprobe, spec, label, work = sys.argv[1:]
+q = np.load(f"{data}/query.npy").astype(np.float32)
+lat = []
+for i in range(20):
+    np.save(f"{work}/q.npy", q[i : i + 1])
+    cmd = [bin_] + (["--store-latency", spec] if spec else []) + [
+        "search", "--index", index, "--queries", f"{work}/q.npy", "--k", "10", "--nprobe", nprobe, "--json"]
+    t = time.perf_counter()
+    subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+    lat.append((time.perf_counter() - t) * 1000)
+print(json.dumps({"label": f"{label} cold process", "nprobe": int(nprobe), "queries": len(lat),
+                  "p50_ms": round(float(np.percentile(lat, 50)), 3),
+                  "p99_ms": round(float(np.percentile(lat, 99)), 3)}), flush=True)
+PY
+  done
+done
