@@ -52,7 +52,7 @@ for ttfb in $TTFBS; do
         codes) serve "$spec" --preload codes ;;
       esac
       "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode"
+        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode" --token "$TOKEN"
       stop
     done
     # Cold: a new process per query, nothing cached (open + footers + postings).

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""serve_latency.py URL QUERIES.npy GT.npy [--k 10] [--nprobe N] [--rerank R] [--n 300]
+"""serve_latency.py URL QUERIES.npy GT.npy [--k 10] [--nprobe N] [--rerank R] [--n 300] [--token T]
 One query per HTTP request to a running `parqivf serve`, sequentially on one
 keep-alive connection (the storage-resident target of issue 12): prints one
 JSON line with p50/p99 latency in ms, QPS and recall@k against GT."""
@@ -11,12 +11,16 @@ ap.add_argument("url"); ap.add_argument("queries"); ap.add_argument("gt")
 ap.add_argument("--k", type=int, default=10); ap.add_argument("--nprobe", type=int, required=True)
 ap.add_argument("--rerank", type=int, default=None); ap.add_argument("--n", type=int, default=300)
 ap.add_argument("--label", default="")
+ap.add_argument("--token", default=None, help="bearer token of a server started with one")
 a = ap.parse_args()
 q = np.load(a.queries).astype(np.float32)[: a.n]
 gt = np.load(a.gt)[: a.n, : a.k]
 u = urllib.parse.urlparse(a.url)
 conn = http.client.HTTPConnection(u.hostname, u.port)
 lat, hits = [], 0
+headers = {"Content-Type": "application/json"}
+if a.token:
+    headers["Authorization"] = f"Bearer {a.token}"
 for warm in (True, False):
     for i in range(len(q)):
         body = {"vector": q[i].tolist(), "k": a.k, "nprobe": a.nprobe}
@@ -24,7 +28,7 @@ for warm in (True, False):
             body["rerank"] = a.rerank
         data = json.dumps(body)
         t = time.perf_counter()
-        conn.request("POST", u.path, body=data, headers={"Content-Type": "application/json"})
+        conn.request("POST", u.path, body=data, headers=headers)
         resp = conn.getresponse(); out = resp.read()
         dt = time.perf_counter() - t
         if resp.status != 200:
