@@ -62,7 +62,7 @@ const FANOUT: usize = 16;
 
 /// Errors opening a cache folder. Reads and writes of entries never fail a
 /// query: a failed read is a miss, a failed write is counted
-/// ([`CacheCounters::write_errors`]).
+/// ([`DiskCacheState::write_errors`]).
 #[derive(Debug, Error)]
 pub enum DiskCacheError {
     #[error("cache folder {dir}: {source}")]
@@ -73,20 +73,20 @@ pub enum DiskCacheError {
 
 /// What a cache did since it was opened, in this process.
 #[derive(Debug, Default)]
-pub struct CacheCounters {
-    pub hits: AtomicU64,
-    pub misses: AtomicU64,
-    pub hit_bytes: AtomicU64,
-    pub written: AtomicU64,
-    pub written_bytes: AtomicU64,
-    pub evictions: AtomicU64,
-    pub evicted_bytes: AtomicU64,
+struct CacheCounters {
+    hits: AtomicU64,
+    misses: AtomicU64,
+    hit_bytes: AtomicU64,
+    written: AtomicU64,
+    written_bytes: AtomicU64,
+    evictions: AtomicU64,
+    evicted_bytes: AtomicU64,
     /// Entries that failed their checks (removed, counted as misses).
-    pub corrupt: AtomicU64,
-    pub write_errors: AtomicU64,
+    corrupt: AtomicU64,
+    write_errors: AtomicU64,
     /// Bytes reserved in the folder at the last write or eviction (every
     /// process's entries).
-    pub usage_bytes: AtomicU64,
+    usage_bytes: AtomicU64,
 }
 
 /// A cache's figures at one moment: what [`DiskCache::state`] reports to
@@ -202,16 +202,6 @@ impl DiskCache {
     /// The folder.
     pub fn dir(&self) -> &std::path::Path {
         &self.dir
-    }
-
-    /// The bound, in bytes on disk.
-    pub fn capacity(&self) -> u64 {
-        self.capacity
-    }
-
-    /// What this process's handle did.
-    pub fn counters(&self) -> &CacheCounters {
-        &self.counters
     }
 
     /// The figures now.
