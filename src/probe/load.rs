@@ -233,16 +233,27 @@ impl PostingsReader {
 
     /// Postings file `f` as read through the tiers: pinned by its manifest
     /// entry's size and sha256, so no cached byte of another version of the
-    /// object is ever served. `None` for an unknown index.
-    fn object(&self, f: usize) -> Option<CachedObject<'_>> {
-        let entry = self.files.get(f)?;
-        Some(CachedObject {
-            store: self.store.as_ref(),
-            cache: self.disk.as_ref(),
-            path: self.paths.get(f)?,
-            size: entry.size,
-            version: &entry.sha256,
-        })
+    /// object is ever served.
+    ///
+    /// # Errors
+    /// [`ProbeError::Store`] (not found) for an index past the manifest's files.
+    fn object(&self, f: usize) -> Result<CachedObject<'_>, ProbeError> {
+        match (self.files.get(f), self.paths.get(f)) {
+            (Some(entry), Some(path)) => Ok(CachedObject {
+                store: self.store.as_ref(),
+                cache: self.disk.as_ref(),
+                path,
+                size: entry.size,
+                version: &entry.sha256,
+            }),
+            _ => Err(ProbeError::Store {
+                path: format!("postings file #{f}"),
+                source: object_store::Error::NotFound {
+                    path: format!("postings file #{f}"),
+                    source: "no such manifest file".into(),
+                },
+            }),
+        }
     }
 
     /// The disk tier, when there is one.
@@ -357,7 +368,7 @@ impl PostingsReader {
             .ok_or_else(|| absent("footers.json entry"))?;
         let learned = self.footer_per_cid.load(Ordering::Relaxed);
         let tail = tail_estimate(entry, self.prefetch, learned);
-        let object = self.object(f).ok_or_else(|| absent("postings file"))?;
+        let object = self.object(f)?;
         let (footer, fio) =
             read_footer(&object, entry, pin, self.dim, self.code_bytes, tail).await?;
         self.footer_per_cid
@@ -393,13 +404,7 @@ impl PostingsReader {
                     path: path.clone(),
                     source,
                 };
-                let object = self.object(f).ok_or_else(|| {
-                    store(object_store::Error::NotFound {
-                        path: path.clone(),
-                        source: "no such manifest file".into(),
-                    })
-                })?;
-                let (_, io) = object.get_ranges(&[range]).await.map_err(store)?;
+                let (_, io) = self.object(f)?.get_ranges(&[range]).await.map_err(store)?;
                 Ok::<_, ProbeError>(io)
             })
             .buffer_unordered(FILL_READS)
@@ -567,13 +572,10 @@ impl PostingsReader {
                 path: path.to_string(),
                 source,
             };
-            let object = self.object(r.file).ok_or_else(|| {
-                store(object_store::Error::NotFound {
-                    path: format!("postings file #{}", r.file),
-                    source: "no such manifest file".into(),
-                })
-            })?;
-            object.get_ranges(&r.ranges).await.map_err(store)
+            self.object(r.file)?
+                .get_ranges(&r.ranges)
+                .await
+                .map_err(store)
         });
         let fetched = futures::future::try_join_all(fetches).await?;
         let mut data = Vec::with_capacity(fetched.len());
