@@ -11,10 +11,19 @@
 //! Group `encode`: `Quantizer::encode_batch` over 4 096 residuals, in vectors
 //! per second on one thread (the build parallelises over batches).
 //!
+//! Group `fastscan` (issue 26): the fast-scan kernel (`fastscan::scan`, the
+//! path this CPU dispatches to) over 64 MiB of `pq4fs` blocks at dims 128
+//! and 384 (2 Mi and 699 050 codes: far past the caches), one thread,
+//! throughput in bytes of codes read; codes per second are that rate over
+//! the bytes per code (m / 2, printed first). Next to it, `read-bandwidth`:
+//! a sum of the same 64 MiB as u64, the single-thread memory read bandwidth
+//! of the machine, the bound the kernel is measured against.
+//!
 //! Run: `cargo bench --bench codes` (add `-- --quick` for a short run).
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
-use parqivf::quant::{Quantizer, simd_path};
+use parqivf::quant::fastscan::{self, Blocks, Lut};
+use parqivf::quant::{Quantizer, simd_path, sub_quantizers};
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::hint::black_box;
@@ -44,7 +53,7 @@ fn dot_f32(a: &[f32], b: &[f32]) -> f32 {
     acc.iter().sum::<f32>() + a_tail.iter().zip(b_tail).map(|(x, y)| x * y).sum::<f32>()
 }
 
-fn quantizers(dim: usize) -> [(&'static str, Quantizer); 2] {
+fn quantizers(dim: usize) -> [(&'static str, Quantizer); 3] {
     let sample = data(4_096, dim, 1);
     [
         (
@@ -54,6 +63,10 @@ fn quantizers(dim: usize) -> [(&'static str, Quantizer); 2] {
         (
             "rabitq4",
             Quantizer::rabitq4(dim, 7).expect("rabitq4 builds"),
+        ),
+        (
+            "pq4fs",
+            Quantizer::train_pq4(&sample, dim, 7).expect("pq4fs trains"),
         ),
     ]
 }
@@ -67,7 +80,7 @@ fn score(c: &mut Criterion) {
         let mut out = vec![0.0f32; CODES];
         for (name, quantizer) in quantizers(dim) {
             let mut codes = vec![0u8; CODES * quantizer.code_bytes()];
-            quantizer.encode_batch(&vectors, &mut codes);
+            quantizer.encode_batch(&vectors, &vec![0.0; dim], &vec![0; CODES], &mut codes);
             let mut rotated = vec![0.0; dim];
             quantizer.rotate(&query, &mut rotated);
             let prepared = quantizer.prepare(&rotated);
@@ -106,13 +119,57 @@ fn encode(c: &mut Criterion) {
         g.throughput(Throughput::Elements(ENCODED as u64));
         for (name, quantizer) in quantizers(dim) {
             let mut codes = vec![0u8; ENCODED * quantizer.code_bytes()];
+            let (leaf, cids) = (vec![0.0; dim], vec![0u32; ENCODED]);
             g.bench_function(format!("{name}/{dim}"), |b| {
-                b.iter(|| quantizer.encode_batch(black_box(&residuals), &mut codes))
+                b.iter(|| quantizer.encode_batch(black_box(&residuals), &leaf, &cids, &mut codes))
             });
         }
     }
     g.finish();
 }
 
-criterion_group!(benches, score, encode);
+/// Bytes of fast-scan blocks (and of the bandwidth probe) per iteration.
+const FASTSCAN_BYTES: usize = 64 << 20;
+
+fn fast_scan(c: &mut Criterion) {
+    eprintln!("fast-scan kernel: {}", fastscan::kernel_path());
+    let mut g = c.benchmark_group("fastscan");
+    g.sample_size(20);
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    for dim in [128, 384] {
+        let pairs = sub_quantizers(dim) / 2;
+        let n = FASTSCAN_BYTES / pairs / 32 * 32;
+        // The kernel's speed does not depend on the code values.
+        let blocks = Blocks {
+            n,
+            pairs,
+            bytes: (0..n * pairs).map(|_| rng.random()).collect(),
+        };
+        let tables: Vec<f32> = (0..pairs * 32).map(|_| rng.random::<f32>()).collect();
+        let lut = Lut::quantize(&tables);
+        eprintln!("pq4fs/{dim}: {pairs} bytes per code, {n} codes");
+        g.throughput(Throughput::Bytes(blocks.bytes.len() as u64));
+        let mut sums = Vec::new();
+        g.bench_function(format!("pq4fs/{dim}"), |b| {
+            b.iter(|| fastscan::scan(black_box(&lut), black_box(&blocks), &mut sums))
+        });
+    }
+    let words: Vec<u64> = (0..FASTSCAN_BYTES / 8).map(|_| rng.random()).collect();
+    g.throughput(Throughput::Bytes(FASTSCAN_BYTES as u64));
+    g.bench_function("read-bandwidth", |b| {
+        b.iter(|| {
+            black_box(&words)
+                .chunks_exact(8)
+                .fold([0u64; 8], |mut acc, w| {
+                    for l in 0..8 {
+                        acc[l] = acc[l].wrapping_add(w[l]);
+                    }
+                    acc
+                })
+        })
+    });
+    g.finish();
+}
+
+criterion_group!(benches, score, encode, fast_scan);
 criterion_main!(benches);

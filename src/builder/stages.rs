@@ -405,7 +405,8 @@ const QUANTIZER_SAMPLE: usize = 65_536;
 
 /// The quantiser of the codes for `scheme`, from the residuals of (at most
 /// `QUANTIZER_SAMPLE` rows of) the training sample to their leaves:
-/// SQ8's per-dimension ranges; RaBitQ's rotation from the build seed.
+/// SQ8's per-dimension ranges; PQ4's centroids (seeded by the build seed);
+/// RaBitQ's rotation from the build seed.
 /// Deterministic for the same sample and seed. CPU only.
 ///
 /// # Errors
@@ -423,12 +424,16 @@ pub fn train_quantizer(
     };
     match scheme {
         Scheme::RaBitQ4 => Quantizer::rabitq4(dim, seed).map_err(quant),
-        Scheme::Sq8 => {
+        Scheme::Sq8 | Scheme::Pq4Fs => {
             let rows = sample.len().min(QUANTIZER_SAMPLE);
             let vectors = &sample.vectors[..rows * dim];
             let cids = hierarchy.assign(vectors, AssignMode::Exact)?;
             let residuals = hierarchy.residuals(vectors, &cids);
-            Quantizer::train_sq8(&residuals, dim).map_err(quant)
+            match scheme {
+                Scheme::Sq8 => Quantizer::train_sq8(&residuals, dim),
+                _ => Quantizer::train_pq4(&residuals, dim, seed),
+            }
+            .map_err(quant)
         }
     }
 }
@@ -446,7 +451,7 @@ fn encode(quantizer: &Quantizer, hierarchy: &Hierarchy, vectors: &[f32], cids: &
         .zip(vectors.par_chunks(BLOCK * dim))
         .zip(cids.par_chunks(BLOCK))
         .for_each(|((out, v), c)| {
-            quantizer.encode_batch(&hierarchy.residuals(v, c), out);
+            quantizer.encode_batch(&hierarchy.residuals(v, c), &hierarchy.leaves, c, out);
         });
     codes
 }

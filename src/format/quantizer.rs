@@ -12,6 +12,9 @@
 //!  "rotation": {"seed": 1234, "sha256": "…"}}
 //! {"format-version": 1, "scheme": "sq8", "dim": 128, "code-bytes": 136,
 //!  "residual": "leaf-centroid", "ranges": {"min": […], "scale": […]}}
+//! {"format-version": 1, "scheme": "pq4fs", "dim": 128, "code-bytes": 40,
+//!  "residual": "leaf-centroid",
+//!  "codebooks": {"sub-dims": 2, "centroids": […]}}
 //! ```
 
 use crate::quant::{QuantError, Quantizer, Scheme};
@@ -58,7 +61,7 @@ pub enum QuantizerDocError {
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 pub struct QuantizerDoc {
     pub format_version: u32,
-    /// `sq8` or `rabitq4`.
+    /// `sq8`, `rabitq4` or `pq4fs`.
     pub scheme: String,
     pub dim: u32,
     /// Width of the `code` column.
@@ -71,6 +74,19 @@ pub struct QuantizerDoc {
     /// `sq8`: per-dimension ranges of the residuals.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ranges: Option<Ranges>,
+    /// `pq4fs`: the centroids of every sub-quantiser.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub codebooks: Option<Codebooks>,
+}
+
+/// PQ codebooks: `m = sub_quantizers(dim)` sub-quantisers of `sub-dims`
+/// consecutive dimensions, 16 centroids each; `centroids` holds
+/// `m × 16 × sub-dims` values, sub-quantiser-major.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Codebooks {
+    pub sub_dims: u32,
+    pub centroids: Vec<f32>,
 }
 
 /// A seeded random rotation.
@@ -105,6 +121,10 @@ pub fn document(q: &Quantizer) -> QuantizerDoc {
         ranges: q.sq8_ranges().map(|(min, scale)| Ranges {
             min: min.to_vec(),
             scale: scale.to_vec(),
+        }),
+        codebooks: q.pq4_centroids().map(|centroids| Codebooks {
+            sub_dims: crate::quant::PQ_SUB_DIMS as u32,
+            centroids: centroids.to_vec(),
         }),
     }
 }
@@ -164,11 +184,21 @@ pub fn decode(path: &str, bytes: &[u8], dim: usize) -> Result<Quantizer, Quantiz
         path: path.to_string(),
         source,
     };
-    let q = match (scheme, &doc.rotation, doc.ranges) {
-        (Scheme::Sq8, None, Some(r)) => {
+    let q = match (scheme, &doc.rotation, doc.ranges, doc.codebooks) {
+        (Scheme::Sq8, None, Some(r), None) => {
             Quantizer::sq8_from_ranges(r.min, r.scale).map_err(params)?
         }
-        (Scheme::RaBitQ4, Some(rotation), None) => {
+        (Scheme::Pq4Fs, None, None, Some(books)) => {
+            if books.sub_dims as usize != crate::quant::PQ_SUB_DIMS {
+                return Err(mismatch(
+                    "codebooks.sub-dims",
+                    crate::quant::PQ_SUB_DIMS.to_string(),
+                    books.sub_dims.to_string(),
+                ));
+            }
+            Quantizer::pq4_from_centroids(dim, books.centroids).map_err(params)?
+        }
+        (Scheme::RaBitQ4, Some(rotation), None, None) => {
             let q = Quantizer::rabitq4(dim, rotation.seed).map_err(params)?;
             let regenerated = q.rotation_sha256().unwrap_or_default();
             if regenerated != rotation.sha256 {
@@ -180,12 +210,13 @@ pub fn decode(path: &str, bytes: &[u8], dim: usize) -> Result<Quantizer, Quantiz
             }
             q
         }
-        (scheme, _, _) => {
+        (scheme, _, _, _) => {
             return Err(invalid(format!(
                 "scheme {scheme} needs {} and nothing else",
                 match scheme {
                     Scheme::Sq8 => "ranges",
                     Scheme::RaBitQ4 => "rotation",
+                    Scheme::Pq4Fs => "codebooks",
                 }
             )));
         }
@@ -212,11 +243,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_schemes_round_trip_through_the_document() {
+    fn every_scheme_round_trips_through_the_document() {
         let sample: Vec<f32> = (0..64 * 8).map(|i| ((i * 37 % 101) as f32) / 7.0).collect();
         for q in [
             Quantizer::train_sq8(&sample, 8).unwrap(),
             Quantizer::rabitq4(8, 77).unwrap(),
+            Quantizer::train_pq4(&sample, 8, 3).unwrap(),
         ] {
             let bytes = encode(&q);
             let back = decode("q.json", &bytes, 8).unwrap();
@@ -252,5 +284,42 @@ mod tests {
         doc["scheme"] = "sq8".into();
         let e = decode("q.json", doc.to_string().as_bytes(), 8).unwrap_err();
         assert!(e.to_string().contains("scheme sq8 needs ranges"), "{e}");
+    }
+
+    /// The examples in `manifests/examples` are documents this reader takes.
+    #[test]
+    fn the_examples_decode() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/examples");
+        for (file, dim, scheme) in [
+            ("quantizer-rabitq4.json", 128, Scheme::RaBitQ4),
+            ("quantizer-pq4fs.json", 4, Scheme::Pq4Fs),
+        ] {
+            let bytes = std::fs::read(dir.join(file)).unwrap();
+            let q = decode(file, &bytes, dim).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(q.scheme(), scheme);
+        }
+    }
+
+    #[test]
+    fn pq4fs_codebooks_are_checked() {
+        let sample: Vec<f32> = (0..64 * 8).map(|i| ((i * 37 % 101) as f32) / 7.0).collect();
+        let q = Quantizer::train_pq4(&sample, 8, 3).unwrap();
+        let mut doc = serde_json::to_value(document(&q)).unwrap();
+        doc["codebooks"]["sub-dims"] = 4.into();
+        let e = decode("q.json", doc.to_string().as_bytes(), 8).unwrap_err();
+        assert!(e.to_string().contains("codebooks.sub-dims is 4"), "{e}");
+        doc["codebooks"]["sub-dims"] = 2.into();
+        doc["codebooks"]["centroids"].as_array_mut().unwrap().pop();
+        let e = decode("q.json", doc.to_string().as_bytes(), 8).unwrap_err();
+        assert!(
+            matches!(e, QuantizerDocError::Parameters { .. }) && e.to_string().contains("127"),
+            "{e}"
+        );
+        doc.as_object_mut().unwrap().remove("codebooks");
+        let e = decode("q.json", doc.to_string().as_bytes(), 8).unwrap_err();
+        assert!(
+            e.to_string().contains("scheme pq4fs needs codebooks"),
+            "{e}"
+        );
     }
 }

@@ -379,6 +379,7 @@ pub fn decode(
         payload,
         file: job.file,
         row_group: job.row_group,
+        fast_codes: Default::default(),
     })
 }
 

@@ -958,8 +958,10 @@ fn reencode(
         let stored = rg.codes.as_deref().unwrap_or_default();
         let cids = vec![rg.cid; rg.rowids.len()];
         let residuals = hierarchy.residuals(&rg.vectors, &cids);
+        let c = rg.cid as usize;
+        let leaf = &hierarchy.leaves[c * dim..(c + 1) * dim];
         for (row, residual) in residuals.chunks_exact(dim).enumerate() {
-            q.encode(residual, &mut code);
+            q.encode(residual, leaf, &mut code);
             if stored.get(row * width..(row + 1) * width) != Some(&code[..]) && out.len() < 16 {
                 out.push(CodeMismatch {
                     path: paths.get(rg.file).map_or_else(String::new, Path::to_string),

@@ -80,6 +80,7 @@ mod tests {
             payload: None,
             file,
             row_group: 0,
+            fast_codes: Default::default(),
         }
     }
 

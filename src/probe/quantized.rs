@@ -29,6 +29,7 @@ use crate::format::page_crc::checked_page;
 use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
+use crate::quant::fastscan::{self, Blocks, Lut};
 use crate::topk::TopK;
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -56,6 +57,39 @@ pub fn rotate_leaves(quantizer: &Quantizer, hierarchy: &Hierarchy) -> Vec<f32> {
         .zip(hierarchy.leaves.par_chunks(dim))
         .for_each(|(o, leaf)| quantizer.rotate(leaf, o));
     out
+}
+
+/// The codes of a row group in fast-scan blocks, with each row's constant
+/// term: under L2 `‖r‖² + 2·<c, r̂>` (so the estimate is
+/// `‖q − c‖² + base − 2·<q, r̂>`), else 0.
+#[derive(Debug)]
+pub struct FastCodes {
+    blocks: Blocks,
+    base: Vec<f32>,
+}
+
+impl FastCodes {
+    /// Transposes the `n` row-major codes of a fast-scan scheme. CPU only.
+    fn new(quantizer: &Quantizer, codes: &[u8], n: usize, metric: Metric) -> FastCodes {
+        let width = quantizer.code_bytes();
+        let base = if metric == Metric::L2 {
+            codes
+                .chunks_exact(width)
+                .map(|code| Quantizer::norm2(code) + 2.0 * Quantizer::cross(code))
+                .collect()
+        } else {
+            vec![0.0; n]
+        };
+        FastCodes {
+            blocks: quantizer.blocks(codes, n),
+            base,
+        }
+    }
+
+    /// Memory held.
+    pub fn bytes(&self) -> usize {
+        self.blocks.bytes.len() + self.base.len() * 4
+    }
 }
 
 /// Where a candidate was found: (index in `loaded`, row in the row group).
@@ -91,6 +125,11 @@ fn scan_codes(
     let nq = cids.len();
     check_code_lengths(paths, loaded, width)?;
     let (rotated, prepared) = rotated_queries(scan, queries);
+    // A fast-scan scheme's tables are the query's own, for every list.
+    let luts: Option<Vec<Lut>> = queries
+        .par_chunks(dim)
+        .map(|q| scan.quantizer.query_lut(q))
+        .collect();
     let probing = probing_queries(cids, loaded);
     let empty = || -> (Vec<TopK>, Vec<f32>, Vec<f32>, u64) {
         (
@@ -123,6 +162,35 @@ fn scan_codes(
                 let c = rg.cid as usize;
                 let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
                 let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
+                if let (Some(luts), None) = (&luts, &sparse) {
+                    let fast = rg.fast_codes.get_or_init(|| {
+                        FastCodes::new(
+                            scan.quantizer,
+                            codes,
+                            rg.rowids.len(),
+                            scan.hierarchy.metric,
+                        )
+                    });
+                    for &q in qs {
+                        let q = q as usize;
+                        let query = &queries[q * dim..(q + 1) * dim];
+                        fast_scan_list(
+                            FastList {
+                                scan,
+                                fast,
+                                lut: &luts[q],
+                                query,
+                                leaf,
+                                group: g,
+                                rowids: &rg.rowids,
+                            },
+                            &keeps,
+                            &mut tops[q],
+                        );
+                        scored += rg.rowids.len() as u64;
+                    }
+                    return (tops, scores, y, scored);
+                }
                 scores.resize(rg.rowids.len(), 0.0);
                 for &q in qs {
                     let q = q as usize;
@@ -178,6 +246,65 @@ fn scan_codes(
             },
         );
     Ok((tops, scored))
+}
+
+/// One list scanned for one query by the fast-scan kernel.
+struct FastList<'a> {
+    scan: CodeScan<'a>,
+    fast: &'a FastCodes,
+    lut: &'a Lut,
+    query: &'a [f32],
+    leaf: &'a [f32],
+    group: usize,
+    rowids: &'a [i64],
+}
+
+/// Offers every row of a list that `keeps` to `top`, by the estimate of
+/// the module comment: the u8 tables' exact integer sums (`fastscan::scan`)
+/// turned into `a + base_i − b·sum_i`.
+fn fast_scan_list(list: FastList<'_>, keeps: &dyn Fn(usize) -> bool, top: &mut TopK) {
+    thread_local! {
+        static SCRATCH: std::cell::RefCell<(Vec<u32>, Vec<f32>)> =
+            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+    }
+    let FastList {
+        scan,
+        fast,
+        lut,
+        query,
+        leaf,
+        group,
+        rowids,
+    } = list;
+    // est = a + base_i − b·sum_i, with <q, r̂> ≈ bias + step·sum_i.
+    let (a, b) = match scan.hierarchy.metric {
+        Metric::L2 => {
+            let y_norm2: f32 = query.iter().zip(leaf).map(|(q, c)| (q - c) * (q - c)).sum();
+            (y_norm2 - 2.0 * lut.bias, 2.0 * lut.step)
+        }
+        metric => {
+            let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
+            let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
+            (offset - base - lut.bias, lut.step)
+        }
+    };
+    SCRATCH.with_borrow_mut(|(sums, estimates)| {
+        fastscan::scan(lut, &fast.blocks, sums);
+        // One vectorised pass, then a rare-branch pass over the estimates.
+        estimates.clear();
+        estimates.extend(
+            sums.iter()
+                .zip(&fast.base)
+                .map(|(&sum, &base)| a + base - b * sum as f32),
+        );
+        let mut bound = top.threshold().unwrap_or(f32::INFINITY);
+        for (i, (&estimate, &rowid)) in estimates.iter().zip(rowids).enumerate() {
+            if estimate <= bound && keeps(i) {
+                top.push_at(estimate, rowid, pack(group, i));
+                bound = top.threshold().unwrap_or(f32::INFINITY);
+            }
+        }
+    });
 }
 
 /// Each loaded row group must hold exactly one code of `width` bytes a row.
@@ -674,6 +801,7 @@ mod tests {
             payload: None,
             file: 0,
             row_group: 0,
+            fast_codes: Default::default(),
         });
         let mask = |rows: &[usize]| Some(BooleanBuffer::collect_bool(30, |i| rows.contains(&i)));
         let count = |rows: &[usize]| pruned_pages(std::slice::from_ref(&rg), &[mask(rows)]);
@@ -693,6 +821,7 @@ mod tests {
             vectors: Vec::<f32>::new().into(),
             codes: None,
             payload: None,
+            fast_codes: Default::default(),
             ..*rg
         });
         assert_eq!(matched_pages(&[unknown], &[mask(&[1])], [0]), None);
@@ -710,6 +839,7 @@ mod tests {
                 payload: None,
                 file: 0,
                 row_group: cid as usize,
+                fast_codes: Default::default(),
             })
         };
         let loaded = [group(0, vec![10, 11, 12]), group(1, vec![20, 21])];

@@ -4,10 +4,11 @@
 //! ranks ([`ProbedRows`]).
 
 use super::cache::ByteLru;
+use super::quantized::FastCodes;
 use arrow::array::RecordBatch;
 use arrow::buffer::{BooleanBuffer, Buffer, ScalarBuffer};
 use parquet::file::page_index::offset_index::PageLocation;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// The rows of one decoded row group (one cid): the columns that were asked
 /// for ([`Want`]).
@@ -32,6 +33,10 @@ pub struct DecodedRowGroup {
     /// Manifest index of the file, and row group within it (for errors).
     pub file: usize,
     pub row_group: usize,
+    /// The codes in fast-scan blocks, transposed from `codes` by the first
+    /// scan that needs them (a fast-scan scheme only) and kept with the row
+    /// group.
+    pub fast_codes: OnceLock<FastCodes>,
 }
 
 /// The columns of a row group a load reads (`cid` and `rowid` always).
@@ -73,6 +78,7 @@ impl DecodedRowGroup {
             + self.vectors.len() * 4
             + self.codes.as_ref().map_or(0, Buffer::len)
             + self.vector_pages.as_ref().map_or(0, |p| p.len() * 24)
+            + self.fast_codes.get().map_or(0, FastCodes::bytes)
             + self
                 .payload
                 .as_ref()

@@ -133,6 +133,7 @@ mod tests {
                     payload: None,
                     file: 0,
                     row_group: i as usize,
+                    fast_codes: Default::default(),
                 })
             })
             .collect()

@@ -7,12 +7,19 @@ pub enum QuantError {
     ZeroDim,
     #[error("rabitq4 dimension {dim} exceeds the maximum {max}")]
     DimTooLarge { dim: usize, max: usize },
-    #[error("sq8 training sample is empty (dim {dim})")]
-    EmptySample { dim: usize },
-    #[error("sq8 training sample has {len} values, not a multiple of dim {dim}")]
-    SampleLength { len: usize, dim: usize },
-    #[error("sq8 training sample value at row {row}, dimension {column} is {value}, not finite")]
+    #[error("{scheme} training sample is empty (dim {dim})")]
+    EmptySample { scheme: &'static str, dim: usize },
+    #[error("{scheme} training sample has {len} values, not a multiple of dim {dim}")]
+    SampleLength {
+        scheme: &'static str,
+        len: usize,
+        dim: usize,
+    },
+    #[error(
+        "{scheme} training sample value at row {row}, dimension {column} is {value}, not finite"
+    )]
     NonFiniteSample {
+        scheme: &'static str,
         row: usize,
         column: usize,
         value: f32,
@@ -23,6 +30,14 @@ pub enum QuantError {
     NonFiniteMin { index: usize, value: f32 },
     #[error("sq8 scale of dimension {index} is {value}, not a finite positive number")]
     BadScale { index: usize, value: f32 },
-    #[error("unknown code scheme {name:?} (expected \"sq8\" or \"rabitq4\")")]
+    #[error("pq4fs codebook of dim {dim} has {len} values, expected {expected}")]
+    CodebookLength {
+        dim: usize,
+        len: usize,
+        expected: usize,
+    },
+    #[error("pq4fs centroid value {index} is {value}, not finite")]
+    NonFiniteCentroid { index: usize, value: f32 },
+    #[error("unknown code scheme {name:?} (expected \"sq8\", \"rabitq4\" or \"pq4fs\")")]
     UnknownScheme { name: String },
 }

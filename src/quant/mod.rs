@@ -9,21 +9,25 @@
 //! then forms `L2 ≈ ||r||² + ||y||² − 2<r, y>` or `IP ≈ <c, q> + <r, q>` and
 //! re-ranks its best candidates exactly from f32.
 //!
-//! Two schemes ([`Scheme`]):
+//! Three schemes ([`Scheme`]):
 //! - `sq8` — 8 bits per dimension with per-dimension ranges (`sq8.rs`);
 //! - `rabitq4` — extended RaBitQ, 4 bits per dimension after a seeded random
-//!   orthogonal rotation (`rabitq.rs`, `rotation.rs`).
+//!   orthogonal rotation (`rabitq.rs`, `rotation.rs`);
+//! - `pq4fs` — product quantisation, 16 centroids per pair of dimensions
+//!   (2 bits a dimension), scored 32 codes at a time from a per-query u8
+//!   table by the fast-scan kernel (`pq4.rs`, `fastscan.rs`).
 //!
 //! ## Code bytes (`code`: FIXED_LEN_BYTE_ARRAY of `code_bytes()` bytes)
 //!
 //! | bytes | content |
 //! |---|---|
 //! | 0..4 | `norm2`: f32 LE, `‖r‖²` of the f32 residual: f64 products summed in 8 f64 lanes (term k into lane k mod 8), lanes combined as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), rounded once to f32 |
-//! | 4..8 | `factor`: f32 LE. `sq8`: `‖r̂‖²` of the reconstruction (f64, summed in order, rounded once), informative only. `rabitq4`: `f = ‖o‖² / Σ(u_i − 7.5)·o_i` with `o = P·r` (both sums f64 as for `norm2`), 0 for a zero residual |
-//! | 8.. | payload. `sq8`: `dim` bytes, byte i = `u_i` ∈ 0..=255. `rabitq4`: `padded_dim / 2` bytes, `padded_dim` = dim rounded up to a multiple of 64; for each 64-dim block b, byte `32b + j` (j < 32) holds `u_{64b+j}` in its low nibble and `u_{64b+32+j}` in its high nibble, `u` ∈ 0..=15, padding codes 0 |
+//! | 4..8 | `factor`: f32 LE. `sq8`: `‖r̂‖²` of the reconstruction (f64, summed in order, rounded once), informative only. `rabitq4`: `f = ‖o‖² / Σ(u_i − 7.5)·o_i` with `o = P·r` (both sums f64 as for `norm2`), 0 for a zero residual. `pq4fs`: `cross = <c, r̂>` with the leaf centroid c (f64, summed in order, rounded once) |
+//! | 8.. | payload. `sq8`: `dim` bytes, byte i = `u_i` ∈ 0..=255. `rabitq4`: `padded_dim / 2` bytes, `padded_dim` = dim rounded up to a multiple of 64; for each 64-dim block b, byte `32b + j` (j < 32) holds `u_{64b+j}` in its low nibble and `u_{64b+32+j}` in its high nibble, `u` ∈ 0..=15, padding codes 0. `pq4fs`: `m / 2` bytes, `m` = dim/2 rounded up to even; byte p holds the centroid index of sub-quantiser 2p in its low nibble and 2p+1 in its high nibble |
 //!
-//! So `code_bytes()` is `8 + dim` for `sq8` and `8 + padded_dim / 2` for
-//! `rabitq4` (72 bytes at dim 128, 200 at dim 384).
+//! So `code_bytes()` is `8 + dim` for `sq8`, `8 + padded_dim / 2` for
+//! `rabitq4` (72 bytes at dim 128, 200 at dim 384) and `8 + m / 2` for
+//! `pq4fs` (40 at dim 128, 104 at dim 384).
 //!
 //! ## Estimates
 //! - `sq8`: `<r̂, y> = Σ min_i·y_i + Σ (scale_i·y_i)·u_i`, exact for the
@@ -51,9 +55,11 @@
 //! are bit-identical to the scalar fallback, `sq8` scores agree to f32 rounding.
 
 mod error;
+pub mod fastscan;
 mod header;
 mod kernels;
 mod lane_dot;
+mod pq4;
 mod rabitq;
 mod rotation;
 mod sq8;
@@ -61,8 +67,11 @@ mod sq8;
 mod tests;
 
 pub use error::QuantError;
+use fastscan::{Blocks, Lut};
 pub use header::HEADER_BYTES;
 use lane_dot::lane_dot;
+use pq4::Pq4;
+pub use pq4::{SUB_DIMS as PQ_SUB_DIMS, sub_quantizers};
 use rotation::Rotation;
 use sq8::Sq8;
 use std::fmt;
@@ -83,6 +92,8 @@ pub enum Scheme {
     Sq8,
     /// Extended RaBitQ, 4 bits per dimension, after a random rotation.
     RaBitQ4,
+    /// Product quantisation, 4 bits per 2 dimensions, fast-scan.
+    Pq4Fs,
 }
 
 impl Scheme {
@@ -91,6 +102,7 @@ impl Scheme {
         match self {
             Scheme::Sq8 => "sq8",
             Scheme::RaBitQ4 => "rabitq4",
+            Scheme::Pq4Fs => "pq4fs",
         }
     }
 }
@@ -108,6 +120,7 @@ impl FromStr for Scheme {
         match s {
             "sq8" => Ok(Scheme::Sq8),
             "rabitq4" => Ok(Scheme::RaBitQ4),
+            "pq4fs" => Ok(Scheme::Pq4Fs),
             _ => Err(QuantError::UnknownScheme { name: s.to_owned() }),
         }
     }
@@ -123,7 +136,7 @@ pub fn parse_codes(s: &str) -> Result<Option<Scheme>, String> {
     }
     s.parse()
         .map(Some)
-        .map_err(|_| format!("unknown codes {s:?}: expected none, sq8 or rabitq4"))
+        .map_err(|_| format!("unknown codes {s:?}: expected none, sq8, rabitq4 or pq4fs"))
 }
 
 /// The name [`parse_codes`] takes for `codes`.
@@ -132,7 +145,35 @@ pub const fn codes_name(codes: Option<Scheme>) -> &'static str {
         None => "none",
         Some(Scheme::Sq8) => "sq8",
         Some(Scheme::RaBitQ4) => "rabitq4",
+        Some(Scheme::Pq4Fs) => "pq4fs",
     }
+}
+
+/// Checks a row-major training sample of `scheme`: dim ≥ 1, n ≥ 1 rows,
+/// every value finite.
+fn check_sample(scheme: &'static str, residuals: &[f32], dim: usize) -> Result<(), QuantError> {
+    if dim == 0 {
+        return Err(QuantError::ZeroDim);
+    }
+    if residuals.is_empty() {
+        return Err(QuantError::EmptySample { scheme, dim });
+    }
+    if !residuals.len().is_multiple_of(dim) {
+        return Err(QuantError::SampleLength {
+            scheme,
+            len: residuals.len(),
+            dim,
+        });
+    }
+    if let Some(index) = residuals.iter().position(|x| !x.is_finite()) {
+        return Err(QuantError::NonFiniteSample {
+            scheme,
+            row: index / dim,
+            column: index % dim,
+            value: residuals[index],
+        });
+    }
+    Ok(())
 }
 
 /// The parameters of one scheme: `sq8` ranges or the `rabitq4` rotation.
@@ -146,6 +187,7 @@ pub struct Quantizer {
 enum Kind {
     Sq8(Sq8),
     RaBitQ4(Rotation),
+    Pq4(Pq4),
 }
 
 /// A query-side vector prepared for [`Quantizer::score`] by the quantiser
@@ -166,6 +208,7 @@ enum Prepared {
         half_scale: f32,
         sum: i32,
     },
+    Pq4(Lut),
 }
 
 /// Which scoring kernels run on this CPU: `"avx2"` or `"scalar"`.
@@ -194,6 +237,28 @@ impl Quantizer {
         })
     }
 
+    /// `pq4fs` trained on a row-major sample of residuals with `seed`.
+    pub fn train_pq4(residuals: &[f32], dim: usize, seed: u64) -> Result<Quantizer, QuantError> {
+        Ok(Quantizer {
+            kind: Kind::Pq4(Pq4::train(residuals, dim, seed)?),
+        })
+    }
+
+    /// `pq4fs` from stored centroids (`sub_quantizers(dim) × 16 × 2`).
+    pub fn pq4_from_centroids(dim: usize, centroids: Vec<f32>) -> Result<Quantizer, QuantError> {
+        Ok(Quantizer {
+            kind: Kind::Pq4(Pq4::from_centroids(dim, centroids)?),
+        })
+    }
+
+    /// The `pq4fs` centroids, sub-quantiser-major (`m × 16 × 2`).
+    pub fn pq4_centroids(&self) -> Option<&[f32]> {
+        match &self.kind {
+            Kind::Pq4(pq) => Some(pq.centroids()),
+            _ => None,
+        }
+    }
+
     /// `rabitq4` with the rotation generated from `seed` (O(dim³): 0.04 s at
     /// dim 384, 0.5 s at 1024).
     pub fn rabitq4(dim: usize, seed: u64) -> Result<Quantizer, QuantError> {
@@ -215,6 +280,7 @@ impl Quantizer {
         match self.kind {
             Kind::Sq8(_) => Scheme::Sq8,
             Kind::RaBitQ4(_) => Scheme::RaBitQ4,
+            Kind::Pq4(_) => Scheme::Pq4Fs,
         }
     }
 
@@ -222,10 +288,12 @@ impl Quantizer {
         match &self.kind {
             Kind::Sq8(sq8) => sq8.dim(),
             Kind::RaBitQ4(rotation) => rotation.dim(),
+            Kind::Pq4(pq) => pq.dim(),
         }
     }
 
-    /// Bytes per code: `8 + dim` (`sq8`) or `8 + padded_dim / 2` (`rabitq4`).
+    /// Bytes per code: `8 + dim` (`sq8`), `8 + padded_dim / 2` (`rabitq4`)
+    /// or `8 + m / 2` (`pq4fs`).
     pub fn code_bytes(&self) -> usize {
         HEADER_BYTES + self.payload_bytes()
     }
@@ -234,6 +302,7 @@ impl Quantizer {
         match &self.kind {
             Kind::Sq8(sq8) => sq8.dim(),
             Kind::RaBitQ4(rotation) => rabitq::payload_bytes(rotation.dim()),
+            Kind::Pq4(pq) => pq.m() / 2,
         }
     }
 
@@ -241,14 +310,14 @@ impl Quantizer {
     pub fn sq8_ranges(&self) -> Option<(&[f32], &[f32])> {
         match &self.kind {
             Kind::Sq8(sq8) => Some((sq8.min(), sq8.scale())),
-            Kind::RaBitQ4(_) => None,
+            _ => None,
         }
     }
 
     pub fn rotation_seed(&self) -> Option<u64> {
         match &self.kind {
-            Kind::Sq8(_) => None,
             Kind::RaBitQ4(rotation) => Some(rotation.seed()),
+            _ => None,
         }
     }
 
@@ -256,25 +325,29 @@ impl Quantizer {
     /// (row-major), for a reader to check it regenerated the same matrix.
     pub fn rotation_sha256(&self) -> Option<String> {
         match &self.kind {
-            Kind::Sq8(_) => None,
             Kind::RaBitQ4(rotation) => Some(rotation.sha256().to_owned()),
+            _ => None,
         }
     }
 
-    /// Encodes one residual (`dim` values) into `out` (`code_bytes()` bytes).
-    pub fn encode(&self, residual: &[f32], out: &mut [u8]) {
+    /// Encodes one residual (`dim` values) of a row of leaf `leaf` (its
+    /// centroid, `dim` values; only `pq4fs` reads it) into `out`
+    /// (`code_bytes()` bytes).
+    pub fn encode(&self, residual: &[f32], leaf: &[f32], out: &mut [u8]) {
         debug_assert_eq!(residual.len(), self.dim());
         debug_assert_eq!(out.len(), self.code_bytes());
         match &self.kind {
             Kind::Sq8(sq8) => encode_sq8(sq8, residual, out),
             Kind::RaBitQ4(rotation) => encode_rabitq_batch(rotation, residual, out),
+            Kind::Pq4(pq) => encode_pq4(pq, residual, leaf, out),
         }
     }
 
     /// Encodes row-major residuals (n × dim) into n consecutive codes, the same
-    /// bytes as [`Quantizer::encode`] per vector. Single-threaded; callers
-    /// parallelise over batches.
-    pub fn encode_batch(&self, residuals: &[f32], out: &mut [u8]) {
+    /// bytes as [`Quantizer::encode`] per vector; row i's leaf centroid is
+    /// `leaves[cids[i]]` (`leaves` row-major, `dim` each). Single-threaded;
+    /// callers parallelise over batches.
+    pub fn encode_batch(&self, residuals: &[f32], leaves: &[f32], cids: &[u32], out: &mut [u8]) {
         let dim = self.dim();
         let code_bytes = self.code_bytes();
         debug_assert_eq!(residuals.len() % dim, 0);
@@ -289,17 +362,28 @@ impl Quantizer {
                 }
             }
             Kind::RaBitQ4(rotation) => encode_rabitq_batch(rotation, residuals, out),
+            Kind::Pq4(pq) => {
+                for ((r, code), &cid) in residuals
+                    .chunks_exact(dim)
+                    .zip(out.chunks_exact_mut(code_bytes))
+                    .zip(cids)
+                {
+                    let c = cid as usize;
+                    encode_pq4(pq, r, &leaves[c * dim..(c + 1) * dim], code);
+                }
+            }
         }
     }
 
-    /// `out = P·v` for `rabitq4`, a copy of `v` for `sq8` (`dim` values each).
+    /// `out = P·v` for `rabitq4`, a copy of `v` for `sq8` and `pq4fs` (`dim`
+    /// values each).
     /// Fixed order (AVX2 or portable build, the same bits): the same bits on
     /// every CPU.
     pub fn rotate(&self, v: &[f32], out: &mut [f32]) {
         debug_assert_eq!(v.len(), self.dim());
         debug_assert_eq!(out.len(), self.dim());
         match &self.kind {
-            Kind::Sq8(_) => out.iter_mut().zip(v).for_each(|(o, &x)| *o = x),
+            Kind::Sq8(_) | Kind::Pq4(_) => out.iter_mut().zip(v).for_each(|(o, &x)| *o = x),
             Kind::RaBitQ4(rotation) => rotation.apply(v, out),
         }
     }
@@ -322,6 +406,7 @@ impl Quantizer {
                     sum,
                 }
             }
+            Kind::Pq4(pq) => Prepared::Pq4(pq4_lut(pq, y_rotated)),
         };
         PreparedQuery { inner }
     }
@@ -346,10 +431,50 @@ impl Quantizer {
             ) if query.len() == 2 * self.payload_bytes() => {
                 kernels::rabitq_scores(query, *half_scale, *sum, codes, code_bytes, out)
             }
+            (Kind::Pq4(pq), Prepared::Pq4(lut)) if lut.bytes.len() == pq.m() * 16 => {
+                for (code, o) in codes.chunks_exact(code_bytes).zip(out) {
+                    let payload = &code[HEADER_BYTES..];
+                    *o = lut.value(lut.sum_of(|s| payload[s / 2] >> (4 * (s % 2))));
+                }
+            }
             _ => {
                 debug_assert!(false, "query prepared for another quantiser");
                 out.fill(f32::NAN);
             }
+        }
+    }
+
+    /// Pairs of sub-quantisers of a fast-scan scheme (`pq4fs`): its codes
+    /// are scored with [`Quantizer::blocks`] and [`Quantizer::query_lut`].
+    pub fn fast_scan_pairs(&self) -> Option<usize> {
+        match &self.kind {
+            Kind::Pq4(pq) => Some(pq.m() / 2),
+            _ => None,
+        }
+    }
+
+    /// The fast-scan blocks of `n` row-major codes (`n × code_bytes()`
+    /// bytes); without pairs for a scheme that is not fast-scan.
+    pub fn blocks(&self, codes: &[u8], n: usize) -> Blocks {
+        let pairs = self.fast_scan_pairs().unwrap_or(0);
+        Blocks::from_rows(codes, n, self.code_bytes(), HEADER_BYTES, pairs)
+    }
+
+    /// The u8 tables of `<y, r̂>` for a query-side vector `y` (`dim`
+    /// values) of a fast-scan scheme: built once per query for every list
+    /// (L2 subtracts each code's [`Quantizer::cross`]).
+    pub fn query_lut(&self, y: &[f32]) -> Option<Lut> {
+        match &self.kind {
+            Kind::Pq4(pq) => Some(pq4_lut(pq, y)),
+            _ => None,
+        }
+    }
+
+    /// The stored `<c, r̂>` of a `pq4fs` code (its `factor` bytes).
+    pub fn cross(code: &[u8]) -> f32 {
+        match code {
+            [_, _, _, _, a, b, c, d, ..] => f32::from_le_bytes([*a, *b, *c, *d]),
+            _ => f32::NAN,
         }
     }
 
@@ -376,8 +501,22 @@ impl Quantizer {
                 rabitq::unpack_scaled(payload, factor, &mut rotated);
                 rotation.apply_transpose(&rotated, out);
             }
+            Kind::Pq4(pq) => pq.decode(payload, out),
         }
     }
+}
+
+/// The quantised tables of `<y, r̂>` of `pq4fs`.
+fn pq4_lut(pq: &Pq4, y: &[f32]) -> Lut {
+    let mut tables = vec![0.0; pq.m() * 16];
+    pq.tables(y, &mut tables);
+    Lut::quantize(&tables)
+}
+
+fn encode_pq4(pq: &Pq4, residual: &[f32], leaf: &[f32], code: &mut [u8]) {
+    let (header, payload) = code.split_at_mut(HEADER_BYTES);
+    let cross = pq.encode(residual, leaf, payload);
+    write_header(header, norm2(residual), cross);
 }
 
 fn encode_sq8(sq8: &Sq8, residual: &[f32], code: &mut [u8]) {

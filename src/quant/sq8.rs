@@ -23,25 +23,7 @@ pub(crate) struct Sq8 {
 
 impl Sq8 {
     pub(crate) fn train(residuals: &[f32], dim: usize) -> Result<Sq8, QuantError> {
-        if dim == 0 {
-            return Err(QuantError::ZeroDim);
-        }
-        if residuals.is_empty() {
-            return Err(QuantError::EmptySample { dim });
-        }
-        if !residuals.len().is_multiple_of(dim) {
-            return Err(QuantError::SampleLength {
-                len: residuals.len(),
-                dim,
-            });
-        }
-        if let Some(index) = residuals.iter().position(|x| !x.is_finite()) {
-            return Err(QuantError::NonFiniteSample {
-                row: index / dim,
-                column: index % dim,
-                value: residuals[index],
-            });
-        }
+        super::check_sample("sq8", residuals, dim)?;
         let mut min = residuals[..dim].to_vec();
         let mut max = min.clone();
         for row in residuals.chunks_exact(dim).skip(1) {

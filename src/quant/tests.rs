@@ -54,7 +54,13 @@ fn dot(a: &[f32], b: &[f32]) -> f64 {
 
 fn encode_all(quantizer: &Quantizer, residuals: &[f32]) -> Vec<u8> {
     let mut codes = vec![0u8; residuals.len() / quantizer.dim() * quantizer.code_bytes()];
-    quantizer.encode_batch(residuals, &mut codes);
+    let n = residuals.len() / quantizer.dim();
+    quantizer.encode_batch(
+        residuals,
+        &vec![0.0; quantizer.dim()],
+        &vec![0; n],
+        &mut codes,
+    );
     codes
 }
 
@@ -124,7 +130,7 @@ fn sq8_reconstruction_error_is_within_half_a_step() {
 fn sq8_clamps_values_outside_the_trained_range() {
     let q = Quantizer::train_sq8(&[-1.0, 0.0, 1.0, 2.0], 2).unwrap();
     let mut code = vec![0u8; q.code_bytes()];
-    q.encode(&[-50.0, 70.0], &mut code);
+    q.encode(&[-50.0, 70.0], &[0.0; 2], &mut code);
     assert_eq!(&code[HEADER_BYTES..], &[0, 255]);
     let mut decoded = [0.0; 2];
     q.decode(&code, &mut decoded);
@@ -140,7 +146,7 @@ fn sq8_constant_dimension_decodes_exactly() {
     let (_, scale) = q.sq8_ranges().unwrap();
     assert!(scale[0] > 0.0);
     let mut code = vec![0u8; q.code_bytes()];
-    q.encode(&[3.5, 0.0], &mut code);
+    q.encode(&[3.5, 0.0], &[0.0; 2], &mut code);
     let mut decoded = [0.0; 2];
     q.decode(&code, &mut decoded);
     assert_eq!(decoded[0], 3.5);
@@ -357,13 +363,13 @@ fn rabitq4_reports_its_parameters() {
 fn rabitq4_zero_vectors_score_zero() {
     let q = Quantizer::rabitq4(70, 1).unwrap();
     let mut code = vec![0u8; q.code_bytes()];
-    q.encode(&[0.0; 70], &mut code);
+    q.encode(&[0.0; 70], &[0.0; 70], &mut code);
     assert_eq!(Quantizer::norm2(&code), 0.0);
     assert_eq!(
         scores(&q, &vectors(1, 70, Shape::Gaussian, 1), &code),
         [0.0]
     );
-    q.encode(&vectors(1, 70, Shape::Gaussian, 2), &mut code);
+    q.encode(&vectors(1, 70, Shape::Gaussian, 2), &[0.0; 70], &mut code);
     assert_eq!(scores(&q, &[0.0; 70], &code), [0.0]);
 }
 
@@ -389,6 +395,121 @@ fn encoded_bytes_are_pinned() {
     );
 }
 
+// ---------------------------------------------------------------- pq4fs
+
+/// The fast-scan path (per-query u8 tables, blocks, exact integer sums) and
+/// the row-by-row `score` give the same bits, and both are within the
+/// tables' documented rounding of `<r̂, y>` computed from `decode`:
+/// `m·step/2`, plus f32 rounding of the table entries and of the final
+/// multiply-add (relative 2⁻²⁰ of Σ|entries|, far above what occurs).
+#[test]
+fn pq4fs_fast_scan_equals_row_scores_and_the_reconstruction() {
+    for dim in [7, 24, 128, 384] {
+        for shape in [Shape::Gaussian, Shape::PowerLaw] {
+            let sample = vectors(600, dim, shape, 40);
+            let q = Quantizer::train_pq4(&sample, dim, 41).unwrap();
+            let rs = vectors(77, dim, shape, 42);
+            let codes = encode_all(&q, &rs);
+            let m = sub_quantizers(dim);
+            assert_eq!(q.code_bytes(), HEADER_BYTES + m / 2);
+            for y in vectors(3, dim, shape, 43).chunks_exact(dim) {
+                let rows = scores(&q, y, &codes);
+                let lut = q.query_lut(y).unwrap();
+                let blocks = q.blocks(&codes, 77);
+                let mut sums = Vec::new();
+                fastscan::scan(&lut, &blocks, &mut sums);
+                let mut decoded = vec![0.0; dim];
+                for (i, code) in codes.chunks_exact(q.code_bytes()).enumerate() {
+                    let fast = lut.value(sums[i]);
+                    assert_eq!(fast.to_bits(), rows[i].to_bits(), "dim {dim} row {i}");
+                    q.decode(code, &mut decoded);
+                    let exact = dot(&decoded, y);
+                    let magnitude: f64 = y.iter().map(|v| f64::from(v.abs())).sum::<f64>()
+                        * decoded
+                            .iter()
+                            .fold(0.0f64, |a, v| a.max(f64::from(v.abs())));
+                    let bound = m as f64 * f64::from(lut.step) / 2.0 + magnitude * 1e-6;
+                    assert!(
+                        (f64::from(fast) - exact).abs() <= bound,
+                        "dim {dim} {shape:?} row {i}: {fast} vs {exact} (bound {bound})"
+                    );
+                }
+            }
+        }
+    }
+}
+
+/// The header holds the exact `‖r‖²` and `<c, r̂>` for the row's leaf.
+#[test]
+fn pq4fs_header_holds_norm_and_cross_term() {
+    let dim = 24;
+    let q = Quantizer::train_pq4(&vectors(300, dim, Shape::Gaussian, 50), dim, 51).unwrap();
+    let leaf = vectors(1, dim, Shape::Gaussian, 52);
+    let r = vectors(1, dim, Shape::Gaussian, 53);
+    let mut code = vec![0u8; q.code_bytes()];
+    q.encode(&r, &leaf, &mut code);
+    let mut decoded = vec![0.0; dim];
+    q.decode(&code, &mut decoded);
+    assert_eq!(Quantizer::norm2(&code), dot(&r, &r) as f32);
+    let cross = Quantizer::cross(&code);
+    assert!((f64::from(cross) - dot(&leaf, &decoded)).abs() <= 1e-5 * dot(&leaf, &leaf).sqrt());
+}
+
+/// Training is deterministic for a seed and each code is the nearest
+/// centroid of its pair of dimensions.
+#[test]
+fn pq4fs_training_is_seeded_and_codes_are_nearest() {
+    let dim = 10;
+    let sample = vectors(2000, dim, Shape::Spike, 60);
+    let a = Quantizer::train_pq4(&sample, dim, 1).unwrap();
+    assert_eq!(
+        a.pq4_centroids(),
+        Quantizer::train_pq4(&sample, dim, 1)
+            .unwrap()
+            .pq4_centroids()
+    );
+    assert_ne!(
+        a.pq4_centroids(),
+        Quantizer::train_pq4(&sample, dim, 2)
+            .unwrap()
+            .pq4_centroids()
+    );
+    let centroids = a.pq4_centroids().unwrap();
+    let r = vectors(1, dim, Shape::Spike, 61);
+    let mut code = vec![0u8; a.code_bytes()];
+    a.encode(&r, &[0.0; 10], &mut code);
+    for s in 0..sub_quantizers(dim) {
+        let x = [
+            r.get(2 * s).copied().unwrap_or(0.0),
+            r.get(2 * s + 1).copied().unwrap_or(0.0),
+        ];
+        let d = |j: usize| {
+            let c = &centroids[(s * 16 + j) * 2..][..2];
+            (x[0] - c[0]).powi(2) + (x[1] - c[1]).powi(2)
+        };
+        let got = usize::from((code[HEADER_BYTES + s / 2] >> (4 * (s % 2))) & 0x0F);
+        assert!((0..16).all(|j| d(got) <= d(j)), "sub-quantiser {s}");
+    }
+}
+
+#[test]
+fn pq4fs_bad_codebooks_are_typed_errors() {
+    assert_eq!(
+        Quantizer::pq4_from_centroids(4, vec![0.0; 63]).unwrap_err(),
+        QuantError::CodebookLength {
+            dim: 4,
+            len: 63,
+            expected: 64
+        }
+    );
+    let mut c = vec![0.0; 64];
+    c[5] = f32::NAN;
+    assert!(matches!(
+        Quantizer::pq4_from_centroids(4, c).unwrap_err(),
+        QuantError::NonFiniteCentroid { index: 5, .. }
+    ));
+}
+
 // ---------------------------------------------------------------- both
 
 #[test]
@@ -398,6 +519,7 @@ fn encode_batch_equals_encode_byte_for_byte() {
         for q in [
             Quantizer::train_sq8(&data, dim).unwrap(),
             Quantizer::rabitq4(dim, 31).unwrap(),
+            Quantizer::train_pq4(&data, dim, 31).unwrap(),
         ] {
             let batch = encode_all(&q, &data);
             let mut one = vec![0u8; q.code_bytes()];
@@ -406,7 +528,7 @@ fn encode_batch_equals_encode_byte_for_byte() {
                 .zip(batch.chunks_exact(q.code_bytes()))
                 .enumerate()
             {
-                q.encode(r, &mut one);
+                q.encode(r, &vec![0.0; dim], &mut one);
                 assert_eq!(one, code, "{} dim {dim} vector {k}", q.scheme());
             }
         }
@@ -554,7 +676,7 @@ fn fast_encoding_equals_scalar_reference_byte_for_byte() {
         );
 
         let mut codes = vec![0u8; n * q.code_bytes()];
-        q.encode_batch(&data, &mut codes);
+        q.encode_batch(&data, &vec![0.0; dim], &vec![0; n], &mut codes);
         assert_eq!(codes, expected, "dispatched encode_batch, dim {dim}");
         codes.fill(0);
         encode_rabitq_batch_portable(rotation, &data, &mut codes);
@@ -627,20 +749,31 @@ fn scheme_names_round_trip() {
 fn bad_parameters_are_typed_errors() {
     assert_eq!(
         Quantizer::train_sq8(&[], 4).unwrap_err(),
-        QuantError::EmptySample { dim: 4 }
+        QuantError::EmptySample {
+            scheme: "sq8",
+            dim: 4
+        }
     );
     assert_eq!(
         Quantizer::train_sq8(&[1.0], 0).unwrap_err(),
         QuantError::ZeroDim
     );
     let err = Quantizer::train_sq8(&[1.0; 5], 4).unwrap_err();
-    assert_eq!(err, QuantError::SampleLength { len: 5, dim: 4 });
+    assert_eq!(
+        err,
+        QuantError::SampleLength {
+            scheme: "sq8",
+            len: 5,
+            dim: 4
+        }
+    );
     assert!(err.to_string().contains('5') && err.to_string().contains('4'));
     let mut sample = vec![0.0; 8];
     sample[6] = f32::INFINITY;
     assert_eq!(
         Quantizer::train_sq8(&sample, 4).unwrap_err(),
         QuantError::NonFiniteSample {
+            scheme: "sq8",
             row: 1,
             column: 2,
             value: f32::INFINITY
@@ -649,7 +782,7 @@ fn bad_parameters_are_typed_errors() {
     sample[6] = f32::NAN;
     assert!(matches!(
         Quantizer::train_sq8(&sample, 4).unwrap_err(),
-        QuantError::NonFiniteSample { row: 1, column: 2, value } if value.is_nan()
+        QuantError::NonFiniteSample { scheme: "sq8", row: 1, column: 2, value } if value.is_nan()
     ));
 
     assert_eq!(

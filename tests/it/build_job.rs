@@ -457,6 +457,22 @@ async fn documents_written_by_a_build_match_their_schemas() {
     )
     .unwrap();
     assert!(validator("commit.schema.json").is_valid(&example));
+    for example in ["quantizer-rabitq4.json", "quantizer-pq4fs.json"] {
+        let doc: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                    .join("manifests/examples")
+                    .join(example),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let errors: Vec<String> = validator("quantizer.schema.json")
+            .iter_errors(&doc)
+            .map(|e| e.to_string())
+            .collect();
+        assert!(errors.is_empty(), "{example}: {errors:?}");
+    }
     let calibration: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -60,7 +60,7 @@ async fn full_probe_and_full_rerank_equal_brute_force_in_every_mode() {
     let data = dataset(n, dim, 5);
     let ids: Vec<i64> = (0..n as i64).collect();
     let q = queries(&data, dim, &[3, 700, 1499, 42]);
-    for scheme in [Scheme::Sq8, Scheme::RaBitQ4] {
+    for scheme in [Scheme::Sq8, Scheme::RaBitQ4, Scheme::Pq4Fs] {
         for metric in [Metric::L2, Metric::InnerProduct] {
             let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
             let index = built(&store, &data, dim, &params(nlist, metric, Some(scheme))).await;
@@ -187,18 +187,18 @@ async fn recall_of_the_default_codes_with_the_default_rerank() {
 
 #[tokio::test]
 async fn a_corrupted_code_or_vector_page_is_a_typed_error() {
+    for scheme in [Scheme::RaBitQ4, Scheme::Pq4Fs] {
+        a_corrupted_code_or_vector_page_is_a_typed_error_for(scheme).await;
+    }
+}
+
+async fn a_corrupted_code_or_vector_page_is_a_typed_error_for(scheme: Scheme) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
     let (n, dim, nlist) = (800, 16, 2);
     let data = dataset(n, dim, 3);
-    let index = built(
-        &store,
-        &data,
-        dim,
-        &params(nlist, Metric::L2, Some(Scheme::RaBitQ4)),
-    )
-    .await;
+    let index = built(&store, &data, dim, &params(nlist, Metric::L2, Some(scheme))).await;
     let part = dir.path().join(index.postings_paths()[0].as_ref());
     let bytes = std::fs::read(&part).unwrap();
     let meta = parquet::file::metadata::ParquetMetaDataReader::new()
@@ -258,16 +258,16 @@ async fn a_corrupted_code_or_vector_page_is_a_typed_error() {
 
 #[tokio::test]
 async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
+    for scheme in [Scheme::RaBitQ4, Scheme::Pq4Fs] {
+        verify_reencodes_a_sample_and_reports_codes_that_do_not_match_for(scheme).await;
+    }
+}
+
+async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match_for(scheme: Scheme) {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let (n, dim, nlist) = (1200, 16, 8);
     let data = dataset(n, dim, 4);
-    built(
-        &store,
-        &data,
-        dim,
-        &params(nlist, Metric::L2, Some(Scheme::RaBitQ4)),
-    )
-    .await;
+    built(&store, &data, dim, &params(nlist, Metric::L2, Some(scheme))).await;
     let idx = Path::from("idx");
     let options = parqivf::verify::VerifyOptions::default();
     let report = parqivf::verify::verify_location(store.clone(), &idx, options)
@@ -275,13 +275,17 @@ async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
         .unwrap();
     assert!(report.is_ok(), "{:?}", report.violations);
     // The snapshot folder opened bare (no commit pins), with the parameters
-    // of another rotation: every re-encoded code differs.
+    // of another rotation or codebook: every re-encoded code differs.
     let commit = parqivf::format::warehouse::current(&store, &idx)
         .await
         .unwrap()
         .unwrap();
     let folder = parqivf::format::warehouse::snapshot_folder(&idx, &commit.snapshot).unwrap();
-    let other = parqivf::quant::Quantizer::rabitq4(dim, 999).unwrap();
+    let other = match scheme {
+        Scheme::Pq4Fs => parqivf::quant::Quantizer::train_pq4(&dataset(300, dim, 999), dim, 999),
+        _ => parqivf::quant::Quantizer::rabitq4(dim, 999),
+    }
+    .unwrap();
     store
         .put(
             &folder.clone().join("quantizer.json"),
@@ -302,18 +306,18 @@ async fn verify_reencodes_a_sample_and_reports_codes_that_do_not_match() {
 
 #[tokio::test]
 async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index() {
+    for scheme in [Scheme::RaBitQ4, Scheme::Pq4Fs] {
+        pyarrow_and_duckdb_read_the_code_column_and_the_page_index_for(scheme).await;
+    }
+}
+
+async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index_for(scheme: Scheme) {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn ObjectStore> =
         Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
     let (n, dim) = (900, 40);
     let data = dataset(n, dim, 8);
-    let index = built(
-        &store,
-        &data,
-        dim,
-        &params(4, Metric::L2, Some(Scheme::RaBitQ4)),
-    )
-    .await;
+    let index = built(&store, &data, dim, &params(4, Metric::L2, Some(scheme))).await;
     let Some(python) = support::python::python_with("duckdb") else {
         return;
     };

@@ -210,6 +210,11 @@ async fn full_probe_equals_filtered_brute_force_in_every_mode() {
             Some(Scheme::RaBitQ4),
             &[Preload::None, Preload::Codes, Preload::All][..],
         ),
+        (
+            "pq4fs",
+            Some(Scheme::Pq4Fs),
+            &[Preload::None, Preload::Codes, Preload::All][..],
+        ),
     ] {
         for &mode in modes {
             let index = fx.index(&format!("{name}-{mode:?}"), codes).await;

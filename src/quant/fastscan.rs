@@ -1,0 +1,396 @@
+//! The fast-scan kernel: sums of per-query lookup tables over 4-bit codes,
+//! 32 vectors at a time, in the manner of FAISS's `IndexIVFPQFastScan`.
+//!
+//! A vector has `m` 4-bit codes (one per sub-quantiser, `m` even). A query
+//! brings `m` tables of 16 f32 entries; the score of a vector is
+//! `Σ_s table_s[code_s]`. [`Lut::quantize`] turns the tables into u8 once per
+//! query: each table loses its minimum (summed into [`Lut::bias`]) and all
+//! are scaled by one factor so the largest range is 255, rounded to nearest.
+//! So a score is `bias + S / scale` with `S` the exact integer sum of the u8
+//! entries, and `|score − Σ table_s[code_s]| ≤ m / (2·scale)` (each entry is
+//! off by at most half a step).
+//!
+//! ## Block layout ([`Blocks`])
+//! Vectors are grouped in blocks of [`BLOCK`] (= 32); a block holds `m / 2`
+//! pairs of sub-quantisers, 32 bytes each, block-major then pair-major. In
+//! the 32 bytes of pair p (sub-quantisers 2p and 2p+1), for j < 16:
+//!
+//! | byte | low nibble | high nibble |
+//! |---|---|---|
+//! | j | code 2p of vector j | code 2p of vector j + 16 |
+//! | 16 + j | code 2p+1 of vector j | code 2p+1 of vector j + 16 |
+//!
+//! and the query's tables for the pair are 32 bytes: table 2p then 2p+1. One
+//! `vpshufb` of the tables by the low nibbles then looks up sub-quantiser 2p
+//! for vectors 0..16 in the low 128-bit lane and 2p+1 in the high lane, and
+//! the high nibbles do the same for vectors 16..32. The u8 results add into
+//! u16 lanes split by byte parity (`x & 0xff`, `x >> 8`), flushed into u32
+//! every [`FLUSH_PAIRS`] pairs so that no u16 overflows (255 · 256 < 2¹⁶).
+//! The padding vectors of a last partial block have codes 0.
+//!
+//! Two kernels compute the same exact integers: AVX2 (chosen at run time)
+//! and a portable scalar one, the reference of the tests.
+
+/// Vectors per block.
+pub const BLOCK: usize = 32;
+
+/// Pairs accumulated in u16 before the sums are widened to u32: each u16
+/// lane takes one u8 per pair, and `255 × 256 = 65,280 < 65,536`.
+const FLUSH_PAIRS: usize = 256;
+
+/// Which fast-scan kernel runs on this CPU: `"avx2"` or `"scalar"`.
+pub fn kernel_path() -> &'static str {
+    if avx2() { "avx2" } else { "scalar" }
+}
+
+fn avx2() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx2")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
+}
+
+/// The codes of `n` vectors in the block layout of the module comment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Blocks {
+    /// Vectors (the last block is padded to [`BLOCK`]).
+    pub n: usize,
+    /// Pairs of sub-quantisers (`m / 2`).
+    pub pairs: usize,
+    /// `n.div_ceil(32) × pairs × 32` bytes.
+    pub bytes: Vec<u8>,
+}
+
+impl Blocks {
+    /// The blocks of `n` row-major packed codes, `stride` bytes apart,
+    /// starting `offset` bytes into each, where byte p of a code holds
+    /// sub-quantiser 2p in its low nibble and 2p+1 in its high nibble
+    /// (`pairs` bytes). `rows` must hold `n × stride` bytes.
+    pub fn from_rows(rows: &[u8], n: usize, stride: usize, offset: usize, pairs: usize) -> Blocks {
+        debug_assert!(rows.len() >= n * stride && offset + pairs <= stride);
+        let nblocks = n.div_ceil(BLOCK);
+        let mut bytes = vec![0u8; nblocks * pairs * 32];
+        let byte = |v: usize, p: usize| -> u8 {
+            if v < n {
+                rows[v * stride + offset + p]
+            } else {
+                0
+            }
+        };
+        for (b, block) in bytes.chunks_exact_mut(pairs * 32).enumerate() {
+            let first = b * BLOCK;
+            for (p, out) in block.chunks_exact_mut(32).enumerate() {
+                for j in 0..16 {
+                    let (a, z) = (byte(first + j, p), byte(first + j + 16, p));
+                    out[j] = (a & 0x0F) | (z << 4);
+                    out[16 + j] = (a >> 4) | (z & 0xF0);
+                }
+            }
+        }
+        Blocks { n, pairs, bytes }
+    }
+
+    /// The code of sub-quantiser `s` of vector `v` (for tests and for
+    /// scoring single rows).
+    pub fn code(&self, v: usize, s: usize) -> u8 {
+        let (b, j) = (v / BLOCK, v % BLOCK);
+        let pair = &self.bytes[(b * self.pairs + s / 2) * 32..][..32];
+        let byte = pair[16 * (s % 2) + j % 16];
+        if j < 16 { byte & 0x0F } else { byte >> 4 }
+    }
+}
+
+/// A query's tables quantised to u8, in the pair layout of the module
+/// comment: `pairs × 32` bytes.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Lut {
+    pub bytes: Vec<u8>,
+    /// `Σ_s min_j table_s[j]`.
+    pub bias: f32,
+    /// `1 / scale`: an integer sum `S` stands for `bias + S · step`.
+    pub step: f32,
+}
+
+impl Lut {
+    /// Quantises `m × 16` f32 tables (row-major; `m` even). Non-finite
+    /// entries make every table entry 0 and `step` NaN, so every score is
+    /// NaN rather than a silently wrong number.
+    pub fn quantize(tables: &[f32]) -> Lut {
+        debug_assert_eq!(tables.len() % 32, 0);
+        let mut bias = 0.0f64;
+        let mut widest = 0.0f32;
+        let mut finite = true;
+        let mins: Vec<f32> = tables
+            .chunks_exact(16)
+            .map(|t| {
+                let (lo, hi) = t
+                    .iter()
+                    .fold((f32::INFINITY, f32::NEG_INFINITY), |(lo, hi), &x| {
+                        (lo.min(x), hi.max(x))
+                    });
+                finite &= t.iter().all(|x| x.is_finite());
+                bias += f64::from(lo);
+                widest = widest.max(hi - lo);
+                lo
+            })
+            .collect();
+        let mut bytes = vec![0u8; tables.len()];
+        if !finite || !widest.is_finite() {
+            return Lut {
+                bytes,
+                bias: f32::NAN,
+                step: f32::NAN,
+            };
+        }
+        let scale = if widest > 0.0 { 255.0 / widest } else { 0.0 };
+        for ((out, t), &lo) in bytes
+            .chunks_exact_mut(16)
+            .zip(tables.chunks_exact(16))
+            .zip(&mins)
+        {
+            for (o, &x) in out.iter_mut().zip(t) {
+                *o = ((x - lo) * scale).round().clamp(0.0, 255.0) as u8;
+            }
+        }
+        Lut {
+            bytes,
+            bias: bias as f32,
+            step: if scale > 0.0 { 1.0 / scale } else { 0.0 },
+        }
+    }
+
+    /// `bias + sum · step`: the score an integer sum stands for.
+    #[inline(always)]
+    pub fn value(&self, sum: u32) -> f32 {
+        self.bias + sum as f32 * self.step
+    }
+
+    /// The exact integer sum of one vector's codes (`codes(s)` for s < m).
+    pub fn sum_of(&self, codes: impl Fn(usize) -> u8) -> u32 {
+        (0..self.bytes.len() / 16)
+            .map(|s| u32::from(self.bytes[s * 16 + usize::from(codes(s) & 0x0F)]))
+            .sum()
+    }
+}
+
+/// `out[v] = Σ_s lut[s][code_s(v)]` for every vector of `blocks`, exact
+/// integers, with the fastest kernel this CPU runs. `out` receives
+/// `n.div_ceil(32) × 32` sums (the padding vectors' too).
+pub fn scan(lut: &Lut, blocks: &Blocks, out: &mut Vec<u32>) {
+    out.clear();
+    out.resize(blocks.n.div_ceil(BLOCK) * BLOCK, 0);
+    if lut.bytes.len() != blocks.pairs * 32 {
+        debug_assert!(false, "tables for another code width");
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx2() {
+        // SAFETY: AVX2 was detected on this CPU just above.
+        unsafe { scan_avx2(&lut.bytes, &blocks.bytes, blocks.pairs, out) };
+        return;
+    }
+    scan_scalar(&lut.bytes, &blocks.bytes, blocks.pairs, out);
+}
+
+/// The portable kernel (the reference of the tests).
+pub(crate) fn scan_scalar(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u32]) {
+    if pairs == 0 {
+        return;
+    }
+    for (block, sums) in blocks
+        .chunks_exact(pairs * 32)
+        .zip(out.chunks_exact_mut(BLOCK))
+    {
+        for (pair, tables) in block.chunks_exact(32).zip(lut.chunks_exact(32)) {
+            for j in 0..16 {
+                let (even, odd) = (pair[j], pair[16 + j]);
+                let (t0, t1) = (&tables[..16], &tables[16..]);
+                sums[j] += u32::from(t0[usize::from(even & 0x0F)])
+                    + u32::from(t1[usize::from(odd & 0x0F)]);
+                sums[j + 16] +=
+                    u32::from(t0[usize::from(even >> 4)]) + u32::from(t1[usize::from(odd >> 4)]);
+            }
+        }
+    }
+}
+
+/// The AVX2 kernel.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn scan_avx2(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    if pairs == 0 {
+        return;
+    }
+    let nibble = _mm256_set1_epi8(0x0F);
+    let low_byte = _mm256_set1_epi16(0x00FF);
+    for (block, sums) in blocks
+        .chunks_exact(pairs * 32)
+        .zip(out.chunks_exact_mut(BLOCK))
+    {
+        let mut start = 0;
+        while start < pairs {
+            let end = (start + FLUSH_PAIRS).min(pairs);
+            // Vectors 0..16 (low nibbles) and 16..32 (high), split by the
+            // byte parity of the vector: [low even, low odd, high even, high odd].
+            let mut acc = [_mm256_setzero_si256(); 4];
+            for p in start..end {
+                // SAFETY: `block` and `lut` hold `pairs × 32` bytes and
+                // p < pairs; loadu needs no alignment.
+                let (codes, tables) = unsafe {
+                    (
+                        _mm256_loadu_si256(block.as_ptr().add(p * 32).cast::<__m256i>()),
+                        _mm256_loadu_si256(lut.as_ptr().add(p * 32).cast::<__m256i>()),
+                    )
+                };
+                let low = _mm256_and_si256(codes, nibble);
+                let high = _mm256_and_si256(_mm256_srli_epi16(codes, 4), nibble);
+                let low = _mm256_shuffle_epi8(tables, low);
+                let high = _mm256_shuffle_epi8(tables, high);
+                acc[0] = _mm256_add_epi16(acc[0], _mm256_and_si256(low, low_byte));
+                acc[1] = _mm256_add_epi16(acc[1], _mm256_srli_epi16(low, 8));
+                acc[2] = _mm256_add_epi16(acc[2], _mm256_and_si256(high, low_byte));
+                acc[3] = _mm256_add_epi16(acc[3], _mm256_srli_epi16(high, 8));
+            }
+            // u16 lane k of acc[h]: k < 8 holds sub-quantisers 2p of vector
+            // 16·(h/2) + 2k + h%2, k ≥ 8 the 2p+1 of vector 16·(h/2) + 2(k−8) + h%2.
+            for (h, a) in acc.iter().enumerate() {
+                let mut lanes = [0u16; 16];
+                // SAFETY: `lanes` is 32 bytes; storeu needs no alignment.
+                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), *a) };
+                for k in 0..8 {
+                    let v = 16 * (h / 2) + 2 * k + h % 2;
+                    sums[v] += u32::from(lanes[k]) + u32::from(lanes[k + 8]);
+                }
+            }
+            start = end;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// Row-major packed codes of `n` vectors with `pairs` bytes each.
+    fn random_rows(n: usize, pairs: usize, seed: u64) -> Vec<u8> {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        (0..n * pairs).map(|_| rng.random()).collect()
+    }
+
+    fn random_lut(pairs: usize, seed: u64) -> Lut {
+        let mut rng = ChaCha8Rng::seed_from_u64(seed);
+        let tables: Vec<f32> = (0..pairs * 32)
+            .map(|_| rng.random_range(-3.0f32..5.0))
+            .collect();
+        Lut::quantize(&tables)
+    }
+
+    #[test]
+    fn blocks_hold_every_code_where_the_layout_says() {
+        for (n, pairs) in [(1, 1), (31, 2), (32, 3), (33, 4), (100, 64)] {
+            let rows = random_rows(n, pairs, 5);
+            let blocks = Blocks::from_rows(&rows, n, pairs, 0, pairs);
+            assert_eq!(blocks.bytes.len(), n.div_ceil(32) * pairs * 32);
+            for v in 0..n {
+                for s in 0..2 * pairs {
+                    let byte = rows[v * pairs + s / 2];
+                    let code = if s % 2 == 0 { byte & 0x0F } else { byte >> 4 };
+                    assert_eq!(
+                        blocks.code(v, s),
+                        code,
+                        "n {n} vector {v} sub-quantiser {s}"
+                    );
+                }
+            }
+            // Padding vectors have codes 0.
+            for v in n..n.div_ceil(32) * 32 {
+                assert!((0..2 * pairs).all(|s| blocks.code(v, s) == 0));
+            }
+        }
+    }
+
+    /// Every kernel this CPU runs returns the exact sums of a plain loop
+    /// over the row-major codes, including past a u16 flush (600 pairs).
+    #[test]
+    fn kernels_equal_the_scalar_reference_exactly() {
+        let mut paths = vec!["scalar"];
+        if avx2() {
+            paths.push("avx2");
+        }
+        for (n, pairs) in [(1, 1), (32, 8), (45, 64), (97, 192), (64, 600)] {
+            let rows = random_rows(n, pairs, n as u64);
+            let blocks = Blocks::from_rows(&rows, n, pairs, 0, pairs);
+            let lut = random_lut(pairs, 7 + pairs as u64);
+            let reference: Vec<u32> = (0..n)
+                .map(|v| {
+                    lut.sum_of(|s| {
+                        let byte = rows[v * pairs + s / 2];
+                        if s % 2 == 0 { byte & 0x0F } else { byte >> 4 }
+                    })
+                })
+                .collect();
+            let padded = n.div_ceil(32) * 32;
+            let mut scalar = vec![0u32; padded];
+            scan_scalar(&lut.bytes, &blocks.bytes, pairs, &mut scalar);
+            assert_eq!(&scalar[..n], &reference[..], "scalar, n {n}, pairs {pairs}");
+            #[cfg(target_arch = "x86_64")]
+            if avx2() {
+                let mut fast = vec![0u32; padded];
+                // SAFETY: AVX2 was detected.
+                unsafe { scan_avx2(&lut.bytes, &blocks.bytes, pairs, &mut fast) };
+                assert_eq!(fast, scalar, "avx2, n {n}, pairs {pairs}");
+            }
+            let mut dispatched = Vec::new();
+            scan(&lut, &blocks, &mut dispatched);
+            assert_eq!(dispatched, scalar);
+        }
+        eprintln!(
+            "fast-scan kernels checked: {paths:?} (dispatch runs {})",
+            kernel_path()
+        );
+    }
+
+    /// The quantised sum is within `m / (2·scale)` of the f32 sum.
+    #[test]
+    fn quantised_tables_stay_within_half_a_step_per_table() {
+        let pairs = 48;
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        let tables: Vec<f32> = (0..pairs * 32)
+            .map(|_| rng.random_range(-1.0f32..1.0))
+            .collect();
+        let lut = Lut::quantize(&tables);
+        let m = 2 * pairs;
+        for _ in 0..200 {
+            let codes: Vec<u8> = (0..m).map(|_| rng.random_range(0..16)).collect();
+            let exact: f64 = (0..m)
+                .map(|s| f64::from(tables[s * 16 + usize::from(codes[s])]))
+                .sum();
+            let approx = f64::from(lut.value(lut.sum_of(|s| codes[s])));
+            let bound = m as f64 * f64::from(lut.step) / 2.0 + 1e-4;
+            assert!(
+                (approx - exact).abs() <= bound,
+                "{approx} vs {exact}, bound {bound}"
+            );
+        }
+    }
+
+    #[test]
+    fn constant_and_non_finite_tables_are_handled() {
+        let flat = Lut::quantize(&[2.0; 32]);
+        assert_eq!(flat.step, 0.0);
+        assert_eq!(flat.value(0), 4.0);
+        let mut bad = [0.0f32; 32];
+        bad[3] = f32::NAN;
+        assert!(Lut::quantize(&bad).value(0).is_nan());
+    }
+}

@@ -1,0 +1,217 @@
+//! `pq4fs`: product quantisation with 16 centroids (4 bits) per pair of
+//! dimensions, scored by the fast-scan kernel (`fastscan.rs`).
+//!
+//! The residual r is cut into `m` sub-vectors of [`SUB_DIMS`] (= 2)
+//! consecutive dimensions, `m = dim / 2` rounded up to an even number (a
+//! missing dimension reads as 0). Sub-quantiser s has its own 16 centroids
+//! `C_s[0..16]` (2-d); a code keeps the index of the nearest one (squared
+//! distance in f32 in a fixed order, the first on ties), so r reads back as
+//! `r̂ = (C_0[u_0], …, C_{m−1}[u_{m−1}])`.
+//!
+//! **Training** ([`Pq4::train`]): per sub-quantiser, Lloyd's k-means on the
+//! sample's 2-d sub-vectors (at most [`TRAIN_POINTS`] of them), seeded from
+//! 16 distinct sample points drawn with the build seed, [`TRAIN_ITERATIONS`]
+//! iterations, means summed in f64 in row order. A centroid that loses every
+//! point keeps its place. Deterministic for the same sample and seed.
+//!
+//! **Scoring**: `<q, r̂> = Σ_s <q_s, C_s[u_s]>`: one table of 16 entries per
+//! sub-quantiser, built once per query for every list, since the list's
+//! own term is in the code: the header's `factor` bytes hold
+//! `cross = <c, r̂>` (c the leaf centroid; f64 sum, rounded once), so for L2
+//! `<q − c, r̂> = <q, r̂> − cross`.
+
+use super::error::QuantError;
+use rand::SeedableRng;
+use rand::seq::index::sample;
+use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
+
+/// Dimensions per sub-quantiser.
+pub const SUB_DIMS: usize = 2;
+/// Centroids per sub-quantiser (4 bits).
+pub const CENTROIDS: usize = 16;
+/// Most sample rows a sub-quantiser trains on (FAISS trains a PQ on
+/// 256 points per centroid: 4,096).
+pub const TRAIN_POINTS: usize = 16_384;
+/// Lloyd iterations per sub-quantiser.
+pub const TRAIN_ITERATIONS: usize = 25;
+
+/// Sub-quantisers of a `dim`-dimensional code: `dim / 2` rounded up to even.
+pub fn sub_quantizers(dim: usize) -> usize {
+    dim.div_ceil(SUB_DIMS).next_multiple_of(2)
+}
+
+/// The trained centroids: `m × 16 × 2` f32, sub-quantiser-major.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Pq4 {
+    dim: usize,
+    centroids: Vec<f32>,
+}
+
+impl Pq4 {
+    pub(crate) fn dim(&self) -> usize {
+        self.dim
+    }
+
+    pub(crate) fn centroids(&self) -> &[f32] {
+        &self.centroids
+    }
+
+    /// Sub-quantisers.
+    pub(crate) fn m(&self) -> usize {
+        sub_quantizers(self.dim)
+    }
+
+    /// From stored centroids: `sub_quantizers(dim) × 16 × 2` finite values.
+    pub(crate) fn from_centroids(dim: usize, centroids: Vec<f32>) -> Result<Pq4, QuantError> {
+        if dim == 0 {
+            return Err(QuantError::ZeroDim);
+        }
+        let expected = sub_quantizers(dim) * CENTROIDS * SUB_DIMS;
+        if centroids.len() != expected {
+            return Err(QuantError::CodebookLength {
+                dim,
+                len: centroids.len(),
+                expected,
+            });
+        }
+        if let Some(index) = centroids.iter().position(|x| !x.is_finite()) {
+            return Err(QuantError::NonFiniteCentroid {
+                index,
+                value: centroids[index],
+            });
+        }
+        Ok(Pq4 { dim, centroids })
+    }
+
+    /// Trains on row-major residuals (`n × dim`, finite, n ≥ 1).
+    pub(crate) fn train(residuals: &[f32], dim: usize, seed: u64) -> Result<Pq4, QuantError> {
+        super::check_sample("pq4fs", residuals, dim)?;
+        let n = residuals.len() / dim;
+        let rows: Vec<usize> = if n > TRAIN_POINTS {
+            let mut rows = sample(&mut ChaCha8Rng::seed_from_u64(seed), n, TRAIN_POINTS).into_vec();
+            rows.sort_unstable();
+            rows
+        } else {
+            (0..n).collect()
+        };
+        let m = sub_quantizers(dim);
+        let centroids: Vec<f32> = (0..m)
+            .into_par_iter()
+            .flat_map_iter(|s| {
+                let points: Vec<[f32; 2]> = rows
+                    .iter()
+                    .map(|&r| sub_vector(&residuals[r * dim..(r + 1) * dim], s))
+                    .collect();
+                lloyd_2d(&points, seed.wrapping_add(s as u64 + 1))
+                    .into_iter()
+                    .flatten()
+            })
+            .collect();
+        Pq4::from_centroids(dim, centroids)
+    }
+
+    /// Writes the `m / 2` payload bytes of `residual` (byte p: sub-quantiser
+    /// 2p in the low nibble, 2p+1 in the high) and returns `<leaf, r̂>`.
+    pub(crate) fn encode(&self, residual: &[f32], leaf: &[f32], payload: &mut [u8]) -> f32 {
+        let mut cross = 0.0f64;
+        for (p, byte) in payload.iter_mut().enumerate() {
+            let mut packed = 0u8;
+            for half in 0..2 {
+                let s = 2 * p + half;
+                let code = nearest(self.sub_centroids(s), sub_vector(residual, s));
+                let c = &self.sub_centroids(s)[usize::from(code)];
+                let l = sub_vector(leaf, s);
+                cross += f64::from(l[0]) * f64::from(c[0]) + f64::from(l[1]) * f64::from(c[1]);
+                packed |= code << (4 * half);
+            }
+            *byte = packed;
+        }
+        cross as f32
+    }
+
+    /// The 16 centroids of sub-quantiser `s`.
+    fn sub_centroids(&self, s: usize) -> &[[f32; 2]] {
+        let (chunks, _) = self.centroids.as_chunks::<2>();
+        &chunks[s * CENTROIDS..(s + 1) * CENTROIDS]
+    }
+
+    /// The `m × 16` tables of `<y_s, C_s[j]>` for a query-side vector y.
+    pub(crate) fn tables(&self, y: &[f32], out: &mut [f32]) {
+        for (s, table) in out.chunks_exact_mut(CENTROIDS).enumerate() {
+            let ys = sub_vector(y, s);
+            for (t, c) in table.iter_mut().zip(self.sub_centroids(s)) {
+                *t = ys[0] * c[0] + ys[1] * c[1];
+            }
+        }
+    }
+
+    /// `r̂` of a payload (`dim` values).
+    pub(crate) fn decode(&self, payload: &[u8], out: &mut [f32]) {
+        for (i, o) in out.iter_mut().enumerate() {
+            let s = i / SUB_DIMS;
+            let code = (payload[s / 2] >> (4 * (s % 2))) & 0x0F;
+            *o = self.sub_centroids(s)[usize::from(code)][i % SUB_DIMS];
+        }
+    }
+}
+
+/// Dimensions 2s and 2s+1 of `v` (0 past its end).
+#[inline(always)]
+fn sub_vector(v: &[f32], s: usize) -> [f32; 2] {
+    let at = |i: usize| v.get(i).copied().unwrap_or(0.0);
+    [at(SUB_DIMS * s), at(SUB_DIMS * s + 1)]
+}
+
+/// Index of the centroid nearest `x` (squared distance in f32, first on ties).
+#[inline(always)]
+fn nearest(centroids: &[[f32; 2]], x: [f32; 2]) -> u8 {
+    let mut best = (f32::INFINITY, 0u8);
+    for (j, c) in centroids.iter().enumerate() {
+        let (a, b) = (x[0] - c[0], x[1] - c[1]);
+        let d = a * a + b * b;
+        if d < best.0 {
+            best = (d, j as u8);
+        }
+    }
+    best.1
+}
+
+/// 16 centroids of 2-d points: Lloyd from 16 distinct points drawn with
+/// `seed` (repeated when there are fewer).
+fn lloyd_2d(points: &[[f32; 2]], seed: u64) -> Vec<[f32; 2]> {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let take = CENTROIDS.min(points.len());
+    let mut centroids: Vec<[f32; 2]> = sample(&mut rng, points.len(), take)
+        .into_iter()
+        .map(|i| points[i])
+        .collect();
+    while centroids.len() < CENTROIDS {
+        centroids.push(centroids[centroids.len() % take]);
+    }
+    let mut labels = vec![0u8; points.len()];
+    for _ in 0..TRAIN_ITERATIONS {
+        let mut changed = false;
+        for (l, &p) in labels.iter_mut().zip(points) {
+            let j = nearest(&centroids, p);
+            changed |= *l != j;
+            *l = j;
+        }
+        let mut sums = [[0.0f64; 3]; CENTROIDS];
+        for (&l, p) in labels.iter().zip(points) {
+            let s = &mut sums[usize::from(l)];
+            s[0] += f64::from(p[0]);
+            s[1] += f64::from(p[1]);
+            s[2] += 1.0;
+        }
+        for (c, s) in centroids.iter_mut().zip(&sums) {
+            if s[2] > 0.0 {
+                *c = [(s[0] / s[2]) as f32, (s[1] / s[2]) as f32];
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    centroids
+}
