@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # parqivf with quantised codes next to FAISS's quantised IVF indexes on the
-# same data, in one run (issue 12): builds with --codes none / rabitq4 / sq8
+# same data, in one run (issues 12, 26): builds with --codes none and each of
+# $QCODES (default rabitq4 pq4fs; sq8 on request)
 # (time, peak RSS), a recall/QPS sweep over nprobe and rerank in the three
 # serving modes (--preload all, --preload codes, nothing preloaded with warm
 # footers), batch and one query per call, one thread; then one query per
@@ -21,7 +22,8 @@ PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/rele
 GT="$DATA/gt.npy"; [ -f "$GT" ] || GT="$DATA/gt.ivecs"
 mkdir -p "$RESULTS"
 echo "# $(date -u) uptime: $(uptime)"
-for codes in ${CODES:-none rabitq4 sq8}; do
+QCODES="${QCODES:-rabitq4 pq4fs}"
+for codes in none $QCODES; do
   OUT="$RESULTS/$DATASET-$codes"
   if [ -n "${SKIP_BUILD:-}" ] && [ -d "$OUT" ]; then continue; fi
   rm -rf "$OUT"
@@ -35,7 +37,7 @@ for np in ${NPROBES//,/ }; do
   echo "flat all batch    $(search "$RESULTS/$DATASET-none" --nprobe "$np" --preload all --reps 3)"
   echo "flat all single   $(search "$RESULTS/$DATASET-none" --nprobe "$np" --preload all --batch-size 1 --reps 1)"
   echo "flat warm single  $(search "$RESULTS/$DATASET-none" --nprobe "$np" --warm --batch-size 1 --reps 1)"
-  for codes in rabitq4 sq8; do
+  for codes in $QCODES; do
     for rr in ${RERANKS//,/ }; do
       echo "$codes all batch    $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload all --reps 3)"
       echo "$codes codes batch  $(search "$RESULTS/$DATASET-$codes" --nprobe "$np" --rerank "$rr" --preload codes --reps 3)"
@@ -57,9 +59,11 @@ serve_run() { # label index preload-args...
 }
 serve_run "flat preload all" "$RESULTS/$DATASET-none" --preload all
 serve_run "flat storage (warm)" "$RESULTS/$DATASET-none" --warm
-serve_run "rabitq4 preload all" "$RESULTS/$DATASET-rabitq4" --preload all
-serve_run "rabitq4 preload codes" "$RESULTS/$DATASET-rabitq4" --preload codes
-serve_run "rabitq4 storage (warm)" "$RESULTS/$DATASET-rabitq4" --warm
+for codes in $QCODES; do
+  serve_run "$codes preload all" "$RESULTS/$DATASET-$codes" --preload all
+  serve_run "$codes preload codes" "$RESULTS/$DATASET-$codes" --preload codes
+  serve_run "$codes storage (warm)" "$RESULTS/$DATASET-$codes" --warm
+done
 echo "# $(date -u) uptime: $(uptime)"
 BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}" "$PY" "$SHARED/bench/bench_quant.py" "$DATASET" "$NLIST" --threads 1
 echo "# $(date -u) uptime: $(uptime)"

@@ -42,6 +42,7 @@ use crate::format::manifest::FileEntry;
 use crate::format::postings_table::RESERVED_COLUMNS;
 use crate::format::snapshot::Snapshot;
 use crate::store::disk_cache::{BLOCK_DATA, CachedObject, DiskCache, TierIo};
+use crate::store::local_read::LocalFolder;
 use crate::store::parquet_reader::FOOTER_PREFETCH;
 use arrow::buffer::BooleanBuffer;
 use bytes::Bytes;
@@ -119,6 +120,9 @@ pub struct PostingsReader {
     footer_per_cid: AtomicU64,
     /// The disk tier, when there is one.
     disk: Option<Arc<DiskCache>>,
+    /// The folder of a bare local store: a round's reads in one blocking
+    /// task ([`LocalFolder`]).
+    local: Option<LocalFolder>,
 }
 
 /// The ranged read of one file: one `get_ranges`.
@@ -212,7 +216,6 @@ impl PostingsReader {
     /// empty caches.
     pub fn new(store: Arc<dyn ObjectStore>, snapshot: &Snapshot, options: IndexOptions) -> Self {
         PostingsReader {
-            store,
             paths: snapshot.postings_paths.clone().into(),
             files: snapshot.files.clone(),
             live: LiveRows {
@@ -227,6 +230,8 @@ impl PostingsReader {
             counting: ByteLru::new(options.filter_cache_bytes),
             prefetch: options.prefetch_hint,
             footer_per_cid: AtomicU64::new(0),
+            local: LocalFolder::of(store.as_ref()),
+            store,
             disk: options.disk_cache,
         }
     }
@@ -566,6 +571,9 @@ impl PostingsReader {
         requests: &[FileRequest],
         stats: &mut SearchStats,
     ) -> Result<Fetched, ProbeError> {
+        if let (Some(local), None) = (&self.local, &self.disk) {
+            return self.fetch_local(local, requests, stats).await;
+        }
         let fetches = requests.iter().map(|r| async move {
             let path = self.path(r.file);
             let store = |source| ProbeError::Store {
@@ -591,6 +599,35 @@ impl PostingsReader {
         if store_requests > 0 {
             stats.rounds += 1;
         }
+        Ok(Fetched(data))
+    }
+
+    /// [`PostingsReader::fetch`] from a bare local folder: one blocking
+    /// task for the round. The stats count a request per range, as the
+    /// store's `get_ranges` would be counted.
+    async fn fetch_local(
+        &self,
+        local: &LocalFolder,
+        requests: &[FileRequest],
+        stats: &mut SearchStats,
+    ) -> Result<Fetched, ProbeError> {
+        let reads = requests
+            .iter()
+            .map(|r| (self.path(r.file).clone(), r.ranges.clone()))
+            .collect();
+        let data = local
+            .read(reads)
+            .await
+            .map_err(|(path, source)| ProbeError::Store {
+                path: path.to_string(),
+                source,
+            })?;
+        let ranges: usize = requests.iter().map(|r| r.ranges.len()).sum();
+        if ranges > 0 {
+            stats.rounds += 1;
+        }
+        stats.requests += ranges as u64;
+        stats.bytes += data.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
         Ok(Fetched(data))
     }
 

@@ -298,10 +298,18 @@ fn fast_scan_list(list: FastList<'_>, keeps: &dyn Fn(usize) -> bool, top: &mut T
                 .map(|(&sum, &base)| a + base - b * sum as f32),
         );
         let mut bound = top.threshold().unwrap_or(f32::INFINITY);
-        for (i, (&estimate, &rowid)) in estimates.iter().zip(rowids).enumerate() {
-            if estimate <= bound && keeps(i) {
-                top.push_at(estimate, rowid, pack(group, i));
-                bound = top.threshold().unwrap_or(f32::INFINITY);
+        // Whole runs of 16 above the bound are skipped with one vectorised
+        // comparison: once the selection is full, most runs are.
+        for (run, chunk) in estimates.chunks(16).enumerate() {
+            if chunk.iter().all(|&e| e > bound) {
+                continue;
+            }
+            for (j, &estimate) in chunk.iter().enumerate() {
+                let i = 16 * run + j;
+                if estimate <= bound && i < rowids.len() && keeps(i) {
+                    top.push_at(estimate, rowids[i], pack(group, i));
+                    bound = top.threshold().unwrap_or(f32::INFINITY);
+                }
             }
         }
     });

@@ -7,6 +7,7 @@ pub mod error;
 pub mod fault;
 pub mod folder;
 pub mod latency;
+pub mod local_read;
 pub mod location;
 pub mod options;
 pub mod parquet_reader;
