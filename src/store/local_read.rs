@@ -130,7 +130,10 @@ mod tests {
         let want = store.get_ranges(&path, &ranges).await.unwrap();
         assert_eq!(got, vec![want]);
         let missing = folder
-            .read(vec![(Path::from("nope.parquet"), [0..1].to_vec())])
+            .read(vec![(
+                Path::from("nope.parquet"),
+                std::iter::once(0..1).collect(),
+            )])
             .await
             .unwrap_err();
         assert_eq!(missing.0, Path::from("nope.parquet"));
@@ -140,7 +143,10 @@ mod tests {
             missing.1
         );
         let short = folder
-            .read(vec![(path.clone(), [9_999..10_001].to_vec())])
+            .read(vec![(
+                path.clone(),
+                std::iter::once(9_999..10_001).collect(),
+            )])
             .await
             .unwrap_err();
         assert_eq!(short.0, path);
