@@ -7,7 +7,7 @@
 
 use super::ProbeError;
 use super::byte_ranges::slice;
-use super::footer::Footer;
+use super::footer::{Footer, VectorPages};
 use super::rows::{DecodedRowGroup, Want};
 use crate::format::page_crc::{check_column_chunk, plain_values};
 use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
@@ -22,7 +22,7 @@ use parquet::errors::ParquetError;
 use parquet::file::page_index::index_reader::decode_offset_index;
 use parquet::file::page_index::offset_index::PageLocation;
 use std::ops::Range;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// One planned row group still to fetch, and how to decode it.
 pub struct Job {
@@ -38,8 +38,13 @@ pub struct Job {
     /// The column whose chunk each range is (for checksum errors).
     columns: Vec<String>,
     /// The `vector` column's offset index, and the byte range of its chunk
-    /// (which every page must lie in), when the codes are read.
+    /// (which every page must lie in), when the codes are read and the
+    /// footer does not hold its page locations yet.
     pub offset_index: Option<(Range<u64>, Range<u64>)>,
+    /// Where the page locations are kept (the footer's slot of this row
+    /// group), when the load wants them: filled from `offset_index`, or
+    /// already there.
+    pages_slot: Option<(VectorPages, usize)>,
     /// Column chunks read straight from their pages ([`plain_values`]):
     /// `cid`, `rowid`, `vector` and `code` when PLAIN and uncompressed, as
     /// the writer makes them. Other encodings go through the decoder.
@@ -183,7 +188,13 @@ impl Job {
                     .ok_or_else(|| general(format!("planned range {r:?} is not one column chunk")))
             })
             .collect::<Result<Vec<_>, _>>()?;
-        let offset_index = if want.pages() {
+        let pages_slot = want.pages().then(|| (Arc::clone(&footer.vector_pages), rg));
+        let known = footer
+            .vector_pages
+            .get(rg)
+            .and_then(OnceLock::get)
+            .is_some();
+        let offset_index = if want.pages() && !known {
             let chunk = chunk_of(VECTOR_COLUMN)
                 .ok_or_else(|| general(format!("no {VECTOR_COLUMN} column chunk")))?;
             let (offset, length) = chunk
@@ -208,6 +219,7 @@ impl Job {
             ranges,
             columns,
             offset_index,
+            pages_slot,
             direct,
             rows: usize::try_from(rows).unwrap_or(usize::MAX),
         })
@@ -352,13 +364,21 @@ pub fn decode(
             job.rows
         )));
     }
-    let vector_pages = match &job.offset_index {
-        Some((range, chunk)) => {
+    let vector_pages = match (&job.offset_index, &job.pages_slot) {
+        (Some((range, chunk)), slot) => {
             let bytes = slice(ranges, data, range)
                 .ok_or_else(|| at.general(format!("offset index {range:?} was not fetched")))?;
-            Some(page_locations(&at, columns.rowids.len(), &bytes, chunk)?)
+            let pages: Arc<[PageLocation]> =
+                page_locations(&at, columns.rowids.len(), &bytes, chunk)?.into();
+            if let Some((slots, rg)) = slot
+                && let Some(slot) = slots.get(*rg)
+            {
+                let _ = slot.set(Arc::clone(&pages));
+            }
+            Some(pages)
         }
-        None => None,
+        (None, Some((slots, rg))) => slots.get(*rg).and_then(OnceLock::get).cloned(),
+        (None, None) => None,
     };
     let payload = if job.want.payload || job.want.filter_columns {
         let schema = columns.payloads.first().map_or_else(

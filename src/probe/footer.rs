@@ -18,14 +18,15 @@ use super::ProbeError;
 use super::cache::ByteLru;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
-use crate::format::postings_table::{FooterFacts, check_footer};
+use crate::format::postings_table::{FooterFacts, VECTOR_COLUMN, check_footer};
 use crate::store::disk_cache::{CachedObject, TierIo};
 #[cfg(doc)]
 use crate::store::parquet_reader::FOOTER_PREFETCH;
 use parquet::DecodeResult;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataPushDecoder};
-use std::sync::Arc;
+use parquet::file::page_index::offset_index::PageLocation;
+use std::sync::{Arc, OnceLock};
 
 /// A decoded, validated footer of one postings file.
 #[derive(Debug)]
@@ -35,9 +36,17 @@ pub struct Footer {
     /// What the footer contract established: the column roots and the cid
     /// of each row group.
     pub facts: FooterFacts,
-    /// Approximate memory held, for the cache bound.
+    /// The `vector` column's page locations of each row group, parsed from
+    /// its offset index by the first load that read it and kept with the
+    /// footer: a warm query reads and parses no offset index again.
+    pub vector_pages: VectorPages,
+    /// Approximate memory held, for the cache bound (counting the page
+    /// locations ahead, at 3 × their offset index's bytes).
     pub bytes: usize,
 }
+
+/// Per row group, its `vector` page locations once known.
+pub type VectorPages = Arc<[OnceLock<Arc<[PageLocation]>>]>;
 
 /// The footer cache: manifest file index → footer.
 pub type FooterCache = ByteLru<usize, Footer>;
@@ -169,8 +178,24 @@ fn validate(
 ) -> Result<Footer, ProbeError> {
     let facts = check_footer(path, entry, arrow.metadata(), Some(dim), code_bytes)
         .map_err(ProbeError::FooterContract)?;
+    let metadata = arrow.metadata();
+    let page_index_bytes: usize = metadata
+        .row_groups()
+        .iter()
+        .filter_map(|rg| {
+            let vector = rg
+                .columns()
+                .iter()
+                .find(|c| c.column_path().parts() == [VECTOR_COLUMN]);
+            vector?.offset_index_length()
+        })
+        .map(|l| usize::try_from(l).unwrap_or(0))
+        .sum();
     Ok(Footer {
-        bytes: bytes + facts.row_group_cids.len() * 4,
+        bytes: bytes + facts.row_group_cids.len() * 4 + 3 * page_index_bytes,
+        vector_pages: (0..metadata.num_row_groups())
+            .map(|_| OnceLock::new())
+            .collect(),
         arrow,
         facts,
     })

@@ -805,7 +805,7 @@ mod tests {
             rowids: (0..30).collect(),
             vectors: Vec::<f32>::new().into(),
             codes: None,
-            vector_pages: Some(vec![page(0), page(8), page(16), page(24)]),
+            vector_pages: Some(vec![page(0), page(8), page(16), page(24)].into()),
             payload: None,
             file: 0,
             row_group: 0,

@@ -26,7 +26,7 @@ pub struct DecodedRowGroup {
     /// Where each data page of the `vector` column lies (its offset index),
     /// read with the codes when the vectors are not ([`Want::pages`]): what
     /// an exact re-rank fetches.
-    pub vector_pages: Option<Vec<PageLocation>>,
+    pub vector_pages: Option<Arc<[PageLocation]>>,
     /// The payload columns, when they were asked for (only the filter's,
     /// when [`Want::partial_payload`]).
     pub payload: Option<RecordBatch>,

@@ -30,9 +30,9 @@ use rayon::prelude::*;
 pub const SUB_DIMS: usize = 2;
 /// Centroids per sub-quantiser (4 bits).
 pub const CENTROIDS: usize = 16;
-/// Most sample rows a sub-quantiser trains on (FAISS trains a PQ on
-/// 256 points per centroid: 4,096).
-pub const TRAIN_POINTS: usize = 16_384;
+/// Most sample rows a sub-quantiser trains on: 512 per centroid (FAISS
+/// trains a PQ on 256 per centroid, 4,096).
+pub const TRAIN_POINTS: usize = 8_192;
 /// Lloyd iterations per sub-quantiser.
 pub const TRAIN_ITERATIONS: usize = 25;
 
