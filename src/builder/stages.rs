@@ -106,9 +106,10 @@ pub const DEFAULT_CODES: Option<Scheme> = Some(Scheme::RaBitQ4);
 pub const DEFAULT_POLISH: usize = 4;
 
 /// The most lists whose leaves are trained flat by default. Flat leaves
-/// match FAISS's IVF k-means (and beat the per-root leaves' recall at equal
-/// nprobe: `docs/partitions-report.md`); their training costs grow with
-/// nlist², so larger builds train per root.
+/// reach FAISS IVF-Flat's recall at equal nlist and nprobe on both measured
+/// sets, where the per-root leaves fall behind on sentence embeddings even
+/// after a long polish (`docs/partitions-report.md`); their training cost
+/// grows with nlist² (20 full passes), so larger builds train per root.
 pub const FLAT_LEAVES_MAX: u32 = 4096;
 
 impl Default for BuildParams {
