@@ -45,7 +45,9 @@ use crate::format::postings_table::CID_COLUMN;
 use crate::format::quantizer::QUANTIZER_FILE;
 use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::SourceFiles;
-use crate::kmeans::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams};
+use crate::kmeans::{
+    AssignMode, Hierarchy, HierarchyParams, HierarchyReport, KMeansParams, Leaves,
+};
 use crate::postings::writer::{PostingsWriter, WriterOptions};
 use crate::quant::{Quantizer, Scheme};
 use crate::store::commit::put_if_absent;
@@ -65,8 +67,11 @@ pub struct BuildParams {
     pub nlist: u32,
     /// Number of roots; `None` picks `round(sqrt(nlist))`, at least 1.
     pub roots: Option<u32>,
-    /// Flat Lloyd iterations over all leaves after the per-root trainings
-    /// (see [`crate::kmeans::HierarchyParams::polish`]).
+    /// How the leaves are trained; `None` picks [`Leaves::Flat`] up to
+    /// [`FLAT_LEAVES_MAX`] lists, [`Leaves::PerRoot`] above.
+    pub leaves: Option<Leaves>,
+    /// With per-root leaves: flat Lloyd iterations over all leaves after
+    /// the per-root trainings (see [`crate::kmeans::HierarchyParams::polish`]).
     pub polish: usize,
     pub metric: Metric,
     pub niter: usize,
@@ -94,17 +99,25 @@ pub struct BuildParams {
 /// The codes of a build by default (see `docs/benchmarks.md`).
 pub const DEFAULT_CODES: Option<Scheme> = Some(Scheme::RaBitQ4);
 
-/// Flat Lloyd iterations over all leaves after the two-level training, by
+/// Flat Lloyd iterations over all leaves after the per-root training, by
 /// default: on SIFT-like 1M × 128 at nlist 1000 they raise recall@10 at
 /// nprobe 16 from 0.928 to 0.959 for 2.7 s more training
 /// (`docs/benchmarks.md`).
 pub const DEFAULT_POLISH: usize = 4;
+
+/// The most lists whose leaves are trained flat by default. Flat leaves
+/// reach FAISS IVF-Flat's recall at equal nlist and nprobe on both measured
+/// sets, where the per-root leaves fall behind on sentence embeddings even
+/// after a long polish (`docs/partitions-report.md`); their training cost
+/// grows with nlist² (20 full passes), so larger builds train per root.
+pub const FLAT_LEAVES_MAX: u32 = 4096;
 
 impl Default for BuildParams {
     fn default() -> Self {
         Self {
             nlist: 1024,
             roots: None,
+            leaves: None,
             polish: DEFAULT_POLISH,
             metric: Metric::L2,
             niter: 20,
@@ -134,6 +147,15 @@ impl BuildParams {
             });
         }
         Ok(())
+    }
+
+    /// How the leaves are trained for `nlist`.
+    pub fn effective_leaves(&self) -> Leaves {
+        self.leaves.unwrap_or(if self.nlist <= FLAT_LEAVES_MAX {
+            Leaves::Flat
+        } else {
+            Leaves::PerRoot
+        })
     }
 
     /// The number of roots used for `nlist`.
@@ -340,12 +362,11 @@ pub fn train(
     };
     let mut rng = ChaCha8Rng::seed_from_u64(params.seed);
     rng.set_stream(1);
-    Ok(Hierarchy::train(
-        &sample.vectors,
-        sample.dim,
-        &hp,
-        &mut rng,
-    )?)
+    let train = match params.effective_leaves() {
+        Leaves::Flat => Hierarchy::train_bottom_up,
+        Leaves::PerRoot => Hierarchy::train,
+    };
+    Ok(train(&sample.vectors, sample.dim, &hp, &mut rng)?)
 }
 
 /// What training makes: the hierarchy ([`train`]), its report, and the

@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::Context;
 use parqivf::builder::{BuildParams, ProgressMode, SourceSpec, build, open_source};
 use parqivf::distance::Metric;
-use parqivf::kmeans::AssignMode;
+use parqivf::kmeans::{AssignMode, Leaves};
 use parqivf::quant::Scheme;
 use parqivf::store::options::StoreOptions;
 
@@ -56,7 +56,13 @@ pub struct Args {
     /// multiply-adds at most (at least 300 queries).
     #[arg(long, default_value_t = parqivf::builder::calibrate::DEFAULT_CALIBRATION_QUERIES)]
     pub calibration_queries: usize,
-    /// Flat Lloyd iterations over all leaves after the per-root trainings.
+    /// How the leaves are trained: `flat` (flat k-means over the sample,
+    /// then the roots over the leaves) or `per-root` (roots first, then each
+    /// root's leaves, then `--polish`). Default: flat up to 4096 lists.
+    #[arg(long, value_parser = clap::value_parser!(Leaves))]
+    pub leaves: Option<Leaves>,
+    /// With `--leaves per-root`: flat Lloyd iterations over all leaves after
+    /// the per-root trainings.
     #[arg(long, default_value_t = parqivf::builder::DEFAULT_POLISH)]
     pub polish: usize,
     /// l2, ip or cosine.
@@ -132,6 +138,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
         let params = BuildParams {
             nlist: args.nlist,
             roots: args.roots,
+            leaves: args.leaves,
             polish: args.polish,
             metric: args.metric,
             niter: args.niter,

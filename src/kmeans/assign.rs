@@ -15,6 +15,9 @@
 //!   FMAs and folds them straight into the running top-2, so no distance
 //!   matrix is ever written. The panel (8 KiB at d = 128) stays in L1 while
 //!   the point tile streams from L2.
+//! - **Packed AVX-512** (x86-64 with AVX-512F, preferred when present): the
+//!   same scheme with panels of 32 columns and a 12-point × 32-centroid
+//!   block (24 of the 32 vector registers accumulate).
 //! - **SGEMM** (every other machine): one `matrixmultiply::sgemm` per tile of
 //!   points × [`CENTROID_TILE`] centroids, then a scan of the output.
 //!
@@ -122,7 +125,7 @@ fn top2(
     let prepared = Prepared::new(kernel, centroids, dim, metric);
     let scratch_len = match kernel {
         Kernel::Sgemm => POINT_TILE * CENTROID_TILE.min(prepared.k),
-        Kernel::PackedAvx2 => 0,
+        Kernel::PackedAvx2 | Kernel::PackedAvx512 => 0,
     };
     let (mut labels, mut first, mut second) = (vec![0u32; n], vec![0f32; n], vec![0f32; n]);
     labels
@@ -181,14 +184,14 @@ impl<'a> Prepared<'a> {
                 vec![0.0; k],
             ),
         };
-        let panels = match kernel {
-            Kernel::PackedAvx2 => {
-                let padded = k.div_ceil(LANES) * LANES;
+        let panels = match kernel.lanes() {
+            Some(lanes) => {
+                let padded = k.div_ceil(lanes) * lanes;
                 scale.resize(padded, 0.0);
                 shift.resize(padded, f32::INFINITY);
-                pack_panels(centroids, dim)
+                pack_panels(centroids, dim, lanes)
             }
-            Kernel::Sgemm => Vec::new(),
+            None => Vec::new(),
         };
         Self {
             centroids,
@@ -218,6 +221,18 @@ impl<'a> Prepared<'a> {
             // present; the slices have the shapes `packed::tile` requires.
             Kernel::PackedAvx2 => unsafe {
                 packed::tile(
+                    x,
+                    self.dim,
+                    &self.panels,
+                    &self.scale,
+                    &self.shift,
+                    &mut best,
+                )
+            },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, with AVX-512F present.
+            Kernel::PackedAvx512 => unsafe {
+                packed512::tile(
                     x,
                     self.dim,
                     &self.panels,
@@ -290,18 +305,31 @@ impl<'a> Prepared<'a> {
     }
 }
 
-/// Centroids per packed panel (two AVX2 registers).
+/// Centroids per packed panel of the AVX2 kernel (two AVX2 registers).
 const LANES: usize = 16;
+/// Centroids per packed panel of the AVX-512 kernel (two AVX-512 registers).
+const LANES512: usize = 32;
 
-/// Packs row-major centroids into panels of [`LANES`] centroids: panel `p`
-/// holds `c[p·LANES + l][d]` at `p·LANES·dim + d·LANES + l`, zero-padded.
-fn pack_panels(centroids: &[f32], dim: usize) -> Vec<f32> {
+impl Kernel {
+    /// Centroids per packed panel; `None` for the unpacked SGEMM kernel.
+    fn lanes(self) -> Option<usize> {
+        match self {
+            Kernel::PackedAvx2 => Some(LANES),
+            Kernel::PackedAvx512 => Some(LANES512),
+            Kernel::Sgemm => None,
+        }
+    }
+}
+
+/// Packs row-major centroids into panels of `lanes` centroids: panel `p`
+/// holds `c[p·lanes + l][d]` at `p·lanes·dim + d·lanes + l`, zero-padded.
+fn pack_panels(centroids: &[f32], dim: usize, lanes: usize) -> Vec<f32> {
     let k = centroids.len() / dim;
-    let mut out = vec![0f32; k.div_ceil(LANES) * LANES * dim];
+    let mut out = vec![0f32; k.div_ceil(lanes) * lanes * dim];
     for (j, c) in centroids.chunks_exact(dim).enumerate() {
-        let base = (j / LANES) * LANES * dim + j % LANES;
+        let base = (j / lanes) * lanes * dim + j % lanes;
         for (d, &v) in c.iter().enumerate() {
-            out[base + d * LANES] = v;
+            out[base + d * lanes] = v;
         }
     }
     out
@@ -439,6 +467,131 @@ mod packed {
     }
 }
 
+/// The packed AVX-512 kernel: [`packed`]'s scheme with 32-centroid panels.
+#[cfg(target_arch = "x86_64")]
+mod packed512 {
+    use super::{Best, LANES512 as LANES};
+    use std::arch::x86_64::*;
+
+    /// Points per register block: 12 × 2 accumulators + 2 panel loads + 1
+    /// broadcast fit the 32 AVX-512 registers.
+    const ROWS: usize = 12;
+
+    /// Folds every panel into the top-2 of each point of the tile `x`
+    /// (`best.len()` rows of width `dim`). `panels` holds `scale.len()`
+    /// packed centroids, `scale` and `shift` are padded to whole panels.
+    /// One panel (16 KiB at d = 128) stays in L1 while the blocks of points
+    /// stream past it.
+    #[target_feature(enable = "avx512f")]
+    pub(super) fn tile(
+        x: &[f32],
+        dim: usize,
+        panels: &[f32],
+        scale: &[f32],
+        shift: &[f32],
+        best: &mut [Best],
+    ) {
+        assert!(
+            x.len() == best.len() * dim
+                && scale.len() == shift.len()
+                && scale.len().is_multiple_of(LANES)
+                && panels.len() == scale.len() * dim,
+            "packed kernel shapes"
+        );
+        let full = best.len() / ROWS * ROWS;
+        let panel_len = LANES * dim;
+        for p in 0..scale.len() / LANES {
+            let (panel, a, b) = (
+                &panels[p * panel_len..(p + 1) * panel_len],
+                &scale[p * LANES..(p + 1) * LANES],
+                &shift[p * LANES..(p + 1) * LANES],
+            );
+            let j0 = p * LANES;
+            for (xr, br) in x
+                .chunks_exact(ROWS * dim)
+                .zip(best[..full].chunks_exact_mut(ROWS))
+            {
+                block::<ROWS>(xr, dim, panel, a, b, br, j0);
+            }
+            let (xr, br) = (&x[full * dim..], &mut best[full..]);
+            match br.len() {
+                0 => {}
+                1 => block::<1>(xr, dim, panel, a, b, br, j0),
+                2 => block::<2>(xr, dim, panel, a, b, br, j0),
+                3 => block::<3>(xr, dim, panel, a, b, br, j0),
+                4 => block::<4>(xr, dim, panel, a, b, br, j0),
+                5 => block::<5>(xr, dim, panel, a, b, br, j0),
+                6 => block::<6>(xr, dim, panel, a, b, br, j0),
+                7 => block::<7>(xr, dim, panel, a, b, br, j0),
+                8 => block::<8>(xr, dim, panel, a, b, br, j0),
+                9 => block::<9>(xr, dim, panel, a, b, br, j0),
+                10 => block::<10>(xr, dim, panel, a, b, br, j0),
+                _ => block::<11>(xr, dim, panel, a, b, br, j0),
+            }
+        }
+    }
+
+    /// `R` points × one panel, as [`super::packed`]'s block.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn block<const R: usize>(
+        x: &[f32],
+        dim: usize,
+        panel: &[f32],
+        a: &[f32],
+        b: &[f32],
+        best: &mut [Best],
+        j0: usize,
+    ) {
+        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim && best.len() == R);
+        let mut acc = [[_mm512_setzero_ps(); 2]; R];
+        let (xp, pp) = (x.as_ptr(), panel.as_ptr());
+        for d in 0..dim {
+            // SAFETY: d < dim and r < R, so every offset stays inside `x`
+            // (R·dim values) and `panel` (LANES·dim values).
+            unsafe {
+                let c0 = _mm512_loadu_ps(pp.add(d * LANES));
+                let c1 = _mm512_loadu_ps(pp.add(d * LANES + 16));
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    let xv = _mm512_set1_ps(*xp.add(r * dim + d));
+                    acc_r[0] = _mm512_fmadd_ps(xv, c0, acc_r[0]);
+                    acc_r[1] = _mm512_fmadd_ps(xv, c1, acc_r[1]);
+                }
+            }
+        }
+        // SAFETY: `a` and `b` hold LANES values.
+        let (a0, a1, b0, b1) = unsafe {
+            (
+                _mm512_loadu_ps(a.as_ptr()),
+                _mm512_loadu_ps(a.as_ptr().add(16)),
+                _mm512_loadu_ps(b.as_ptr()),
+                _mm512_loadu_ps(b.as_ptr().add(16)),
+            )
+        };
+        for (acc_r, best_r) in acc.iter().zip(best.iter_mut()) {
+            let s0 = _mm512_fmadd_ps(a0, acc_r[0], b0);
+            let s1 = _mm512_fmadd_ps(a1, acc_r[1], b1);
+            let thr = _mm512_set1_ps(best_r.s2);
+            let mut mask = u32::from(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(s0, thr))
+                | (u32::from(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(s1, thr)) << 16);
+            if mask == 0 {
+                continue;
+            }
+            let mut s = [0f32; LANES];
+            // SAFETY: `s` holds LANES = 32 values.
+            unsafe {
+                _mm512_storeu_ps(s.as_mut_ptr(), s0);
+                _mm512_storeu_ps(s.as_mut_ptr().add(16), s1);
+            }
+            while mask != 0 {
+                let l = mask.trailing_zeros() as usize;
+                best_r.offer(s[l], j0 + l);
+                mask &= mask - 1;
+            }
+        }
+    }
+}
+
 /// Running best and second-best scores of one point.
 #[derive(Debug, Clone, Copy)]
 struct Best {
@@ -492,7 +645,7 @@ mod tests {
             .collect()
     }
 
-    const KERNELS: [Kernel; 2] = [Kernel::PackedAvx2, Kernel::Sgemm];
+    const KERNELS: [Kernel; 3] = [Kernel::PackedAvx512, Kernel::PackedAvx2, Kernel::Sgemm];
 
     /// The GEMM formulation's error bound, from f32 accumulation of `dim`
     /// products in any order ((d + 2)·ε·Σ|terms|, as `distance`'s table) over
@@ -558,7 +711,7 @@ mod tests {
             assert_eq!(dists, vec![1.0, 16.0], "{kernel:?}");
         }
         // Ties across panels and register blocks: 40 copies of one centroid,
-        // 13 points (two full blocks of 6 and a remainder).
+        // 13 points (full blocks of 6 or 12 and a remainder).
         let cents: Vec<f32> = (0..40).flat_map(|_| [0.5f32, -1.0, 2.0]).collect();
         let data: Vec<f32> = (0..13).flat_map(|i| [i as f32, 1.0, 0.0]).collect();
         for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {

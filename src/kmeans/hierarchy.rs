@@ -11,9 +11,18 @@
 //! Then, optionally, `polish` flat Lloyd iterations run over all leaves on the
 //! whole sample, starting from the per-root leaves: a root's leaves never see
 //! the points just across its border, and the polish moves them to where flat
-//! k-means would. It costs a few assignments of the sample (Hamerly bounds
-//! skip most points, the leaves barely move) and recovers most of the gap in
-//! objective and recall to flat k-means (`docs/benchmarks.md`).
+//! k-means would. It costs one assignment of the sample per iteration and
+//! recovers part of the gap in objective and recall to flat k-means.
+//!
+//! [`Hierarchy::train_bottom_up`] builds the same structure the other way
+//! round: the leaves are flat k-means over all of the sample (as FAISS's
+//! IVF), then the roots are k-means over the leaf centroids and each leaf
+//! goes to its nearest root. The leaves are exactly as good as flat k-means;
+//! every iteration is a full nlist-wide pass over a sample of 256·nlist
+//! points, so the cost grows with nlist² (the top-down training's per-root
+//! iterations with nlist^1.5, plus its few polish passes), and it suits the
+//! nlist a flat training can afford
+//! (`docs/partitions-report.md` has the measurements).
 
 use super::assign::nearest_unchecked;
 use super::error::KMeansError;
@@ -117,6 +126,32 @@ pub struct HierarchyReport {
     pub splits: usize,
     /// Sampling warnings of the root and leaf trainings.
     pub warnings: Vec<String>,
+}
+
+/// How the leaves of a hierarchy are trained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Leaves {
+    /// Flat k-means over the whole sample, then roots over the leaves
+    /// ([`Hierarchy::train_bottom_up`]): flat k-means's leaves, at its cost.
+    Flat,
+    /// Roots first, then each root's leaves on its points, then the polish
+    /// ([`Hierarchy::train`]): cheaper at large nlist.
+    PerRoot,
+}
+
+impl std::str::FromStr for Leaves {
+    type Err = String;
+
+    /// `flat` or `per-root`, as the build's `--leaves` takes it.
+    fn from_str(s: &str) -> Result<Leaves, String> {
+        match s {
+            "flat" => Ok(Leaves::Flat),
+            "per-root" => Ok(Leaves::PerRoot),
+            _ => Err(format!(
+                "unknown leaf training {s:?}: expected flat or per-root"
+            )),
+        }
+    }
 }
 
 /// How [`Hierarchy::assign`] picks a leaf.
@@ -266,6 +301,83 @@ impl Hierarchy {
         ))
     }
 
+    /// Trains the leaves as flat k-means on the sample of `data` (at most
+    /// `max_points_per_centroid · nlist` rows), then `roots` root centroids as
+    /// k-means over the leaves; each leaf belongs to its nearest root, and
+    /// the leaves are numbered root by root (ascending leaf order within a
+    /// root). A root that ends up with no leaf is dropped, so the hierarchy
+    /// may have fewer roots than asked (the report's `leaves_per_root` has
+    /// one entry per kept root). `params.polish` is not used.
+    ///
+    /// # Errors
+    /// As [`Hierarchy::train`].
+    pub fn train_bottom_up(
+        data: &[f32],
+        dim: usize,
+        params: &HierarchyParams,
+        rng: &mut impl Rng,
+    ) -> Result<(Hierarchy, HierarchyReport), KMeansError> {
+        let (nlist, nroots, metric) = (params.nlist, params.roots, params.metric);
+        params.check(check_matrix(data, dim)?)?;
+        let flat = train(
+            data,
+            dim,
+            &KMeansParams {
+                k: nlist,
+                ..params.kmeans.clone()
+            },
+            metric,
+            rng,
+        )?;
+        // nlist points for R ≤ nlist roots: few per root by design, no warning.
+        let root = train(
+            &flat.centroids,
+            dim,
+            &KMeansParams {
+                k: nroots,
+                min_points_per_centroid: 0,
+                ..params.kmeans.clone()
+            },
+            metric,
+            rng,
+        )?;
+        let (owner, _) = nearest_unchecked(&flat.centroids, &root.centroids, dim, metric);
+        let mut members: Vec<Vec<usize>> = vec![Vec::new(); nroots];
+        owner
+            .iter()
+            .enumerate()
+            .for_each(|(leaf, &r)| members[r as usize].push(leaf));
+        let (mut roots, mut leaves) = (Vec::new(), Vec::with_capacity(nlist * dim));
+        let (mut cid_offsets, mut leaves_per_root) = (vec![0u32], Vec::new());
+        for (r, m) in members.iter().enumerate().filter(|(_, m)| !m.is_empty()) {
+            roots.extend_from_slice(&root.centroids[r * dim..(r + 1) * dim]);
+            for &leaf in m {
+                leaves.extend_from_slice(&flat.centroids[leaf * dim..(leaf + 1) * dim]);
+            }
+            leaves_per_root.push(m.len());
+            cid_offsets.push((leaves.len() / dim) as u32);
+        }
+        let report = HierarchyReport {
+            train_points: flat.train_points,
+            root_objective: root.objective,
+            objective: flat.objective,
+            leaves_per_root,
+            imbalance: flat.imbalance,
+            splits: flat.splits + root.splits,
+            warnings: flat.warning.into_iter().collect(),
+        };
+        Ok((
+            Hierarchy {
+                dim,
+                metric,
+                roots,
+                leaves,
+                cid_offsets,
+            },
+            report,
+        ))
+    }
+
     /// Number of leaves (CIDs).
     pub fn nlist(&self) -> usize {
         self.leaves.len() / self.dim.max(1)
@@ -391,6 +503,79 @@ fn allot_leaves(counts: &[usize], nlist: usize) -> Vec<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// 40 well-separated blobs of 50 points in 8-d.
+    fn blobs() -> Vec<f32> {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut data = Vec::new();
+        for _ in 0..40 {
+            let centre: Vec<f32> = (0..8).map(|_| rng.random_range(-50.0..50.0)).collect();
+            for _ in 0..50 {
+                data.extend(centre.iter().map(|c| c + rng.random_range(-1.0f32..1.0)));
+            }
+        }
+        data
+    }
+
+    #[test]
+    fn bottom_up_leaves_belong_to_their_nearest_root_and_match_flat_kmeans() {
+        let data = blobs();
+        let params = HierarchyParams {
+            nlist: 40,
+            roots: 6,
+            kmeans: KMeansParams {
+                niter: 10,
+                ..KMeansParams::default()
+            },
+            ..HierarchyParams::default()
+        };
+        let (h, report) =
+            Hierarchy::train_bottom_up(&data, 8, &params, &mut ChaCha8Rng::seed_from_u64(1))
+                .unwrap();
+        assert_eq!(h.nlist(), 40);
+        assert!(h.nroots() >= 1 && h.nroots() <= 6);
+        assert_eq!(h.cid_offsets[0], 0);
+        assert_eq!(*h.cid_offsets.last().unwrap(), 40);
+        assert!(
+            h.cid_offsets.windows(2).all(|w| w[0] < w[1]),
+            "no empty root"
+        );
+        assert_eq!(
+            report.leaves_per_root,
+            h.cid_offsets
+                .windows(2)
+                .map(|w| (w[1] - w[0]) as usize)
+                .collect::<Vec<_>>()
+        );
+        let (owner, _) = nearest_unchecked(&h.leaves, &h.roots, 8, Metric::L2);
+        for r in 0..h.nroots() {
+            for cid in h.cid_offsets[r]..h.cid_offsets[r + 1] {
+                assert_eq!(owner[cid as usize] as usize, r, "leaf {cid}");
+            }
+        }
+        // The leaves are flat k-means's centroids (same seed), renumbered.
+        let flat = train(
+            &data,
+            8,
+            &KMeansParams {
+                k: 40,
+                ..params.kmeans.clone()
+            },
+            Metric::L2,
+            &mut ChaCha8Rng::seed_from_u64(1),
+        )
+        .unwrap();
+        let sorted = |c: &[f32]| {
+            let mut rows: Vec<Vec<u32>> = c
+                .chunks_exact(8)
+                .map(|r| r.iter().map(|v| v.to_bits()).collect())
+                .collect();
+            rows.sort();
+            rows
+        };
+        assert_eq!(sorted(&h.leaves), sorted(&flat.centroids));
+        assert_eq!(report.objective, flat.objective);
+    }
 
     #[test]
     fn allot_is_proportional_at_least_one_and_sums_to_nlist() {

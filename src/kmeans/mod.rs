@@ -7,7 +7,8 @@
 //! - [`train`] (in `flat`): flat k-means, FAISS conventions (sampling, random
 //!   init, niter 20, empty-cluster split).
 //! - [`Hierarchy::train`] (in `hierarchy`): R roots, leaves per root in
-//!   proportion to the root's share of the sample, trained in parallel.
+//!   proportion to the root's share of the sample, trained in parallel;
+//!   [`Hierarchy::train_bottom_up`]: flat k-means leaves, then roots over them.
 //! - [`assign::nearest`]: the blocked-GEMM nearest-centroid kernel that the
 //!   build job and the probe reuse.
 //!
@@ -22,4 +23,4 @@ pub mod sample;
 
 pub use error::KMeansError;
 pub use flat::{Init, KMeansParams, KMeansResult, imbalance_factor, train};
-pub use hierarchy::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport};
+pub use hierarchy::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, Leaves};
