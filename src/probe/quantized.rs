@@ -60,8 +60,8 @@ pub fn rotate_leaves(quantizer: &Quantizer, hierarchy: &Hierarchy) -> Vec<f32> {
 }
 
 /// The codes of a row group in fast-scan blocks, with each row's constant
-/// term: under L2 `‖r‖² + 2·<c, r̂>` (so the estimate is
-/// `‖q − c‖² + base − 2·<q, r̂>`), else 0.
+/// term: under L2 its list term `‖r̂‖² + 2·<c, r̂>` (so the estimate is
+/// `‖q − c‖² + base − 2·<q, r̂>`, the distance to the reconstruction), else 0.
 #[derive(Debug)]
 pub struct FastCodes {
     blocks: Blocks,
@@ -75,7 +75,7 @@ impl FastCodes {
         let base = if metric == Metric::L2 {
             codes
                 .chunks_exact(width)
-                .map(|code| Quantizer::norm2(code) + 2.0 * Quantizer::cross(code))
+                .map(Quantizer::list_term)
                 .collect()
         } else {
             vec![0.0; n]
@@ -162,32 +162,28 @@ fn scan_codes(
                 let c = rg.cid as usize;
                 let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
                 let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
-                if let (Some(luts), None) = (&luts, &sparse) {
-                    let fast = rg.fast_codes.get_or_init(|| {
-                        FastCodes::new(
-                            scan.quantizer,
-                            codes,
-                            rg.rowids.len(),
-                            scan.hierarchy.metric,
-                        )
-                    });
+                if let Some(luts) = &luts {
                     for &q in qs {
                         let q = q as usize;
-                        let query = &queries[q * dim..(q + 1) * dim];
-                        fast_scan_list(
-                            FastList {
-                                scan,
-                                fast,
-                                lut: &luts[q],
-                                query,
-                                leaf,
-                                group: g,
-                                rowids: &rg.rowids,
-                            },
-                            &keeps,
-                            &mut tops[q],
-                        );
-                        scored += rg.rowids.len() as u64;
+                        let list = FastList {
+                            metric: scan.hierarchy.metric,
+                            lut: &luts[q],
+                            query: &queries[q * dim..(q + 1) * dim],
+                            leaf,
+                            group: g,
+                            rowids: &rg.rowids,
+                        };
+                        match &sparse {
+                            None => {
+                                let fast = rg.fast_codes.get_or_init(|| {
+                                    let (n, metric) = (rg.rowids.len(), scan.hierarchy.metric);
+                                    FastCodes::new(scan.quantizer, codes, n, metric)
+                                });
+                                fast_scan_list(list, fast, &keeps, &mut tops[q]);
+                            }
+                            Some(rows) => fast_score_rows(list, codes, width, rows, &mut tops[q]),
+                        }
+                        scored += sparse.as_ref().map_or(rg.rowids.len(), Vec::len) as u64;
                     }
                     return (tops, scores, y, scored);
                 }
@@ -248,10 +244,9 @@ fn scan_codes(
     Ok((tops, scored))
 }
 
-/// One list scanned for one query by the fast-scan kernel.
+/// One list of a fast-scan scheme scored for one query.
 struct FastList<'a> {
-    scan: CodeScan<'a>,
-    fast: &'a FastCodes,
+    metric: Metric,
     lut: &'a Lut,
     query: &'a [f32],
     leaf: &'a [f32],
@@ -259,35 +254,62 @@ struct FastList<'a> {
     rowids: &'a [i64],
 }
 
+impl FastList<'_> {
+    /// `(a, b)` of the estimate `a + base_i − b·sum_i` of row i (`base_i`
+    /// its list term under L2, else 0), with `<q, r̂> ≈ bias + step·sum_i`.
+    fn coefficients(&self) -> (f32, f32) {
+        let (lut, query, leaf) = (self.lut, self.query, self.leaf);
+        match self.metric {
+            Metric::L2 => {
+                let y_norm2: f32 = query.iter().zip(leaf).map(|(q, c)| (q - c) * (q - c)).sum();
+                (y_norm2 - 2.0 * lut.bias, 2.0 * lut.step)
+            }
+            metric => {
+                let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
+                let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
+                (offset - base - lut.bias, lut.step)
+            }
+        }
+    }
+}
+
+/// Offers the sparse `rows` of a list (a filter's few matches) to `top`,
+/// scored one by one from their row-major codes with the same tables and
+/// estimate as [`fast_scan_list`].
+fn fast_score_rows(list: FastList<'_>, codes: &[u8], width: usize, rows: &[usize], top: &mut TopK) {
+    let (a, b) = list.coefficients();
+    for &i in rows {
+        let code = &codes[i * width..(i + 1) * width];
+        let payload = &code[crate::quant::HEADER_BYTES..];
+        let sum = list.lut.sum_of(|s| payload[s / 2] >> (4 * (s % 2)));
+        let base = if list.metric == Metric::L2 {
+            Quantizer::list_term(code)
+        } else {
+            0.0
+        };
+        top.push_at(
+            a + base - b * sum as f32,
+            list.rowids[i],
+            pack(list.group, i),
+        );
+    }
+}
+
 /// Offers every row of a list that `keeps` to `top`, by the estimate of
 /// the module comment: the u8 tables' exact integer sums (`fastscan::scan`)
 /// turned into `a + base_i − b·sum_i`.
-fn fast_scan_list(list: FastList<'_>, keeps: &dyn Fn(usize) -> bool, top: &mut TopK) {
+fn fast_scan_list(
+    list: FastList<'_>,
+    fast: &FastCodes,
+    keeps: &dyn Fn(usize) -> bool,
+    top: &mut TopK,
+) {
     thread_local! {
         static SCRATCH: std::cell::RefCell<(Vec<u32>, Vec<f32>)> =
             const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
     }
-    let FastList {
-        scan,
-        fast,
-        lut,
-        query,
-        leaf,
-        group,
-        rowids,
-    } = list;
-    // est = a + base_i − b·sum_i, with <q, r̂> ≈ bias + step·sum_i.
-    let (a, b) = match scan.hierarchy.metric {
-        Metric::L2 => {
-            let y_norm2: f32 = query.iter().zip(leaf).map(|(q, c)| (q - c) * (q - c)).sum();
-            (y_norm2 - 2.0 * lut.bias, 2.0 * lut.step)
-        }
-        metric => {
-            let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
-            let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
-            (offset - base - lut.bias, lut.step)
-        }
-    };
+    let (a, b) = list.coefficients();
+    let (lut, group, rowids) = (list.lut, list.group, list.rowids);
     SCRATCH.with_borrow_mut(|(sums, estimates)| {
         fastscan::scan(lut, &fast.blocks, sums);
         // One vectorised pass, then a rare-branch pass over the estimates.

@@ -74,18 +74,29 @@ impl Blocks {
         debug_assert!(rows.len() >= n * stride && offset + pairs <= stride);
         let nblocks = n.div_ceil(BLOCK);
         let mut bytes = vec![0u8; nblocks * pairs * 32];
-        let byte = |v: usize, p: usize| -> u8 {
-            if v < n {
-                rows[v * stride + offset + p]
-            } else {
-                0
-            }
-        };
         for (b, block) in bytes.chunks_exact_mut(pairs * 32).enumerate() {
             let first = b * BLOCK;
-            for (p, out) in block.chunks_exact_mut(32).enumerate() {
+            // Runs of 16 pairs of a full block: a 16 × 16 byte transpose
+            // (SSE2, every x86-64); the rest byte by byte.
+            let mut p = 0;
+            #[cfg(target_arch = "x86_64")]
+            if first + BLOCK <= n {
+                while p + 16 <= pairs {
+                    let at = |j: usize| (first + j) * stride + offset + p;
+                    transpose_run(rows, at, &mut block[p * 32..(p + 16) * 32]);
+                    p += 16;
+                }
+            }
+            let byte = |v: usize, q: usize| -> u8 {
+                if v < n {
+                    rows[v * stride + offset + q]
+                } else {
+                    0
+                }
+            };
+            for (q, out) in block.chunks_exact_mut(32).enumerate().skip(p) {
                 for j in 0..16 {
-                    let (a, z) = (byte(first + j, p), byte(first + j + 16, p));
+                    let (a, z) = (byte(first + j, q), byte(first + j + 16, q));
                     out[j] = (a & 0x0F) | (z << 4);
                     out[16 + j] = (a >> 4) | (z & 0xF0);
                 }
@@ -101,6 +112,85 @@ impl Blocks {
         let pair = &self.bytes[(b * self.pairs + s / 2) * 32..][..32];
         let byte = pair[16 * (s % 2) + j % 16];
         if j < 16 { byte & 0x0F } else { byte >> 4 }
+    }
+}
+
+/// 16 pairs of one full block: row j's 16 code bytes start at `at(j)` in
+/// `rows` (j < 32); `out` receives the 16 pairs' 32 bytes each.
+#[cfg(target_arch = "x86_64")]
+fn transpose_run(rows: &[u8], at: impl Fn(usize) -> usize, out: &mut [u8]) {
+    use std::arch::x86_64::*;
+    let load = |j: usize| -> __m128i {
+        let bytes: &[u8; 16] = rows[at(j)..at(j) + 16]
+            .try_into()
+            .expect("a run of 16 code bytes");
+        // SAFETY: SSE2 is part of x86-64; `bytes` is 16 bytes, loadu needs no
+        // alignment.
+        unsafe { _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>()) }
+    };
+    // SAFETY (all intrinsics below): SSE2 is part of x86-64.
+    let (low, high) = unsafe {
+        let nibble = _mm_set1_epi8(0x0F);
+        let top = _mm_set1_epi8(0xF0u8 as i8);
+        let mut low = [_mm_setzero_si128(); 16];
+        let mut high = [_mm_setzero_si128(); 16];
+        for j in 0..16 {
+            let (a, z) = (load(j), load(j + 16));
+            // Byte q: sub-quantiser 2q of rows j and j+16, then 2q+1.
+            low[j] = _mm_or_si128(
+                _mm_and_si128(a, nibble),
+                _mm_and_si128(_mm_slli_epi16(z, 4), top),
+            );
+            high[j] = _mm_or_si128(
+                _mm_and_si128(_mm_srli_epi16(a, 4), nibble),
+                _mm_and_si128(z, top),
+            );
+        }
+        (transpose16(low), transpose16(high))
+    };
+    for (q, pair) in out.chunks_exact_mut(32).enumerate() {
+        // SAFETY: `pair` is 32 bytes; storeu needs no alignment.
+        unsafe {
+            _mm_storeu_si128(pair.as_mut_ptr().cast::<__m128i>(), low[q]);
+            _mm_storeu_si128(pair.as_mut_ptr().add(16).cast::<__m128i>(), high[q]);
+        }
+    }
+}
+
+/// The transpose of a 16 × 16 byte matrix: byte r of `out[c]` is byte c of
+/// `rows[r]` (four rounds of unpacks: 8, 16, 32, 64 bits).
+#[cfg(target_arch = "x86_64")]
+fn transpose16(x: [std::arch::x86_64::__m128i; 16]) -> [std::arch::x86_64::__m128i; 16] {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of x86-64.
+    unsafe {
+        let mut s1 = [_mm_setzero_si128(); 16];
+        for i in 0..8 {
+            s1[i] = _mm_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
+            s1[i + 8] = _mm_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
+        }
+        let mut s2 = [_mm_setzero_si128(); 16];
+        for i in 0..4 {
+            s2[i] = _mm_unpacklo_epi16(s1[2 * i], s1[2 * i + 1]);
+            s2[i + 4] = _mm_unpackhi_epi16(s1[2 * i], s1[2 * i + 1]);
+            s2[i + 8] = _mm_unpacklo_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
+            s2[i + 12] = _mm_unpackhi_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
+        }
+        let mut s3 = [_mm_setzero_si128(); 16];
+        for g in 0..4 {
+            s3[4 * g] = _mm_unpacklo_epi32(s2[4 * g], s2[4 * g + 1]);
+            s3[4 * g + 1] = _mm_unpackhi_epi32(s2[4 * g], s2[4 * g + 1]);
+            s3[4 * g + 2] = _mm_unpacklo_epi32(s2[4 * g + 2], s2[4 * g + 3]);
+            s3[4 * g + 3] = _mm_unpackhi_epi32(s2[4 * g + 2], s2[4 * g + 3]);
+        }
+        let mut out = [_mm_setzero_si128(); 16];
+        for g in 0..4 {
+            out[4 * g] = _mm_unpacklo_epi64(s3[4 * g], s3[4 * g + 2]);
+            out[4 * g + 1] = _mm_unpackhi_epi64(s3[4 * g], s3[4 * g + 2]);
+            out[4 * g + 2] = _mm_unpacklo_epi64(s3[4 * g + 1], s3[4 * g + 3]);
+            out[4 * g + 3] = _mm_unpackhi_epi64(s3[4 * g + 1], s3[4 * g + 3]);
+        }
+        out
     }
 }
 
@@ -297,7 +387,17 @@ mod tests {
 
     #[test]
     fn blocks_hold_every_code_where_the_layout_says() {
-        for (n, pairs) in [(1, 1), (31, 2), (32, 3), (33, 4), (100, 64)] {
+        // Full blocks of 16 and 32 pairs take the transposing path, the
+        // rest (and every partial block) the byte-by-byte one.
+        for (n, pairs) in [
+            (1, 1),
+            (31, 2),
+            (32, 3),
+            (33, 4),
+            (100, 64),
+            (64, 16),
+            (96, 40),
+        ] {
             let rows = random_rows(n, pairs, 5);
             let blocks = Blocks::from_rows(&rows, n, pairs, 0, pairs);
             assert_eq!(blocks.bytes.len(), n.div_ceil(32) * pairs * 32);

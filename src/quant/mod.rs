@@ -22,7 +22,7 @@
 //! | bytes | content |
 //! |---|---|
 //! | 0..4 | `norm2`: f32 LE, `‖r‖²` of the f32 residual: f64 products summed in 8 f64 lanes (term k into lane k mod 8), lanes combined as ((l0+l4)+(l2+l6))+((l1+l5)+(l3+l7)), rounded once to f32 |
-//! | 4..8 | `factor`: f32 LE. `sq8`: `‖r̂‖²` of the reconstruction (f64, summed in order, rounded once), informative only. `rabitq4`: `f = ‖o‖² / Σ(u_i − 7.5)·o_i` with `o = P·r` (both sums f64 as for `norm2`), 0 for a zero residual. `pq4fs`: `cross = <c, r̂>` with the leaf centroid c (f64, summed in order, rounded once) |
+//! | 4..8 | `factor`: f32 LE. `sq8`: `‖r̂‖²` of the reconstruction (f64, summed in order, rounded once), informative only. `rabitq4`: `f = ‖o‖² / Σ(u_i − 7.5)·o_i` with `o = P·r` (both sums f64 as for `norm2`), 0 for a zero residual. `pq4fs`: the list term `‖r̂‖² + 2·<c, r̂>` with the leaf centroid c (f64, summed in order, rounded once) |
 //! | 8.. | payload. `sq8`: `dim` bytes, byte i = `u_i` ∈ 0..=255. `rabitq4`: `padded_dim / 2` bytes, `padded_dim` = dim rounded up to a multiple of 64; for each 64-dim block b, byte `32b + j` (j < 32) holds `u_{64b+j}` in its low nibble and `u_{64b+32+j}` in its high nibble, `u` ∈ 0..=15, padding codes 0. `pq4fs`: `m / 2` bytes, `m` = dim/2 rounded up to even; byte p holds the centroid index of sub-quantiser 2p in its low nibble and 2p+1 in its high nibble |
 //!
 //! So `code_bytes()` is `8 + dim` for `sq8`, `8 + padded_dim / 2` for
@@ -462,7 +462,7 @@ impl Quantizer {
 
     /// The u8 tables of `<y, r̂>` for a query-side vector `y` (`dim`
     /// values) of a fast-scan scheme: built once per query for every list
-    /// (L2 subtracts each code's [`Quantizer::cross`]).
+    /// (L2 adds each code's [`Quantizer::list_term`]).
     pub fn query_lut(&self, y: &[f32]) -> Option<Lut> {
         match &self.kind {
             Kind::Pq4(pq) => Some(pq4_lut(pq, y)),
@@ -470,8 +470,10 @@ impl Quantizer {
         }
     }
 
-    /// The stored `<c, r̂>` of a `pq4fs` code (its `factor` bytes).
-    pub fn cross(code: &[u8]) -> f32 {
+    /// The stored list term `‖r̂‖² + 2·<c, r̂>` of a `pq4fs` code (its
+    /// `factor` bytes): under L2 its estimate is
+    /// `‖q − c‖² + list term − 2·<q, r̂>`, the distance to the reconstruction.
+    pub fn list_term(code: &[u8]) -> f32 {
         match code {
             [_, _, _, _, a, b, c, d, ..] => f32::from_le_bytes([*a, *b, *c, *d]),
             _ => f32::NAN,
@@ -515,8 +517,8 @@ fn pq4_lut(pq: &Pq4, y: &[f32]) -> Lut {
 
 fn encode_pq4(pq: &Pq4, residual: &[f32], leaf: &[f32], code: &mut [u8]) {
     let (header, payload) = code.split_at_mut(HEADER_BYTES);
-    let cross = pq.encode(residual, leaf, payload);
-    write_header(header, norm2(residual), cross);
+    let list_term = pq.encode(residual, leaf, payload);
+    write_header(header, norm2(residual), list_term);
 }
 
 fn encode_sq8(sq8: &Sq8, residual: &[f32], code: &mut [u8]) {

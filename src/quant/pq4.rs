@@ -16,9 +16,13 @@
 //!
 //! **Scoring**: `<q, r̂> = Σ_s <q_s, C_s[u_s]>`: one table of 16 entries per
 //! sub-quantiser, built once per query for every list, since the list's
-//! own term is in the code: the header's `factor` bytes hold
-//! `cross = <c, r̂>` (c the leaf centroid; f64 sum, rounded once), so for L2
-//! `<q − c, r̂> = <q, r̂> − cross`.
+//! own term is in the code: the header's `factor` bytes hold the list term
+//! `‖r̂‖² + 2·<c, r̂>` (c the leaf centroid; f64 sums, rounded once), so
+//! under L2 the distance to the reconstruction is
+//! `‖q − c − r̂‖² = ‖q − c‖² + list term − 2·<q, r̂>`. Like FAISS's PQ, the
+//! estimate is the distance to the reconstruction (its error near a true
+//! neighbour is of the order of `‖r − r̂‖²`), not `‖r‖²` with an estimated
+//! inner product (whose error `2·<q − c, r − r̂>` is of the first order).
 
 use super::error::QuantError;
 use rand::SeedableRng;
@@ -112,9 +116,10 @@ impl Pq4 {
     }
 
     /// Writes the `m / 2` payload bytes of `residual` (byte p: sub-quantiser
-    /// 2p in the low nibble, 2p+1 in the high) and returns `<leaf, r̂>`.
+    /// 2p in the low nibble, 2p+1 in the high) and returns the list term
+    /// `‖r̂‖² + 2·<leaf, r̂>`.
     pub(crate) fn encode(&self, residual: &[f32], leaf: &[f32], payload: &mut [u8]) -> f32 {
-        let mut cross = 0.0f64;
+        let (mut norm2, mut cross) = (0.0f64, 0.0f64);
         for (p, byte) in payload.iter_mut().enumerate() {
             let mut packed = 0u8;
             for half in 0..2 {
@@ -123,11 +128,12 @@ impl Pq4 {
                 let c = &self.sub_centroids(s)[usize::from(code)];
                 let l = sub_vector(leaf, s);
                 cross += f64::from(l[0]) * f64::from(c[0]) + f64::from(l[1]) * f64::from(c[1]);
+                norm2 += f64::from(c[0]) * f64::from(c[0]) + f64::from(c[1]) * f64::from(c[1]);
                 packed |= code << (4 * half);
             }
             *byte = packed;
         }
-        cross as f32
+        (norm2 + 2.0 * cross) as f32
     }
 
     /// The 16 centroids of sub-quantiser `s`.

@@ -439,9 +439,10 @@ fn pq4fs_fast_scan_equals_row_scores_and_the_reconstruction() {
     }
 }
 
-/// The header holds the exact `‖r‖²` and `<c, r̂>` for the row's leaf.
+/// The header holds the exact `‖r‖²` and the list term `‖r̂‖² + 2·<c, r̂>`
+/// for the row's leaf.
 #[test]
-fn pq4fs_header_holds_norm_and_cross_term() {
+fn pq4fs_header_holds_norm_and_list_term() {
     let dim = 24;
     let q = Quantizer::train_pq4(&vectors(300, dim, Shape::Gaussian, 50), dim, 51).unwrap();
     let leaf = vectors(1, dim, Shape::Gaussian, 52);
@@ -451,8 +452,14 @@ fn pq4fs_header_holds_norm_and_cross_term() {
     let mut decoded = vec![0.0; dim];
     q.decode(&code, &mut decoded);
     assert_eq!(Quantizer::norm2(&code), dot(&r, &r) as f32);
-    let cross = Quantizer::cross(&code);
-    assert!((f64::from(cross) - dot(&leaf, &decoded)).abs() <= 1e-5 * dot(&leaf, &leaf).sqrt());
+    let term = Quantizer::list_term(&code);
+    let want = dot(&decoded, &decoded) + 2.0 * dot(&leaf, &decoded);
+    let scale =
+        dot(&decoded, &decoded) + 2.0 * (dot(&leaf, &leaf) * dot(&decoded, &decoded)).sqrt();
+    assert!(
+        (f64::from(term) - want).abs() <= 1e-6 * scale,
+        "{term} vs {want}"
+    );
 }
 
 /// Training is deterministic for a seed and each code is the nearest
