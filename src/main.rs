@@ -5,6 +5,11 @@ mod cli;
 use clap::Parser;
 use std::process::ExitCode;
 
+/// mimalloc keeps freed pages for reuse, where glibc trims them and a query
+/// faults its buffers in again (see `Cargo.toml`).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn main() -> ExitCode {
     let args = cli::Cli::parse();
     match cli::run(args) {

@@ -58,7 +58,7 @@ def index(tmp_path_factory, table):
 
 @pytest.fixture(scope="session")
 def coded_index(tmp_path_factory, table):
-    out = tmp_path_factory.mktemp("idx") / "rabitq4"
+    out = tmp_path_factory.mktemp("idx") / "coded"
     parqivf.build(str(table), str(out), nlist=NLIST, payload=["category", "title"])
     return out
 
