@@ -22,14 +22,14 @@
 use super::ProbeError;
 use super::byte_ranges::{coalesce, slice};
 use super::load::{Fetched, FileRequest};
-use super::rows::{DecodedRowGroup, ProbedRows};
+use super::rows::{DecodedRowGroup, FastCodes, ProbedRows};
 use super::scan::probing_queries;
 use crate::distance::Metric;
 use crate::format::page_crc::checked_page;
 use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
-use crate::quant::fastscan::{self, Blocks, Lut};
+use crate::quant::fastscan::{self, Lut};
 use crate::topk::TopK;
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -57,39 +57,6 @@ pub fn rotate_leaves(quantizer: &Quantizer, hierarchy: &Hierarchy) -> Vec<f32> {
         .zip(hierarchy.leaves.par_chunks(dim))
         .for_each(|(o, leaf)| quantizer.rotate(leaf, o));
     out
-}
-
-/// The codes of a row group in fast-scan blocks, with each row's constant
-/// term: under L2 its list term `‖r̂‖² + 2·<c, r̂>` (so the estimate is
-/// `‖q − c‖² + base − 2·<q, r̂>`, the distance to the reconstruction), else 0.
-#[derive(Debug)]
-pub struct FastCodes {
-    blocks: Blocks,
-    base: Vec<f32>,
-}
-
-impl FastCodes {
-    /// Transposes the `n` row-major codes of a fast-scan scheme. CPU only.
-    fn new(quantizer: &Quantizer, codes: &[u8], n: usize, metric: Metric) -> FastCodes {
-        let width = quantizer.code_bytes();
-        let base = if metric == Metric::L2 {
-            codes
-                .chunks_exact(width)
-                .map(Quantizer::list_term)
-                .collect()
-        } else {
-            vec![0.0; n]
-        };
-        FastCodes {
-            blocks: quantizer.blocks(codes, n),
-            base,
-        }
-    }
-
-    /// Memory held.
-    pub fn bytes(&self) -> usize {
-        self.blocks.bytes.len() + self.base.len() * 4
-    }
 }
 
 /// Where a candidate was found: (index in `loaded`, row in the row group).

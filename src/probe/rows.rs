@@ -4,7 +4,9 @@
 //! ranks ([`ProbedRows`]).
 
 use super::cache::ByteLru;
-use super::quantized::FastCodes;
+use crate::distance::Metric;
+use crate::quant::Quantizer;
+use crate::quant::fastscan::Blocks;
 use arrow::array::RecordBatch;
 use arrow::buffer::{BooleanBuffer, Buffer, ScalarBuffer};
 use parquet::file::page_index::offset_index::PageLocation;
@@ -37,6 +39,39 @@ pub struct DecodedRowGroup {
     /// scan that needs them (a fast-scan scheme only) and kept with the row
     /// group.
     pub fast_codes: OnceLock<FastCodes>,
+}
+
+/// The codes of a row group in fast-scan blocks, with each row's constant
+/// term: under L2 its list term `‖r̂‖² + 2·<c, r̂>` (so the estimate is
+/// `‖q − c‖² + base − 2·<q, r̂>`, the distance to the reconstruction), else 0.
+#[derive(Debug)]
+pub struct FastCodes {
+    pub blocks: Blocks,
+    pub base: Vec<f32>,
+}
+
+impl FastCodes {
+    /// Transposes the `n` row-major codes of a fast-scan scheme. CPU only.
+    pub fn new(quantizer: &Quantizer, codes: &[u8], n: usize, metric: Metric) -> FastCodes {
+        let width = quantizer.code_bytes();
+        let base = if metric == Metric::L2 {
+            codes
+                .chunks_exact(width)
+                .map(Quantizer::list_term)
+                .collect()
+        } else {
+            vec![0.0; n]
+        };
+        FastCodes {
+            blocks: quantizer.blocks(codes, n),
+            base,
+        }
+    }
+
+    /// Memory held.
+    pub fn bytes(&self) -> usize {
+        self.blocks.bytes.len() + self.base.len() * 4
+    }
 }
 
 /// The columns of a row group a load reads (`cid` and `rowid` always).

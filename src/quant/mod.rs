@@ -65,6 +65,7 @@ mod rotation;
 mod sq8;
 #[cfg(test)]
 mod tests;
+mod training_sample;
 
 pub use error::QuantError;
 use fastscan::{Blocks, Lut};
@@ -147,33 +148,6 @@ pub const fn codes_name(codes: Option<Scheme>) -> &'static str {
         Some(Scheme::RaBitQ4) => "rabitq4",
         Some(Scheme::Pq4Fs) => "pq4fs",
     }
-}
-
-/// Checks a row-major training sample of `scheme`: dim ≥ 1, n ≥ 1 rows,
-/// every value finite.
-fn check_sample(scheme: &'static str, residuals: &[f32], dim: usize) -> Result<(), QuantError> {
-    if dim == 0 {
-        return Err(QuantError::ZeroDim);
-    }
-    if residuals.is_empty() {
-        return Err(QuantError::EmptySample { scheme, dim });
-    }
-    if !residuals.len().is_multiple_of(dim) {
-        return Err(QuantError::SampleLength {
-            scheme,
-            len: residuals.len(),
-            dim,
-        });
-    }
-    if let Some(index) = residuals.iter().position(|x| !x.is_finite()) {
-        return Err(QuantError::NonFiniteSample {
-            scheme,
-            row: index / dim,
-            column: index % dim,
-            value: residuals[index],
-        });
-    }
-    Ok(())
 }
 
 /// The parameters of one scheme: `sq8` ranges or the `rabitq4` rotation.

@@ -90,7 +90,7 @@ impl Pq4 {
 
     /// Trains on row-major residuals (`n × dim`, finite, n ≥ 1).
     pub(crate) fn train(residuals: &[f32], dim: usize, seed: u64) -> Result<Pq4, QuantError> {
-        super::check_sample("pq4fs", residuals, dim)?;
+        super::training_sample::check_sample("pq4fs", residuals, dim)?;
         let n = residuals.len() / dim;
         let rows: Vec<usize> = if n > TRAIN_POINTS {
             let mut rows = sample(&mut ChaCha8Rng::seed_from_u64(seed), n, TRAIN_POINTS).into_vec();

@@ -23,7 +23,7 @@ pub(crate) struct Sq8 {
 
 impl Sq8 {
     pub(crate) fn train(residuals: &[f32], dim: usize) -> Result<Sq8, QuantError> {
-        super::check_sample("sq8", residuals, dim)?;
+        super::training_sample::check_sample("sq8", residuals, dim)?;
         let mut min = residuals[..dim].to_vec();
         let mut max = min.clone();
         for row in residuals.chunks_exact(dim).skip(1) {
