@@ -25,7 +25,7 @@
 //! for vectors 0..16 in the low 128-bit lane and 2p+1 in the high lane, and
 //! the high nibbles do the same for vectors 16..32. The u8 results add into
 //! u16 lanes split by byte parity (`x & 0xff`, `x >> 8`), flushed into u32
-//! every [`FLUSH_PAIRS`] pairs so that no u16 overflows (255 · 256 < 2¹⁶).
+//! every `FLUSH_PAIRS` (256) pairs so that no u16 overflows (255 · 256 < 2¹⁶).
 //! The padding vectors of a last partial block have codes 0.
 //!
 //! Two kernels compute the same exact integers: AVX2 (chosen at run time)
