@@ -79,20 +79,7 @@ pub async fn delete_folder(
 /// `LocalFileSystem(file:///root/)` store, possibly inside wrappers (their
 /// `Display` nests the inner store's); `None` for other stores.
 fn local_folder(store_display: &str, location: &Path) -> Option<PathBuf> {
-    const LOCAL: &str = "LocalFileSystem(";
-    let at = store_display.find(LOCAL)? + LOCAL.len();
-    let end = at + store_display[at..].find(')')?;
-    let mut dir = url::Url::parse(&store_display[at..end])
-        .ok()?
-        .to_file_path()
-        .ok()?;
-    for part in location.parts() {
-        let name = percent_encoding::percent_decode_str(part.as_ref())
-            .decode_utf8()
-            .ok()?;
-        dir.push(name.as_ref());
-    }
-    Some(dir)
+    super::local_read::file_below(super::local_read::local_root(store_display)?, location)
 }
 
 #[cfg(test)]

@@ -15,6 +15,30 @@ use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 
+/// How a `LocalFileSystem` store's `Display` starts: `LocalFileSystem(file:///root/)`.
+const LOCAL: &str = "LocalFileSystem(";
+
+/// The root folder of the first `LocalFileSystem(file:///root/)` in a
+/// store's `Display` (wrappers nest the inner store's); `None` when there
+/// is none.
+pub(crate) fn local_root(shown: &str) -> Option<PathBuf> {
+    let at = shown.find(LOCAL)? + LOCAL.len();
+    let end = at + shown[at..].find(')')?;
+    url::Url::parse(&shown[at..end]).ok()?.to_file_path().ok()
+}
+
+/// The file of object `location` in a local store rooted at `root`: its
+/// percent-decoded parts below the root.
+pub(crate) fn file_below(mut root: PathBuf, location: &Path) -> Option<PathBuf> {
+    for part in location.parts() {
+        let name = percent_encoding::percent_decode_str(part.as_ref())
+            .decode_utf8()
+            .ok()?;
+        root.push(name.as_ref());
+    }
+    Some(root)
+}
+
 /// The root folder of a bare `LocalFileSystem` store.
 #[derive(Debug, Clone)]
 pub struct LocalFolder {
@@ -27,21 +51,17 @@ impl LocalFolder {
     /// store or a wrapped one, whose reads must go through the wrapper.
     pub fn of(store: &dyn ObjectStore) -> Option<LocalFolder> {
         let shown = store.to_string();
-        let url = shown.strip_prefix("LocalFileSystem(")?.strip_suffix(')')?;
-        let root = url::Url::parse(url).ok()?.to_file_path().ok()?;
-        Some(LocalFolder { root })
+        if !shown.starts_with(LOCAL) {
+            return None;
+        }
+        Some(LocalFolder {
+            root: local_root(&shown)?,
+        })
     }
 
-    /// The file of object `path`: its percent-decoded parts below the root.
+    /// The file of object `path` below the root.
     fn file(&self, path: &Path) -> Option<PathBuf> {
-        let mut file = self.root.clone();
-        for part in path.parts() {
-            let name = percent_encoding::percent_decode_str(part.as_ref())
-                .decode_utf8()
-                .ok()?;
-            file.push(name.as_ref());
-        }
-        Some(file)
+        file_below(self.root.clone(), path)
     }
 
     /// The bytes of each request's ranges (`(object, ranges)`), in order,
