@@ -248,7 +248,7 @@ fn fast_score_rows(list: FastList<'_>, codes: &[u8], width: usize, rows: &[usize
     for &i in rows {
         let code = &codes[i * width..(i + 1) * width];
         let payload = &code[crate::quant::HEADER_BYTES..];
-        let sum = list.lut.sum_of(|s| payload[s / 2] >> (4 * (s % 2)));
+        let sum = list.lut.sum_packed(payload);
         let base = if list.metric == Metric::L2 {
             Quantizer::list_term(code)
         } else {

@@ -104,15 +104,6 @@ impl Blocks {
         }
         Blocks { n, pairs, bytes }
     }
-
-    /// The code of sub-quantiser `s` of vector `v` (for tests and for
-    /// scoring single rows).
-    pub fn code(&self, v: usize, s: usize) -> u8 {
-        let (b, j) = (v / BLOCK, v % BLOCK);
-        let pair = &self.bytes[(b * self.pairs + s / 2) * 32..][..32];
-        let byte = pair[16 * (s % 2) + j % 16];
-        if j < 16 { byte & 0x0F } else { byte >> 4 }
-    }
 }
 
 /// 16 pairs of one full block: row j's 16 code bytes start at `at(j)` in
@@ -259,10 +250,17 @@ impl Lut {
         self.bias + sum as f32 * self.step
     }
 
-    /// The exact integer sum of one vector's codes (`codes(s)` for s < m).
-    pub fn sum_of(&self, codes: impl Fn(usize) -> u8) -> u32 {
-        (0..self.bytes.len() / 16)
-            .map(|s| u32::from(self.bytes[s * 16 + usize::from(codes(s) & 0x0F)]))
+    /// The exact integer sum of one vector's packed codes, as a row holds
+    /// them: byte p has sub-quantiser 2p in its low nibble and 2p+1 in its
+    /// high nibble (`m / 2` bytes).
+    pub fn sum_packed(&self, packed: &[u8]) -> u32 {
+        self.bytes
+            .chunks_exact(32)
+            .zip(packed)
+            .map(|(tables, &byte)| {
+                u32::from(tables[usize::from(byte & 0x0F)])
+                    + u32::from(tables[16 + usize::from(byte >> 4)])
+            })
             .sum()
     }
 }
@@ -385,6 +383,14 @@ mod tests {
         Lut::quantize(&tables)
     }
 
+    /// The code of sub-quantiser `s` of vector `v`, as the layout says.
+    fn code_at(blocks: &Blocks, v: usize, s: usize) -> u8 {
+        let (b, j) = (v / BLOCK, v % BLOCK);
+        let pair = &blocks.bytes[(b * blocks.pairs + s / 2) * 32..][..32];
+        let byte = pair[16 * (s % 2) + j % 16];
+        if j < 16 { byte & 0x0F } else { byte >> 4 }
+    }
+
     #[test]
     fn blocks_hold_every_code_where_the_layout_says() {
         // Full blocks of 16 and 32 pairs take the transposing path, the
@@ -406,7 +412,7 @@ mod tests {
                     let byte = rows[v * pairs + s / 2];
                     let code = if s % 2 == 0 { byte & 0x0F } else { byte >> 4 };
                     assert_eq!(
-                        blocks.code(v, s),
+                        code_at(&blocks, v, s),
                         code,
                         "n {n} vector {v} sub-quantiser {s}"
                     );
@@ -414,7 +420,7 @@ mod tests {
             }
             // Padding vectors have codes 0.
             for v in n..n.div_ceil(32) * 32 {
-                assert!((0..2 * pairs).all(|s| blocks.code(v, s) == 0));
+                assert!((0..2 * pairs).all(|s| code_at(&blocks, v, s) == 0));
             }
         }
     }
@@ -432,12 +438,7 @@ mod tests {
             let blocks = Blocks::from_rows(&rows, n, pairs, 0, pairs);
             let lut = random_lut(pairs, 7 + pairs as u64);
             let reference: Vec<u32> = (0..n)
-                .map(|v| {
-                    lut.sum_of(|s| {
-                        let byte = rows[v * pairs + s / 2];
-                        if s % 2 == 0 { byte & 0x0F } else { byte >> 4 }
-                    })
-                })
+                .map(|v| lut.sum_packed(&rows[v * pairs..(v + 1) * pairs]))
                 .collect();
             let padded = n.div_ceil(32) * 32;
             let mut scalar = vec![0u32; padded];
@@ -475,7 +476,8 @@ mod tests {
             let exact: f64 = (0..m)
                 .map(|s| f64::from(tables[s * 16 + usize::from(codes[s])]))
                 .sum();
-            let approx = f64::from(lut.value(lut.sum_of(|s| codes[s])));
+            let packed: Vec<u8> = codes.chunks_exact(2).map(|c| c[0] | c[1] << 4).collect();
+            let approx = f64::from(lut.value(lut.sum_packed(&packed)));
             let bound = m as f64 * f64::from(lut.step) / 2.0 + 1e-4;
             assert!(
                 (approx - exact).abs() <= bound,

@@ -408,7 +408,7 @@ impl Quantizer {
             (Kind::Pq4(pq), Prepared::Pq4(lut)) if lut.bytes.len() == pq.m() * 16 => {
                 for (code, o) in codes.chunks_exact(code_bytes).zip(out) {
                     let payload = &code[HEADER_BYTES..];
-                    *o = lut.value(lut.sum_of(|s| payload[s / 2] >> (4 * (s % 2))));
+                    *o = lut.value(lut.sum_packed(payload));
                 }
             }
             _ => {
