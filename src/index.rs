@@ -31,6 +31,7 @@ use crate::probe::query::{IndexShape, QueryPlan};
 pub use crate::probe::stats::{FilterPlan, Scoring, SearchStats};
 use crate::probe::target::{CalibrationStatus, RecallModel};
 use crate::quant::Quantizer;
+use crate::store::hedge::count_hedges;
 use arrow::record_batch::RecordBatch;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -323,8 +324,10 @@ impl Index {
         params: &SearchParams,
     ) -> Result<Vec<SearchResult>, IndexError> {
         let plan = self.plan(queries, params).await?;
-        let mut results = self.engine.run(plan).await?;
+        let (results, hedges) = count_hedges(self.engine.run(plan)).await;
+        let mut results = results?;
         for result in &mut results {
+            result.stats.hedges = hedges;
             self.render_payload(result)?;
         }
         Ok(results)

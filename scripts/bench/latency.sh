@@ -14,11 +14,17 @@
 #   INDEX a built index (e.g. from search_vs_faiss.sh), DATASET a folder of
 #   gen_synth.py / gen_embed.py (query.npy, gt.npy); NQ queries (100) per
 #   warm mode, 20 cold; TTFBS "0 30 60" (ms).
-#   env: PY (python3 with numpy), BIN (target/release/parqivf), PORT (18791)
+#   env: PY (python3 with numpy), BIN (target/release/parqivf), PORT (18791),
+#        HEDGE (--hedge-after: auto, the default, off or a duration), MODES
+#        ("storage disk codes"), TAILS ("none 1%": without and with the tail)
+#   INDEX may be an s3:// location (AWS_* in the environment, e.g. s3s-fs:
+#   scripts/bench/lance_vs_parqivf.sh starts one); the emulated latency is
+#   then in front of the S3 client.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 INDEX="$1"; DATA="$2"; NPROBE="$3"; NQ="${4:-100}"; TTFBS="${5:-0 30 60}"
 PY="${PY:-python3}"; BIN="${BIN:-target/release/parqivf}"; PORT="${PORT:-18791}"
+HEDGE="${HEDGE:-auto}"; MODES="${MODES:-storage disk codes}"; TAILS="${TAILS:-none 1%}"
 TOKEN="latency-bench-token-0123456789"
 WORK="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -28,7 +34,7 @@ URL="http://127.0.0.1:$PORT/v1/indexes/i"
 
 serve() { # latency-spec extra-flags…
   local spec="$1"; shift
-  "$BIN" ${spec:+--store-latency "$spec"} serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" \
+  "$BIN" ${spec:+--store-latency "$spec"} --hedge-after "$HEDGE" serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" \
     --auth-token-file "$WORK/token" "$@" > "$WORK/serve.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 600); do
@@ -40,11 +46,12 @@ serve() { # latency-spec extra-flags…
 stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
 
 for ttfb in $TTFBS; do
-  for tail in "" ",tail=0.01@500ms"; do
+  for t in $TAILS; do
+    tail=""; [ "$t" = "1%" ] && tail=",tail=0.01@500ms"
     spec=""
     [ "$ttfb" != 0 ] || [ -n "$tail" ] && spec="ttfb=${ttfb}ms,jitter=0.2$tail,seed=1"
-    label="ttfb=${ttfb}ms${tail:+ tail 1%@500ms}"
-    for mode in storage disk codes; do
+    label="ttfb=${ttfb}ms${tail:+ tail 1%@500ms} hedge=$HEDGE"
+    for mode in $MODES; do
       case "$mode" in
         storage) serve "$spec" --warm ;;
         disk) rm -rf "$WORK/cache"; serve "$spec" --warm --cache-dir "$WORK/cache"
@@ -56,15 +63,15 @@ for ttfb in $TTFBS; do
       stop
     done
     # Cold: a new process per query, nothing cached (open + footers + postings).
-    "$PY" - "$BIN" "$INDEX" "$DATA" "$NPROBE" "$spec" "$label" "$WORK" <<'PY'
+    "$PY" - "$BIN" "$INDEX" "$DATA" "$NPROBE" "$spec" "$label" "$WORK" "$HEDGE" <<'PY'
 import json, subprocess, sys, time
 import numpy as np
-bin_, index, data, nprobe, spec, label, work = sys.argv[1:]
+bin_, index, data, nprobe, spec, label, work, hedge = sys.argv[1:]
 q = np.load(f"{data}/query.npy").astype(np.float32)
 lat = []
 for i in range(20):
     np.save(f"{work}/q.npy", q[i : i + 1])
-    cmd = [bin_] + (["--store-latency", spec] if spec else []) + [
+    cmd = [bin_, "--hedge-after", hedge] + (["--store-latency", spec] if spec else []) + [
         "search", "--index", index, "--queries", f"{work}/q.npy", "--k", "10", "--nprobe", nprobe, "--json"]
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)

@@ -73,6 +73,19 @@ pub struct StoreArgs {
         value_name = "SPEC"
     )]
     pub store_latency: Option<parqivf::store::latency::Latency>,
+    /// Requests in flight at once to a remote store (S3, GCS, Azure, or
+    /// one with `--store-latency`); default 64.
+    #[arg(long, global = true, env = "PARQIVF_MAX_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_in_flight: Option<u32>,
+    /// When a remote store's slow get is sent a second time: `auto` (after
+    /// the p95 of recent gets, the default), `off`, or a duration (`80ms`).
+    #[arg(
+        long,
+        global = true,
+        env = "PARQIVF_HEDGE_AFTER",
+        value_name = "auto|off|DURATION"
+    )]
+    pub hedge_after: Option<parqivf::store::hedge::HedgeAfter>,
 }
 
 impl StoreArgs {
@@ -86,6 +99,8 @@ impl StoreArgs {
             connect_timeout: self.connect_timeout,
             unconditional_publish: self.allow_unconditional_publish,
             latency: self.store_latency,
+            max_in_flight: self.max_in_flight.map(|n| n as usize),
+            hedge_after: self.hedge_after,
             config: Vec::new(),
         }
     }

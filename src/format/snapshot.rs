@@ -37,6 +37,7 @@ use crate::quant::Quantizer;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
+use std::collections::HashMap;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -138,18 +139,64 @@ pub struct Snapshot {
     pub calibration: Option<Calibration>,
 }
 
-async fn get(store: &dyn ObjectStore, path: &Path) -> Result<Bytes, SnapshotError> {
-    let err = |source| SnapshotError::Store {
-        path: path.to_string(),
-        source,
-    };
-    store
-        .get(path)
-        .await
-        .map_err(err)?
-        .bytes()
-        .await
-        .map_err(err)
+/// Where a snapshot's documents are read from: the store, and the ones a
+/// commit pins, read ahead all at once with `index.json`
+/// ([`Documents::read_ahead`]), so an open costs one round for them
+/// instead of two (`index.json`, then what it names).
+struct Documents<'a> {
+    store: &'a dyn ObjectStore,
+    early: HashMap<Path, Bytes>,
+}
+
+impl<'a> Documents<'a> {
+    fn direct(store: &'a dyn ObjectStore) -> Self {
+        Documents {
+            store,
+            early: HashMap::new(),
+        }
+    }
+
+    /// `index.json` and every document `commit` pins below `folder`, all at
+    /// once. A read that fails is left out: the document's own read later
+    /// reports it as it would without the read-ahead.
+    async fn read_ahead(store: &'a dyn ObjectStore, folder: &Path, commit: &Commit) -> Self {
+        let mut paths = vec![folder.clone().join(INDEX_DEFINITION_FILE)];
+        for pin in &commit.pins {
+            if let Ok(rel) = crate::store::uri::RelativeLocation::parse(&pin.path) {
+                let path = rel.resolve_path(folder);
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+        }
+        let direct = Documents::direct(store);
+        let got = futures::future::join_all(paths.iter().map(|p| direct.get(p))).await;
+        Documents {
+            store,
+            early: paths
+                .into_iter()
+                .zip(got)
+                .filter_map(|(p, b)| Some((p, b.ok()?)))
+                .collect(),
+        }
+    }
+
+    async fn get(&self, path: &Path) -> Result<Bytes, SnapshotError> {
+        if let Some(bytes) = self.early.get(path) {
+            return Ok(bytes.clone());
+        }
+        let err = |source| SnapshotError::Store {
+            path: path.to_string(),
+            source,
+        };
+        self.store
+            .get(path)
+            .await
+            .map_err(err)?
+            .bytes()
+            .await
+            .map_err(err)
+    }
 }
 
 impl Snapshot {
@@ -168,14 +215,15 @@ impl Snapshot {
             return Ok(None);
         };
         let pins = self.commit.as_ref().map(|c| c.pins.as_slice());
-        let bytes = get_pinned(store, &self.folder, rel, pins).await?;
+        let docs = Documents::direct(store);
+        let bytes = get_pinned(&docs, &self.folder, rel, pins).await?;
         let path = self.folder.clone().join(rel);
         let files = SourceFiles::parse(path.as_ref(), &bytes)?;
         let Some(pin) = &files.ids else {
             return Ok(Some((files, None)));
         };
         let bytes = get_pinned(
-            store,
+            &docs,
             &self.folder,
             &pin.path,
             Some(std::slice::from_ref(pin)),
@@ -264,8 +312,13 @@ impl Snapshot {
         folder: &Path,
         commit: Option<Commit>,
     ) -> Result<Snapshot, SnapshotError> {
+        let docs = match &commit {
+            Some(c) => Documents::read_ahead(store, folder, c).await,
+            None => Documents::direct(store),
+        };
+        let docs = &docs;
         let def_path = folder.clone().join(INDEX_DEFINITION_FILE);
-        let bytes = get(store, &def_path).await?;
+        let bytes = docs.get(&def_path).await?;
         if let Some(c) = &commit {
             check_pin(&c.pins, INDEX_DEFINITION_FILE, def_path.as_ref(), &bytes)?;
         }
@@ -302,16 +355,16 @@ impl Snapshot {
         let base = async {
             let (table, c, q, cal) = futures::join!(
                 read_table(
-                    store,
+                    docs,
                     &manifest_path,
                     &documents[1],
                     &documents[2],
                     base_pins
                 ),
-                get_pinned(store, &base_folder, &documents[3], base_pins),
+                get_pinned(docs, &base_folder, &documents[3], base_pins),
                 async {
                     match (&definition.quantizer, documents.get(4)) {
-                        (Some(_), Some(rel)) => get_pinned(store, &base_folder, rel, base_pins)
+                        (Some(_), Some(rel)) => get_pinned(docs, &base_folder, rel, base_pins)
                             .await
                             .map(Some),
                         _ => Ok(None),
@@ -319,7 +372,7 @@ impl Snapshot {
                 },
                 async {
                     match &definition.calibration {
-                        Some(rel) => get_pinned(store, &base_folder, rel, base_pins)
+                        Some(rel) => get_pinned(docs, &base_folder, rel, base_pins)
                             .await
                             .map(Some),
                         None => Ok(None),
@@ -328,7 +381,7 @@ impl Snapshot {
             );
             Ok::<_, SnapshotError>((table?, c?, q?, cal?))
         };
-        let layered = read_layers(store, folder, &definition);
+        let layered = read_layers(docs, folder, &definition);
         let ((base_table, c, q, cal), (deltas, deletions)) = futures::try_join!(base, layered)?;
         let calibration = match (definition.calibration_path(&base_folder), cal) {
             (Ok(Some(path)), Some(bytes)) => Some(Calibration::parse(
@@ -413,7 +466,7 @@ struct Table {
 
 /// GET `folder/rel`, checked against its pin in `pins` when given.
 async fn get_pinned(
-    store: &dyn ObjectStore,
+    docs: &Documents<'_>,
     folder: &Path,
     rel: &str,
     pins: Option<&[Pin]>,
@@ -424,7 +477,7 @@ async fn get_pinned(
             snapshot: rel.to_string(),
         })?
         .resolve_path(folder);
-    let bytes = get(store, &path).await?;
+    let bytes = docs.get(&path).await?;
     if let Some(pins) = pins {
         check_pin(pins, rel, path.as_ref(), &bytes)?;
     }
@@ -434,7 +487,7 @@ async fn get_pinned(
 /// The postings table at `root` (its `manifest.json` and `footers.json`,
 /// named `manifest_rel` and `footers_rel` relative to the pins' folder).
 async fn read_table(
-    store: &dyn ObjectStore,
+    docs: &Documents<'_>,
     manifest_path: &Path,
     manifest_rel: &str,
     footers_rel: &str,
@@ -446,7 +499,7 @@ async fn read_table(
         Some(pins) => check_pin(pins, rel, path.as_ref(), bytes),
         None => Ok(()),
     };
-    let (m, f) = futures::join!(get(store, manifest_path), get(store, &footers_path));
+    let (m, f) = futures::join!(docs.get(manifest_path), docs.get(&footers_path));
     let (m, f) = (m?, f?);
     check(manifest_rel, manifest_path, &m)?;
     check(footers_rel, &footers_path, &f)?;
@@ -491,7 +544,7 @@ fn sibling(folder: &Path, snapshot: &str) -> Result<Path, SnapshotError> {
 /// The delta tables and deletions a refreshed snapshot names (none for a
 /// built one), read concurrently.
 async fn read_layers(
-    store: &dyn ObjectStore,
+    docs: &Documents<'_>,
     folder: &Path,
     definition: &IndexDefinition,
 ) -> Result<(Vec<Table>, Deletions), SnapshotError> {
@@ -504,14 +557,8 @@ async fn read_layers(
         async move {
             let delta = sibling(folder, &d.snapshot)?;
             let manifest = delta.clone().join("postings").join("manifest.json");
-            let table = read_table(
-                store,
-                &manifest,
-                &documents[0],
-                &documents[1],
-                Some(&d.pins),
-            )
-            .await?;
+            let table =
+                read_table(docs, &manifest, &documents[0], &documents[1], Some(&d.pins)).await?;
             let rows: u64 = table.manifest.files.iter().map(|f| f.rows).sum();
             if rows != d.rows {
                 return Err(SnapshotError::Mismatch {
@@ -526,7 +573,7 @@ async fn read_layers(
     }));
     let deletions = async {
         let pin = &layers.deletions.pin;
-        let bytes = get_pinned(store, folder, &pin.path, Some(std::slice::from_ref(pin))).await?;
+        let bytes = get_pinned(docs, folder, &pin.path, Some(std::slice::from_ref(pin))).await?;
         let path = folder.clone().join(pin.path.as_str());
         Deletions::decode(path.as_ref(), bytes, layers.deletions.rows, layers.count())
             .map_err(SnapshotError::from)

@@ -270,8 +270,9 @@ fn parse_commit(path: &Path, bytes: &[u8], expect: u64) -> Result<Commit, Wareho
 }
 
 /// The current commit of the index at `index`, or `None` when nothing was
-/// ever committed there. Never lists: one GET for the hint, then one GET per
-/// version past it.
+/// ever committed there. Never lists: one GET for the hint, then the hinted
+/// version and the next one together (one round when the hint is current),
+/// then one GET per version past them.
 ///
 /// # Errors
 /// Storage failures, and commit documents that do not parse.
@@ -290,10 +291,19 @@ pub async fn current(
     // such, but be robust): then walk from the start.
     let mut v = hint;
     if v > 0 {
-        let p = version_path(index, v);
-        match get_opt(store.as_ref(), &p).await? {
-            Some(b) => found = Some(parse_commit(&p, &b, v)?),
-            None => v = 0,
+        // The hinted version and the next one at once: the next is usually
+        // absent, which ends the walk in this one round.
+        let (p, next) = (version_path(index, v), version_path(index, v + 1));
+        let (at, after) =
+            futures::try_join!(get_opt(store.as_ref(), &p), get_opt(store.as_ref(), &next))?;
+        match (at, after) {
+            (Some(b), None) => return Ok(Some(parse_commit(&p, &b, v)?)),
+            (Some(b), Some(n)) => {
+                parse_commit(&p, &b, v)?;
+                found = Some(parse_commit(&next, &n, v + 1)?);
+                v += 1;
+            }
+            (None, _) => v = 0,
         }
     }
     loop {

@@ -32,6 +32,9 @@ pub struct SearchStats {
     /// store, and their bytes.
     pub disk_hits: u64,
     pub disk_bytes: u64,
+    /// Second copies of slow store gets sent (hedging, on a remote store;
+    /// `crate::store::hedge`). In a batch, the batch's.
+    pub hedges: u64,
     /// Exact lengths of the footers read (what a perfect tail guess fetches).
     pub footer_bytes: u64,
     /// Column-chunk bytes of the row groups read (before coalescing).

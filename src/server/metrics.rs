@@ -302,11 +302,38 @@ impl Metrics {
         if let Some(disk) = indexes.iter().find_map(|(_, i)| i.cache.disk) {
             register_disk_cache(&mut scrape, &disk);
         }
+        register_hedges(&mut scrape, crate::store::hedge::totals());
         let mut out = String::new();
         // Writing into a String cannot fail.
         let _ = prometheus_text::encode(&mut out, &self.registry);
         let _ = prometheus_text::encode(&mut out, &scrape);
         out
+    }
+}
+
+/// The remote stores' gets and hedges since start (process-wide; zero
+/// when every index is local).
+fn register_hedges(scrape: &mut Registry, t: crate::store::hedge::HedgeTotals) {
+    for (name, help, v) in [
+        (
+            "parqivf_object_store_gets_sent",
+            "Gets sent to a remote store (first copies)",
+            t.gets,
+        ),
+        (
+            "parqivf_object_store_hedges_sent",
+            "Second copies of slow remote-store gets (sent after the observed p95)",
+            t.hedges,
+        ),
+        (
+            "parqivf_object_store_hedges_won",
+            "Gets answered by their second copy",
+            t.hedges_won,
+        ),
+    ] {
+        let c: Counter = Counter::default();
+        c.inc_by(v);
+        scrape.register(name, help, c);
     }
 }
 
@@ -488,6 +515,7 @@ mod tests {
             "# HELP parqivf_index_vectors Vectors in the served snapshot.",
             "# TYPE parqivf_index_vectors gauge",
             "parqivf_index_vectors{index=\"x\",snapshot=\"v1:a\\\"b\\\\c\"} 10",
+            "# TYPE parqivf_object_store_hedges_sent_total counter",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} missing:\n{text}");
         }

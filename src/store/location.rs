@@ -37,6 +37,7 @@ use object_store::path::Path;
 
 use super::commit::CheckThenPut;
 pub use super::error::LocationError;
+use super::hedge::{DEFAULT_MAX_IN_FLIGHT, HedgedStore};
 use super::options::StoreOptions;
 use crate::store::uri::{LocationUri, Scheme, UriError};
 
@@ -62,13 +63,28 @@ pub fn open_with(
     options: &StoreOptions,
 ) -> Result<(Arc<dyn ObjectStore>, Path), LocationError> {
     let (store, path) = open_unwrapped(location, options)?;
-    Ok((wrap(store, options), path))
+    let remote = location.contains("://")
+        && LocationUri::parse_root(location)
+            .is_ok_and(|u| matches!(u.scheme(), Scheme::S3 | Scheme::Gs | Scheme::Az));
+    Ok((wrap(store, options, remote), path))
 }
 
-fn wrap(store: Arc<dyn ObjectStore>, options: &StoreOptions) -> Arc<dyn ObjectStore> {
+/// The wrappers `options` ask for: the emulated latency, then, for a remote
+/// store or an emulated one, the in-flight bound and hedging
+/// ([`HedgedStore`]), then the unconditional publish.
+fn wrap(store: Arc<dyn ObjectStore>, options: &StoreOptions, remote: bool) -> Arc<dyn ObjectStore> {
     let store: Arc<dyn ObjectStore> = match options.latency {
         Some(latency) => Arc::new(super::latency::LatencyStore::new(store, latency)),
         None => store,
+    };
+    let store: Arc<dyn ObjectStore> = if remote || options.latency.is_some() {
+        Arc::new(HedgedStore::new(
+            store,
+            options.max_in_flight.unwrap_or(DEFAULT_MAX_IN_FLIGHT),
+            options.hedge_after.unwrap_or_default(),
+        ))
+    } else {
+        store
     };
     if options.unconditional_publish {
         Arc::new(CheckThenPut::new(store))

@@ -6,6 +6,7 @@ pub mod disk_cache;
 pub mod error;
 pub mod fault;
 pub mod folder;
+pub mod hedge;
 pub mod latency;
 pub mod local_read;
 pub mod location;

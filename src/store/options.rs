@@ -37,7 +37,7 @@ pub enum OptionsError {
 }
 
 /// The `PARQIVF_*` store settings, as the CLI's environment variables name them.
-pub const PARQIVF_KEYS: [&str; 8] = [
+pub const PARQIVF_KEYS: [&str; 10] = [
     "PARQIVF_MAX_RETRIES",
     "PARQIVF_RETRY_TIMEOUT",
     "PARQIVF_BACKOFF_INITIAL",
@@ -46,6 +46,8 @@ pub const PARQIVF_KEYS: [&str; 8] = [
     "PARQIVF_CONNECT_TIMEOUT",
     "PARQIVF_ALLOW_UNCONDITIONAL_PUBLISH",
     "PARQIVF_STORE_LATENCY",
+    "PARQIVF_MAX_IN_FLIGHT",
+    "PARQIVF_HEDGE_AFTER",
 ];
 
 /// Runtime options applied when a location is opened.
@@ -72,6 +74,12 @@ pub struct StoreOptions {
     /// ([`super::latency::LatencyStore`]): S3's latency in front of a local
     /// or memory store, for tests and benches.
     pub latency: Option<super::latency::Latency>,
+    /// Requests in flight at once to a remote store (S3, or one with
+    /// `latency`); default [`super::hedge::DEFAULT_MAX_IN_FLIGHT`].
+    pub max_in_flight: Option<usize>,
+    /// When a remote store's slow get is sent a second time
+    /// ([`super::hedge::HedgedStore`]); default `auto` (the observed p95).
+    pub hedge_after: Option<super::hedge::HedgeAfter>,
     /// Object store keys and values (lower case, e.g. `aws_endpoint`)
     /// applied after the environment's. Shown redacted by `Debug`.
     pub config: Vec<(String, String)>,
@@ -88,6 +96,8 @@ impl std::fmt::Debug for StoreOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("unconditional_publish", &self.unconditional_publish)
             .field("latency", &self.latency)
+            .field("max_in_flight", &self.max_in_flight)
+            .field("hedge_after", &self.hedge_after)
             .field(
                 "config",
                 &self
@@ -146,6 +156,18 @@ impl StoreOptions {
                 }
                 "PARQIVF_STORE_LATENCY" => {
                     o.latency = Some(value.parse().map_err(|e| bad(format!("{e}")))?);
+                }
+                "PARQIVF_MAX_IN_FLIGHT" => {
+                    o.max_in_flight = Some(
+                        value
+                            .parse()
+                            .ok()
+                            .filter(|&n: &usize| n > 0)
+                            .ok_or_else(|| bad("not a positive integer".into()))?,
+                    );
+                }
+                "PARQIVF_HEDGE_AFTER" => {
+                    o.hedge_after = Some(value.parse().map_err(|e| bad(format!("{e}")))?);
                 }
                 _ if is_store_key(&key) => {
                     o.config.push((key.to_ascii_lowercase(), value.to_string()));
@@ -295,6 +317,8 @@ mod tests {
             connect_timeout: Some(Duration::from_secs(2)),
             unconditional_publish: false,
             latency: None,
+            max_in_flight: None,
+            hedge_after: None,
             config: Vec::new(),
         };
         let r = o.retry_config();

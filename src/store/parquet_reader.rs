@@ -104,7 +104,8 @@ impl MetadataSuffixFetch for &mut StoreReader {
 /// the very bytes the codes exist to avoid. So for those stores each range
 /// is its own ranged GET, issued concurrently. The local file system and
 /// the in-memory store merge only touching ranges and read a file once per
-/// call, so they get one `get_ranges`. Which kind a store is comes from its
+/// call, so they get one `get_ranges`, as does a [`super::hedge::HedgedStore`]
+/// (each range its own hedged request within the in-flight bound). Which kind a store is comes from its
 /// `Display` name, the only thing `ObjectStore` tells about itself.
 ///
 /// # Errors
@@ -115,7 +116,10 @@ pub async fn get_exact_ranges(
     ranges: &[Range<u64>],
 ) -> Result<Vec<Bytes>, object_store::Error> {
     let name = store.to_string();
-    if name.contains("LocalFileSystem") || name.contains("InMemory") {
+    if name.starts_with("HedgedStore")
+        || name.contains("LocalFileSystem")
+        || name.contains("InMemory")
+    {
         return store.get_ranges(path, ranges).await;
     }
     futures::future::try_join_all(ranges.iter().map(|r| store.get_range(path, r.clone()))).await

@@ -175,6 +175,8 @@ async fn s3_retries_and_timeouts_come_from_store_options() {
         connect_timeout: Some(Duration::from_millis(300)),
         unconditional_publish: false,
         latency: None,
+        max_in_flight: None,
+        hedge_after: None,
         config: Vec::new(),
     };
     let store = parqivf::store::location::s3_builder("silent", &options)
@@ -207,7 +209,10 @@ async fn store_latency_is_put_in_front_of_any_location() {
         StoreOptions::from_map([("PARQIVF_STORE_LATENCY", "ttfb=25ms,jitter=0,seed=3")]).unwrap();
     let location = dir.path().display().to_string();
     let (store, prefix) = parqivf::store::location::open_with(&location, &options).unwrap();
-    assert!(store.to_string().starts_with("LatencyStore("), "{store}");
+    assert!(
+        store.to_string().starts_with("HedgedStore(LatencyStore("),
+        "{store}"
+    );
     let path = prefix.clone().join("a");
     let t = Instant::now();
     assert_eq!(put_get(&store, &path, b"bytes").await, b"bytes");
@@ -219,4 +224,35 @@ async fn store_latency_is_put_in_front_of_any_location() {
     );
     let bad = StoreOptions::from_map([("PARQIVF_STORE_LATENCY", "ttfb=25ms,jitter=3")]);
     assert!(bad.unwrap_err().to_string().contains("jitter"));
+}
+
+#[test]
+fn remote_stores_are_hedged_and_local_ones_are_not() {
+    use parqivf::store::hedge::HedgeAfter;
+    use parqivf::store::options::StoreOptions;
+    use std::time::Duration;
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().display().to_string();
+    let (store, _) = parqivf::store::location::open_with(&local, &StoreOptions::default()).unwrap();
+    assert!(!store.to_string().contains("HedgedStore"), "{store}");
+    let options = StoreOptions::from_map([
+        ("AWS_REGION", "us-east-1"),
+        ("PARQIVF_MAX_IN_FLIGHT", "16"),
+        ("PARQIVF_HEDGE_AFTER", "80ms"),
+    ])
+    .unwrap();
+    assert_eq!(options.max_in_flight, Some(16));
+    assert_eq!(
+        options.hedge_after,
+        Some(HedgeAfter::Fixed(Duration::from_millis(80)))
+    );
+    let (store, _) = parqivf::store::location::open_with("s3://bucket/idx", &options).unwrap();
+    assert!(store.to_string().starts_with("HedgedStore("), "{store}");
+    for (key, value) in [
+        ("PARQIVF_MAX_IN_FLIGHT", "0"),
+        ("PARQIVF_HEDGE_AFTER", "soon"),
+    ] {
+        let err = StoreOptions::from_map([(key, value)]).unwrap_err();
+        assert!(err.to_string().contains(key), "{err}");
+    }
 }

@@ -345,3 +345,36 @@ async fn row_group_with_two_cids_is_refused() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+/// A committed index opens in three dependent rounds: the commit log's hint;
+/// the hinted version with the next one (absent); `index.json` with every
+/// document the commit pins. A second commit adds nothing: the hint moves.
+#[tokio::test]
+async fn opening_a_committed_index_is_three_rounds() {
+    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
+    let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = dataset(2000, DIM, 11);
+    let params = BuildParams {
+        nlist: 16,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    };
+    for _ in 0..2 {
+        let src = Arc::new(ArraySource::new(data.clone(), DIM, "generated").unwrap());
+        build(src, Arc::clone(&mem), &Path::from("idx"), &params)
+            .await
+            .unwrap();
+    }
+    let counting = CountingStore::new(mem).with_latency(Duration::from_millis(5));
+    let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+    let index = Index::open_current(store, &Path::from("idx"))
+        .await
+        .unwrap();
+    assert_eq!(index.commit().map(|c| c.version), Some(2));
+    let open = counting.counts();
+    assert_eq!((open.list_requests, open.head_requests), (0, 0));
+    assert_eq!(
+        open.rounds, 3,
+        "hint; versions 2 and 3; index.json with the pinned documents: {open:?}"
+    );
+}

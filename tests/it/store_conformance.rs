@@ -59,6 +59,27 @@ fn backends() -> Vec<Backend> {
         root,
         _dir: Some(dir),
     });
+    // Memory behind emulated latency, hedged after 1 ms: most gets race a
+    // second copy, and the answers must not change.
+    let options = parqivf::store::options::StoreOptions {
+        latency: Some("ttfb=2ms,jitter=0.5,seed=5".parse().unwrap()),
+        hedge_after: Some(parqivf::store::hedge::HedgeAfter::Fixed(
+            std::time::Duration::from_millis(1),
+        )),
+        max_in_flight: Some(4),
+        ..Default::default()
+    };
+    let (store, root) = parqivf::store::location::open_with(
+        &format!("memory://conformance-hedged/{}", run_prefix()),
+        &options,
+    )
+    .unwrap();
+    out.push(Backend {
+        name: "memory-hedged",
+        store,
+        root,
+        _dir: None,
+    });
     match (
         std::env::var("AWS_ENDPOINT"),
         std::env::var("PARQIVF_S3_BUCKET"),

@@ -1,0 +1,611 @@
+//! Latency hiding in front of a remote store ([`HedgedStore`]): a bound on
+//! the requests in flight, every range of a `get_ranges` sent as its own
+//! request, and *hedged* gets.
+//!
+//! - **In flight.** At most [`StoreOptions::max_in_flight`](super::options::StoreOptions::max_in_flight)
+//!   requests at once (default [`DEFAULT_MAX_IN_FLIGHT`], the concurrency at
+//!   which one S3 client reaches its request rate); the others wait for a
+//!   slot. A round of a query is sent at once, so it costs one time to first
+//!   byte while it fits.
+//! - **Coalescing.** Ranges are read exactly (the codes exist to skip the
+//!   bytes between them). Only when one call has more ranges than the
+//!   in-flight bound, so that some would wait a whole second time to first
+//!   byte, are the smallest gaps merged, and only gaps whose transfer takes
+//!   less than that wait: gap < p50 latency × [`REQUEST_BANDWIDTH`]
+//!   ([`merge_for_slots`]).
+//! - **Hedging.** A get that has not answered after the observed p95 of
+//!   recent gets ([`HedgeAfter::Observed`]; at least 1.25 × their p50, and
+//!   1.5 × the slowest while fewer than [`MIN_SAMPLES`] were seen, from
+//!   the [`MIN_EARLY`]th on; plus its bytes at [`REQUEST_BANDWIDTH`]) is
+//!   sent a second time, if a slot is free; the
+//!   first answer wins and the others are dropped. S3's slow tail is a
+//!   property of a request, not of the object, so the copy usually answers
+//!   within a normal time to first byte; a copy still unanswered after
+//!   another such delay gets one more ([`MAX_COPIES`]). At most about 5 % of
+//!   gets are hedged (fewer when the latency is steady).
+//!
+//! The hedges a future's requests sent are counted per query with
+//! [`count_hedges`] (a task-local scope: concurrent queries do not mix), and
+//! for the process in [`totals`] (the service's metrics).
+
+use std::cell::Cell;
+use std::collections::VecDeque;
+use std::fmt;
+use std::future::Future;
+use std::ops::Range;
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::future::BoxFuture;
+use futures::stream::FuturesUnordered;
+use object_store::path::Path;
+use object_store::{
+    GetOptions, GetRange, GetResult, ObjectStore, PutOptions, PutPayload, PutResult,
+};
+use serde::Serialize;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use super::pass_through::pass_through_store;
+
+/// Requests in flight by default: S3 serves one client about 2,500 range
+/// reads a second at concurrency 64.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// The share of gets answered before a hedge is sent.
+pub const HEDGE_QUANTILE: f64 = 0.95;
+/// Bytes a second one GET streams after its first byte (S3: about 90–100
+/// MB/s per connection): a request's expected transfer time, subtracted
+/// from its observed latency and added to its hedge delay.
+pub const REQUEST_BANDWIDTH: u64 = 100 << 20;
+/// Copies of one get at most: the first and two hedges (a hedge that also
+/// draws the slow tail, 1 % of hedges on S3, gets a second).
+pub const MAX_COPIES: usize = 3;
+/// Gets observed before the [`HEDGE_QUANTILE`] is used.
+pub const MIN_SAMPLES: usize = 32;
+/// Gets observed before the first hedge: from here to [`MIN_SAMPLES`] the
+/// delay is 1.5 × the slowest get seen.
+pub const MIN_EARLY: usize = 4;
+/// The most recent gets the quantiles are taken over.
+const WINDOW: usize = 512;
+/// Quantiles are recomputed every this many observations.
+const REFRESH_EVERY: u32 = 16;
+/// No hedge is sent sooner than this (a store that answers in microseconds
+/// would otherwise be asked everything twice).
+const MIN_HEDGE_DELAY: Duration = Duration::from_millis(1);
+
+/// When a get is sent a second time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum HedgeAfter {
+    /// Never.
+    Off,
+    /// After the [`HEDGE_QUANTILE`] of the recent gets' latencies, plus the
+    /// request's transfer time (`auto`).
+    #[default]
+    Observed,
+    /// After a fixed delay, plus the request's transfer time.
+    Fixed(Duration),
+}
+
+/// A hedge setting that does not parse.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("hedge-after {value:?}: expected auto, off or a duration such as 80ms")]
+pub struct HedgeAfterError {
+    pub value: String,
+}
+
+impl FromStr for HedgeAfter {
+    type Err = HedgeAfterError;
+
+    /// `auto`, `off`, or a humantime duration (`80ms`).
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "auto" => Ok(HedgeAfter::Observed),
+            "off" | "none" => Ok(HedgeAfter::Off),
+            d => humantime::parse_duration(d)
+                .map(HedgeAfter::Fixed)
+                .map_err(|_| HedgeAfterError {
+                    value: s.to_string(),
+                }),
+        }
+    }
+}
+
+/// The process's hedging so far ([`totals`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct HedgeTotals {
+    /// Gets sent through a hedged store (first copies).
+    pub gets: u64,
+    /// Second copies sent.
+    pub hedges: u64,
+    /// Gets answered by their second copy.
+    pub hedges_won: u64,
+}
+
+static GETS: AtomicU64 = AtomicU64::new(0);
+static HEDGES: AtomicU64 = AtomicU64::new(0);
+static HEDGES_WON: AtomicU64 = AtomicU64::new(0);
+
+/// Every hedged store's gets and hedges since the process started.
+pub fn totals() -> HedgeTotals {
+    HedgeTotals {
+        gets: GETS.load(Ordering::Relaxed),
+        hedges: HEDGES.load(Ordering::Relaxed),
+        hedges_won: HEDGES_WON.load(Ordering::Relaxed),
+    }
+}
+
+tokio::task_local! {
+    static SCOPE: Cell<u64>;
+}
+
+/// Run `f` and count the hedges its requests sent (those polled on this
+/// task, as a query's are).
+pub async fn count_hedges<F: Future>(f: F) -> (F::Output, u64) {
+    SCOPE
+        .scope(Cell::new(0), async {
+            let out = f.await;
+            (out, SCOPE.with(Cell::get))
+        })
+        .await
+}
+
+/// Recent gets' latencies, each less its expected transfer time, in µs.
+#[derive(Debug, Default)]
+struct Window {
+    samples: VecDeque<u64>,
+    since_refresh: u32,
+    /// (p50, hedge delay) of `samples`, once there are [`MIN_EARLY`].
+    quantiles: Option<(Duration, Duration)>,
+}
+
+impl Window {
+    fn observe(&mut self, latency: Duration) {
+        if self.samples.len() == WINDOW {
+            self.samples.pop_front();
+        }
+        self.samples
+            .push_back(u64::try_from(latency.as_micros()).unwrap_or(u64::MAX));
+        self.since_refresh += 1;
+        let n = self.samples.len();
+        if n >= MIN_EARLY && (n < MIN_SAMPLES || self.since_refresh >= REFRESH_EVERY) {
+            self.since_refresh = 0;
+            let mut v: Vec<u64> = self.samples.iter().copied().collect();
+            v.sort_unstable();
+            let at = |q: f64| Duration::from_micros(v[((n - 1) as f64 * q).round() as usize]);
+            let p50 = at(0.5);
+            // Few samples (a new process's first rounds): half again the
+            // slowest seen stands in for the quantile.
+            let quantile = if n >= MIN_SAMPLES {
+                at(HEDGE_QUANTILE)
+            } else {
+                at(1.0).mul_f64(1.5)
+            };
+            // A steady store (p95 close to p50) is not hedged for a
+            // scheduling hiccup.
+            self.quantiles = Some((p50, quantile.max(p50.mul_f64(1.25))));
+        }
+    }
+}
+
+/// The transfer time of `bytes` at [`REQUEST_BANDWIDTH`].
+fn transfer(bytes: u64) -> Duration {
+    Duration::from_secs_f64(bytes as f64 / REQUEST_BANDWIDTH as f64)
+}
+
+/// A store whose requests are bounded in flight and whose slow gets are
+/// hedged (module docs).
+pub struct HedgedStore {
+    inner: Arc<dyn ObjectStore>,
+    slots: Arc<Semaphore>,
+    max_in_flight: usize,
+    after: HedgeAfter,
+    window: Mutex<Window>,
+}
+
+impl HedgedStore {
+    /// `inner` with at most `max_in_flight` requests at once (at least 1)
+    /// and gets hedged `after`.
+    pub fn new(inner: Arc<dyn ObjectStore>, max_in_flight: usize, after: HedgeAfter) -> Self {
+        let max_in_flight = max_in_flight.max(1);
+        HedgedStore {
+            inner,
+            slots: Arc::new(Semaphore::new(max_in_flight)),
+            max_in_flight,
+            after,
+            window: Mutex::new(Window::default()),
+        }
+    }
+
+    fn quantiles(&self) -> Option<(Duration, Duration)> {
+        self.window
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .quantiles
+    }
+
+    fn observe(&self, elapsed: Duration, bytes: u64) {
+        let latency = elapsed.saturating_sub(transfer(bytes));
+        let mut w = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        w.observe(latency);
+    }
+
+    /// How long a get of `bytes` may take before it is hedged.
+    fn hedge_delay(&self, bytes: u64) -> Option<Duration> {
+        let base = match self.after {
+            HedgeAfter::Off => return None,
+            HedgeAfter::Fixed(d) => d,
+            HedgeAfter::Observed => self.quantiles()?.1,
+        };
+        Some(base.max(MIN_HEDGE_DELAY) + transfer(bytes))
+    }
+
+    /// A get, sent again each time it has waited another
+    /// [`HedgedStore::hedge_delay`] without an answer (at most
+    /// [`MAX_COPIES`] copies, each while a slot is free). The first answer
+    /// wins; an error wins only when every copy sent has failed.
+    async fn hedged_get(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        GETS.fetch_add(1, Ordering::Relaxed);
+        let bytes = match &options.range {
+            Some(GetRange::Bounded(r)) => r.end.saturating_sub(r.start),
+            _ => 0,
+        };
+        let start = Instant::now();
+        let Some(delay) = self.hedge_delay(bytes) else {
+            let result = self.inner.get_opts(location, options).await;
+            if result.is_ok() {
+                self.observe(start.elapsed(), bytes);
+            }
+            return result;
+        };
+        type Copy<'a> = BoxFuture<'a, (usize, object_store::Result<GetResult>)>;
+        let copy = |n: usize, slot: Option<OwnedSemaphorePermit>| -> Copy<'_> {
+            let options = options.clone();
+            Box::pin(async move {
+                let _slot = slot;
+                (n, self.inner.get_opts(location, options).await)
+            })
+        };
+        let mut copies = FuturesUnordered::new();
+        copies.push(copy(0, None));
+        let (mut sent, mut failed) = (1, None);
+        let mut next = std::pin::pin!(tokio::time::sleep(delay));
+        loop {
+            tokio::select! {
+                answer = copies.next() => match answer {
+                    Some((n, Ok(result))) => {
+                        if n > 0 {
+                            HEDGES_WON.fetch_add(1, Ordering::Relaxed);
+                        }
+                        self.observe(start.elapsed(), bytes);
+                        return Ok(result);
+                    }
+                    Some((_, Err(e))) => {
+                        if copies.is_empty() {
+                            return Err(failed.unwrap_or(e));
+                        }
+                        failed.get_or_insert(e);
+                    }
+                    // Never: the last copy's error returned above.
+                    None => return Err(failed.unwrap_or_else(|| object_store::Error::Generic {
+                        store: "HedgedStore",
+                        source: format!("{location}: no copy of the get was sent").into(),
+                    })),
+                },
+                () = &mut next, if sent < MAX_COPIES && failed.is_none() => {
+                    match Arc::clone(&self.slots).try_acquire_owned() {
+                        Ok(slot) => {
+                            HEDGES.fetch_add(1, Ordering::Relaxed);
+                            let _ = SCOPE.try_with(|c| c.set(c.get() + 1));
+                            copies.push(copy(sent, Some(slot)));
+                            sent += 1;
+                        }
+                        // No slot: the bound wins; wait for what was sent.
+                        Err(_) => sent = MAX_COPIES,
+                    }
+                    next.as_mut().reset(tokio::time::Instant::now() + delay);
+                }
+            }
+        }
+    }
+}
+
+/// Merge the smallest gaps of the sorted, disjoint `ranges` until at most
+/// `slots` remain, merging only gaps below `max_gap` (what a request's
+/// time to first byte could transfer instead). Returns the merged ranges
+/// and, per range of the input, the index of the merged range holding it.
+pub fn merge_for_slots(
+    ranges: &[Range<u64>],
+    slots: usize,
+    max_gap: u64,
+) -> (Vec<Range<u64>>, Vec<usize>) {
+    let n = ranges.len();
+    let mut merge = vec![false; n.saturating_sub(1)];
+    if n > slots.max(1) {
+        let mut gaps: Vec<(u64, usize)> = ranges
+            .windows(2)
+            .enumerate()
+            .map(|(i, w)| (w[1].start.saturating_sub(w[0].end), i))
+            .filter(|&(gap, _)| gap < max_gap)
+            .collect();
+        gaps.sort_unstable();
+        for &(_, i) in gaps.iter().take(n - slots.max(1)) {
+            merge[i] = true;
+        }
+    }
+    let mut merged: Vec<Range<u64>> = Vec::with_capacity(n);
+    let mut holder = Vec::with_capacity(n);
+    for (i, r) in ranges.iter().enumerate() {
+        match merged.last_mut() {
+            Some(last) if i > 0 && merge[i - 1] => last.end = last.end.max(r.end),
+            _ => merged.push(r.clone()),
+        }
+        holder.push(merged.len() - 1);
+    }
+    (merged, holder)
+}
+
+impl fmt::Debug for HedgedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("HedgedStore")
+            .field("max_in_flight", &self.max_in_flight)
+            .field("after", &self.after)
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Display for HedgedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "HedgedStore({})", self.inner)
+    }
+}
+
+pass_through_store!(HedgedStore, [put_multipart_opts], {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> object_store::Result<PutResult> {
+        let _slot = self
+            .slots
+            .acquire()
+            .await
+            .expect("the semaphore is never closed");
+        self.inner.put_opts(location, payload, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &Path,
+        options: GetOptions,
+    ) -> object_store::Result<GetResult> {
+        self.hedged_get(location, options).await
+    }
+
+    /// Each range its own hedged get, all at once (within the in-flight
+    /// bound); ranges are merged only where [`merge_for_slots`] says.
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[Range<u64>],
+    ) -> object_store::Result<Vec<Bytes>> {
+        let mut order: Vec<usize> = (0..ranges.len()).collect();
+        order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
+        // Sorted and with overlaps folded, so the gaps are well defined.
+        let mut sorted: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
+        let mut of_sorted = vec![0; ranges.len()];
+        for &i in &order {
+            let r = &ranges[i];
+            match sorted.last_mut() {
+                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
+                _ => sorted.push(r.clone()),
+            }
+            of_sorted[i] = sorted.len() - 1;
+        }
+        let max_gap = self.quantiles().map_or(0, |(p50, _)| {
+            (p50.as_secs_f64() * REQUEST_BANDWIDTH as f64) as u64
+        });
+        let (requests, holder) = merge_for_slots(&sorted, self.max_in_flight, max_gap);
+        let fetched = futures::future::try_join_all(requests.iter().map(|r| async move {
+            let options = GetOptions {
+                range: Some(GetRange::Bounded(r.clone())),
+                ..GetOptions::default()
+            };
+            self.hedged_get(location, options).await?.bytes().await
+        }))
+        .await?;
+        ranges
+            .iter()
+            .enumerate()
+            .map(|(i, want)| {
+                let at = holder[of_sorted[i]];
+                let (got, data) = (&requests[at], &fetched[at]);
+                let (s, e) = (
+                    (want.start - got.start) as usize,
+                    (want.end - got.start) as usize,
+                );
+                if e > data.len() {
+                    return Err(object_store::Error::Generic {
+                        store: "HedgedStore",
+                        source: format!(
+                            "{location}: range {}..{} answered with {} bytes from {}",
+                            want.start,
+                            want.end,
+                            data.len(),
+                            got.start
+                        )
+                        .into(),
+                    });
+                }
+                Ok(data.slice(s..e))
+            })
+            .collect()
+    }
+});
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::latency::{Latency, LatencyStore};
+    use object_store::ObjectStoreExt;
+    use object_store::memory::InMemory;
+
+    #[test]
+    fn settings_parse_and_a_bad_one_is_named() {
+        assert_eq!("auto".parse(), Ok(HedgeAfter::Observed));
+        assert_eq!("off".parse(), Ok(HedgeAfter::Off));
+        assert_eq!(
+            "80ms".parse(),
+            Ok(HedgeAfter::Fixed(Duration::from_millis(80)))
+        );
+        let err = "soon".parse::<HedgeAfter>().unwrap_err();
+        assert!(err.to_string().contains("\"soon\""), "{err}");
+    }
+
+    #[test]
+    fn gaps_merge_smallest_first_and_only_past_the_slots() {
+        let ranges = [0..10, 12..20, 100..110, 111..120, 1000..1010];
+        // Enough slots: nothing merges.
+        let (got, holder) = merge_for_slots(&ranges, 5, u64::MAX);
+        assert_eq!(got, ranges.to_vec());
+        assert_eq!(holder, vec![0, 1, 2, 3, 4]);
+        // Three slots: the two smallest gaps (1 and 2 bytes) merge.
+        let (got, holder) = merge_for_slots(&ranges, 3, u64::MAX);
+        assert_eq!(got, vec![0..20, 100..120, 1000..1010]);
+        assert_eq!(holder, vec![0, 0, 1, 1, 2]);
+        // A gap at or above the bound never merges, whatever the slots.
+        let (got, _) = merge_for_slots(&ranges, 1, 80);
+        assert_eq!(got, vec![0..20, 100..120, 1000..1010]);
+    }
+
+    /// A store that counts its requests in flight and the most at once.
+    #[derive(Debug)]
+    struct Gauge {
+        inner: Arc<dyn ObjectStore>,
+        now: AtomicU64,
+        most: AtomicU64,
+    }
+
+    impl fmt::Display for Gauge {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "Gauge")
+        }
+    }
+
+    pass_through_store!(Gauge, [put_multipart_opts, get_ranges], {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
+            self.most.fetch_max(now, Ordering::SeqCst);
+            let r = self.inner.get_opts(location, options).await;
+            self.now.fetch_sub(1, Ordering::SeqCst);
+            r
+        }
+    });
+
+    async fn object(bytes: usize) -> (Arc<dyn ObjectStore>, Path, Vec<u8>) {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("obj");
+        let data: Vec<u8> = (0..bytes).map(|i| (i % 251) as u8).collect();
+        inner.put(&path, data.clone().into()).await.unwrap();
+        (inner, path, data)
+    }
+
+    #[tokio::test]
+    async fn ranges_come_back_exact_and_in_order_within_the_bound() {
+        let (inner, path, data) = object(1 << 20).await;
+        let latency: Latency = "ttfb=5ms,jitter=0.5".parse().unwrap();
+        let gauge = Arc::new(Gauge {
+            inner: Arc::new(LatencyStore::new(inner, latency)),
+            now: AtomicU64::new(0),
+            most: AtomicU64::new(0),
+        });
+        let store = HedgedStore::new(Arc::clone(&gauge) as _, 8, HedgeAfter::Off);
+        // Unsorted, overlapping and repeated ranges, more than the slots.
+        let ranges: Vec<Range<u64>> = (0..40u64)
+            .map(|i| {
+                let s = (i * 7919) % 1_000_000;
+                s..s + 100 + i * 13
+            })
+            .chain([5..50, 5..50, 20..30])
+            .collect();
+        let got = store.get_ranges(&path, &ranges).await.unwrap();
+        for (r, b) in ranges.iter().zip(&got) {
+            assert_eq!(b.as_ref(), &data[r.start as usize..r.end as usize]);
+        }
+        let most = gauge.most.load(Ordering::SeqCst);
+        assert!((2..=8).contains(&most), "{most} requests in flight");
+    }
+
+    /// 100 sequential 1,000-byte gets of `path` through a hedged store
+    /// over `inner` with `latency`: how many took past `slow`, and the
+    /// hedges sent.
+    async fn gets(
+        inner: &Arc<dyn ObjectStore>,
+        path: &Path,
+        data: &[u8],
+        latency: Latency,
+        after: HedgeAfter,
+        slow: Duration,
+    ) -> (usize, u64) {
+        let store = HedgedStore::new(
+            Arc::new(LatencyStore::new(Arc::clone(inner), latency)),
+            64,
+            after,
+        );
+        let mut slow_gets = 0;
+        let ((), hedges) = count_hedges(async {
+            for i in 0..100u64 {
+                let t = Instant::now();
+                let b = store.get_range(path, i..i + 1000).await.unwrap();
+                assert_eq!(b.as_ref(), &data[i as usize..i as usize + 1000]);
+                slow_gets += usize::from(t.elapsed() >= slow);
+            }
+        })
+        .await;
+        (slow_gets, hedges)
+    }
+
+    #[tokio::test]
+    async fn hedging_cuts_the_slow_tail() {
+        // 10 % of gets wait 150 ms instead of 5 ms.
+        let (inner, path, data) = object(64 << 10).await;
+        let latency: Latency = "ttfb=5ms,jitter=0.2,tail=0.1@150ms,seed=3".parse().unwrap();
+        let slow = Duration::from_millis(100);
+        let (slow_plain, none) = gets(&inner, &path, &data, latency, HedgeAfter::Off, slow).await;
+        let (slow_hedged, hedges) =
+            gets(&inner, &path, &data, latency, HedgeAfter::Observed, slow).await;
+        assert_eq!(none, 0);
+        // Hedging starts at the MIN_EARLY-th get; the seeded draws put
+        // tail gets after it.
+        assert!(slow_plain >= 4, "{slow_plain} slow gets unhedged");
+        // Hedged, a late tail get waits only if its copy draws the tail too.
+        assert!(slow_hedged < slow_plain, "{slow_hedged} vs {slow_plain}");
+        assert!(hedges >= 2, "{hedges} hedges");
+    }
+}
