@@ -30,7 +30,7 @@ use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use crate::quant::fastscan::{self, Lut};
-use crate::topk::TopK;
+use crate::topk::{Candidates, TopK};
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
 use parquet::file::page_index::offset_index::PageLocation;
@@ -91,12 +91,15 @@ fn scan_codes(
     let width = scan.quantizer.code_bytes();
     let nq = cids.len();
     check_code_lengths(paths, loaded, width)?;
-    let (rotated, prepared) = rotated_queries(scan, queries);
     // A fast-scan scheme's tables are the query's own, for every list.
     let luts: Option<Vec<Lut>> = queries
         .par_chunks(dim)
         .map(|q| scan.quantizer.query_lut(q))
         .collect();
+    if let Some(luts) = luts {
+        return Ok(scan_fast_codes(scan, rows, &luts, keep));
+    }
+    let (rotated, prepared) = rotated_queries(scan, queries);
     let probing = probing_queries(cids, loaded);
     let empty = || -> (Vec<TopK>, Vec<f32>, Vec<f32>, u64) {
         (
@@ -116,11 +119,7 @@ fn scan_codes(
             |(mut tops, mut scores, mut y, mut scored), ((g, rg), qs)| {
                 let codes = rg.codes.as_deref().unwrap_or_default();
                 let mask = masks.get(g).and_then(Option::as_ref);
-                // Rows scored: all (then filtered), or only the set bits of
-                // a mask sparse enough that one call per row costs less.
-                let sparse: Option<Vec<usize>> = mask
-                    .filter(|m| m.count_set_bits() * 4 < m.len())
-                    .map(|m| m.set_indices().collect());
+                let sparse = sparse_rows(mask);
                 let keeps = |i: usize| mask.is_none_or(|m| m.value(i));
                 if sparse.as_ref().is_some_and(Vec::is_empty) {
                     // No row of this list matches: nothing to prepare or score.
@@ -129,31 +128,6 @@ fn scan_codes(
                 let c = rg.cid as usize;
                 let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
                 let leaf_rotated = &scan.rotated_leaves[c * dim..(c + 1) * dim];
-                if let Some(luts) = &luts {
-                    for &q in qs {
-                        let q = q as usize;
-                        let list = FastList {
-                            metric: scan.hierarchy.metric,
-                            lut: &luts[q],
-                            query: &queries[q * dim..(q + 1) * dim],
-                            leaf,
-                            group: g,
-                            rowids: &rg.rowids,
-                        };
-                        match &sparse {
-                            None => {
-                                let fast = rg.fast_codes.get_or_init(|| {
-                                    let (n, metric) = (rg.rowids.len(), scan.hierarchy.metric);
-                                    FastCodes::new(scan.quantizer, codes, n, metric)
-                                });
-                                fast_scan_list(list, fast, &keeps, &mut tops[q]);
-                            }
-                            Some(rows) => fast_score_rows(list, codes, width, rows, &mut tops[q]),
-                        }
-                        scored += sparse.as_ref().map_or(rg.rowids.len(), Vec::len) as u64;
-                    }
-                    return (tops, scores, y, scored);
-                }
                 scores.resize(rg.rowids.len(), 0.0);
                 for &q in qs {
                     let q = q as usize;
@@ -211,6 +185,77 @@ fn scan_codes(
     Ok((tops, scored))
 }
 
+/// The rows of a row group a scan scores one by one: the set bits of a
+/// mask sparse enough (under a quarter of the rows) that one call per row
+/// costs less than scoring them all; `None` to score every row (then
+/// filtered by the mask, if any).
+fn sparse_rows(mask: Option<&BooleanBuffer>) -> Option<Vec<usize>> {
+    mask.filter(|m| m.count_set_bits() * 4 < m.len())
+        .map(|m| m.set_indices().collect())
+}
+
+/// `scan_codes` for a fast-scan scheme, with each query's tables `luts`:
+/// every probed list is scored for each query probing it by the fast-scan
+/// kernel over its blocks (transposed by the first scan that needs them
+/// and kept with the row group), or, under a sparse mask, row by row. CPU
+/// only.
+fn scan_fast_codes(
+    scan: CodeScan<'_>,
+    rows: ProbedRows<'_>,
+    luts: &[Lut],
+    keep: usize,
+) -> (Vec<TopK>, u64) {
+    let (queries, cids, loaded, masks) = (rows.queries, rows.cids, rows.loaded, rows.masks);
+    let (dim, metric) = (scan.hierarchy.dim, scan.hierarchy.metric);
+    let width = scan.quantizer.code_bytes();
+    let nq = cids.len();
+    let probing = probing_queries(cids, loaded);
+    let empty =
+        || -> (Vec<Candidates>, u64) { ((0..nq).map(|_| Candidates::new(keep)).collect(), 0) };
+    let (tops, scored) = loaded
+        .par_iter()
+        .enumerate()
+        .zip(&probing)
+        .filter(|(_, qs)| !qs.is_empty())
+        .fold(empty, |(mut tops, mut scored), ((g, rg), qs)| {
+            let codes = rg.codes.as_deref().unwrap_or_default();
+            let mask = masks.get(g).and_then(Option::as_ref);
+            let sparse = sparse_rows(mask);
+            if sparse.as_ref().is_some_and(Vec::is_empty) {
+                // No row of this list matches: nothing to score.
+                return (tops, scored);
+            }
+            let c = rg.cid as usize;
+            let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
+            let fast = || {
+                rg.fast_codes
+                    .get_or_init(|| FastCodes::new(scan.quantizer, codes, rg.rowids.len(), metric))
+            };
+            for &q in qs {
+                let q = q as usize;
+                let list = FastList {
+                    metric,
+                    lut: &luts[q],
+                    query: &queries[q * dim..(q + 1) * dim],
+                    leaf,
+                    group: g,
+                    rowids: &rg.rowids,
+                };
+                match &sparse {
+                    Some(rows) => fast_score_rows(list, codes, width, rows, &mut tops[q]),
+                    None => fast_scan_list(list, fast(), mask, &mut tops[q]),
+                }
+                scored += sparse.as_ref().map_or(rg.rowids.len(), Vec::len) as u64;
+            }
+            (tops, scored)
+        })
+        .reduce(empty, |(mut a, sa), (b, sb)| {
+            a.iter_mut().zip(b).for_each(|(x, y)| x.merge(y));
+            (a, sa + sb)
+        });
+    (tops.into_iter().map(Candidates::into_top).collect(), scored)
+}
+
 /// One list of a fast-scan scheme scored for one query.
 struct FastList<'a> {
     metric: Metric,
@@ -240,10 +285,23 @@ impl FastList<'_> {
     }
 }
 
+/// The estimate `a + base − b·sum` of a row ([`FastList::coefficients`]),
+/// in this order of f32 operations wherever it is computed.
+#[inline(always)]
+fn estimate(a: f32, b: f32, base: f32, sum: u32) -> f32 {
+    a + base - b * sum as f32
+}
+
 /// Offers the sparse `rows` of a list (a filter's few matches) to `top`,
 /// scored one by one from their row-major codes with the same tables and
 /// estimate as [`fast_scan_list`].
-fn fast_score_rows(list: FastList<'_>, codes: &[u8], width: usize, rows: &[usize], top: &mut TopK) {
+fn fast_score_rows(
+    list: FastList<'_>,
+    codes: &[u8],
+    width: usize,
+    rows: &[usize],
+    top: &mut Candidates,
+) {
     let (a, b) = list.coefficients();
     for &i in rows {
         let code = &codes[i * width..(i + 1) * width];
@@ -255,53 +313,80 @@ fn fast_score_rows(list: FastList<'_>, codes: &[u8], width: usize, rows: &[usize
             0.0
         };
         top.push_at(
-            a + base - b * sum as f32,
+            estimate(a, b, base, sum),
             list.rowids[i],
             pack(list.group, i),
         );
     }
 }
 
-/// Offers every row of a list that `keeps` to `top`, by the estimate of
-/// the module comment: the u8 tables' exact integer sums (`fastscan::scan`)
-/// turned into `a + base_i − b·sum_i`.
+/// Rows whose estimates are compared with the bound at once.
+const RUN: usize = 16;
+
+/// Offers every row of a list that `mask` keeps (every row without one)
+/// and whose estimate (see [`estimate`]) is at most the selection's bound
+/// to `top`, from the u8 tables' exact integer sums (`fastscan::scan`).
+/// Runs of [`RUN`] rows are compared with the bound in one vectorised
+/// step; once the selection is full, most runs have no row below it.
 fn fast_scan_list(
     list: FastList<'_>,
     fast: &FastCodes,
-    keeps: &dyn Fn(usize) -> bool,
-    top: &mut TopK,
+    mask: Option<&BooleanBuffer>,
+    top: &mut Candidates,
 ) {
     thread_local! {
-        static SCRATCH: std::cell::RefCell<(Vec<u32>, Vec<f32>)> =
-            const { std::cell::RefCell::new((Vec::new(), Vec::new())) };
+        static SUMS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
     }
     let (a, b) = list.coefficients();
     let (lut, group, rowids) = (list.lut, list.group, list.rowids);
-    SCRATCH.with_borrow_mut(|(sums, estimates)| {
+    SUMS.with_borrow_mut(|sums| {
         fastscan::scan(lut, &fast.blocks, sums);
-        // One vectorised pass, then a rare-branch pass over the estimates.
-        estimates.clear();
-        estimates.extend(
-            sums.iter()
-                .zip(&fast.base)
-                .map(|(&sum, &base)| a + base - b * sum as f32),
-        );
-        let mut bound = top.threshold().unwrap_or(f32::INFINITY);
-        // Whole runs of 16 above the bound are skipped with one vectorised
-        // comparison: once the selection is full, most runs are.
-        for (run, chunk) in estimates.chunks(16).enumerate() {
-            if chunk.iter().all(|&e| e > bound) {
-                continue;
-            }
-            for (j, &estimate) in chunk.iter().enumerate() {
-                let i = 16 * run + j;
-                if estimate <= bound && i < rowids.len() && keeps(i) {
-                    top.push_at(estimate, rowids[i], pack(group, i));
-                    bound = top.threshold().unwrap_or(f32::INFINITY);
+        // `base` has a value per row, `sums` one per row of whole blocks.
+        for (run, (sums, base)) in sums.chunks(RUN).zip(fast.base.chunks(RUN)).enumerate() {
+            let mut below = at_most(a, b, sums, base, top.bound());
+            while below != 0 {
+                let j = below.trailing_zeros() as usize;
+                below &= below - 1;
+                let i = RUN * run + j;
+                let e = estimate(a, b, base[j], sums[j]);
+                if e <= top.bound() && mask.is_none_or(|m| m.value(i)) {
+                    top.push_at(e, rowids[i], pack(group, i));
                 }
             }
         }
     });
+}
+
+/// Bit j set when the estimate of row j of a run (`sums[j]`, `base[j]`;
+/// at most [`RUN`] rows, as many as `base` holds) is at most `bound`: the
+/// same f32 operations as [`estimate`], four rows at a time on x86-64.
+#[inline]
+fn at_most(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
+    #[cfg(target_arch = "x86_64")]
+    if base.len() == RUN && sums.len() >= RUN {
+        use std::arch::x86_64::*;
+        // SAFETY: SSE2 is part of x86-64; both slices hold RUN values
+        // (checked above) and loadu needs no alignment. The sums are below
+        // 2²⁴, so the i32 conversion is `sum as f32`.
+        let bits = unsafe {
+            let (va, vb, vbound) = (_mm_set1_ps(a), _mm_set1_ps(b), _mm_set1_ps(bound));
+            let mut bits = 0u32;
+            for q in 0..RUN / 4 {
+                let s = _mm_cvtepi32_ps(_mm_loadu_si128(sums.as_ptr().add(4 * q).cast()));
+                let c = _mm_loadu_ps(base.as_ptr().add(4 * q));
+                let e = _mm_sub_ps(_mm_add_ps(va, c), _mm_mul_ps(vb, s));
+                bits |= (_mm_movemask_ps(_mm_cmple_ps(e, vbound)) as u32) << (4 * q);
+            }
+            bits
+        };
+        return bits;
+    }
+    sums.iter()
+        .zip(base)
+        .enumerate()
+        .fold(0, |bits, (j, (&s, &c))| {
+            bits | (u32::from(estimate(a, b, c, s) <= bound) << j)
+        })
 }
 
 /// Each loaded row group must hold exactly one code of `width` bytes a row.

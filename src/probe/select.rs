@@ -77,7 +77,10 @@ fn nearest_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
 }
 
 /// `(distance, cid)` of every leaf of the roots visited nearest first until
-/// they own `root_factor × nprobe` leaves (every root for `root_factor` 0).
+/// they own `root_factor × nprobe` leaves (every root for `root_factor` 0:
+/// then the roots are not ranked at all, and the leaves come in cid order;
+/// every caller orders them by `(distance, cid)`, so the order they come in
+/// changes nothing).
 fn leaf_distances(
     h: &Hierarchy,
     query: &[f32],
@@ -86,6 +89,18 @@ fn leaf_distances(
 ) -> Vec<(f32, u32)> {
     let dim = h.dim;
     let nroots = h.cid_offsets.len().saturating_sub(1);
+    let leaf = |cid: usize| {
+        h.leaves
+            .get(cid * dim..(cid + 1) * dim)
+            .map(|c| (h.metric.prepared_distance(query, c), cid as u32))
+    };
+    if root_factor == 0 {
+        let (lo, hi) = match (h.cid_offsets.first(), h.cid_offsets.get(nroots)) {
+            (Some(&lo), Some(&hi)) if nroots > 0 => (lo as usize, hi as usize),
+            _ => (0, 0),
+        };
+        return (lo..hi).filter_map(leaf).collect();
+    }
     let mut roots: Vec<(f32, usize)> = h
         .roots
         .chunks_exact(dim)
@@ -94,18 +109,11 @@ fn leaf_distances(
         .map(|(r, c)| (h.metric.prepared_distance(query, c), r))
         .collect();
     roots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let want_leaves = match root_factor {
-        0 => usize::MAX,
-        f => nprobe.saturating_mul(f),
-    };
+    let want_leaves = nprobe.saturating_mul(root_factor);
     let mut leaves: Vec<(f32, u32)> = Vec::new();
     for (_, r) in roots {
         let (lo, hi) = (h.cid_offsets[r] as usize, h.cid_offsets[r + 1] as usize);
-        for cid in lo..hi {
-            if let Some(c) = h.leaves.get(cid * dim..(cid + 1) * dim) {
-                leaves.push((h.metric.prepared_distance(query, c), cid as u32));
-            }
-        }
+        leaves.extend((lo..hi).filter_map(leaf));
         if leaves.len() >= want_leaves {
             break;
         }
