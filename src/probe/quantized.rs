@@ -35,7 +35,6 @@ use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
 use parquet::file::page_index::offset_index::PageLocation;
 use rayon::prelude::*;
-use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -477,7 +476,8 @@ fn rerank_in_memory(
         .map(|(q, cands)| {
             let query = &queries[q * dim..(q + 1) * dim];
             let mut top = TopK::new(k);
-            for n in cands.into_sorted() {
+            // In any order: a selection does not depend on it.
+            for n in cands.iter() {
                 let (g, row) = unpack(n.at);
                 let v = &loaded[g].vectors[row * dim..(row + 1) * dim];
                 top.push(metric.prepared_distance(query, v), n.rowid);
@@ -657,8 +657,10 @@ pub struct PagePlan {
     requests: Vec<FileRequest>,
     /// The pages of each request, same order.
     pages: Vec<Vec<PageRead>>,
-    /// (group, page index) → (request, page) of every planned page.
-    index: HashMap<(usize, usize), (usize, usize)>,
+    /// (request, page) of each candidate, in the order of
+    /// `candidates.iter().flat_map(TopK::iter)`: the rank finds its page
+    /// without searching for it again.
+    located: Vec<(u32, u32)>,
 }
 
 impl PagePlan {
@@ -673,50 +675,64 @@ impl PagePlan {
         loaded: &[Arc<DecodedRowGroup>],
         candidates: &[TopK],
     ) -> Result<PagePlan, ProbeError> {
-        let mut by_file: HashMap<usize, Vec<(usize, usize, PageRead)>> = HashMap::new();
-        let mut seen: std::collections::HashSet<(usize, usize)> = Default::default();
-        for n in candidates.iter().flat_map(TopK::iter) {
-            let (g, row) = unpack(n.at);
-            let rg = &loaded[g];
-            let page = page_of(paths, rg, row)?;
-            if !seen.insert((g, page)) {
-                continue;
-            }
-            let pages = rg.vector_pages.as_deref().unwrap_or_default();
-            let loc = &pages[page];
-            let first_row = loc.first_row_index as usize;
-            let end_row = pages
-                .get(page + 1)
-                .map_or(rg.rowids.len(), |p| p.first_row_index as usize);
-            let start = loc.offset as u64;
-            by_file.entry(rg.file).or_default().push((
-                g,
-                page,
-                PageRead {
+        // (group, page) of each candidate, and each page once, sorted.
+        let keys: Vec<(usize, usize)> = candidates
+            .iter()
+            .flat_map(TopK::iter)
+            .map(|n| {
+                let (g, row) = unpack(n.at);
+                Ok((g, page_of(paths, &loaded[g], row)?))
+            })
+            .collect::<Result<_, ProbeError>>()?;
+        let mut unique = keys.clone();
+        unique.sort_unstable();
+        unique.dedup();
+        // Every page to read, by file then offset.
+        let mut reads: Vec<(usize, usize, PageRead)> = unique
+            .iter()
+            .enumerate()
+            .map(|(u, &(g, page))| {
+                let rg = &loaded[g];
+                let pages = rg.vector_pages.as_deref().unwrap_or_default();
+                let loc = &pages[page];
+                let first_row = loc.first_row_index as usize;
+                let end_row = pages
+                    .get(page + 1)
+                    .map_or(rg.rowids.len(), |p| p.first_row_index as usize);
+                let start = loc.offset as u64;
+                let read = PageRead {
                     group: g,
                     range: start..start + loc.compressed_page_size as u64,
                     first_row,
                     rows: end_row - first_row,
-                },
-            ));
-        }
-        let mut files: Vec<_> = by_file.into_iter().collect();
-        files.sort_by_key(|(f, _)| *f);
+                };
+                (rg.file, u, read)
+            })
+            .collect();
+        reads.sort_by_key(|(file, _, p)| (*file, p.range.start));
         let mut plan = PagePlan {
-            requests: Vec::with_capacity(files.len()),
-            pages: Vec::with_capacity(files.len()),
-            index: HashMap::new(),
+            requests: Vec::new(),
+            pages: Vec::new(),
+            located: Vec::with_capacity(keys.len()),
         };
-        for (r, (file, mut reads)) in files.into_iter().enumerate() {
-            reads.sort_by_key(|(_, _, p)| p.range.start);
-            let ranges = coalesce(reads.iter().map(|(_, _, p)| p.range.clone()));
-            for (i, (g, page, _)) in reads.iter().enumerate() {
-                plan.index.insert((*g, *page), (r, i));
+        let mut at = vec![(0u32, 0u32); unique.len()];
+        for file_reads in reads.chunk_by(|a, b| a.0 == b.0) {
+            let r = plan.requests.len();
+            let ranges = coalesce(file_reads.iter().map(|(_, _, p)| p.range.clone()));
+            for (i, (_, u, _)) in file_reads.iter().enumerate() {
+                at[*u] = (r as u32, i as u32);
             }
-            plan.requests.push(FileRequest { file, ranges });
+            plan.requests.push(FileRequest {
+                file: file_reads[0].0,
+                ranges,
+            });
             plan.pages
-                .push(reads.into_iter().map(|(_, _, p)| p).collect());
+                .push(file_reads.iter().map(|(_, _, p)| p.clone()).collect());
         }
+        plan.located.extend(
+            keys.iter()
+                .map(|key| at[unique.binary_search(key).unwrap_or_default()]),
+        );
         Ok(plan)
     }
 
@@ -799,25 +815,27 @@ impl PagePlan {
                     .collect::<Result<Vec<_>, ProbeError>>()
             })
             .collect::<Result<_, _>>()?;
+        // Each query's candidates' places in `located`.
+        let mut firsts = Vec::with_capacity(candidates.len());
+        let mut first = 0;
+        for cands in &candidates {
+            firsts.push(first);
+            first += cands.len();
+        }
         Ok(candidates
             .into_par_iter()
+            .zip(firsts)
             .enumerate()
-            .map(|(q, cands)| {
+            .map(|(q, (cands, first))| {
                 let query = &queries[q * dim..(q + 1) * dim];
                 let mut v = vec![0.0f32; dim];
                 let mut top = TopK::new(k);
-                for n in cands.into_sorted() {
-                    let (g, row) = unpack(n.at);
-                    // Planned from the same candidates: always found.
-                    let Some(page) = page_of(paths, &loaded[g], row).ok() else {
-                        continue;
-                    };
-                    let Some(&(r, i)) = self.index.get(&(g, page)) else {
-                        continue;
-                    };
-                    let p = &self.pages[r][i];
+                // The order of `new`, which located each candidate's page.
+                for (n, &(r, i)) in cands.iter().zip(&self.located[first..]) {
+                    let (_, row) = unpack(n.at);
+                    let p = &self.pages[r as usize][i as usize];
                     let at = (row - p.first_row) * dim * 4;
-                    let bytes = &values[r][i][at..at + dim * 4];
+                    let bytes = &values[r as usize][i as usize][at..at + dim * 4];
                     for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
                         *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                     }
