@@ -31,7 +31,7 @@ use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
-use super::select::{leaves_within, ranked_leaves, select_cids};
+use super::select::{leaves_within, nearest_cids, ranked_leaves};
 use super::stats::{FilterPlan, Scoring, SearchStats, micros};
 use super::target::RecallModel;
 use crate::filter::Filter;
@@ -176,6 +176,9 @@ struct Selected {
     /// The estimated recall of the first round's lists.
     estimate: Option<f64>,
     probe_us: u64,
+    /// Unfiltered with `nprobe`: `cids` nearest first (else empty), the
+    /// order in which [`scan_order`] puts the lists.
+    nearest: Vec<u32>,
 }
 
 impl Selected {
@@ -187,6 +190,7 @@ impl Selected {
             start,
             estimate,
             probe_us: 0,
+            nearest: Vec::new(),
         }
     }
 
@@ -1040,12 +1044,7 @@ impl Held {
     /// row groups of their union, as [`Engine::gather`] loads them, and
     /// each query's own stats.
     fn gather(&self, plan: &QueryPlan, selected: Vec<Selected>) -> (Gathered, Vec<Own>) {
-        let mut union: Vec<u32> = selected
-            .iter()
-            .flat_map(|s| s.cids.iter().copied())
-            .collect();
-        union.sort_unstable();
-        union.dedup();
+        let union = scan_order(&selected, self.by_cid.len());
         let groups: Vec<usize> = union
             .iter()
             .flat_map(|&c| self.by_cid.get(c as usize).into_iter().flatten().copied())
@@ -1068,6 +1067,32 @@ impl Held {
         };
         (gathered, own)
     }
+}
+
+/// The union of the lists of a batch, in the order its scan visits them:
+/// by the nearest place any query gives a list (`Selected::nearest`; a
+/// query without that order gives its lists no place), then by cid. A
+/// query of one list after another scans its nearest lists first, so its
+/// bound tightens soonest and fewer of its codes are offered to its
+/// selection; the answers do not depend on the order.
+fn scan_order(selected: &[Selected], nlist: usize) -> Vec<u32> {
+    let mut union: Vec<u32> = selected
+        .iter()
+        .flat_map(|s| s.cids.iter().copied())
+        .collect();
+    union.sort_unstable();
+    union.dedup();
+    let mut place = vec![u32::MAX; nlist];
+    for s in selected {
+        for (rank, &c) in s.nearest.iter().enumerate() {
+            if let Some(p) = place.get_mut(c as usize) {
+                *p = (*p).min(rank as u32);
+            }
+        }
+    }
+    let place_of = |c: u32| place.get(c as usize).copied().unwrap_or(u32::MAX);
+    union.sort_by_key(|&c| (place_of(c), c));
+    union
 }
 
 /// Each unfiltered query's own stats: its selection time and estimated
@@ -1106,6 +1131,7 @@ fn select_lists(
                         estimate: Some(m.target_estimate(t, next)),
                         cids,
                         probe_us: 0,
+                        nearest: Vec::new(),
                     }
                 }
                 _ if every => {
@@ -1122,12 +1148,18 @@ fn select_lists(
                     };
                     Selected::ranked(ranked, start, estimate)
                 }
-                _ => Selected {
-                    cids: select_cids(hierarchy, q, nprobe, root_factor),
-                    start: nprobe,
-                    estimate: recall.map(|m| m.recall_at(nprobe)),
-                    probe_us: 0,
-                },
+                _ => {
+                    let nearest = nearest_cids(hierarchy, q, nprobe, root_factor);
+                    let mut cids = nearest.clone();
+                    cids.sort_unstable();
+                    Selected {
+                        cids,
+                        start: nprobe,
+                        estimate: recall.map(|m| m.recall_at(nprobe)),
+                        probe_us: 0,
+                        nearest,
+                    }
+                }
             };
             selected.probe_us = micros(t.elapsed());
             selected

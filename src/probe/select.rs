@@ -27,6 +27,14 @@ const FEW_LISTS: usize = 64;
 /// The `nprobe` leaf CIDs nearest to `query`, sorted ascending.
 /// `query.len()` must equal `h.dim` (checked by the caller).
 pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+    let mut cids = nearest_cids(h, query, nprobe, root_factor);
+    cids.sort_unstable();
+    cids
+}
+
+/// The cids of [`select_cids`], nearest first (by `(distance, cid)`): the
+/// order in which a scan tightens its bound soonest.
+pub fn nearest_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
     let kept = if root_factor == 0 && nprobe <= FEW_LISTS {
         nearest(every_leaf(h, query), nprobe)
     } else {
@@ -36,11 +44,10 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
             leaves.select_nth_unstable_by(keep - 1, nearest_first);
         }
         leaves.truncate(keep);
+        leaves.sort_unstable_by(nearest_first);
         leaves
     };
-    let mut cids: Vec<u32> = kept.iter().map(|l| l.1).collect();
-    cids.sort_unstable();
-    cids
+    kept.iter().map(|l| l.1).collect()
 }
 
 /// The `keep` nearest of `leaves` (by `(distance, cid)`), nearest first:
@@ -248,6 +255,7 @@ mod tests {
             all.sort_by(nearest_first);
             for nprobe in [1, 2, 12, FEW_LISTS, FEW_LISTS + 1, 250, nlist] {
                 let mut want: Vec<u32> = all[..nprobe].iter().map(|l| l.1).collect();
+                assert_eq!(nearest_cids(&h, &q, nprobe, 0), want, "nprobe {nprobe}");
                 want.sort_unstable();
                 assert_eq!(select_cids(&h, &q, nprobe, 0), want, "nprobe {nprobe}");
             }
