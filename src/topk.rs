@@ -6,6 +6,11 @@
 //! over the union. NaN distances are normalised to positive NaN and rank after
 //! every number. The names `TopK::new`, `push`, `merge`, `into_sorted` are the
 //! shared contract used by the probe executor.
+//!
+//! [`Candidates`] keeps the same selection for a hot loop that offers many
+//! candidates (the fast-scan of codes): it appends what its bound lets in
+//! and selects the best `k` only when `2k` are held, so most candidates
+//! cost an append instead of a heap sift.
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
@@ -19,6 +24,24 @@ pub struct Neighbor {
     pub distance: f32,
     pub rowid: i64,
     pub at: u64,
+}
+
+impl Neighbor {
+    /// A candidate, its NaN distance normalised to positive NaN (after
+    /// every number).
+    #[inline]
+    fn new(distance: f32, rowid: i64, at: u64) -> Self {
+        let distance = if distance.is_nan() {
+            f32::NAN
+        } else {
+            distance
+        };
+        Neighbor {
+            distance,
+            rowid,
+            at,
+        }
+    }
 }
 
 impl PartialEq for Neighbor {
@@ -67,16 +90,11 @@ impl TopK {
     /// Offer one candidate found at `at` (see [`Neighbor::at`]).
     #[inline]
     pub fn push_at(&mut self, distance: f32, rowid: i64, at: u64) {
-        let distance = if distance.is_nan() {
-            f32::NAN
-        } else {
-            distance
-        };
-        let n = Neighbor {
-            distance,
-            rowid,
-            at,
-        };
+        self.offer(Neighbor::new(distance, rowid, at));
+    }
+
+    #[inline]
+    fn offer(&mut self, n: Neighbor) {
         if self.heap.len() < self.k {
             self.heap.push(n);
         } else if let Some(mut worst) = self.heap.peek_mut()
@@ -121,6 +139,88 @@ impl TopK {
     /// The kept neighbours, best first.
     pub fn into_sorted(self) -> Vec<Neighbor> {
         self.heap.into_sorted_vec()
+    }
+}
+
+/// The `k` best candidates of a stream, the same as a [`TopK`] offered
+/// the same candidates ([`Candidates::into_top`]), for a loop that offers
+/// many: a candidate whose distance is above [`Candidates::bound`] is
+/// dropped (at least `k` kept ones are strictly better), any other is
+/// appended; when `2k` are held, the best `k` are selected and the bound
+/// becomes the `k`-th's distance.
+#[derive(Debug, Clone)]
+pub struct Candidates {
+    k: usize,
+    held: Vec<Neighbor>,
+    /// The distance of the `k`-th best at the last selection; positive NaN
+    /// (after every number in `total_cmp`) before the first.
+    bound: f32,
+}
+
+impl Candidates {
+    /// An empty selection of at most `k`; allocates on the first append.
+    pub fn new(k: usize) -> Self {
+        Candidates {
+            k,
+            held: Vec::new(),
+            bound: f32::NAN,
+        }
+    }
+
+    /// A distance above which a candidate is dropped: `+∞` until `k` are
+    /// known to be better (then the `k`-th best distance at the last
+    /// selection, which only decreases). A caller may skip, without
+    /// offering them, the candidates above it.
+    #[inline]
+    pub fn bound(&self) -> f32 {
+        if self.bound.is_nan() {
+            f32::INFINITY
+        } else {
+            self.bound
+        }
+    }
+
+    /// Offer one candidate found at `at` (see [`Neighbor::at`]).
+    #[inline]
+    pub fn push_at(&mut self, distance: f32, rowid: i64, at: u64) {
+        self.offer(Neighbor::new(distance, rowid, at));
+    }
+
+    #[inline]
+    fn offer(&mut self, n: Neighbor) {
+        if self.k == 0 || n.distance.total_cmp(&self.bound).is_gt() {
+            return;
+        }
+        self.held.push(n);
+        if self.held.len() >= 2 * self.k {
+            self.select();
+        }
+    }
+
+    /// Keep the best `k` held, and bound by the `k`-th of them.
+    fn select(&mut self) {
+        if self.held.len() > self.k {
+            self.held.select_nth_unstable(self.k - 1);
+            self.held.truncate(self.k);
+            self.bound = self.held[self.k - 1].distance;
+        }
+    }
+
+    /// Merge another selection into this one.
+    pub fn merge(&mut self, other: Candidates) {
+        for n in other.held {
+            self.offer(n);
+        }
+    }
+
+    /// The best `k` as a [`TopK`].
+    pub fn into_top(mut self) -> TopK {
+        self.select();
+        let mut top = TopK::new(self.k);
+        for n in self.held {
+            top.offer(n);
+        }
+        top
     }
 }
 
@@ -179,6 +279,44 @@ mod tests {
             .map(|n| (n.distance, n.rowid))
             .collect();
         assert_eq!(got, sorted_reference(all, 10));
+    }
+
+    /// `Candidates` keeps what a `TopK` keeps, whatever the order, the
+    /// merges and the ties, and its bound never drops a candidate that
+    /// belongs in the answer.
+    #[test]
+    fn candidates_select_as_topk_does() {
+        let mut rng = ChaCha8Rng::seed_from_u64(3);
+        for k in [0, 1, 7, 40] {
+            let mut all: Vec<(f32, i64)> = (0..2_000)
+                .map(|i| (rng.random_range(0..50) as f32 * 0.25, i))
+                .collect();
+            all.push((f32::NAN, 5_000));
+            all.shuffle(&mut rng);
+            let want = sorted_reference(all.clone(), k);
+            let (mut a, mut b) = (Candidates::new(k), Candidates::new(k));
+            for (i, &(d, r)) in all.iter().enumerate() {
+                let c = if i % 5 == 0 { &mut a } else { &mut b };
+                if d <= c.bound() || d.is_nan() {
+                    c.push_at(d, r, r as u64);
+                }
+                assert!(k == 0 || c.bound() >= want[k - 1].0);
+            }
+            a.merge(b);
+            let got: Vec<(f32, i64)> = a
+                .into_top()
+                .into_sorted()
+                .into_iter()
+                .map(|n| (n.distance, n.rowid))
+                .collect();
+            assert_eq!(got.len(), want.len(), "k {k}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    g.0.total_cmp(&w.0).is_eq() && g.1 == w.1,
+                    "k {k}: {g:?} {w:?}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -31,7 +31,7 @@ use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
-use super::select::{leaves_within, ranked_leaves, select_cids};
+use super::select::{leaves_within, nearest_cids, ranked_leaves};
 use super::stats::{FilterPlan, Scoring, SearchStats, micros};
 use super::target::RecallModel;
 use crate::filter::Filter;
@@ -92,6 +92,8 @@ pub struct Engine {
     recall: Option<Arc<RecallModel>>,
     /// What [`Engine::preload`] put in memory.
     preloaded: Mutex<Preload>,
+    /// The row groups [`Engine::preload`] loaded, by cid.
+    held: Mutex<Option<Arc<Held>>>,
     /// The payload of every row group, concatenated by [`Engine::preload`]:
     /// a filter is evaluated over it in one pass.
     payload_table: OnceLock<Arc<PayloadTable>>,
@@ -174,6 +176,9 @@ struct Selected {
     /// The estimated recall of the first round's lists.
     estimate: Option<f64>,
     probe_us: u64,
+    /// Unfiltered with `nprobe`: `cids` nearest first (else empty), the
+    /// order in which [`scan_order`] puts the lists.
+    nearest: Vec<u32>,
 }
 
 impl Selected {
@@ -185,6 +190,7 @@ impl Selected {
             start,
             estimate,
             probe_us: 0,
+            nearest: Vec::new(),
         }
     }
 
@@ -297,6 +303,7 @@ impl Engine {
             codes,
             recall: recall.map(Arc::new),
             preloaded: Mutex::new(Preload::None),
+            held: Mutex::new(None),
             payload_table: OnceLock::new(),
         }
     }
@@ -334,6 +341,11 @@ impl Engine {
         (footers, row_groups + table)
     }
 
+    /// The row groups a preload holds (none before one).
+    fn held(&self) -> Option<Arc<Held>> {
+        self.held.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The columns a query reads, given what is preloaded.
     fn want(&self, include_payload: bool) -> Want {
         let has_codes = self.codes.is_some();
@@ -360,8 +372,15 @@ impl Engine {
         let all: Vec<u32> = (0..self.hierarchy.nlist() as u32).collect();
         let mut stats = SearchStats::default();
         let loaded = self.reader.load(&all, self.want(true), &mut stats).await?;
-        if self.payload_table.get().is_none() {
-            let table = on_rayon(move || PayloadTable::new(&loaded)).await;
+        let (live, nlist) = (self.reader.live().clone(), self.hierarchy.nlist());
+        let table_wanted = self.payload_table.get().is_none();
+        let (held, table) = on_rayon(move || {
+            let table = table_wanted.then(|| PayloadTable::new(&loaded));
+            let masks = live.masks(&loaded);
+            (Held::new(loaded, masks, nlist), table)
+        })
+        .await;
+        if let Some(table) = table {
             let table = table.map_err(|source| ProbeError::Filter {
                 path: self.reader.location_hint(),
                 source,
@@ -370,6 +389,7 @@ impl Engine {
                 let _ = self.payload_table.set(Arc::new(table));
             }
         }
+        *self.held.lock().unwrap_or_else(|e| e.into_inner()) = Some(Arc::new(held));
         Ok(stats)
     }
 
@@ -380,6 +400,11 @@ impl Engine {
     /// # Errors
     /// [`ProbeError`] for IO failures and a corrupt index.
     pub async fn run(&self, plan: QueryPlan) -> Result<Vec<SearchResult>, ProbeError> {
+        if plan.filter.is_none()
+            && let Some(held) = self.held()
+        {
+            return self.run_held(plan, held).await;
+        }
         let mut stats = SearchStats::default();
         let ranked = self.select(&plan).await;
         let (gathered, own, scoring) = match &plan.filter {
@@ -414,58 +439,13 @@ impl Engine {
         }
     }
 
-    /// Each query's lists and the time it took: its `nprobe` nearest
-    /// (within `root_factor`), those a target recall chose, or, with a
-    /// filter, every list nearest first ([`Selected`]).
+    /// Each query's lists and the time it took ([`select_lists`]), on
+    /// rayon.
     async fn select(&self, plan: &QueryPlan) -> Vec<Selected> {
         let hierarchy = Arc::clone(&self.hierarchy);
-        let queries = Arc::clone(&plan.queries);
         let recall = self.recall.clone();
-        let (nprobe, root_factor, every) = (plan.nprobe, plan.root_factor, plan.filter.is_some());
-        let (target, cap) = (plan.target, plan.cap);
-        on_rayon(move || {
-            queries
-                .par_chunks_exact(hierarchy.dim)
-                .map(|q| {
-                    let t = Instant::now();
-                    let mut selected = match (target, &recall) {
-                        // Unfiltered under a target: only the lists within its gap are sorted.
-                        (Some(t), Some(m)) if !every => {
-                            let (cids, next) = leaves_within(&hierarchy, q, m.gap_for(t), cap);
-                            Selected {
-                                start: cids.len(),
-                                estimate: Some(m.target_estimate(t, next)),
-                                cids,
-                                probe_us: 0,
-                            }
-                        }
-                        _ if every => {
-                            let ranked = ranked_leaves(&hierarchy, q);
-                            let (start, estimate) = match (target, &recall) {
-                                (Some(t), Some(m)) => {
-                                    let lists = m.lists_for(&ranked, t, cap);
-                                    (lists.cids.len(), Some(lists.estimated_recall))
-                                }
-                                _ => (
-                                    nprobe.min(ranked.len()),
-                                    recall.as_ref().map(|m| m.recall_at(nprobe)),
-                                ),
-                            };
-                            Selected::ranked(ranked, start, estimate)
-                        }
-                        _ => Selected {
-                            cids: select_cids(&hierarchy, q, nprobe, root_factor),
-                            start: nprobe,
-                            estimate: recall.as_ref().map(|m| m.recall_at(nprobe)),
-                            probe_us: 0,
-                        },
-                    };
-                    selected.probe_us = micros(t.elapsed());
-                    selected
-                })
-                .collect()
-        })
-        .await
+        let plan = plan.clone();
+        on_rayon(move || select_lists(&hierarchy, recall.as_deref(), &plan)).await
     }
 
     /// The unfiltered gather: one load of the union of the queries' lists.
@@ -484,14 +464,7 @@ impl Engine {
         let want = self.want(plan.include_payload);
         let loaded = self.reader.load(&union, want, stats).await?;
         let masks = self.reader.live().masks(&loaded);
-        let own = selected
-            .iter()
-            .map(|s| Own {
-                probe_us: s.probe_us,
-                estimated_recall: s.estimate,
-                ..Own::default()
-            })
-            .collect();
+        let own = own_stats(&selected);
         let gathered = Gathered {
             queries: Arc::clone(&plan.queries),
             probed: selected.into_iter().map(|s| s.cids).collect(),
@@ -775,7 +748,7 @@ impl Engine {
 
     /// The exact rank: each query's `k` best among the rows of its probed
     /// lists (only those set in the masks, when given), and its answer, in
-    /// one step on rayon.
+    /// one step on rayon ([`exact_step`]).
     async fn rank_exact(
         &self,
         input: Gathered,
@@ -784,16 +757,10 @@ impl Engine {
     ) -> Result<Vec<SearchResult>, ProbeError> {
         let (metric, dim) = (self.hierarchy.metric, self.hierarchy.dim);
         let paths = Arc::clone(self.reader.paths());
-        on_rayon(move || {
-            let t = Instant::now();
-            let probed = input.probed();
-            let tops = scan_batch(metric, dim, input.rows(&probed), k);
-            finish.answers(tops, &input, &paths, micros(t.elapsed()))
-        })
-        .await
+        on_rayon(move || exact_step(metric, dim, &paths, input, k, finish)).await
     }
 
-    /// The quantised rank ([`rank_codes`]): score the codes, keep `rerank ×
+    /// The quantised rank ([`code_step`]): score the codes, keep `rerank ×
     /// k` candidates a query and rank them, in memory (then answer in the
     /// same step), or from their `vector` pages: one more round of reads,
     /// then the exact rank and the answers. Compute on rayon.
@@ -808,41 +775,69 @@ impl Engine {
         let hierarchy = Arc::clone(&self.hierarchy);
         let paths = Arc::clone(self.reader.paths());
         let step = on_rayon(move || {
-            let t = Instant::now();
-            let scan = CodeScan {
-                quantizer: &codes.quantizer,
+            let ranking = Ranking {
                 hierarchy: &hierarchy,
-                rotated_leaves: &codes.rotated_leaves,
+                codes: Some(&codes),
+                paths: &paths,
             };
-            let probed = input.probed();
-            let rows = input.rows(&probed);
-            let ranked = rank_codes(scan, &paths, rows, (k, rerank), want.vectors);
-            let (rank, scored) = ranked?;
-            let mut finish = finish;
-            finish.stats.codes_scored += scored;
-            let took = micros(t.elapsed());
-            match rank {
-                CodeRank::Ranked(tops) => finish
-                    .answers(tops, &input, &paths, took)
-                    .map(CodeStep::Answered),
-                CodeRank::Pages {
-                    candidates,
-                    plan,
-                    pruned,
-                } => Ok(CodeStep::Pages(Box::new(PagesToRank::new(
-                    candidates,
-                    plan,
-                    (pruned, took),
-                    finish,
-                    input,
-                )))),
-            }
+            ranking.codes(input, want.vectors, (k, rerank), finish)
         })
         .await?;
+        self.answer(step, k).await
+    }
+
+    /// The answers of a rank step: given, or after the `vector` pages of
+    /// its candidates are read ([`Engine::rank_pages`]).
+    async fn answer(&self, step: CodeStep, k: usize) -> Result<Vec<SearchResult>, ProbeError> {
         match step {
             CodeStep::Answered(answers) => Ok(answers),
             CodeStep::Pages(pages) => self.rank_pages(*pages, k).await,
         }
+    }
+
+    /// An unfiltered batch on a preloaded engine: the lists of each query
+    /// ([`select_lists`]), the row groups held for them ([`Held`]) and the
+    /// rank, in one step on rayon; then, with the vectors in storage
+    /// (`--preload codes`), the round of `vector` pages and their rank. The
+    /// same answers as [`Engine::gather`] and the rank would give, without
+    /// a load (every row group is held) and with one hand-over to rayon
+    /// fewer.
+    async fn run_held(
+        &self,
+        plan: QueryPlan,
+        held: Arc<Held>,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let hierarchy = Arc::clone(&self.hierarchy);
+        let recall = self.recall.clone();
+        let codes = self.codes.clone();
+        let paths = Arc::clone(self.reader.paths());
+        let vectors = self.want(plan.include_payload).vectors;
+        let k = plan.k;
+        let step = on_rayon(move || {
+            let selected = select_lists(&hierarchy, recall.as_deref(), &plan);
+            let (input, own) = held.gather(&plan, selected);
+            let mut stats = SearchStats::default();
+            stats.planned_row_groups += input.loaded.len() as u64;
+            stats.row_groups_cached += input.loaded.len() as u64;
+            let finish = Finish {
+                own,
+                include_payload: plan.include_payload,
+                stats,
+            };
+            let ranking = Ranking {
+                hierarchy: &hierarchy,
+                codes: codes.as_deref(),
+                paths: &paths,
+            };
+            match (plan.rank, codes.as_deref()) {
+                (RankMode::Codes { rerank }, Some(_)) => {
+                    ranking.codes(input, vectors, (k, rerank), finish)
+                }
+                _ => ranking.exact(input, k, finish).map(CodeStep::Answered),
+            }
+        })
+        .await?;
+        self.answer(step, k).await
     }
 
     /// The exact rank of a filtered batch's few matches: every row each
@@ -932,6 +927,244 @@ impl Engine {
         let paths = Arc::clone(self.reader.paths());
         Ok(on_rayon(move || reencode(&codes.quantizer, &hierarchy, &paths, &loaded)).await)
     }
+}
+
+/// What a rank step reads besides its input: the centroids, the
+/// quantiser (an index with codes) and the postings paths (for errors).
+struct Ranking<'a> {
+    hierarchy: &'a Hierarchy,
+    codes: Option<&'a Codes>,
+    paths: &'a [Path],
+}
+
+impl Ranking<'_> {
+    /// The exact rank of every probed row, and the answers. CPU only.
+    fn exact(
+        &self,
+        input: Gathered,
+        k: usize,
+        finish: Finish,
+    ) -> Result<Vec<SearchResult>, ProbeError> {
+        let (metric, dim) = (self.hierarchy.metric, self.hierarchy.dim);
+        exact_step(metric, dim, self.paths, input, k, finish)
+    }
+
+    /// The quantised rank ([`rank_codes`]): the answers when the vectors
+    /// are held (`vectors_held`) or `rerank` is 0, else the pages to read.
+    /// CPU only.
+    fn codes(
+        &self,
+        input: Gathered,
+        vectors_held: bool,
+        (k, rerank): (usize, usize),
+        mut finish: Finish,
+    ) -> Result<CodeStep, ProbeError> {
+        let t = Instant::now();
+        let Some(codes) = self.codes else {
+            return self.exact(input, k, finish).map(CodeStep::Answered);
+        };
+        let scan = CodeScan {
+            quantizer: &codes.quantizer,
+            hierarchy: self.hierarchy,
+            rotated_leaves: &codes.rotated_leaves,
+        };
+        let probed = input.probed();
+        let rows = input.rows(&probed);
+        let (rank, scored) = rank_codes(scan, self.paths, rows, (k, rerank), vectors_held)?;
+        finish.stats.codes_scored += scored;
+        let took = micros(t.elapsed());
+        match rank {
+            CodeRank::Ranked(tops) => finish
+                .answers(tops, &input, self.paths, took)
+                .map(CodeStep::Answered),
+            CodeRank::Pages {
+                candidates,
+                plan,
+                pruned,
+            } => Ok(CodeStep::Pages(Box::new(PagesToRank::new(
+                candidates,
+                plan,
+                (pruned, took),
+                finish,
+                input,
+            )))),
+        }
+    }
+}
+
+/// The exact rank: each query's `k` best among the rows of its probed
+/// lists (only those set in the masks, when given), and its answer. CPU
+/// only.
+fn exact_step(
+    metric: crate::distance::Metric,
+    dim: usize,
+    paths: &[Path],
+    input: Gathered,
+    k: usize,
+    finish: Finish,
+) -> Result<Vec<SearchResult>, ProbeError> {
+    let t = Instant::now();
+    let probed = input.probed();
+    let tops = scan_batch(metric, dim, input.rows(&probed), k);
+    finish.answers(tops, &input, paths, micros(t.elapsed()))
+}
+
+/// What [`Engine::preload`] loaded, held by the engine: every row group
+/// (with its live-row mask) and the row groups of each cid, so that an
+/// unfiltered batch finds its lists without a load ([`Engine::run_held`]).
+#[derive(Debug)]
+struct Held {
+    loaded: Vec<Arc<DecodedRowGroup>>,
+    /// Empty when every row is live (as [`super::live::LiveRows::masks`]).
+    masks: Vec<Option<BooleanBuffer>>,
+    /// Indexes in `loaded` of the row groups of each cid.
+    by_cid: Vec<Vec<usize>>,
+}
+
+impl Held {
+    fn new(
+        loaded: Vec<Arc<DecodedRowGroup>>,
+        masks: Vec<Option<BooleanBuffer>>,
+        nlist: usize,
+    ) -> Held {
+        let mut by_cid = vec![Vec::new(); nlist];
+        for (g, rg) in loaded.iter().enumerate() {
+            if let Some(groups) = by_cid.get_mut(rg.cid as usize) {
+                groups.push(g);
+            }
+        }
+        Held {
+            loaded,
+            masks,
+            by_cid,
+        }
+    }
+
+    /// The rank input of `plan` with each query's `selected` lists: the
+    /// row groups of their union, as [`Engine::gather`] loads them, and
+    /// each query's own stats.
+    fn gather(&self, plan: &QueryPlan, selected: Vec<Selected>) -> (Gathered, Vec<Own>) {
+        let union = scan_order(&selected, self.by_cid.len());
+        let groups: Vec<usize> = union
+            .iter()
+            .flat_map(|&c| self.by_cid.get(c as usize).into_iter().flatten().copied())
+            .collect();
+        let loaded: Vec<Arc<DecodedRowGroup>> = groups
+            .iter()
+            .map(|&g| Arc::clone(&self.loaded[g]))
+            .collect();
+        let masks: Vec<Option<BooleanBuffer>> = if self.masks.is_empty() {
+            Vec::new()
+        } else {
+            groups.iter().map(|&g| self.masks[g].clone()).collect()
+        };
+        let own = own_stats(&selected);
+        let gathered = Gathered {
+            queries: Arc::clone(&plan.queries),
+            probed: selected.into_iter().map(|s| s.cids).collect(),
+            loaded: loaded.into(),
+            masks: masks.into(),
+        };
+        (gathered, own)
+    }
+}
+
+/// The union of the lists of a batch, in the order its scan visits them:
+/// by the nearest place any query gives a list (`Selected::nearest`; a
+/// query without that order gives its lists no place), then by cid. A
+/// query of one list after another scans its nearest lists first, so its
+/// bound tightens soonest and fewer of its codes are offered to its
+/// selection; the answers do not depend on the order.
+fn scan_order(selected: &[Selected], nlist: usize) -> Vec<u32> {
+    let mut union: Vec<u32> = selected
+        .iter()
+        .flat_map(|s| s.cids.iter().copied())
+        .collect();
+    union.sort_unstable();
+    union.dedup();
+    let mut place = vec![u32::MAX; nlist];
+    for s in selected {
+        for (rank, &c) in s.nearest.iter().enumerate() {
+            if let Some(p) = place.get_mut(c as usize) {
+                *p = (*p).min(rank as u32);
+            }
+        }
+    }
+    let place_of = |c: u32| place.get(c as usize).copied().unwrap_or(u32::MAX);
+    union.sort_by_key(|&c| (place_of(c), c));
+    union
+}
+
+/// Each unfiltered query's own stats: its selection time and estimated
+/// recall.
+fn own_stats(selected: &[Selected]) -> Vec<Own> {
+    selected
+        .iter()
+        .map(|s| Own {
+            probe_us: s.probe_us,
+            estimated_recall: s.estimate,
+            ..Own::default()
+        })
+        .collect()
+}
+
+/// Each query's lists and the time it took: its `nprobe` nearest (within
+/// `root_factor`), those a target recall chose, or, with a filter, every
+/// list nearest first ([`Selected`]). CPU only (parallel over queries).
+fn select_lists(
+    hierarchy: &Hierarchy,
+    recall: Option<&RecallModel>,
+    plan: &QueryPlan,
+) -> Vec<Selected> {
+    let (nprobe, root_factor, every) = (plan.nprobe, plan.root_factor, plan.filter.is_some());
+    let (target, cap) = (plan.target, plan.cap);
+    plan.queries
+        .par_chunks_exact(hierarchy.dim)
+        .map(|q| {
+            let t = Instant::now();
+            let mut selected = match (target, recall) {
+                // Unfiltered under a target: only the lists within its gap are sorted.
+                (Some(t), Some(m)) if !every => {
+                    let (cids, next) = leaves_within(hierarchy, q, m.gap_for(t), cap);
+                    Selected {
+                        start: cids.len(),
+                        estimate: Some(m.target_estimate(t, next)),
+                        cids,
+                        probe_us: 0,
+                        nearest: Vec::new(),
+                    }
+                }
+                _ if every => {
+                    let ranked = ranked_leaves(hierarchy, q);
+                    let (start, estimate) = match (target, recall) {
+                        (Some(t), Some(m)) => {
+                            let lists = m.lists_for(&ranked, t, cap);
+                            (lists.cids.len(), Some(lists.estimated_recall))
+                        }
+                        _ => (
+                            nprobe.min(ranked.len()),
+                            recall.map(|m| m.recall_at(nprobe)),
+                        ),
+                    };
+                    Selected::ranked(ranked, start, estimate)
+                }
+                _ => {
+                    let nearest = nearest_cids(hierarchy, q, nprobe, root_factor);
+                    let mut cids = nearest.clone();
+                    cids.sort_unstable();
+                    Selected {
+                        cids,
+                        start: nprobe,
+                        estimate: recall.map(|m| m.recall_at(nprobe)),
+                        probe_us: 0,
+                        nearest,
+                    }
+                }
+            };
+            selected.probe_us = micros(t.elapsed());
+            selected
+        })
+        .collect()
 }
 
 /// A stored code that differs from its vector's code ([`Engine::reencode_sample`]).

@@ -18,17 +18,55 @@ use crate::kmeans::Hierarchy;
 /// Default root oversampling: 0 = visit every root (exact leaf selection).
 pub const DEFAULT_ROOT_FACTOR: usize = 0;
 
+/// Lists up to which [`select_cids`] (every root visited) keeps the
+/// nearest leaves sorted as it computes their distances, inserting the few
+/// that beat the farthest kept, instead of collecting every distance and
+/// selecting among them.
+const FEW_LISTS: usize = 64;
+
 /// The `nprobe` leaf CIDs nearest to `query`, sorted ascending.
 /// `query.len()` must equal `h.dim` (checked by the caller).
 pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
-    let mut leaves = leaf_distances(h, query, nprobe, root_factor);
-    let keep = nprobe.min(leaves.len());
-    if keep < leaves.len() && keep > 0 {
-        leaves.select_nth_unstable_by(keep - 1, nearest_first);
-    }
-    let mut cids: Vec<u32> = leaves[..keep].iter().map(|l| l.1).collect();
+    let mut cids = nearest_cids(h, query, nprobe, root_factor);
     cids.sort_unstable();
     cids
+}
+
+/// The cids of [`select_cids`], nearest first (by `(distance, cid)`): the
+/// order in which a scan tightens its bound soonest.
+pub fn nearest_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+    let kept = if root_factor == 0 && nprobe <= FEW_LISTS {
+        nearest(every_leaf(h, query), nprobe)
+    } else {
+        let mut leaves = leaf_distances(h, query, nprobe, root_factor);
+        let keep = nprobe.min(leaves.len());
+        if keep < leaves.len() && keep > 0 {
+            leaves.select_nth_unstable_by(keep - 1, nearest_first);
+        }
+        leaves.truncate(keep);
+        leaves.sort_unstable_by(nearest_first);
+        leaves
+    };
+    kept.iter().map(|l| l.1).collect()
+}
+
+/// The `keep` nearest of `leaves` (by `(distance, cid)`), nearest first:
+/// one comparison with the farthest kept per leaf, an insertion for those
+/// that beat it.
+fn nearest(leaves: impl Iterator<Item = Leaf>, keep: usize) -> Vec<Leaf> {
+    let mut best: Vec<Leaf> = Vec::with_capacity(keep + 1);
+    if keep == 0 {
+        return best;
+    }
+    for leaf in leaves {
+        if best.len() == keep && nearest_first(&leaf, &best[keep - 1]).is_ge() {
+            continue;
+        }
+        let at = best.partition_point(|b| nearest_first(b, &leaf).is_lt());
+        best.insert(at, leaf);
+        best.truncate(keep);
+    }
+    best
 }
 
 /// `(distance, cid)` of a leaf.
@@ -76,14 +114,38 @@ fn nearest_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
 }
 
+/// `(distance, cid)` of leaf `cid`.
+fn leaf_distance(h: &Hierarchy, query: &[f32], cid: usize) -> Option<Leaf> {
+    let dim = h.dim;
+    h.leaves
+        .get(cid * dim..(cid + 1) * dim)
+        .map(|c| (h.metric.prepared_distance(query, c), cid as u32))
+}
+
+/// `(distance, cid)` of every leaf of every root, in cid order.
+fn every_leaf<'a>(h: &'a Hierarchy, query: &'a [f32]) -> impl Iterator<Item = Leaf> + 'a {
+    let nroots = h.cid_offsets.len().saturating_sub(1);
+    let (lo, hi) = match (h.cid_offsets.first(), h.cid_offsets.get(nroots)) {
+        (Some(&lo), Some(&hi)) if nroots > 0 => (lo as usize, hi as usize),
+        _ => (0, 0),
+    };
+    (lo..hi).filter_map(move |cid| leaf_distance(h, query, cid))
+}
+
 /// `(distance, cid)` of every leaf of the roots visited nearest first until
-/// they own `root_factor × nprobe` leaves (every root for `root_factor` 0).
+/// they own `root_factor × nprobe` leaves (every root for `root_factor` 0:
+/// then the roots are not ranked at all, and the leaves come in cid order;
+/// every caller orders them by `(distance, cid)`, so the order they come in
+/// changes nothing).
 fn leaf_distances(
     h: &Hierarchy,
     query: &[f32],
     nprobe: usize,
     root_factor: usize,
 ) -> Vec<(f32, u32)> {
+    if root_factor == 0 {
+        return every_leaf(h, query).collect();
+    }
     let dim = h.dim;
     let nroots = h.cid_offsets.len().saturating_sub(1);
     let mut roots: Vec<(f32, usize)> = h
@@ -94,18 +156,11 @@ fn leaf_distances(
         .map(|(r, c)| (h.metric.prepared_distance(query, c), r))
         .collect();
     roots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
-    let want_leaves = match root_factor {
-        0 => usize::MAX,
-        f => nprobe.saturating_mul(f),
-    };
+    let want_leaves = nprobe.saturating_mul(root_factor);
     let mut leaves: Vec<(f32, u32)> = Vec::new();
     for (_, r) in roots {
         let (lo, hi) = (h.cid_offsets[r] as usize, h.cid_offsets[r + 1] as usize);
-        for cid in lo..hi {
-            if let Some(c) = h.leaves.get(cid * dim..(cid + 1) * dim) {
-                leaves.push((h.metric.prepared_distance(query, c), cid as u32));
-            }
-        }
+        leaves.extend((lo..hi).filter_map(|cid| leaf_distance(h, query, cid)));
         if leaves.len() >= want_leaves {
             break;
         }
@@ -164,6 +219,47 @@ mod tests {
             (vec![0, 1, 2, 3], None)
         );
         assert_eq!(leaves_within(&h, &[4.9], 0.0, 4).0, vec![1]);
+    }
+
+    /// With every root visited, the nearest leaves kept as they come (up
+    /// to `FEW_LISTS`) and the selection among all distances (above) are
+    /// the `nprobe` nearest by `(distance, cid)`, ties included.
+    #[test]
+    fn every_nprobe_selects_the_nearest_leaves_by_distance_then_cid() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(4);
+        let (dim, nlist) = (3, 300);
+        // Small integer coordinates: many equal distances.
+        let leaves: Vec<f32> = (0..nlist * dim)
+            .map(|_| rng.random_range(-3i32..=3) as f32)
+            .collect();
+        let h = Hierarchy {
+            dim,
+            metric: Metric::L2,
+            roots: vec![0.0; 3 * dim],
+            leaves,
+            cid_offsets: vec![0, 100, 180, nlist as u32],
+        };
+        for _ in 0..20 {
+            let q: Vec<f32> = (0..dim)
+                .map(|_| rng.random_range(-3i32..=3) as f32)
+                .collect();
+            let mut all: Vec<(f32, u32)> = (0..nlist)
+                .map(|c| {
+                    (
+                        Metric::L2.distance(&q, &h.leaves[c * dim..(c + 1) * dim]),
+                        c as u32,
+                    )
+                })
+                .collect();
+            all.sort_by(nearest_first);
+            for nprobe in [1, 2, 12, FEW_LISTS, FEW_LISTS + 1, 250, nlist] {
+                let mut want: Vec<u32> = all[..nprobe].iter().map(|l| l.1).collect();
+                assert_eq!(nearest_cids(&h, &q, nprobe, 0), want, "nprobe {nprobe}");
+                want.sort_unstable();
+                assert_eq!(select_cids(&h, &q, nprobe, 0), want, "nprobe {nprobe}");
+            }
+        }
     }
 
     #[test]

@@ -24,12 +24,14 @@
 //! `vpshufb` of the tables by the low nibbles then looks up sub-quantiser 2p
 //! for vectors 0..16 in the low 128-bit lane and 2p+1 in the high lane, and
 //! the high nibbles do the same for vectors 16..32. The u8 results add into
-//! u16 lanes split by byte parity (`x & 0xff`, `x >> 8`), flushed into u32
-//! every `FLUSH_PAIRS` (256) pairs so that no u16 overflows (255 · 256 < 2¹⁶).
-//! The padding vectors of a last partial block have codes 0.
+//! u16 lanes (`x`, and `x >> 8` for the odd vectors; the even ones are the
+//! difference), flushed into u32 every `FLUSH_PAIRS` (256) pairs so that no
+//! sum overflows (255 · 256 < 2¹⁶). The padding vectors of a last partial
+//! block have codes 0.
 //!
-//! Two kernels compute the same exact integers: AVX2 (chosen at run time)
-//! and a portable scalar one, the reference of the tests.
+//! Three kernels compute the same exact integers: AVX-512 (two pairs per
+//! instruction) and AVX2, chosen at run time, and a portable scalar one, the
+//! reference of the tests.
 
 /// Vectors per block.
 pub const BLOCK: usize = 32;
@@ -38,9 +40,27 @@ pub const BLOCK: usize = 32;
 /// lane takes one u8 per pair, and `255 × 256 = 65,280 < 65,536`.
 const FLUSH_PAIRS: usize = 256;
 
-/// Which fast-scan kernel runs on this CPU: `"avx2"` or `"scalar"`.
+/// Which fast-scan kernel runs on this CPU: `"avx512"`, `"avx2"` or
+/// `"scalar"`.
 pub fn kernel_path() -> &'static str {
-    if avx2() { "avx2" } else { "scalar" }
+    if avx512() {
+        "avx512"
+    } else if avx2() {
+        "avx2"
+    } else {
+        "scalar"
+    }
+}
+
+fn avx512() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw")
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        false
+    }
 }
 
 fn avx2() -> bool {
@@ -234,7 +254,7 @@ impl Lut {
             .zip(&mins)
         {
             for (o, &x) in out.iter_mut().zip(t) {
-                *o = ((x - lo) * scale).round().clamp(0.0, 255.0) as u8;
+                *o = round_non_negative((x - lo) * scale).clamp(0.0, 255.0) as u8;
             }
         }
         Lut {
@@ -265,6 +285,20 @@ impl Lut {
     }
 }
 
+/// `v.round()` for `v ≥ 0` (half away from zero) without the libm call
+/// that `round` is on a CPU baseline without SSE4.1: below 2²³ the
+/// fraction `v − trunc(v)` is exact, so comparing it with ½ rounds as
+/// `round` does; anything else (larger, NaN) goes to `round`.
+#[inline(always)]
+fn round_non_negative(v: f32) -> f32 {
+    if (0.0..8_388_608.0).contains(&v) {
+        let t = v as i32 as f32;
+        if v - t >= 0.5 { t + 1.0 } else { t }
+    } else {
+        v.round()
+    }
+}
+
 /// `out[v] = Σ_s lut[s][code_s(v)]` for every vector of `blocks`, exact
 /// integers, with the fastest kernel this CPU runs. `out` receives
 /// `n.div_ceil(32) × 32` sums (the padding vectors' too).
@@ -273,6 +307,12 @@ pub fn scan(lut: &Lut, blocks: &Blocks, out: &mut Vec<u32>) {
     out.resize(blocks.n.div_ceil(BLOCK) * BLOCK, 0);
     if lut.bytes.len() != blocks.pairs * 32 {
         debug_assert!(false, "tables for another code width");
+        return;
+    }
+    #[cfg(target_arch = "x86_64")]
+    if avx512() {
+        // SAFETY: AVX-512 F and BW were detected on this CPU just above.
+        unsafe { scan_avx512(&lut.bytes, &blocks.bytes, blocks.pairs, out) };
         return;
     }
     #[cfg(target_arch = "x86_64")]
@@ -308,6 +348,12 @@ pub(crate) fn scan_scalar(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u3
 
 /// The AVX2 kernel.
 ///
+/// Per pair and half block, the looked-up bytes are added as u16 lanes
+/// (`x`, the even vector in the low byte and the odd one in the high) and
+/// shifted (`x >> 8`, the odd vector alone), as FAISS does: the even sums
+/// are then `Σx − (Σ(x >> 8) << 8)`, exact modulo 2¹⁶ and so exact, since
+/// each is below 2¹⁶ ([`FLUSH_PAIRS`]).
+///
 /// # Safety
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
@@ -318,7 +364,6 @@ pub(crate) unsafe fn scan_avx2(lut: &[u8], blocks: &[u8], pairs: usize, out: &mu
         return;
     }
     let nibble = _mm256_set1_epi8(0x0F);
-    let low_byte = _mm256_set1_epi16(0x00FF);
     for (block, sums) in blocks
         .chunks_exact(pairs * 32)
         .zip(out.chunks_exact_mut(BLOCK))
@@ -326,8 +371,7 @@ pub(crate) unsafe fn scan_avx2(lut: &[u8], blocks: &[u8], pairs: usize, out: &mu
         let mut start = 0;
         while start < pairs {
             let end = (start + FLUSH_PAIRS).min(pairs);
-            // Vectors 0..16 (low nibbles) and 16..32 (high), split by the
-            // byte parity of the vector: [low even, low odd, high even, high odd].
+            // [vectors 0..16 both, 0..16 odd, 16..32 both, 16..32 odd].
             let mut acc = [_mm256_setzero_si256(); 4];
             for p in start..end {
                 // SAFETY: `block` and `lut` hold `pairs × 32` bytes and
@@ -338,27 +382,126 @@ pub(crate) unsafe fn scan_avx2(lut: &[u8], blocks: &[u8], pairs: usize, out: &mu
                         _mm256_loadu_si256(lut.as_ptr().add(p * 32).cast::<__m256i>()),
                     )
                 };
-                let low = _mm256_and_si256(codes, nibble);
-                let high = _mm256_and_si256(_mm256_srli_epi16(codes, 4), nibble);
-                let low = _mm256_shuffle_epi8(tables, low);
-                let high = _mm256_shuffle_epi8(tables, high);
-                acc[0] = _mm256_add_epi16(acc[0], _mm256_and_si256(low, low_byte));
+                let low = _mm256_shuffle_epi8(tables, _mm256_and_si256(codes, nibble));
+                let high = _mm256_shuffle_epi8(
+                    tables,
+                    _mm256_and_si256(_mm256_srli_epi16(codes, 4), nibble),
+                );
+                acc[0] = _mm256_add_epi16(acc[0], low);
                 acc[1] = _mm256_add_epi16(acc[1], _mm256_srli_epi16(low, 8));
-                acc[2] = _mm256_add_epi16(acc[2], _mm256_and_si256(high, low_byte));
+                acc[2] = _mm256_add_epi16(acc[2], high);
                 acc[3] = _mm256_add_epi16(acc[3], _mm256_srli_epi16(high, 8));
             }
-            // u16 lane k of acc[h]: k < 8 holds sub-quantisers 2p of vector
-            // 16·(h/2) + 2k + h%2, k ≥ 8 the 2p+1 of vector 16·(h/2) + 2(k−8) + h%2.
-            for (h, a) in acc.iter().enumerate() {
-                let mut lanes = [0u16; 16];
-                // SAFETY: `lanes` is 32 bytes; storeu needs no alignment.
-                unsafe { _mm256_storeu_si256(lanes.as_mut_ptr().cast::<__m256i>(), *a) };
-                for k in 0..8 {
-                    let v = 16 * (h / 2) + 2 * k + h % 2;
-                    sums[v] += u32::from(lanes[k]) + u32::from(lanes[k + 8]);
-                }
-            }
+            add_half_blocks(acc, sums);
             start = end;
+        }
+    }
+}
+
+/// The AVX-512 kernel: two pairs per instruction (a 512-bit `vpshufb`
+/// looks up each 128-bit lane in its own 16 bytes, and two pairs' codes and
+/// tables are 64 contiguous bytes), the two halves summed at each flush;
+/// then as [`scan_avx2`].
+///
+/// # Safety
+/// The CPU must support AVX-512 F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+pub(crate) unsafe fn scan_avx512(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u32]) {
+    use std::arch::x86_64::*;
+    if pairs == 0 {
+        return;
+    }
+    let nibble = _mm512_set1_epi8(0x0F);
+    for (block, sums) in blocks
+        .chunks_exact(pairs * 32)
+        .zip(out.chunks_exact_mut(BLOCK))
+    {
+        let mut start = 0;
+        while start < pairs {
+            let end = (start + FLUSH_PAIRS).min(pairs);
+            let mut acc = [_mm512_setzero_si512(); 4];
+            let mut p = start;
+            while p < end {
+                // SAFETY: `block` and `lut` hold `pairs × 32` bytes; two
+                // pairs are read while p + 1 < end, else one (the upper
+                // half zero: table 0 looked up, adding 0).
+                let (codes, tables) = unsafe {
+                    if p + 1 < end {
+                        (
+                            _mm512_loadu_si512(block.as_ptr().add(p * 32).cast()),
+                            _mm512_loadu_si512(lut.as_ptr().add(p * 32).cast()),
+                        )
+                    } else {
+                        (
+                            _mm512_zextsi256_si512(_mm256_loadu_si256(
+                                block.as_ptr().add(p * 32).cast(),
+                            )),
+                            _mm512_zextsi256_si512(_mm256_loadu_si256(
+                                lut.as_ptr().add(p * 32).cast(),
+                            )),
+                        )
+                    }
+                };
+                let low = _mm512_shuffle_epi8(tables, _mm512_and_si512(codes, nibble));
+                let high = _mm512_shuffle_epi8(
+                    tables,
+                    _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble),
+                );
+                acc[0] = _mm512_add_epi16(acc[0], low);
+                acc[1] = _mm512_add_epi16(acc[1], _mm512_srli_epi16(low, 8));
+                acc[2] = _mm512_add_epi16(acc[2], high);
+                acc[3] = _mm512_add_epi16(acc[3], _mm512_srli_epi16(high, 8));
+                p += 2;
+            }
+            // Each u16 lane took one byte per pair of the flush: the two
+            // halves add without overflow ([`FLUSH_PAIRS`]).
+            let fold = |a: __m512i| {
+                _mm256_add_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64::<1>(a))
+            };
+            add_half_blocks(
+                [fold(acc[0]), fold(acc[1]), fold(acc[2]), fold(acc[3])],
+                sums,
+            );
+            start = end;
+        }
+    }
+}
+
+/// Adds a flush's u16 accumulators to the 32 sums of a block. `acc[2h]`
+/// holds `x` and `acc[2h + 1]` `x >> 8` summed for vectors `16h..16h + 16`
+/// (see [`scan_avx2`]); u16 lane k < 8 of either is sub-quantiser 2p of the
+/// vector pair (2k, 2k + 1), lane k + 8 sub-quantiser 2p + 1 of the same.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+#[inline]
+fn add_half_blocks(acc: [std::arch::x86_64::__m256i; 4], sums: &mut [u32]) {
+    use std::arch::x86_64::*;
+    for (h, half) in sums.chunks_exact_mut(16).enumerate() {
+        let (all, odd) = (acc[2 * h], acc[2 * h + 1]);
+        let even = _mm256_sub_epi16(all, _mm256_slli_epi16(odd, 8));
+        // Both sub-quantisers of a pair added, widened to u32: vectors 2k
+        // (even) and 2k + 1 (odd) for k < 8.
+        let widen = |x: __m256i| {
+            _mm256_add_epi32(
+                _mm256_cvtepu16_epi32(_mm256_castsi256_si128(x)),
+                _mm256_cvtepu16_epi32(_mm256_extracti128_si256::<1>(x)),
+            )
+        };
+        let (even, odd) = (widen(even), widen(odd));
+        // [0 1 2 3 | 8 9 10 11] and [4 5 6 7 | 12 13 14 15].
+        let (lo, hi) = (
+            _mm256_unpacklo_epi32(even, odd),
+            _mm256_unpackhi_epi32(even, odd),
+        );
+        let first = _mm256_permute2x128_si256::<0x20>(lo, hi);
+        let second = _mm256_permute2x128_si256::<0x31>(lo, hi);
+        let ptr = half.as_mut_ptr().cast::<__m256i>();
+        // SAFETY: `half` is 16 u32 (64 bytes); loadu/storeu need no alignment.
+        unsafe {
+            _mm256_storeu_si256(ptr, _mm256_add_epi32(_mm256_loadu_si256(ptr), first));
+            let ptr = ptr.add(1);
+            _mm256_storeu_si256(ptr, _mm256_add_epi32(_mm256_loadu_si256(ptr), second));
         }
     }
 }
@@ -433,7 +576,19 @@ mod tests {
         if avx2() {
             paths.push("avx2");
         }
-        for (n, pairs) in [(1, 1), (32, 8), (45, 64), (97, 192), (64, 600)] {
+        if avx512() {
+            paths.push("avx512");
+        }
+        // Odd pair counts leave the AVX-512 kernel a single last pair.
+        for (n, pairs) in [
+            (1, 1),
+            (32, 8),
+            (45, 64),
+            (97, 192),
+            (64, 600),
+            (33, 7),
+            (40, 257),
+        ] {
             let rows = random_rows(n, pairs, n as u64);
             let blocks = Blocks::from_rows(&rows, n, pairs, 0, pairs);
             let lut = random_lut(pairs, 7 + pairs as u64);
@@ -450,6 +605,13 @@ mod tests {
                 // SAFETY: AVX2 was detected.
                 unsafe { scan_avx2(&lut.bytes, &blocks.bytes, pairs, &mut fast) };
                 assert_eq!(fast, scalar, "avx2, n {n}, pairs {pairs}");
+            }
+            #[cfg(target_arch = "x86_64")]
+            if avx512() {
+                let mut fast = vec![0u32; padded];
+                // SAFETY: AVX-512 F and BW were detected.
+                unsafe { scan_avx512(&lut.bytes, &blocks.bytes, pairs, &mut fast) };
+                assert_eq!(fast, scalar, "avx512, n {n}, pairs {pairs}");
             }
             let mut dispatched = Vec::new();
             scan(&lut, &blocks, &mut dispatched);
@@ -484,6 +646,27 @@ mod tests {
                 "{approx} vs {exact}, bound {bound}"
             );
         }
+    }
+
+    #[test]
+    fn rounding_equals_round() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let edges = [
+            0.0,
+            0.5,
+            1.5,
+            2.5,
+            0.49999997,
+            254.5,
+            255.49998,
+            8_388_607.5,
+            1e9,
+        ];
+        let random = (0..100_000).map(|_| rng.random_range(0.0f32..300.0));
+        for v in edges.into_iter().chain(random) {
+            assert_eq!(round_non_negative(v).to_bits(), v.round().to_bits(), "{v}");
+        }
+        assert!(round_non_negative(f32::NAN).is_nan());
     }
 
     #[test]
