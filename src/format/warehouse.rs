@@ -288,8 +288,9 @@ pub async fn current(
     };
     let mut found: Option<Commit> = None;
     // A hint may point past a version that does not exist (never written as
-    // such, but be robust): then walk from the start.
-    let mut v = hint;
+    // such, but be robust): then walk from the start, as for a hint with no
+    // next version number.
+    let mut v = if hint == u64::MAX { 0 } else { hint };
     if v > 0 {
         // The hinted version and the next one at once: the next is usually
         // absent, which ends the walk in this one round.
@@ -660,6 +661,14 @@ mod tests {
         s.put(
             &hint_path(&idx),
             PutPayload::from(br#"{"version":9}"#.to_vec()),
+        )
+        .await
+        .unwrap();
+        assert_eq!(current(&s, &idx).await.unwrap().unwrap().version, 2);
+        // The largest version number has no next one: also walked from the start.
+        s.put(
+            &hint_path(&idx),
+            PutPayload::from(format!(r#"{{"version":{}}}"#, u64::MAX).into_bytes()),
         )
         .await
         .unwrap();
