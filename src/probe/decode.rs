@@ -6,11 +6,11 @@
 //! [`ProbeError::CorruptIndex`], never a wrong answer.
 
 use super::ProbeError;
-use super::byte_ranges::slice;
 use super::footer::{Footer, VectorPages};
 use super::rows::{DecodedRowGroup, Want};
 use crate::format::page_crc::{check_column_chunk, plain_values};
 use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
+use crate::store::byte_ranges::slice;
 use arrow::array::{Array, AsArray, RecordBatch};
 use arrow::buffer::{Buffer, ScalarBuffer};
 use arrow::datatypes::{Int32Type, Int64Type};

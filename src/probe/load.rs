@@ -27,7 +27,6 @@
 
 use super::ProbeError;
 use super::access_plan::AccessPlan;
-use super::byte_ranges::{DELTA_GAP_SHARE, coalesce, coalesce_near};
 use super::cache::ByteLru;
 use super::decode::{Job, decode};
 use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
@@ -41,6 +40,7 @@ use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::RESERVED_COLUMNS;
 use crate::format::snapshot::Snapshot;
+use crate::store::byte_ranges::{DELTA_GAP_SHARE, coalesce, coalesce_near};
 use crate::store::disk_cache::{BLOCK_DATA, CachedObject, DiskCache, TierIo};
 use crate::store::local_read::LocalFolder;
 use crate::store::parquet_reader::FOOTER_PREFETCH;

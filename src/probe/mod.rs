@@ -18,7 +18,6 @@
 //! preloaded with `--preload all`, or with `rerank 0`).
 
 pub mod access_plan;
-pub mod byte_ranges;
 pub mod cache;
 pub mod decode;
 pub mod engine;

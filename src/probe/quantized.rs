@@ -20,7 +20,6 @@
 //! once per leaf at open and `P·q` once per query.
 
 use super::ProbeError;
-use super::byte_ranges::{coalesce, slice};
 use super::load::{Fetched, FileRequest};
 use super::rows::{DecodedRowGroup, FastCodes, ProbedRows};
 use super::scan::probing_queries;
@@ -30,6 +29,7 @@ use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use crate::quant::fastscan::{self, Lut};
+use crate::store::byte_ranges::{coalesce, slice};
 use crate::topk::{Candidates, TopK};
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;

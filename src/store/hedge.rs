@@ -50,6 +50,7 @@ use object_store::{
 use serde::Serialize;
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
+use super::byte_ranges::{coalesce, slice};
 use super::pass_through::pass_through_store;
 
 /// Requests in flight by default: S3 serves one client about 2,500 range
@@ -324,13 +325,8 @@ impl HedgedStore {
 
 /// Merge the smallest gaps of the sorted, disjoint `ranges` until at most
 /// `slots` remain, merging only gaps below `max_gap` (what a request's
-/// time to first byte could transfer instead). Returns the merged ranges
-/// and, per range of the input, the index of the merged range holding it.
-pub fn merge_for_slots(
-    ranges: &[Range<u64>],
-    slots: usize,
-    max_gap: u64,
-) -> (Vec<Range<u64>>, Vec<usize>) {
+/// time to first byte could transfer instead).
+pub fn merge_for_slots(ranges: &[Range<u64>], slots: usize, max_gap: u64) -> Vec<Range<u64>> {
     let n = ranges.len();
     let mut merge = vec![false; n.saturating_sub(1)];
     if n > slots.max(1) {
@@ -346,15 +342,13 @@ pub fn merge_for_slots(
         }
     }
     let mut merged: Vec<Range<u64>> = Vec::with_capacity(n);
-    let mut holder = Vec::with_capacity(n);
     for (i, r) in ranges.iter().enumerate() {
         match merged.last_mut() {
             Some(last) if i > 0 && merge[i - 1] => last.end = last.end.max(r.end),
             _ => merged.push(r.clone()),
         }
-        holder.push(merged.len() - 1);
     }
-    (merged, holder)
+    merged
 }
 
 impl fmt::Debug for HedgedStore {
@@ -402,23 +396,12 @@ pass_through_store!(HedgedStore, [put_multipart_opts], {
         location: &Path,
         ranges: &[Range<u64>],
     ) -> object_store::Result<Vec<Bytes>> {
-        let mut order: Vec<usize> = (0..ranges.len()).collect();
-        order.sort_by_key(|&i| (ranges[i].start, ranges[i].end));
         // Sorted and with overlaps folded, so the gaps are well defined.
-        let mut sorted: Vec<Range<u64>> = Vec::with_capacity(ranges.len());
-        let mut of_sorted = vec![0; ranges.len()];
-        for &i in &order {
-            let r = &ranges[i];
-            match sorted.last_mut() {
-                Some(last) if r.start <= last.end => last.end = last.end.max(r.end),
-                _ => sorted.push(r.clone()),
-            }
-            of_sorted[i] = sorted.len() - 1;
-        }
+        let sorted = coalesce(ranges.iter().cloned());
         let max_gap = self.quantiles().map_or(0, |(p50, _)| {
             (p50.as_secs_f64() * REQUEST_BANDWIDTH as f64) as u64
         });
-        let (requests, holder) = merge_for_slots(&sorted, self.max_in_flight, max_gap);
+        let requests = merge_for_slots(&sorted, self.max_in_flight, max_gap);
         let fetched = futures::future::try_join_all(requests.iter().map(|r| async move {
             let options = GetOptions {
                 range: Some(GetRange::Bounded(r.clone())),
@@ -429,28 +412,15 @@ pass_through_store!(HedgedStore, [put_multipart_opts], {
         .await?;
         ranges
             .iter()
-            .enumerate()
-            .map(|(i, want)| {
-                let at = holder[of_sorted[i]];
-                let (got, data) = (&requests[at], &fetched[at]);
-                let (s, e) = (
-                    (want.start - got.start) as usize,
-                    (want.end - got.start) as usize,
-                );
-                if e > data.len() {
-                    return Err(object_store::Error::Generic {
-                        store: "HedgedStore",
-                        source: format!(
-                            "{location}: range {}..{} answered with {} bytes from {}",
-                            want.start,
-                            want.end,
-                            data.len(),
-                            got.start
-                        )
-                        .into(),
-                    });
-                }
-                Ok(data.slice(s..e))
+            .map(|want| {
+                slice(&requests, &fetched, want).ok_or_else(|| object_store::Error::Generic {
+                    store: "HedgedStore",
+                    source: format!(
+                        "{location}: range {}..{} is not within what was answered",
+                        want.start, want.end
+                    )
+                    .into(),
+                })
             })
             .collect()
     }
@@ -479,15 +449,12 @@ mod tests {
     fn gaps_merge_smallest_first_and_only_past_the_slots() {
         let ranges = [0..10, 12..20, 100..110, 111..120, 1000..1010];
         // Enough slots: nothing merges.
-        let (got, holder) = merge_for_slots(&ranges, 5, u64::MAX);
-        assert_eq!(got, ranges.to_vec());
-        assert_eq!(holder, vec![0, 1, 2, 3, 4]);
+        assert_eq!(merge_for_slots(&ranges, 5, u64::MAX), ranges.to_vec());
         // Three slots: the two smallest gaps (1 and 2 bytes) merge.
-        let (got, holder) = merge_for_slots(&ranges, 3, u64::MAX);
+        let got = merge_for_slots(&ranges, 3, u64::MAX);
         assert_eq!(got, vec![0..20, 100..120, 1000..1010]);
-        assert_eq!(holder, vec![0, 0, 1, 1, 2]);
         // A gap at or above the bound never merges, whatever the slots.
-        let (got, _) = merge_for_slots(&ranges, 1, 80);
+        let got = merge_for_slots(&ranges, 1, 80);
         assert_eq!(got, vec![0..20, 100..120, 1000..1010]);
     }
 

@@ -1,6 +1,7 @@
 //! Object-store wiring: locations (`file://`, plain paths, `memory://`, `s3://`)
 //! to `Arc<dyn ObjectStore>` plus a prefix, and create-if-absent publication.
 
+pub mod byte_ranges;
 pub mod commit;
 pub mod disk_cache;
 pub mod error;
