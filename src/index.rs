@@ -28,9 +28,11 @@ pub use crate::probe::engine::{CodeMismatch, Explain, Preload};
 pub use crate::probe::load::{IndexOptions, PostingsReader};
 pub use crate::probe::query::{DEFAULT_RERANK, Hit, QueryError, SearchParams, SearchResult};
 use crate::probe::query::{IndexShape, QueryPlan};
-pub use crate::probe::stats::{FilterPlan, Scoring, SearchStats};
+use crate::probe::stats::micros;
+pub use crate::probe::stats::{FilterPlan, OpenStats, Scoring, SearchStats};
 use crate::probe::target::{CalibrationStatus, RecallModel};
 use crate::quant::Quantizer;
+use crate::store::counting::CountingStore;
 use crate::store::hedge::count_hedges;
 use arrow::record_batch::RecordBatch;
 use object_store::ObjectStore;
@@ -80,6 +82,9 @@ pub struct Index {
     manifest: Manifest,
     /// Rows of every layer, less the deleted.
     live_rows: u64,
+    /// What reading the snapshot's documents cost (zero for an index made
+    /// [`Index::from_snapshot`]).
+    open: OpenStats,
     engine: Engine,
 }
 
@@ -106,8 +111,13 @@ impl Index {
         location: &Path,
         options: IndexOptions,
     ) -> Result<Index, IndexError> {
-        let snapshot = Snapshot::open(store.as_ref(), location).await?;
-        Ok(Self::from_snapshot(store, snapshot, options))
+        let (snapshot, open) = counted(&store, |s| async move {
+            Snapshot::open(s.as_ref(), location).await
+        })
+        .await?;
+        let mut index = Self::from_snapshot(store, snapshot, options);
+        index.open = open;
+        Ok(index)
     }
 
     /// Open the current snapshot of the index named by `location` (see
@@ -139,8 +149,12 @@ impl Index {
         options: IndexOptions,
         preload: Preload,
     ) -> Result<Index, IndexError> {
-        let snapshot = Snapshot::open_current(&store, location).await?;
-        let index = Self::from_snapshot(store, snapshot, options);
+        let (snapshot, open) = counted(&store, |s| async move {
+            Snapshot::open_current(&s, location).await
+        })
+        .await?;
+        let mut index = Self::from_snapshot(store, snapshot, options);
+        index.open = open;
         index.preload(preload).await?;
         Ok(index)
     }
@@ -174,6 +188,7 @@ impl Index {
             definition,
             manifest,
             live_rows,
+            open: OpenStats::default(),
             engine: Engine::new(
                 reader,
                 hierarchy,
@@ -181,6 +196,13 @@ impl Index {
                 calibration.map(RecallModel::new),
             ),
         }
+    }
+
+    /// What opening this index cost: rounds, requests, bytes, hedges and
+    /// time of reading its documents (zero for an index made
+    /// [`Index::from_snapshot`]).
+    pub fn open_stats(&self) -> OpenStats {
+        self.open
     }
 
     /// The commit that made this snapshot current, when it was opened
@@ -405,6 +427,30 @@ impl Index {
     pub async fn reencode_sample(&self, lists: usize) -> Result<Vec<CodeMismatch>, IndexError> {
         Ok(self.engine.reencode_sample(lists).await?)
     }
+}
+
+/// `read` a snapshot through a counting view of `store`, and what it cost.
+async fn counted<F, Fut>(
+    store: &Arc<dyn ObjectStore>,
+    read: F,
+) -> Result<(Snapshot, OpenStats), SnapshotError>
+where
+    F: FnOnce(Arc<dyn ObjectStore>) -> Fut,
+    Fut: std::future::Future<Output = Result<Snapshot, SnapshotError>>,
+{
+    let counting = CountingStore::new(Arc::clone(store));
+    let view: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+    let t = std::time::Instant::now();
+    let (snapshot, hedges) = count_hedges(read(view)).await;
+    let io = counting.counts();
+    let open = OpenStats {
+        rounds: io.rounds,
+        requests: io.get_requests + io.head_requests,
+        bytes: io.get_bytes,
+        hedges,
+        open_us: micros(t.elapsed()),
+    };
+    Ok((snapshot?, open))
 }
 
 /// Each row of `batch` as a JSON object (nulls kept as `null`), as

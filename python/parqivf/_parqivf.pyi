@@ -205,7 +205,9 @@ class Index:
     @property
     def info(self) -> Dict[str, Any]:
         """Location, version, snapshot, dim, nlist, metric, rows, postings
-        files and bytes, codes, what is preloaded, and ``index.json``."""
+        files and bytes, codes, what is preloaded, ``open`` (what opening
+        the index cost: rounds, requests, bytes, hedges, ``open_us``) and
+        ``index.json``."""
 
     @property
     def stats(self) -> Dict[str, Any]:

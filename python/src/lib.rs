@@ -705,7 +705,8 @@ impl Index {
         to_py(py, &stats)
     }
 
-    /// What the index is: location, version, snapshot, `index.json`, sizes.
+    /// What the index is: location, version, snapshot, `index.json`, sizes,
+    /// and what opening it cost (`open`).
     #[getter]
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let i = &self.inner;
@@ -723,6 +724,7 @@ impl Index {
             "codes": i.quantizer().map(|q| q.scheme().name()),
             "preloaded": i.preloaded(),
             "calibration": i.calibration_status(),
+            "open": i.open_stats(),
             "definition": i.definition(),
         });
         to_py(py, &info)

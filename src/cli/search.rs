@@ -83,7 +83,8 @@ pub struct Args {
     /// Worker threads (default: all cores).
     #[arg(long)]
     pub threads: Option<usize>,
-    /// One JSON object per query: `rowids`, `distances` (and `stats`).
+    /// One JSON object per query: `rowids`, `distances` (and `stats`, and
+    /// the first query's `open`: what opening the index cost).
     #[arg(long)]
     pub json: bool,
     /// Include the IO stats of each query.
@@ -289,6 +290,9 @@ async fn print_results(index: &Index, args: &Args, params: &SearchParams) -> any
                 });
                 if args.stats {
                     obj["stats"] = serde_json::to_value(r.stats)?;
+                    if i == 0 {
+                        obj["open"] = serde_json::to_value(index.open_stats())?;
+                    }
                 }
                 writeln!(out, "{obj}")?;
             } else {
@@ -298,6 +302,9 @@ async fn print_results(index: &Index, args: &Args, params: &SearchParams) -> any
                 }
                 writeln!(out)?;
                 if args.stats {
+                    if i == 0 {
+                        writeln!(out, "  open: {:?}", index.open_stats())?;
+                    }
                     writeln!(out, "  stats: {:?}", r.stats)?;
                 }
             }
@@ -422,6 +429,7 @@ async fn benchmark(
         "vector-bytes-per-query": kinds[2] as f64 / nq.max(1) as f64,
         "page-bytes-per-query": kinds[3] as f64 / nq.max(1) as f64,
         "max-rounds": rounds,
+        "open": index.open_stats(),
     });
     println!("{summary}");
     Ok(())

@@ -819,6 +819,7 @@ impl Engine {
             let mut stats = SearchStats::default();
             stats.planned_row_groups += input.loaded.len() as u64;
             stats.row_groups_cached += input.loaded.len() as u64;
+            stats.ram_bytes += input.loaded.iter().map(|d| d.bytes() as u64).sum::<u64>();
             let finish = Finish {
                 own,
                 include_payload: plan.include_payload,

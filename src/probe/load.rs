@@ -334,6 +334,7 @@ impl PostingsReader {
             .map(|(f, _)| *f)
             .collect();
         stats.footers_cached += (files.len() - missing.len()) as u64;
+        stats.ram_bytes += out.iter().flatten().map(|f| f.bytes as u64).sum::<u64>();
         let reads = missing.iter().map(|&f| self.read_footer(f));
         let read = futures::future::try_join_all(reads).await?;
         let mut max_requests = 0;
@@ -520,6 +521,7 @@ impl PostingsReader {
                 match cached {
                     Some(d) if d.has(want) => {
                         stats.row_groups_cached += 1;
+                        stats.ram_bytes += d.bytes() as u64;
                         plan.cached.push(d);
                     }
                     _ => jobs.push(Job::new(name, footer, (file, rg), want, columns)?),

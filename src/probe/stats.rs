@@ -32,6 +32,11 @@ pub struct SearchStats {
     /// store, and their bytes.
     pub disk_hits: u64,
     pub disk_bytes: u64,
+    /// Bytes the RAM tier served: the in-memory size of the footers and
+    /// decoded row groups taken from the footer cache, the decoded-postings
+    /// cache or a preload (`footers_cached` and `row_groups_cached` count
+    /// them) instead of being read.
+    pub ram_bytes: u64,
     /// Second copies of slow store gets sent (hedging, on a remote store;
     /// `crate::store::hedge`). In a batch, the batch's.
     pub hedges: u64,
@@ -99,6 +104,27 @@ pub struct SearchStats {
     pub scan_us: u64,
     /// Microseconds of re-rank page IO.
     pub rerank_fetch_us: u64,
+}
+
+/// What opening an index cost ([`crate::index::Index::open_stats`]): the
+/// commit log, `index.json` and the documents it names (manifest, footer
+/// pins, centroids, quantiser, calibration), before any query. A new process
+/// per query (`parqivf search` on a cold store) pays it on every query.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
+pub struct OpenStats {
+    /// Dependent rounds of requests, as observed by
+    /// [`crate::store::counting::CountingStore`]: a request that starts
+    /// while none is in flight opens a round. Three for a committed index
+    /// whose hint is current; on a store that answers within the call
+    /// (in memory) every request counts as a round.
+    pub rounds: u64,
+    /// GET and HEAD requests, and the bytes the GETs returned.
+    pub requests: u64,
+    pub bytes: u64,
+    /// Second copies of slow gets sent (a remote store's hedging).
+    pub hedges: u64,
+    /// Microseconds from the first request to the parsed snapshot.
+    pub open_us: u64,
 }
 
 /// The plan of a filtered query, chosen per query (`Index::search_batch`).

@@ -33,6 +33,9 @@ pub struct IndexInfo {
     pub definition: serde_json::Value,
     /// Cache and preload state.
     pub cache: CacheState,
+    /// What opening the served snapshot cost (its documents' rounds,
+    /// requests, bytes, hedges and time).
+    pub open: crate::index::OpenStats,
     /// The build's recall calibration: rows measured, rows now, stale
     /// (absent for an index without one).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -134,6 +134,7 @@ fn index_info(index: &Index, label: String, preload: Preload) -> IndexInfo {
             ..CacheState::default()
         },
         calibration: index.calibration_status(),
+        open: index.open_stats(),
     }
 }
 

@@ -503,6 +503,7 @@ mod tests {
             definition: serde_json::Value::Null,
             cache: super::super::backend::CacheState::default(),
             calibration: None,
+            open: Default::default(),
         };
         let text = m.render(&[("x".into(), info)]);
         for line in [

@@ -651,6 +651,7 @@ mod tests {
             definition: Value::Null,
             cache: CacheState::default(),
             calibration: None,
+            open: Default::default(),
         }
     }
 

@@ -69,6 +69,7 @@ async fn open_and_search_io_is_bounded() {
     println!("cold query: {s:?}\nstore: {io:?}");
     assert_eq!((io.list_requests, io.head_requests), (0, 0));
     assert!(s.candidate_files > 0 && s.candidate_files < manifest.files.len() as u64);
+    assert_eq!(s.ram_bytes, 0, "cold: nothing from RAM");
     assert!(s.footers_read <= s.candidate_files);
     assert_eq!(
         s.footers_read, s.candidate_files,
@@ -96,6 +97,7 @@ async fn open_and_search_io_is_bounded() {
     assert_eq!(again.hits, r.hits);
     assert_eq!(again.stats.footers_read, 0);
     assert_eq!(again.stats.footers_cached, s.candidate_files);
+    assert!(again.stats.ram_bytes > 0, "the cached footers' memory");
     assert_eq!((io.rounds, io.list_requests), (1, 0));
 }
 
@@ -160,6 +162,13 @@ async fn postings_cache_and_preload_remove_row_group_io() {
     );
     assert_eq!(r.stats.row_groups_read, 0);
     assert_eq!(r.stats.row_groups_cached, r.stats.planned_row_groups);
+    // Every list probed: the RAM tier served at least every vector.
+    let vectors = index.manifest().ntotal * (DIM as u64) * 4;
+    assert!(
+        r.stats.ram_bytes >= vectors,
+        "{} bytes from RAM, {vectors} of vectors",
+        r.stats.ram_bytes
+    );
 }
 
 /// Replace manifest file `i` (at `rel`) with `bytes` as a buggy *writer*
@@ -377,4 +386,13 @@ async fn opening_a_committed_index_is_three_rounds() {
         open.rounds, 3,
         "hint; versions 2 and 3; index.json with the pinned documents: {open:?}"
     );
+    // The index reports the same cost itself (what `search --stats`, the
+    // server's index info and Python's `info` show).
+    let own = index.open_stats();
+    assert_eq!(
+        (own.rounds, own.requests, own.bytes, own.hedges),
+        (open.rounds, open.get_requests, open.get_bytes, 0),
+        "{own:?} against the store's {open:?}"
+    );
+    assert!(own.open_us >= 3 * 5_000, "three rounds of 5 ms: {own:?}");
 }

@@ -88,6 +88,11 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
         assert_eq!(line["rowids"], serde_json::json!(rowids));
         assert!(line["stats"]["planned_row_groups"].as_u64().unwrap() > 0);
     }
+    // The first query carries what opening the index cost; the others not.
+    let open = &lines[0]["open"];
+    assert!(open["rounds"].as_u64().unwrap() >= 1, "{open}");
+    assert!(open["bytes"].as_u64().unwrap() > 0, "{open}");
+    assert!(lines[1].get("open").is_none());
     for bad in [&["--nprobe", "9"][..], &["--k", "0"][..]] {
         let out = run(bad);
         assert_eq!(out.status.code(), Some(2), "{bad:?}");

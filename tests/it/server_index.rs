@@ -186,6 +186,13 @@ async fn cache_bytes_are_the_ones_the_index_holds() {
         }));
         let info: serde_json::Value =
             serde_json::from_str(&get_text(&base, "/v1/indexes/docs").await).unwrap();
+        // What the open cost: a local folder opens in rounds too.
+        let open = &info["open"];
+        assert!(
+            open["rounds"].as_u64().unwrap() >= 1 && open["bytes"].as_u64().unwrap() > 0,
+            "{open}"
+        );
+        assert!(open["requests"].as_u64().unwrap() >= open["rounds"].as_u64().unwrap());
         let cache = &info["cache"];
         let footer = cache["footer_cache_bytes"].as_u64().unwrap();
         let postings = cache["postings_cache_bytes"].as_u64().unwrap();

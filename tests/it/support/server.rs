@@ -166,6 +166,7 @@ impl SearchBackend for BruteForce {
                 disk: None,
             },
             calibration: None,
+            open: Default::default(),
         }
     }
 
