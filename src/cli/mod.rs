@@ -74,7 +74,8 @@ pub struct StoreArgs {
     )]
     pub store_latency: Option<parqivf::store::latency::Latency>,
     /// Requests in flight at once to a remote store (S3, GCS, Azure, or
-    /// one with `--store-latency`); default 64.
+    /// one with `--store-latency`); default 256, an eighth of them kept for
+    /// hedges.
     #[arg(long, global = true, env = "PARQIVF_MAX_IN_FLIGHT", value_parser = clap::value_parser!(u32).range(1..))]
     pub max_in_flight: Option<u32>,
     /// When a remote store's slow get is sent a second time: `auto` (after

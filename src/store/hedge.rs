@@ -3,10 +3,12 @@
 //! request, and *hedged* gets.
 //!
 //! - **In flight.** At most [`StoreOptions::max_in_flight`](super::options::StoreOptions::max_in_flight)
-//!   requests at once (default [`DEFAULT_MAX_IN_FLIGHT`], the concurrency at
-//!   which one S3 client reaches its request rate); the others wait for a
-//!   slot. A round of a query is sent at once, so it costs one time to first
-//!   byte while it fits.
+//!   requests at once (default [`DEFAULT_MAX_IN_FLIGHT`]); the others wait
+//!   for a slot. A round of a query is sent at once, so it costs one time
+//!   to first byte while it fits. First copies (and puts) may take all but
+//!   a reserve of [`HEDGE_RESERVE`] of the slots, so a hedge never waits
+//!   behind a round's queued first copies (without the reserve, a round
+//!   larger than the bound left its slow gets unhedged).
 //! - **Coalescing.** Ranges are read exactly (the codes exist to skip the
 //!   bytes between them). Only when one call has more ranges than the
 //!   in-flight bound, so that some would wait a whole second time to first
@@ -48,14 +50,21 @@ use object_store::{
     GetOptions, GetRange, GetResult, ObjectStore, PutOptions, PutPayload, PutResult,
 };
 use serde::Serialize;
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 
 use super::byte_ranges::{coalesce, slice};
 use super::pass_through::pass_through_store;
 
-/// Requests in flight by default: S3 serves one client about 2,500 range
-/// reads a second at concurrency 64.
-pub const DEFAULT_MAX_IN_FLIGHT: usize = 64;
+/// Requests in flight by default. One round of a storage-resident query
+/// is one ranged get per code chunk and per rowid chunk of each probed list:
+/// about 215 at nprobe 128 on 384-d embeddings, which at 64 slots took four
+/// waves of a time to first byte (`docs/benchmarks.md`, issue 27, fourth
+/// part). S3 serves 5,500 GETs a second per prefix; s5cmd sends 256 at once
+/// by default.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 256;
+/// The share of the in-flight slots kept for hedges (at least one where
+/// there are two slots or more): first copies take at most the others.
+pub const HEDGE_RESERVE: f64 = 0.125;
 /// The share of gets answered before a hedge is sent.
 pub const HEDGE_QUANTILE: f64 = 0.95;
 /// Bytes a second one GET streams after its first byte (S3: about 90–100
@@ -201,8 +210,12 @@ fn transfer(bytes: u64) -> Duration {
 /// hedged (module docs).
 pub struct HedgedStore {
     inner: Arc<dyn ObjectStore>,
+    /// Every request in flight, first copies and hedges.
     slots: Arc<Semaphore>,
-    max_in_flight: usize,
+    /// First copies in flight: all the slots but the hedges' reserve.
+    firsts: Semaphore,
+    /// Slots first copies may take (`firsts`' permits).
+    first_slots: usize,
     after: HedgeAfter,
     window: Mutex<Window>,
 }
@@ -212,13 +225,25 @@ impl HedgedStore {
     /// and gets hedged `after`.
     pub fn new(inner: Arc<dyn ObjectStore>, max_in_flight: usize, after: HedgeAfter) -> Self {
         let max_in_flight = max_in_flight.max(1);
+        let reserve =
+            ((max_in_flight as f64 * HEDGE_RESERVE).ceil() as usize).min(max_in_flight - 1);
+        let first_slots = max_in_flight - reserve;
         HedgedStore {
             inner,
             slots: Arc::new(Semaphore::new(max_in_flight)),
-            max_in_flight,
+            firsts: Semaphore::new(first_slots),
+            first_slots,
             after,
             window: Mutex::new(Window::default()),
         }
+    }
+
+    /// A slot for a first copy (or a put): one of the first copies' and
+    /// one of all, held together.
+    async fn first_slot(&self) -> (SemaphorePermit<'_>, SemaphorePermit<'_>) {
+        let never_closed = "the semaphores are never closed";
+        let first = self.firsts.acquire().await.expect(never_closed);
+        (first, self.slots.acquire().await.expect(never_closed))
     }
 
     fn quantiles(&self) -> Option<(Duration, Duration)> {
@@ -253,11 +278,7 @@ impl HedgedStore {
         location: &Path,
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+        let _slot = self.first_slot().await;
         GETS.fetch_add(1, Ordering::Relaxed);
         let bytes = match &options.range {
             Some(GetRange::Bounded(r)) => r.end.saturating_sub(r.start),
@@ -354,7 +375,7 @@ pub fn merge_for_slots(ranges: &[Range<u64>], slots: usize, max_gap: u64) -> Vec
 impl fmt::Debug for HedgedStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HedgedStore")
-            .field("max_in_flight", &self.max_in_flight)
+            .field("first_slots", &self.first_slots)
             .field("after", &self.after)
             .finish_non_exhaustive()
     }
@@ -373,11 +394,7 @@ pass_through_store!(HedgedStore, [put_multipart_opts], {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        let _slot = self
-            .slots
-            .acquire()
-            .await
-            .expect("the semaphore is never closed");
+        let _slot = self.first_slot().await;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -401,7 +418,7 @@ pass_through_store!(HedgedStore, [put_multipart_opts], {
         let max_gap = self.quantiles().map_or(0, |(p50, _)| {
             (p50.as_secs_f64() * REQUEST_BANDWIDTH as f64) as u64
         });
-        let requests = merge_for_slots(&sorted, self.max_in_flight, max_gap);
+        let requests = merge_for_slots(&sorted, self.first_slots, max_gap);
         let fetched = futures::future::try_join_all(requests.iter().map(|r| async move {
             let options = GetOptions {
                 range: Some(GetRange::Bounded(r.clone())),
@@ -494,6 +511,69 @@ mod tests {
             r
         }
     });
+
+    /// A store whose first get of offset 0 takes 300 ms and every other
+    /// get 5 ms: one slow request in a round.
+    #[derive(Debug)]
+    struct SlowFirst {
+        inner: Arc<dyn ObjectStore>,
+        slowed: std::sync::atomic::AtomicBool,
+    }
+
+    impl fmt::Display for SlowFirst {
+        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+            write!(f, "SlowFirst")
+        }
+    }
+
+    pass_through_store!(SlowFirst, [put_multipart_opts, get_ranges], {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: GetOptions,
+        ) -> object_store::Result<GetResult> {
+            let at_zero = matches!(&options.range, Some(GetRange::Bounded(r)) if r.start == 0);
+            let slow = at_zero && !self.slowed.swap(true, Ordering::SeqCst);
+            let wait = if slow { 300 } else { 5 };
+            tokio::time::sleep(Duration::from_millis(wait)).await;
+            self.inner.get_opts(location, options).await
+        }
+    });
+
+    #[tokio::test]
+    async fn a_round_larger_than_the_bound_still_hedges_its_slow_get() {
+        let (inner, path, data) = object(1 << 16).await;
+        let slow = Arc::new(SlowFirst {
+            inner,
+            slowed: Default::default(),
+        });
+        // Four slots: three for first copies, one kept for hedges.
+        let after = HedgeAfter::Fixed(Duration::from_millis(20));
+        let store = HedgedStore::new(slow, 4, after);
+        let ranges: Vec<Range<u64>> = (0..40u64).map(|i| i * 1000..i * 1000 + 100).collect();
+        let t = Instant::now();
+        let (got, hedges) = count_hedges(store.get_ranges(&path, &ranges)).await;
+        let took = t.elapsed();
+        for (r, b) in ranges.iter().zip(got.unwrap()) {
+            assert_eq!(b.as_ref(), &data[r.start as usize..r.end as usize]);
+        }
+        // The other first copies queue for their slots the whole time; the
+        // slow get's hedge takes the reserved slot after 20 ms.
+        assert!(hedges >= 1, "{hedges} hedges");
+        assert!(
+            took < Duration::from_millis(200),
+            "{took:?}: the 300 ms get was waited for"
+        );
+    }
 
     async fn object(bytes: usize) -> (Arc<dyn ObjectStore>, Path, Vec<u8>) {
         let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
