@@ -141,8 +141,10 @@ def test_info_and_stats(coded_index):
     assert info["version"] == 1 and info["dim"] == DIM and info["nlist"] == NLIST
     assert info["rows"] == ROWS and info["codes"] == "rabitq4" and info["metric"] == "l2"
     assert info["definition"]["build"]["payload-columns"] == ["category", "title"]
-    # What the open cost: a committed index is read in three rounds.
-    assert info["open"]["rounds"] == 3 and info["open"]["bytes"] > 0
+    # What the open cost: the commit log's two advisory objects, two
+    # versions and the pinned documents (rounds are exact only with latency).
+    opened = info["open"]
+    assert opened["requests"] >= 5 and opened["bytes"] > 0 and opened["rounds"] >= 1
     assert idx.stats["last_search"] is None
     idx.search(vectors(rows=2), nprobe=4)
     last = idx.stats["last_search"]

@@ -280,7 +280,9 @@ impl Snapshot {
     /// Open the snapshot the commit log of `location` makes current (the log
     /// is read once, and the version read is the one opened), or, when
     /// nothing was committed there and `location` holds `index.json`, that
-    /// bare snapshot.
+    /// bare snapshot. The documents of the latest commit's snapshot are read
+    /// while the log is checked ([`warehouse::current_ahead`]): two rounds
+    /// when that commit is current.
     ///
     /// # Errors
     /// [`WarehouseError::NoSnapshot`] (as `Warehouse`) when neither exists,
@@ -289,9 +291,16 @@ impl Snapshot {
         store: &Arc<dyn ObjectStore>,
         location: &Path,
     ) -> Result<Snapshot, SnapshotError> {
-        match warehouse::current(store, location).await? {
-            Some(commit) => Self::open_commit(store.as_ref(), location, commit).await,
-            None => match Self::open(store.as_ref(), location).await {
+        let read_ahead = |c: Commit| async move {
+            let folder = warehouse::snapshot_folder(location, &c.snapshot).ok()?;
+            Some(Documents::read_ahead(store.as_ref(), &folder, &c).await)
+        };
+        match warehouse::current_ahead(store, location, read_ahead).await? {
+            (Some(commit), early) => {
+                let folder = warehouse::snapshot_folder(location, &commit.snapshot)?;
+                Self::read_with(store.as_ref(), &folder, Some(commit), early.flatten()).await
+            }
+            (None, _) => match Self::open(store.as_ref(), location).await {
                 Err(SnapshotError::Store {
                     source: object_store::Error::NotFound { .. },
                     path,
@@ -312,9 +321,21 @@ impl Snapshot {
         folder: &Path,
         commit: Option<Commit>,
     ) -> Result<Snapshot, SnapshotError> {
-        let docs = match &commit {
-            Some(c) => Documents::read_ahead(store, folder, c).await,
-            None => Documents::direct(store),
+        Self::read_with(store, folder, commit, None).await
+    }
+
+    /// [`Snapshot::read`] with the documents already read ahead for
+    /// `commit` (`None`: read them here).
+    async fn read_with<'a>(
+        store: &'a dyn ObjectStore,
+        folder: &Path,
+        commit: Option<Commit>,
+        early: Option<Documents<'a>>,
+    ) -> Result<Snapshot, SnapshotError> {
+        let docs = match (early, &commit) {
+            (Some(docs), _) => docs,
+            (None, Some(c)) => Documents::read_ahead(store, folder, c).await,
+            (None, None) => Documents::direct(store),
         };
         let docs = &docs;
         let def_path = folder.clone().join(INDEX_DEFINITION_FILE);

@@ -8,6 +8,7 @@
 //! <index>/versions/00000000000000000001.json       the commit log: created with create-if-absent
 //! <index>/versions/00000000000000000002.json
 //! <index>/versions/latest-hint.json                advisory pointer, overwritten, never trusted alone
+//! <index>/versions/latest-commit.json              advisory copy of the latest commit, likewise
 //! ```
 //!
 //! A build writes every object of its snapshot first (postings, manifest,
@@ -29,6 +30,13 @@
 //! Readers find the current version **without listing**: they read the hint
 //! (missing means 0), then GET `N + 1`, `N + 2`, … until one is absent. The
 //! hint only shortens that walk; a stale hint is harmless.
+//!
+//! An open reads the snapshot's documents while it checks that the latest
+//! commit is current ([`current_ahead`]): `latest-commit.json`, written
+//! beside the hint, names the snapshot, so its documents are read in the
+//! same round as versions `N` and `N + 1`. The copy is only used when
+//! version `N` equals it and `N + 1` is absent; otherwise the reader walks
+//! on and reads the current snapshot's documents afterwards.
 
 use std::sync::Arc;
 
@@ -219,6 +227,10 @@ fn hint_path(index: &Path) -> Path {
     versions_dir(index).join("latest-hint.json")
 }
 
+fn latest_commit_path(index: &Path) -> Path {
+    versions_dir(index).join("latest-commit.json")
+}
+
 async fn get_opt(store: &dyn ObjectStore, path: &Path) -> Result<Option<Bytes>, StoreError> {
     match store.get(path).await {
         Ok(r) => r
@@ -280,12 +292,76 @@ pub async fn current(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
 ) -> Result<Option<Commit>, WarehouseError> {
-    let hint = match get_opt(store.as_ref(), &hint_path(index)).await? {
-        Some(b) => serde_json::from_slice::<Hint>(&b)
-            .map(|h| h.version)
-            .unwrap_or(0),
-        None => 0,
+    let hint = get_opt(store.as_ref(), &hint_path(index)).await?;
+    walk_from(store.as_ref(), index, hinted_version(hint.as_deref())).await
+}
+
+/// The current commit, as [`current`], and `ahead(commit)`'s answer when
+/// the latest commit's copy (`latest-commit.json`) was current: `ahead`
+/// starts in the same round as the check of that copy (versions `N` and
+/// `N + 1`), so an open that reads the snapshot's documents there costs
+/// two rounds instead of three. `None` for the answer when the copy is
+/// missing, unreadable or stale (its answer is dropped), and the walk goes
+/// on as [`current`]'s.
+///
+/// # Errors
+/// As [`current`].
+pub async fn current_ahead<T, F, Fut>(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    ahead: F,
+) -> Result<(Option<Commit>, Option<T>), WarehouseError>
+where
+    F: FnOnce(Commit) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
+    let store = store.as_ref();
+    let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
+    let (hint, latest) = futures::try_join!(get_opt(store, &hint_at), get_opt(store, &latest_at))?;
+    let copy = latest
+        .and_then(|b| serde_json::from_slice::<Commit>(&b).ok())
+        .filter(|c| (1..u64::MAX).contains(&c.version));
+    let Some(copy) = copy else {
+        let commit = walk_from(store, index, hinted_version(hint.as_deref())).await?;
+        return Ok((commit, None));
     };
+    let v = copy.version;
+    let (at_path, next_path) = (version_path(index, v), version_path(index, v + 1));
+    let (versions, early) = futures::join!(
+        async { futures::try_join!(get_opt(store, &at_path), get_opt(store, &next_path)) },
+        ahead(copy.clone())
+    );
+    match versions? {
+        (Some(b), None) => {
+            let at = parse_commit(&at_path, &b, v)?;
+            let early = (at == copy).then_some(early);
+            Ok((Some(at), early))
+        }
+        // A newer commit: walk on from it (the copy's answer is stale).
+        (Some(b), Some(n)) => {
+            parse_commit(&at_path, &b, v)?;
+            parse_commit(&next_path, &n, v + 1)?;
+            Ok((walk_from(store, index, v + 1).await?, None))
+        }
+        // A copy naming a version that does not exist: walk from the start.
+        (None, _) => Ok((walk_from(store, index, 0).await?, None)),
+    }
+}
+
+/// The version a hint names (0 for none, or one that does not parse).
+fn hinted_version(hint: Option<&[u8]>) -> u64 {
+    hint.and_then(|b| serde_json::from_slice::<Hint>(b).ok())
+        .map_or(0, |h| h.version)
+}
+
+/// The current commit, starting from version `hint` (0: from the start):
+/// `hint` and the next version together, then one GET per version past
+/// them.
+async fn walk_from(
+    store: &dyn ObjectStore,
+    index: &Path,
+    hint: u64,
+) -> Result<Option<Commit>, WarehouseError> {
     let mut found: Option<Commit> = None;
     // A hint may point past a version that does not exist (never written as
     // such, but be robust): then walk from the start, as for a hint with no
@@ -295,8 +371,7 @@ pub async fn current(
         // The hinted version and the next one at once: the next is usually
         // absent, which ends the walk in this one round.
         let (p, next) = (version_path(index, v), version_path(index, v + 1));
-        let (at, after) =
-            futures::try_join!(get_opt(store.as_ref(), &p), get_opt(store.as_ref(), &next))?;
+        let (at, after) = futures::try_join!(get_opt(store, &p), get_opt(store, &next))?;
         match (at, after) {
             (Some(b), None) => return Ok(Some(parse_commit(&p, &b, v)?)),
             (Some(b), Some(n)) => {
@@ -310,7 +385,7 @@ pub async fn current(
     loop {
         let next = v + 1;
         let p = version_path(index, next);
-        match get_opt(store.as_ref(), &p).await? {
+        match get_opt(store, &p).await? {
             Some(b) => {
                 found = Some(parse_commit(&p, &b, next)?);
                 v = next;
@@ -432,9 +507,15 @@ pub async fn commit_pinned(
             Ok(None) | Err(_) => return Err(failed.into()),
         },
     };
-    // Advisory: a failure here only makes the next reader walk a little further.
+    // Advisory: a failure here only makes the next reader walk a little
+    // further, or read its documents a round later.
     let hint = serde_json::to_vec(&Hint { version }).unwrap_or_default();
-    let _ = store.put(&hint_path(index), PutPayload::from(hint)).await;
+    let copy = serde_json::to_vec_pretty(&committed).unwrap_or_default();
+    let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
+    let _ = futures::join!(
+        store.put(&hint_at, PutPayload::from(hint)),
+        store.put(&latest_at, PutPayload::from(copy))
+    );
     Ok(committed)
 }
 
@@ -673,6 +754,62 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(current(&s, &idx).await.unwrap().unwrap().version, 2);
+    }
+
+    /// `current_ahead` with an `ahead` that reports the snapshot it read
+    /// ahead for.
+    async fn ahead(s: &Arc<dyn ObjectStore>, idx: &Path) -> (u64, Option<String>) {
+        let (c, early) = current_ahead(s, idx, |c| async move { c.snapshot })
+            .await
+            .unwrap();
+        (c.unwrap().version, early)
+    }
+
+    #[tokio::test]
+    async fn the_latest_commits_copy_is_used_only_when_it_is_current() {
+        let s = mem();
+        let idx = Path::from("idx");
+        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
+            .await
+            .unwrap();
+        let c2 = commit_pinned(
+            &s,
+            &idx,
+            "snapshots/b",
+            Some(1),
+            2,
+            vec![],
+            Publisher::Build,
+        )
+        .await
+        .unwrap();
+        // Current: its snapshot was read ahead.
+        assert_eq!(ahead(&s, &idx).await, (2, Some("snapshots/b".into())));
+        let put = |bytes: Vec<u8>| {
+            let s = Arc::clone(&s);
+            let at = latest_commit_path(&idx);
+            async move { s.put(&at, PutPayload::from(bytes)).await.unwrap() }
+        };
+        // Stale (a writer lost the race to overwrite it): walked on, and
+        // what was read ahead for version 1 is dropped.
+        let c1 = get_opt(s.as_ref(), &version_path(&idx, 1)).await.unwrap();
+        put(c1.unwrap().to_vec()).await;
+        assert_eq!(ahead(&s, &idx).await, (2, None));
+        // A copy that differs from the version it names, one naming a
+        // version that does not exist, and one that does not parse: the
+        // walk finds version 2 and nothing read ahead is used.
+        let mut forged = c2.clone();
+        forged.snapshot = "snapshots/forged".into();
+        put(serde_json::to_vec(&forged).unwrap()).await;
+        assert_eq!(ahead(&s, &idx).await, (2, None));
+        let mut missing = c2.clone();
+        missing.version = 7;
+        put(serde_json::to_vec(&missing).unwrap()).await;
+        assert_eq!(ahead(&s, &idx).await, (2, None));
+        put(b"{not json".to_vec()).await;
+        assert_eq!(ahead(&s, &idx).await, (2, None));
+        s.delete(&latest_commit_path(&idx)).await.unwrap();
+        assert_eq!(ahead(&s, &idx).await, (2, None));
     }
 
     #[tokio::test]

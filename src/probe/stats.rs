@@ -115,8 +115,10 @@ pub struct OpenStats {
     /// Dependent rounds of requests, as observed by
     /// [`crate::store::counting::CountingStore`]: a request that starts
     /// while none is in flight opens a round. Three for a committed index
-    /// whose hint is current; on a store that answers within the call
-    /// (in memory) every request counts as a round.
+    /// whose hint is current. Exact where a request takes a round trip; on
+    /// a store that answers in microseconds (memory, a local folder on a
+    /// busy machine) requests sent together can finish before the last of
+    /// them is sent, and count as more rounds.
     pub rounds: u64,
     /// GET and HEAD requests, and the bytes the GETs returned.
     pub requests: u64,

@@ -427,6 +427,16 @@ async fn documents_written_by_a_build_match_their_schemas() {
             "commit.schema.json",
             get(warehouse::version_path(&idx, 1)).await,
         ),
+        // The commit log's advisory documents: the hint, and the latest
+        // commit's copy (a commit document).
+        (
+            "latest-hint.schema.json",
+            get(idx.clone().join("versions").join("latest-hint.json")).await,
+        ),
+        (
+            "commit.schema.json",
+            get(idx.clone().join("versions").join("latest-commit.json")).await,
+        ),
         (
             "index-definition.schema.json",
             get(snapshot.clone().join("index.json")).await,
@@ -457,6 +467,16 @@ async fn documents_written_by_a_build_match_their_schemas() {
     )
     .unwrap();
     assert!(validator("commit.schema.json").is_valid(&example));
+    let hint: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("manifests/examples/latest-hint.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(validator("latest-hint.schema.json").is_valid(&hint));
+    assert!(!validator("latest-hint.schema.json").is_valid(&serde_json::json!({"version": 0})));
     for example in ["quantizer-rabitq4.json", "quantizer-pq4fs.json"] {
         let doc: serde_json::Value = serde_json::from_str(
             &std::fs::read_to_string(

@@ -204,6 +204,21 @@ fn check_commit(bytes: &[u8], hint: Option<&[u8]>) {
                 "an accepted commit is the version it is stored as"
             );
         }
+        // The same bytes as the latest commit's copy, read while the log is
+        // checked: it is used only when it is the current version.
+        let copy = index.clone().join("versions").join("latest-commit.json");
+        store
+            .put(&copy, PutPayload::from(bytes.to_vec()))
+            .await
+            .unwrap();
+        let got = warehouse::current_ahead(&store, &index, |c| async move { c }).await;
+        if let Ok((Some(c), early)) = got {
+            assert_eq!(c.version, 1);
+            assert!(
+                early.is_none_or(|e| e == c),
+                "a copy used only when current"
+            );
+        }
     });
 }
 
