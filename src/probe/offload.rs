@@ -1,14 +1,23 @@
 //! The bridge from async callers to the rayon pool: CPU-heavy work (centroid
 //! selection, decoding, scans, re-rank) never runs on a tokio worker.
+//!
+//! A caller that drives its futures from a rayon worker ([`drive_on_rayon`],
+//! as the `search` command does) computes each step where it stands: a
+//! query then costs no hand-over to the pool and back (two thread wake-ups
+//! a step, about a sixth of a single in-memory query's time).
 
 /// Run the CPU-bound `f` on the rayon pool and await its result, so that the
-/// calling tokio worker stays free for IO and other tasks meanwhile. A panic
+/// calling tokio worker stays free for IO and other tasks meanwhile. On a
+/// rayon worker already (never a tokio worker) `f` runs in place. A panic
 /// in `f` resumes in the caller (as if `f` had run there).
 pub async fn on_rayon<T, F>(f: F) -> T
 where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
+    if rayon::current_thread_index().is_some() {
+        return f();
+    }
     let (tx, rx) = tokio::sync::oneshot::channel();
     rayon::spawn(move || {
         let out = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
@@ -22,4 +31,15 @@ where
         // channel cannot happen short of the pool being torn down.
         Err(_) => std::panic::panic_any("rayon dropped a spawned job"),
     }
+}
+
+/// Run `f` (typically a runtime's `block_on`) on a worker of the current
+/// rayon pool, blocking the calling thread until it returns, so that every
+/// [`on_rayon`] under it runs in place. For a thread that does nothing else
+/// meanwhile: while `f` waits for IO, its worker computes nothing, so a
+/// server's tasks must not be driven this way.
+pub fn drive_on_rayon<R: Send>(f: impl FnOnce() -> R + Send) -> R {
+    // `scope` runs its closure on a worker, injecting it when called from
+    // outside the pool.
+    rayon::scope(|_| f())
 }
