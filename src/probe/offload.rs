@@ -43,3 +43,32 @@ pub fn drive_on_rayon<R: Send>(f: impl FnOnce() -> R + Send) -> R {
     // outside the pool.
     rayon::scope(|_| f())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use futures::executor::block_on;
+
+    #[test]
+    fn work_runs_on_rayon_and_in_place_on_a_driving_worker() {
+        // From outside the pool: handed over to a worker.
+        assert!(block_on(on_rayon(rayon::current_thread_index)).is_some());
+        // Driven from a worker: in place, on the driving thread.
+        let (driver, ran) = drive_on_rayon(|| {
+            let ran = block_on(on_rayon(|| std::thread::current().id()));
+            (std::thread::current().id(), ran)
+        });
+        assert_eq!(driver, ran);
+        assert_ne!(driver, std::thread::current().id());
+    }
+
+    #[test]
+    fn a_panic_resumes_in_the_caller_either_way() {
+        let handed = std::panic::catch_unwind(|| block_on(on_rayon(|| -> u8 { panic!("boom") })));
+        assert!(handed.is_err());
+        let in_place = drive_on_rayon(|| {
+            std::panic::catch_unwind(|| block_on(on_rayon(|| -> u8 { panic!("boom") }))).is_err()
+        });
+        assert!(in_place);
+    }
+}
