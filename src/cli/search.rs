@@ -11,11 +11,13 @@
 //! Queries are read, searched and printed `--batch-size` at a time, so memory
 //! is bounded by one batch (its queries, their `k` hits each), not by the
 //! number of queries; each batch's results are written before the next
-//! batch is read.
+//! batch is read. A rayon worker drives the searches, so their compute runs
+//! where it stands rather than being handed to the pool and back each step.
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
 use parqivf::index::{Index, IndexOptions, Preload, SearchParams, SearchResult};
+use parqivf::probe::offload::drive_on_rayon;
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use std::io::Write;
@@ -191,13 +193,18 @@ async fn stream(
     Ok((done, searching))
 }
 
+/// The stack of a rayon worker: a main thread's (8 MiB), as one of them
+/// drives the searches.
+const MAIN_STACK: usize = 8 << 20;
+
 pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow::Result<ExitCode> {
-    if let Some(t) = args.threads {
-        rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
-            .build_global()
-            .context("configuring threads")?;
-    }
+    // The searches are driven from a rayon worker (`drive_on_rayon`), with
+    // the main thread's stack.
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(args.threads.unwrap_or(0))
+        .stack_size(MAIN_STACK)
+        .build_global()
+        .context("configuring threads")?;
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
     let disk_cache = args.cache.open()?;
     let runtime = tokio::runtime::Runtime::new()?;
@@ -211,20 +218,22 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         target_recall: args.target_recall,
         ..SearchParams::default()
     };
-    runtime.block_on(async {
-        let options = IndexOptions {
-            disk_cache,
-            ..IndexOptions::default()
-        };
-        let index = Index::open_with(store, &prefix, options, args.preload).await?;
-        if args.warm {
-            index.warm().await?;
-        }
-        match &args.groundtruth {
-            Some(gt) => benchmark(&index, &args, &params, gt).await,
-            None if args.explain => print_plans(&index, &args, &params).await,
-            None => print_results(&index, &args, &params).await,
-        }
+    drive_on_rayon(|| {
+        runtime.block_on(async {
+            let options = IndexOptions {
+                disk_cache,
+                ..IndexOptions::default()
+            };
+            let index = Index::open_with(store, &prefix, options, args.preload).await?;
+            if args.warm {
+                index.warm().await?;
+            }
+            match &args.groundtruth {
+                Some(gt) => benchmark(&index, &args, &params, gt).await,
+                None if args.explain => print_plans(&index, &args, &params).await,
+                None => print_results(&index, &args, &params).await,
+            }
+        })
     })?;
     Ok(ExitCode::SUCCESS)
 }
