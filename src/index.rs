@@ -335,7 +335,9 @@ impl Index {
     /// parallel; a row group needed by several of them is read once. Only IO
     /// runs on the calling task: centroid selection, decoding and the scan
     /// run on the rayon pool, awaited through a oneshot, so a tokio worker
-    /// (even a `current_thread` runtime) stays free for other tasks.
+    /// (even a `current_thread` runtime) stays free for other tasks; called
+    /// from a rayon worker, they run in place
+    /// ([`crate::probe::offload::drive_on_rayon`]).
     ///
     /// # Errors
     /// As [`Index::search`]; a length not a multiple of `dim` is a

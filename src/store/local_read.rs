@@ -65,7 +65,11 @@ impl LocalFolder {
     }
 
     /// The bytes of each request's ranges (`(object, ranges)`), in order,
-    /// read in one blocking task.
+    /// read in one blocking task, or in place on a rayon worker: a caller
+    /// there drives its own futures and computes in place
+    /// ([`crate::probe::offload::drive_on_rayon`], the `search` command),
+    /// never a tokio worker, and would otherwise wait out two thread
+    /// wake-ups for reads the page cache answers in microseconds.
     ///
     /// # Errors
     /// The first failed read: the object, and the error as `object_store`
@@ -82,6 +86,9 @@ impl LocalFolder {
             .first()
             .map(|(_, path, _)| path.clone())
             .unwrap_or_default();
+        if rayon::current_thread_index().is_some() {
+            return files.into_iter().map(read_file).collect();
+        }
         tokio::task::spawn_blocking(move || files.into_iter().map(read_file).collect())
             .await
             .map_err(|e| {
