@@ -102,7 +102,8 @@ async fn healthz_and_index_listing() {
         "dim": 4, "metric": "l2", "nlist": 8, "ntotal": 50, "snapshot": "snap-1",
         "definition": {"provider": "parquet", "dim": 4,
             "source": {"provider": "parquet", "location": SOURCE_LOCATION, "table-identity": "t1"}},
-        "cache": {"preloaded": true, "preload": "all", "footer_cache_bytes": 0, "postings_cache_bytes": 800}
+        "cache": {"preloaded": true, "preload": "all", "footer_cache_bytes": 0, "postings_cache_bytes": 800},
+        "open": {"rounds": 0, "requests": 0, "bytes": 0, "hedges": 0, "open_us": 0}
     });
     assert_eq!(list, json!({ "indexes": [expected.clone()] }));
     assert_eq!(
