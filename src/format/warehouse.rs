@@ -686,25 +686,23 @@ mod tests {
         ));
     }
 
+    /// Versions 1 (`snapshots/a`) and 2 (`snapshots/b`) of `idx`.
+    async fn two_commits(s: &Arc<dyn ObjectStore>, idx: &Path) -> (Commit, Commit) {
+        let c1 = commit_pinned(s, idx, "snapshots/a", None, 1, vec![], Publisher::Build)
+            .await
+            .unwrap();
+        let c2 = commit_pinned(s, idx, "snapshots/b", Some(1), 2, vec![], Publisher::Build)
+            .await
+            .unwrap();
+        (c1, c2)
+    }
+
     #[tokio::test]
     async fn commits_chain_and_current_follows_without_hint() {
         let s = mem();
         let idx = Path::from("idx");
-        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
-            .await
-            .unwrap();
+        let (c1, c2) = two_commits(&s, &idx).await;
         assert_eq!(c1.version, 1);
-        let c2 = commit_pinned(
-            &s,
-            &idx,
-            "snapshots/b",
-            Some(1),
-            2,
-            vec![],
-            Publisher::Build,
-        )
-        .await
-        .unwrap();
         assert_eq!(c2.parent, Some(1));
         // Remove the hint: readers still find version 2 by walking.
         s.delete(&hint_path(&idx)).await.unwrap();
@@ -717,20 +715,7 @@ mod tests {
     async fn stale_hint_is_harmless() {
         let s = mem();
         let idx = Path::from("idx");
-        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
-            .await
-            .unwrap();
-        commit_pinned(
-            &s,
-            &idx,
-            "snapshots/b",
-            Some(1),
-            2,
-            vec![],
-            Publisher::Build,
-        )
-        .await
-        .unwrap();
+        two_commits(&s, &idx).await;
         s.put(
             &hint_path(&idx),
             PutPayload::from(br#"{"version":1}"#.to_vec()),
@@ -769,20 +754,7 @@ mod tests {
     async fn the_latest_commits_copy_is_used_only_when_it_is_current() {
         let s = mem();
         let idx = Path::from("idx");
-        commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
-            .await
-            .unwrap();
-        let c2 = commit_pinned(
-            &s,
-            &idx,
-            "snapshots/b",
-            Some(1),
-            2,
-            vec![],
-            Publisher::Build,
-        )
-        .await
-        .unwrap();
+        let (_, c2) = two_commits(&s, &idx).await;
         // Current: its snapshot was read ahead.
         assert_eq!(ahead(&s, &idx).await, (2, Some("snapshots/b".into())));
         let put = |bytes: Vec<u8>| {

@@ -475,12 +475,26 @@ mod tests {
         assert_eq!(got, vec![0..20, 100..120, 1000..1010]);
     }
 
-    /// A store that counts its requests in flight and the most at once.
+    /// A store that counts its requests in flight and the most at once;
+    /// with `slow_first`, its first get of offset 0 takes 300 ms and every
+    /// other get 5 ms (one slow request in a round).
     #[derive(Debug)]
     struct Gauge {
         inner: Arc<dyn ObjectStore>,
         now: AtomicU64,
         most: AtomicU64,
+        slow_first: Option<std::sync::atomic::AtomicBool>,
+    }
+
+    impl Gauge {
+        fn new(inner: Arc<dyn ObjectStore>, slow_first: bool) -> Arc<Gauge> {
+            Arc::new(Gauge {
+                inner,
+                now: AtomicU64::new(0),
+                most: AtomicU64::new(0),
+                slow_first: slow_first.then(Default::default),
+            })
+        }
     }
 
     impl fmt::Display for Gauge {
@@ -506,59 +520,25 @@ mod tests {
         ) -> object_store::Result<GetResult> {
             let now = self.now.fetch_add(1, Ordering::SeqCst) + 1;
             self.most.fetch_max(now, Ordering::SeqCst);
+            if let Some(slowed) = &self.slow_first {
+                let at_zero = matches!(&options.range, Some(GetRange::Bounded(r)) if r.start == 0);
+                let slow = at_zero && !slowed.swap(true, Ordering::SeqCst);
+                let wait = if slow { 300 } else { 5 };
+                tokio::time::sleep(Duration::from_millis(wait)).await;
+            }
             let r = self.inner.get_opts(location, options).await;
             self.now.fetch_sub(1, Ordering::SeqCst);
             r
         }
     });
 
-    /// A store whose first get of offset 0 takes 300 ms and every other
-    /// get 5 ms: one slow request in a round.
-    #[derive(Debug)]
-    struct SlowFirst {
-        inner: Arc<dyn ObjectStore>,
-        slowed: std::sync::atomic::AtomicBool,
-    }
-
-    impl fmt::Display for SlowFirst {
-        fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-            write!(f, "SlowFirst")
-        }
-    }
-
-    pass_through_store!(SlowFirst, [put_multipart_opts, get_ranges], {
-        async fn put_opts(
-            &self,
-            location: &Path,
-            payload: PutPayload,
-            opts: PutOptions,
-        ) -> object_store::Result<PutResult> {
-            self.inner.put_opts(location, payload, opts).await
-        }
-
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: GetOptions,
-        ) -> object_store::Result<GetResult> {
-            let at_zero = matches!(&options.range, Some(GetRange::Bounded(r)) if r.start == 0);
-            let slow = at_zero && !self.slowed.swap(true, Ordering::SeqCst);
-            let wait = if slow { 300 } else { 5 };
-            tokio::time::sleep(Duration::from_millis(wait)).await;
-            self.inner.get_opts(location, options).await
-        }
-    });
-
     #[tokio::test]
     async fn a_round_larger_than_the_bound_still_hedges_its_slow_get() {
         let (inner, path, data) = object(1 << 16).await;
-        let slow = Arc::new(SlowFirst {
-            inner,
-            slowed: Default::default(),
-        });
+        let gauge = Gauge::new(inner, true);
         // Four slots: three for first copies, one kept for hedges.
         let after = HedgeAfter::Fixed(Duration::from_millis(20));
-        let store = HedgedStore::new(slow, 4, after);
+        let store = HedgedStore::new(Arc::clone(&gauge) as _, 4, after);
         let ranges: Vec<Range<u64>> = (0..40u64).map(|i| i * 1000..i * 1000 + 100).collect();
         let t = Instant::now();
         let (got, hedges) = count_hedges(store.get_ranges(&path, &ranges)).await;
@@ -573,6 +553,8 @@ mod tests {
             took < Duration::from_millis(200),
             "{took:?}: the 300 ms get was waited for"
         );
+        let most = gauge.most.load(Ordering::SeqCst);
+        assert!(most <= 4, "{most} requests in flight, hedges included");
     }
 
     async fn object(bytes: usize) -> (Arc<dyn ObjectStore>, Path, Vec<u8>) {
@@ -587,11 +569,7 @@ mod tests {
     async fn ranges_come_back_exact_and_in_order_within_the_bound() {
         let (inner, path, data) = object(1 << 20).await;
         let latency: Latency = "ttfb=5ms,jitter=0.5".parse().unwrap();
-        let gauge = Arc::new(Gauge {
-            inner: Arc::new(LatencyStore::new(inner, latency)),
-            now: AtomicU64::new(0),
-            most: AtomicU64::new(0),
-        });
+        let gauge = Gauge::new(Arc::new(LatencyStore::new(inner, latency)), false);
         let store = HedgedStore::new(Arc::clone(&gauge) as _, 8, HedgeAfter::Off);
         // Unsorted, overlapping and repeated ranges, more than the slots.
         let ranges: Vec<Range<u64>> = (0..40u64)
