@@ -154,6 +154,18 @@ fn fast_scan(c: &mut Criterion) {
             b.iter(|| fastscan::scan(black_box(&lut), black_box(&blocks), &mut sums))
         });
     }
+    // The transposition of one list's row-major codes into blocks, as a
+    // storage-resident query does for every list it loads: 317 rows (one
+    // partial block), in the caches.
+    for dim in [128, 384] {
+        let pairs = sub_quantizers(dim) / 2;
+        let (n, stride) = (317, pairs + 8);
+        let rows: Vec<u8> = (0..n * stride).map(|_| rng.random()).collect();
+        g.throughput(Throughput::Bytes((n * pairs) as u64));
+        g.bench_function(format!("transpose/{dim}"), |b| {
+            b.iter(|| Blocks::from_rows(black_box(&rows), n, stride, 8, pairs))
+        });
+    }
     let words: Vec<u64> = (0..FASTSCAN_BYTES / 8).map(|_| rng.random()).collect();
     g.throughput(Throughput::Bytes(FASTSCAN_BYTES as u64));
     g.bench_function("read-bandwidth", |b| {

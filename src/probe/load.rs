@@ -33,7 +33,7 @@ use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estim
 use super::live::LiveRows;
 use super::offload::on_rayon;
 use super::planner::{candidate_files_layered, plan_row_groups};
-use super::rows::{DecodedRowGroup, RowGroupCache, Want};
+use super::rows::{DecodedRowGroup, FastScan, RowGroupCache, Want};
 use super::stats::{SearchStats, micros};
 use crate::filter::{ContainerStats, Filter};
 use crate::format::footers::FooterPin;
@@ -109,6 +109,9 @@ pub struct PostingsReader {
     dim: usize,
     /// Width of the `code` column, in an index with codes.
     code_bytes: Option<usize>,
+    /// The fast-scan scheme that transposes a query's freshly decoded
+    /// codes, in an index with one.
+    fast_scan: Option<Arc<FastScan>>,
     footers: FooterCache,
     row_groups: RowGroupCache,
     /// Row groups read with only a filter's payload columns
@@ -178,8 +181,12 @@ impl LoadPlan {
     }
 
     /// Decode every fetched row group (in parallel on the current rayon
-    /// pool), page CRCs and the residual cid check included. Returns the
-    /// freshly decoded row groups (not [`LoadPlan::cached`]). Pure compute.
+    /// pool), page CRCs and the residual cid check included, and, with
+    /// `fast`, transpose the codes of each row group read without payload
+    /// columns right after its decode (a filtered load may score only a few
+    /// rows, so its row groups are transposed by the scan that needs them).
+    /// Returns the freshly decoded row groups (not [`LoadPlan::cached`]).
+    /// Pure compute.
     ///
     /// # Errors
     /// [`ProbeError::PageChecksum`], [`ProbeError::Decode`],
@@ -188,6 +195,7 @@ impl LoadPlan {
         self,
         fetched: Fetched,
         dim: usize,
+        fast: Option<&FastScan>,
     ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
         let files: Vec<(String, FileRequest, Vec<Bytes>)> = self
             .names
@@ -205,7 +213,11 @@ impl LoadPlan {
         jobs.into_par_iter()
             .map(|(i, job)| {
                 let (name, request, data) = &files[i];
-                decode(name, job, dim, &request.ranges, data).map(Arc::new)
+                let rg = decode(name, job, dim, &request.ranges, data)?;
+                if let Some(fast) = fast.filter(|_| rg.payload.is_none()) {
+                    fast.prepare(&rg);
+                }
+                Ok(Arc::new(rg))
             })
             .collect()
     }
@@ -225,6 +237,7 @@ impl PostingsReader {
             footer_pins: snapshot.footer_pins.clone(),
             dim: snapshot.hierarchy.dim,
             code_bytes: snapshot.quantizer.as_ref().map(|q| q.code_bytes()),
+            fast_scan: FastScan::of(snapshot.quantizer.as_ref(), snapshot.hierarchy.metric),
             footers: FooterCache::new(options.footer_cache_bytes),
             row_groups: RowGroupCache::new(options.postings_cache_bytes),
             counting: ByteLru::new(options.filter_cache_bytes),
@@ -704,11 +717,12 @@ impl PostingsReader {
         if plan.requests.is_empty() {
             return Ok((loaded, pruned));
         }
-        let dim = self.dim;
+        let (dim, fast) = (self.dim, self.fast_scan.clone());
         let counting = plan.counting.take();
         let (decoded, took) = on_rayon(move || {
             let t = Instant::now();
-            plan.decode(fetched, dim).map(|d| (d, t.elapsed()))
+            plan.decode(fetched, dim, fast.as_deref())
+                .map(|d| (d, t.elapsed()))
         })
         .await?;
         stats.decode_us += micros(took);
@@ -743,7 +757,7 @@ impl PostingsReader {
         let fetched = self.fetch(plan.requests(), &mut stats).await?;
         let mut groups = std::mem::take(&mut plan.cached);
         let dim = self.dim;
-        groups.extend(on_rayon(move || plan.decode(fetched, dim)).await?);
+        groups.extend(on_rayon(move || plan.decode(fetched, dim, None)).await?);
         Ok(groups)
     }
 

@@ -35,9 +35,11 @@ pub struct DecodedRowGroup {
     /// Manifest index of the file, and row group within it (for errors).
     pub file: usize,
     pub row_group: usize,
-    /// The codes in fast-scan blocks, transposed from `codes` by the first
-    /// scan that needs them (a fast-scan scheme only) and kept with the row
-    /// group.
+    /// The codes in fast-scan blocks (a fast-scan scheme only), transposed
+    /// from `codes` as a query's load decodes the row group
+    /// ([`FastScan::prepare`], while its codes are still in the CPU's
+    /// caches), else by the first scan that needs them, and kept with the
+    /// row group.
     pub fast_codes: OnceLock<FastCodes>,
 }
 
@@ -71,6 +73,36 @@ impl FastCodes {
     /// Memory held.
     pub fn bytes(&self) -> usize {
         self.blocks.bytes.len() + self.base.len() * 4
+    }
+}
+
+/// The fast-scan scheme of an index, with its metric: what transposes a
+/// row group's codes into [`FastCodes`].
+#[derive(Debug)]
+pub struct FastScan {
+    quantizer: Quantizer,
+    metric: Metric,
+}
+
+impl FastScan {
+    /// The scheme of an index whose `quantizer` is a fast-scan one; `None`
+    /// for any other (or none).
+    pub fn of(quantizer: Option<&Quantizer>, metric: Metric) -> Option<Arc<FastScan>> {
+        let quantizer = quantizer.filter(|q| q.fast_scan_pairs().is_some())?;
+        Some(Arc::new(FastScan {
+            quantizer: quantizer.clone(),
+            metric,
+        }))
+    }
+
+    /// Transposes `rg`'s codes, if it has some and they are not yet
+    /// transposed. CPU only.
+    pub fn prepare(&self, rg: &DecodedRowGroup) {
+        if let Some(codes) = &rg.codes {
+            rg.fast_codes.get_or_init(|| {
+                FastCodes::new(&self.quantizer, codes, rg.rowids.len(), self.metric)
+            });
+        }
     }
 }
 

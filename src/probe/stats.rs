@@ -98,7 +98,8 @@ pub struct SearchStats {
     pub plan_us: u64,
     /// Microseconds of row-group IO.
     pub fetch_us: u64,
-    /// Microseconds decoding row groups and checking their cids.
+    /// Microseconds decoding row groups and checking their cids (and
+    /// transposing a fast-scan scheme's codes into blocks).
     pub decode_us: u64,
     /// Microseconds computing distances (codes and f32).
     pub scan_us: u64,

@@ -33,6 +33,8 @@
 //! instruction) and AVX2, chosen at run time, and a portable scalar one, the
 //! reference of the tests.
 
+use std::mem::MaybeUninit;
+
 /// Vectors per block.
 pub const BLOCK: usize = 32;
 
@@ -90,55 +92,264 @@ impl Blocks {
     /// starting `offset` bytes into each, where byte p of a code holds
     /// sub-quantiser 2p in its low nibble and 2p+1 in its high nibble
     /// (`pairs` bytes). `rows` must hold `n × stride` bytes.
+    ///
+    /// A block is built [`RUN_PAIRS`] pairs at a time by one transposing
+    /// step ([`transpose_run`]), straight from the rows where the block is
+    /// full and the run whole; otherwise (a last partial block, the last
+    /// run when `pairs` is no multiple of 16) from a zero-padded copy of
+    /// the run, so every run takes the same step and the padding codes
+    /// are 0.
     pub fn from_rows(rows: &[u8], n: usize, stride: usize, offset: usize, pairs: usize) -> Blocks {
-        debug_assert!(rows.len() >= n * stride && offset + pairs <= stride);
-        let nblocks = n.div_ceil(BLOCK);
-        let mut bytes = vec![0u8; nblocks * pairs * 32];
-        for (b, block) in bytes.chunks_exact_mut(pairs * 32).enumerate() {
-            let first = b * BLOCK;
-            // Runs of 16 pairs of a full block: a 16 × 16 byte transpose
-            // (SSE2, every x86-64); the rest byte by byte.
-            let mut p = 0;
-            #[cfg(target_arch = "x86_64")]
-            if first + BLOCK <= n {
-                while p + 16 <= pairs {
+        assert!(
+            n == 0 || (offset + pairs <= stride && rows.len() >= n * stride),
+            "{n} codes of {stride} bytes with {pairs} pairs at {offset} in {} bytes",
+            rows.len()
+        );
+        let len = n.div_ceil(BLOCK) * pairs * 32;
+        let mut bytes: Vec<u8> = Vec::with_capacity(len);
+        let out = &mut bytes.spare_capacity_mut()[..len];
+        let mut padded = [0u8; BLOCK * RUN_PAIRS];
+        let mut part = [MaybeUninit::new(0u8); RUN_PAIRS * 32];
+        if len > 0 {
+            for (b, block) in out.chunks_exact_mut(pairs * 32).enumerate() {
+                let (first, vectors) = (b * BLOCK, BLOCK.min(n - b * BLOCK));
+                for (r, run) in block.chunks_mut(RUN_PAIRS * 32).enumerate() {
+                    let (p, width) = (r * RUN_PAIRS, run.len() / 32);
                     let at = |j: usize| (first + j) * stride + offset + p;
-                    transpose_run(rows, at, &mut block[p * 32..(p + 16) * 32]);
-                    p += 16;
-                }
-            }
-            let byte = |v: usize, q: usize| -> u8 {
-                if v < n {
-                    rows[v * stride + offset + q]
-                } else {
-                    0
-                }
-            };
-            for (q, out) in block.chunks_exact_mut(32).enumerate().skip(p) {
-                for j in 0..16 {
-                    let (a, z) = (byte(first + j, q), byte(first + j + 16, q));
-                    out[j] = (a & 0x0F) | (z << 4);
-                    out[16 + j] = (a >> 4) | (z & 0xF0);
+                    let source = if vectors == BLOCK && width == RUN_PAIRS {
+                        Rows::new(rows, at(0), stride)
+                    } else {
+                        padded.fill(0);
+                        for (j, row) in padded.chunks_exact_mut(RUN_PAIRS).take(vectors).enumerate()
+                        {
+                            row[..width].copy_from_slice(&rows[at(j)..at(j) + width]);
+                        }
+                        Rows::new(&padded, 0, RUN_PAIRS)
+                    };
+                    if width == RUN_PAIRS {
+                        transpose_run(source, run.try_into().expect("a whole run"));
+                    } else {
+                        transpose_run(source, &mut part);
+                        run.copy_from_slice(&part[..width * 32]);
+                    }
                 }
             }
         }
+        // SAFETY: every byte of the `len` was written above: the blocks
+        // (`pairs × 32` bytes each) cover them, and each block's runs
+        // (16 pairs of 32 bytes, the last one `width` pairs) cover it.
+        unsafe { bytes.set_len(len) };
         Blocks { n, pairs, bytes }
     }
 }
 
-/// 16 pairs of one full block: row j's 16 code bytes start at `at(j)` in
-/// `rows` (j < 32); `out` receives the 16 pairs' 32 bytes each.
+/// The 32 rows of a run, `stride` bytes apart from `start` in `bytes`,
+/// each with at least [`RUN_PAIRS`] bytes: checked once, so that the
+/// transposition reads them without a check per row.
+#[derive(Clone, Copy)]
+struct Rows<'a> {
+    bytes: &'a [u8],
+    start: usize,
+    stride: usize,
+}
+
+impl<'a> Rows<'a> {
+    fn new(bytes: &'a [u8], start: usize, stride: usize) -> Rows<'a> {
+        assert!(
+            start + (BLOCK - 1) * stride + RUN_PAIRS <= bytes.len(),
+            "32 rows of 16 bytes, {stride} apart from {start}, in {} bytes",
+            bytes.len()
+        );
+        Rows {
+            bytes,
+            start,
+            stride,
+        }
+    }
+
+    /// Where row `j` (< 32) starts: [`RUN_PAIRS`] readable bytes.
+    #[cfg(target_arch = "x86_64")]
+    #[inline(always)]
+    fn row(&self, j: usize) -> *const u8 {
+        debug_assert!(j < BLOCK);
+        // SAFETY: `start + j·stride + 16 ≤ bytes.len()` for j < 32 (`new`).
+        unsafe { self.bytes.as_ptr().add(self.start + j * self.stride) }
+    }
+
+    /// Byte `q` (< 16) of row `j` (< 32).
+    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+    fn byte(&self, j: usize, q: usize) -> u8 {
+        self.bytes[self.start + j * self.stride + q]
+    }
+}
+
+/// Pairs transposed at once by [`transpose_run`].
+const RUN_PAIRS: usize = 16;
+
+/// [`RUN_PAIRS`] pairs of one full block: row j's 16 code bytes start at
+/// `at(j)` in `rows` (j < 32); `out` receives the 16 pairs' 32 bytes each
+/// (module comment). With AVX2, both halves of every pair at once
+/// ([`transpose_run_wide`]; compiled for AVX-512 VL where the CPU has it,
+/// whose 32 registers hold the whole matrix), 16 × 16 byte transposes of
+/// SSE2 on any other x86-64, a portable loop elsewhere: the same bytes on
+/// every path.
+fn transpose_run(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        match transpose_path() {
+            // SAFETY: the path's features were detected.
+            TransposePath::Avx512 => unsafe { transpose_run_avx512(rows, out) },
+            // SAFETY: as above.
+            TransposePath::Avx2 => unsafe { transpose_run_avx2(rows, out) },
+            TransposePath::Sse2 => transpose_run_sse2(rows, out),
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        transpose_run_scalar(rows, out);
+    }
+}
+
+/// The transposition [`transpose_run`] runs on this CPU.
 #[cfg(target_arch = "x86_64")]
-fn transpose_run(rows: &[u8], at: impl Fn(usize) -> usize, out: &mut [u8]) {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TransposePath {
+    Avx512,
+    Avx2,
+    Sse2,
+}
+
+#[cfg(target_arch = "x86_64")]
+fn transpose_path() -> TransposePath {
+    if avx512() && is_x86_feature_detected!("avx512vl") {
+        TransposePath::Avx512
+    } else if avx2() {
+        TransposePath::Avx2
+    } else {
+        TransposePath::Sse2
+    }
+}
+
+/// [`transpose_run_wide`] compiled for AVX-512 VL.
+///
+/// # Safety
+/// The CPU must support AVX2 and AVX-512 F, BW and VL.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_run_avx512(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
+    // SAFETY: AVX2 is enabled here.
+    unsafe { transpose_run_wide(rows, out) }
+}
+
+/// [`transpose_run_wide`] compiled for AVX2.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn transpose_run_avx2(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
+    // SAFETY: AVX2 is enabled here.
+    unsafe { transpose_run_wide(rows, out) }
+}
+
+/// [`transpose_run`] in 256-bit registers: register j holds, for pairs
+/// 0..16, the low nibbles of rows j and j + 16 in its low lane and their
+/// high nibbles in its high lane (each row's 16 bytes broadcast to both
+/// lanes, then shifted by a per-lane count), so one 16 × 16 transpose in
+/// each lane ([`transpose16_lanes`]) leaves pair q's 32 bytes in register q.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose_run_wide(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
     use std::arch::x86_64::*;
-    let load = |j: usize| -> __m128i {
-        let bytes: &[u8; 16] = rows[at(j)..at(j) + 16]
-            .try_into()
-            .expect("a run of 16 code bytes");
-        // SAFETY: SSE2 is part of x86-64; `bytes` is 16 bytes, loadu needs no
-        // alignment.
-        unsafe { _mm_loadu_si128(bytes.as_ptr().cast::<__m128i>()) }
+    // SAFETY: AVX2 (the caller's); `row(j)` starts 16 readable bytes, and
+    // loadu needs no alignment.
+    let load = |j: usize| unsafe {
+        _mm256_broadcastsi128_si256(_mm_loadu_si128(rows.row(j).cast::<__m128i>()))
     };
+    // SAFETY (all intrinsics below): AVX2, the caller's.
+    unsafe {
+        let nibble = _mm256_set1_epi8(0x0F);
+        let top = _mm256_set1_epi8(0xF0u8 as i8);
+        // Row j: as is in the low lane (low nibbles), >> 4 in the high one;
+        // row j + 16: << 4 in the low lane, as is in the high one.
+        let (right, left) = (_mm256_set_epi64x(4, 4, 0, 0), _mm256_set_epi64x(0, 0, 4, 4));
+        let mut x = [_mm256_setzero_si256(); 16];
+        for (j, x) in x.iter_mut().enumerate() {
+            let a = _mm256_srlv_epi64(load(j), right);
+            let z = _mm256_sllv_epi64(load(j + 16), left);
+            *x = _mm256_or_si256(_mm256_and_si256(a, nibble), _mm256_and_si256(z, top));
+        }
+        for (pair, t) in out.chunks_exact_mut(32).zip(transpose16_lanes(x)) {
+            // `pair` is 32 bytes; storeu needs no alignment.
+            _mm256_storeu_si256(pair.as_mut_ptr().cast::<__m256i>(), t);
+        }
+    }
+}
+
+/// [`transpose16`] in each 128-bit lane of 16 256-bit registers.
+///
+/// # Safety
+/// The CPU must support AVX2.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+unsafe fn transpose16_lanes(
+    x: [std::arch::x86_64::__m256i; 16],
+) -> [std::arch::x86_64::__m256i; 16] {
+    use std::arch::x86_64::*;
+    // SAFETY: AVX2, the caller's.
+    unsafe {
+        let mut s1 = [_mm256_setzero_si256(); 16];
+        for i in 0..8 {
+            s1[i] = _mm256_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
+            s1[i + 8] = _mm256_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
+        }
+        let mut s2 = [_mm256_setzero_si256(); 16];
+        for i in 0..4 {
+            s2[i] = _mm256_unpacklo_epi16(s1[2 * i], s1[2 * i + 1]);
+            s2[i + 4] = _mm256_unpackhi_epi16(s1[2 * i], s1[2 * i + 1]);
+            s2[i + 8] = _mm256_unpacklo_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
+            s2[i + 12] = _mm256_unpackhi_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
+        }
+        let mut s3 = [_mm256_setzero_si256(); 16];
+        for g in 0..4 {
+            s3[4 * g] = _mm256_unpacklo_epi32(s2[4 * g], s2[4 * g + 1]);
+            s3[4 * g + 1] = _mm256_unpackhi_epi32(s2[4 * g], s2[4 * g + 1]);
+            s3[4 * g + 2] = _mm256_unpacklo_epi32(s2[4 * g + 2], s2[4 * g + 3]);
+            s3[4 * g + 3] = _mm256_unpackhi_epi32(s2[4 * g + 2], s2[4 * g + 3]);
+        }
+        let mut out = [_mm256_setzero_si256(); 16];
+        for g in 0..4 {
+            out[4 * g] = _mm256_unpacklo_epi64(s3[4 * g], s3[4 * g + 2]);
+            out[4 * g + 1] = _mm256_unpackhi_epi64(s3[4 * g], s3[4 * g + 2]);
+            out[4 * g + 2] = _mm256_unpacklo_epi64(s3[4 * g + 1], s3[4 * g + 3]);
+            out[4 * g + 3] = _mm256_unpackhi_epi64(s3[4 * g + 1], s3[4 * g + 3]);
+        }
+        out
+    }
+}
+
+/// [`transpose_run`] byte by byte (the reference of the tests).
+#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
+fn transpose_run_scalar(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
+    for (q, pair) in out.chunks_exact_mut(32).enumerate() {
+        for j in 0..16 {
+            let (a, z) = (rows.byte(j, q), rows.byte(j + 16, q));
+            pair[j].write((a & 0x0F) | (z << 4));
+            pair[16 + j].write((a >> 4) | (z & 0xF0));
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn transpose_run_sse2(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
+    use std::arch::x86_64::*;
+    // SAFETY: SSE2 is part of x86-64; `row(j)` starts 16 readable bytes,
+    // and loadu needs no alignment.
+    let load = |j: usize| unsafe { _mm_loadu_si128(rows.row(j).cast::<__m128i>()) };
     // SAFETY (all intrinsics below): SSE2 is part of x86-64.
     let (low, high) = unsafe {
         let nibble = _mm_set1_epi8(0x0F);
@@ -171,6 +382,7 @@ fn transpose_run(rows: &[u8], at: impl Fn(usize) -> usize, out: &mut [u8]) {
 /// The transpose of a 16 × 16 byte matrix: byte r of `out[c]` is byte c of
 /// `rows[r]` (four rounds of unpacks: 8, 16, 32, 64 bits).
 #[cfg(target_arch = "x86_64")]
+#[inline(always)]
 fn transpose16(x: [std::arch::x86_64::__m128i; 16]) -> [std::arch::x86_64::__m128i; 16] {
     use std::arch::x86_64::*;
     // SAFETY: SSE2 is part of x86-64.
@@ -534,10 +746,48 @@ mod tests {
         if j < 16 { byte & 0x0F } else { byte >> 4 }
     }
 
+    /// Every transposition this CPU runs writes the bytes of the portable
+    /// one, whatever the stride and the start.
+    #[test]
+    fn every_transposition_path_gives_the_same_bytes() {
+        let bytes = random_rows(40 * 37 + 5, 1, 8);
+        let mut ran = vec!["scalar"];
+        for (start, stride) in [(0, 16), (3, 37), (5, 40)] {
+            let rows = Rows::new(&bytes, start, stride);
+            let mut want = [MaybeUninit::new(0u8); RUN_PAIRS * 32];
+            transpose_run_scalar(rows, &mut want);
+            let want = want.map(|b| unsafe { b.assume_init() });
+            #[cfg(target_arch = "x86_64")]
+            {
+                type Path = fn(Rows<'_>, &mut [MaybeUninit<u8>; RUN_PAIRS * 32]);
+                let mut paths: Vec<(&str, Path)> = vec![("sse2", |r, o| transpose_run_sse2(r, o))];
+                if avx2() {
+                    // SAFETY: AVX2 was detected.
+                    paths.push(("avx2", |r, o| unsafe { transpose_run_avx2(r, o) }));
+                }
+                if transpose_path() == TransposePath::Avx512 {
+                    // SAFETY: AVX-512 F, BW and VL were detected.
+                    paths.push(("avx512", |r, o| unsafe { transpose_run_avx512(r, o) }));
+                }
+                for (name, path) in paths {
+                    let mut got = [MaybeUninit::new(0xAAu8); RUN_PAIRS * 32];
+                    path(rows, &mut got);
+                    let got = got.map(|b| unsafe { b.assume_init() });
+                    assert_eq!(got, want, "{name}, rows {stride} apart from {start}");
+                    if !ran.contains(&name) {
+                        ran.push(name);
+                    }
+                }
+            }
+        }
+        eprintln!("transposition paths checked: {ran:?}");
+    }
+
     #[test]
     fn blocks_hold_every_code_where_the_layout_says() {
-        // Full blocks of 16 and 32 pairs take the transposing path, the
-        // rest (and every partial block) the byte-by-byte one.
+        // Full blocks of 16 and 32 pairs are transposed from the rows, the
+        // rest (every partial block, a last run of fewer than 16 pairs)
+        // from a padded copy.
         for (n, pairs) in [
             (1, 1),
             (31, 2),
