@@ -123,8 +123,8 @@ pub struct PostingsReader {
     footer_per_cid: AtomicU64,
     /// The disk tier, when there is one.
     disk: Option<Arc<DiskCache>>,
-    /// The folder of a bare local store: a round's reads in one blocking
-    /// task ([`LocalFolder`]).
+    /// The folder of a bare local store: a round's reads borrowed from
+    /// memory maps ([`LocalFolder`]).
     local: Option<LocalFolder>,
 }
 
@@ -617,9 +617,10 @@ impl PostingsReader {
         Ok(Fetched(data))
     }
 
-    /// [`PostingsReader::fetch`] from a bare local folder: one blocking
-    /// task for the round. The stats count a request per range, as the
-    /// store's `get_ranges` would be counted.
+    /// [`PostingsReader::fetch`] from a bare local folder: the round's
+    /// ranges borrowed from the files' memory maps ([`LocalFolder::read`]).
+    /// The stats count a request per range, as the store's `get_ranges`
+    /// would be counted.
     async fn fetch_local(
         &self,
         local: &LocalFolder,

@@ -1,19 +1,31 @@
-//! One blocking task for a whole round of reads from a local folder.
+//! A whole round of reads from a local folder, served from memory maps.
 //!
 //! `object_store`'s `LocalFileSystem` runs each `get_ranges` call as its own
-//! blocking task: a query whose candidates lie in 16 postings files wakes 16
-//! threads, and on a small machine those hand-offs cost more than the
-//! `pread`s. When the store is a bare `LocalFileSystem` (no wrapper that
-//! counts, delays or injects faults), [`LocalFolder::read`] instead reads
-//! every range of every file of a round in one blocking task, with one
-//! `open` and one positioned read per range: the same bytes, fewer threads.
+//! blocking task that opens the file and copies every range out of the page
+//! cache: a query whose candidates lie in 16 postings files wakes 16
+//! threads, and a storage-resident query spent a third of its time in the
+//! kernel's copy. When the store is a bare `LocalFileSystem` (no wrapper
+//! that counts, delays or injects faults), [`LocalFolder::read`] instead
+//! maps each file once and hands out its ranges as `Bytes` that borrow the
+//! mapping: no copy, no system call per range, the page cache shared with
+//! every other reader of the file.
+//!
+//! A mapping is sound because an index never changes an object in place:
+//! every object is written once under a fresh name (create-if-absent, a new
+//! snapshot folder per commit) and only ever deleted, which leaves a mapped
+//! file readable. A range past the end of a file is `UnexpectedEof`, as a
+//! short read would be. Something that truncated an index file in place
+//! would fault the reading process (`SIGBUS`) instead of failing its query:
+//! the price of reading without a copy, as for any memory-mapped store.
 
 use bytes::Bytes;
+use memmap2::Mmap;
 use object_store::ObjectStore;
 use object_store::path::Path;
+use std::collections::HashMap;
 use std::ops::Range;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError};
 
 /// How a `LocalFileSystem` store's `Display` starts: `LocalFileSystem(file:///root/)`.
 const LOCAL: &str = "LocalFileSystem(";
@@ -39,10 +51,18 @@ pub(crate) fn file_below(mut root: PathBuf, location: &Path) -> Option<PathBuf> 
     Some(root)
 }
 
-/// The root folder of a bare `LocalFileSystem` store.
+/// Files a [`LocalFolder`] keeps mapped; past it, every mapping is dropped
+/// (a mapping in use lives on with its `Bytes`) and files are mapped again
+/// as they are read: well below a process's default limit of 65,530
+/// mappings.
+const MAX_MAPPED: usize = 4096;
+
+/// The root folder of a bare `LocalFileSystem` store, and the files it has
+/// mapped (shared by its clones).
 #[derive(Debug, Clone)]
 pub struct LocalFolder {
     root: PathBuf,
+    mapped: Arc<Mutex<HashMap<PathBuf, Arc<Mmap>>>>,
 }
 
 impl LocalFolder {
@@ -56,6 +76,7 @@ impl LocalFolder {
         }
         Some(LocalFolder {
             root: local_root(&shown)?,
+            mapped: Arc::default(),
         })
     }
 
@@ -65,7 +86,8 @@ impl LocalFolder {
     }
 
     /// The bytes of each request's ranges (`(object, ranges)`), in order,
-    /// read in one blocking task, or in place on a rayon worker: a caller
+    /// borrowed from the files' mappings (each file mapped by the first read
+    /// of it), in one blocking task, or in place on a rayon worker: a caller
     /// there drives its own futures and computes in place
     /// ([`crate::probe::offload::drive_on_rayon`], the `search` command),
     /// never a tokio worker, and would otherwise wait out two thread
@@ -87,51 +109,95 @@ impl LocalFolder {
             .map(|(_, path, _)| path.clone())
             .unwrap_or_default();
         if rayon::current_thread_index().is_some() {
-            return files.into_iter().map(read_file).collect();
+            return files.into_iter().map(|f| self.read_file(f)).collect();
         }
-        tokio::task::spawn_blocking(move || files.into_iter().map(read_file).collect())
-            .await
-            .map_err(|e| {
-                let source = object_store::Error::Generic {
-                    store: "LocalFileSystem",
-                    source: Box::new(e),
-                };
-                (first, source)
-            })?
+        let folder = self.clone();
+        tokio::task::spawn_blocking(move || {
+            files.into_iter().map(|f| folder.read_file(f)).collect()
+        })
+        .await
+        .map_err(|e| {
+            let source = object_store::Error::Generic {
+                store: "LocalFileSystem",
+                source: Box::new(e),
+            };
+            (first, source)
+        })?
     }
 }
 
-fn read_file(
-    (file, path, ranges): (Option<PathBuf>, Path, Vec<Range<u64>>),
-) -> Result<Vec<Bytes>, (Path, object_store::Error)> {
-    let failed = |e: std::io::Error| {
-        let source = match e.kind() {
-            std::io::ErrorKind::NotFound => object_store::Error::NotFound {
-                path: path.to_string(),
-                source: Box::new(e),
-            },
-            _ => object_store::Error::Generic {
-                store: "LocalFileSystem",
-                source: Box::new(e),
-            },
+impl LocalFolder {
+    fn read_file(
+        &self,
+        (file, path, ranges): (Option<PathBuf>, Path, Vec<Range<u64>>),
+    ) -> Result<Vec<Bytes>, (Path, object_store::Error)> {
+        let failed = |e: std::io::Error| {
+            let source = match e.kind() {
+                std::io::ErrorKind::NotFound => object_store::Error::NotFound {
+                    path: path.to_string(),
+                    source: Box::new(e),
+                },
+                _ => object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    source: Box::new(e),
+                },
+            };
+            (path.clone(), source)
         };
-        (path.clone(), source)
-    };
-    let file = file.ok_or_else(|| {
-        failed(std::io::Error::new(
-            std::io::ErrorKind::InvalidInput,
-            "not a valid file name",
-        ))
-    })?;
-    let handle = std::fs::File::open(&file).map_err(failed)?;
-    ranges
-        .iter()
-        .map(|r| {
-            let mut buf = vec![0u8; (r.end.saturating_sub(r.start)) as usize];
-            handle.read_exact_at(&mut buf, r.start).map_err(failed)?;
-            Ok(Bytes::from(buf))
-        })
-        .collect()
+        let file = file.ok_or_else(|| {
+            failed(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "not a valid file name",
+            ))
+        })?;
+        let map = self.map(file).map_err(failed)?;
+        ranges
+            .iter()
+            .map(|r| {
+                let range = usize::try_from(r.start).unwrap_or(usize::MAX)
+                    ..usize::try_from(r.end).unwrap_or(usize::MAX);
+                if range.start > range.end || range.end > map.len() {
+                    return Err(failed(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("range {r:?} of a file of {} bytes", map.len()),
+                    )));
+                }
+                Ok(Bytes::from_owner(Mapped {
+                    map: Arc::clone(&map),
+                    range,
+                }))
+            })
+            .collect()
+    }
+
+    /// The mapping of `file`, made by its first read.
+    fn map(&self, file: PathBuf) -> std::io::Result<Arc<Mmap>> {
+        let mut mapped = self.mapped.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(map) = mapped.get(&file) {
+            return Ok(Arc::clone(map));
+        }
+        let handle = std::fs::File::open(&file)?;
+        // SAFETY: index objects are never modified in place (module
+        // comment): the mapped bytes do not change under the reader.
+        let map = Arc::new(unsafe { Mmap::map(&handle)? });
+        if mapped.len() >= MAX_MAPPED {
+            mapped.clear();
+        }
+        mapped.insert(file, Arc::clone(&map));
+        Ok(map)
+    }
+}
+
+/// A range of a mapped file, the owner of the `Bytes` that borrow it.
+struct Mapped {
+    map: Arc<Mmap>,
+    range: Range<usize>,
+}
+
+impl AsRef<[u8]> for Mapped {
+    fn as_ref(&self) -> &[u8] {
+        &self.map[self.range.clone()]
+    }
 }
 
 #[cfg(test)]
@@ -155,7 +221,7 @@ mod tests {
             .await
             .unwrap();
         let want = store.get_ranges(&path, &ranges).await.unwrap();
-        assert_eq!(got, vec![want]);
+        assert_eq!(got, vec![want.clone()]);
         let missing = folder
             .read(vec![(
                 Path::from("nope.parquet"),
@@ -177,6 +243,33 @@ mod tests {
             .await
             .unwrap_err();
         assert_eq!(short.0, path);
+        let past = folder
+            .read(vec![(
+                path.clone(),
+                std::iter::once(20_000..20_001).collect(),
+            )])
+            .await
+            .unwrap_err();
+        assert!(past.1.to_string().contains("10000 bytes"), "{}", past.1);
+        // An empty object, and empty ranges, read as the store reads them.
+        let empty = Path::from("empty.parquet");
+        store.put(&empty, Vec::new().into()).await.unwrap();
+        let got = folder
+            .read(vec![
+                (empty.clone(), vec![0..0]),
+                (path.clone(), vec![7..7]),
+            ])
+            .await
+            .unwrap();
+        assert_eq!(got, vec![vec![Bytes::new()], vec![Bytes::new()]]);
+        // Each file is mapped once, and its bytes outlive the folder.
+        let again = folder
+            .read(vec![(path.clone(), vec![0..10])])
+            .await
+            .unwrap();
+        assert_eq!(folder.mapped.lock().unwrap().len(), 2);
+        drop(folder);
+        assert_eq!(again[0][0], want[0]);
         // A wrapped store keeps its reads.
         let wrapped = crate::store::latency::LatencyStore::new(store, "ttfb=0ms".parse().unwrap());
         assert!(LocalFolder::of(&wrapped).is_none());
