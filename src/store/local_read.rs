@@ -256,15 +256,15 @@ mod tests {
         store.put(&empty, Vec::new().into()).await.unwrap();
         let got = folder
             .read(vec![
-                (empty.clone(), vec![0..0]),
-                (path.clone(), vec![7..7]),
+                (empty.clone(), std::iter::once(0..0).collect()),
+                (path.clone(), std::iter::once(7..7).collect()),
             ])
             .await
             .unwrap();
         assert_eq!(got, vec![vec![Bytes::new()], vec![Bytes::new()]]);
         // Each file is mapped once, and its bytes outlive the folder.
         let again = folder
-            .read(vec![(path.clone(), vec![0..10])])
+            .read(vec![(path.clone(), std::iter::once(0..10).collect())])
             .await
             .unwrap();
         assert_eq!(folder.mapped.lock().unwrap().len(), 2);
