@@ -93,12 +93,12 @@ impl Blocks {
     /// sub-quantiser 2p in its low nibble and 2p+1 in its high nibble
     /// (`pairs` bytes). `rows` must hold `n × stride` bytes.
     ///
-    /// A block is built [`RUN_PAIRS`] pairs at a time by one transposing
-    /// step ([`transpose_run`]), straight from the rows where the block is
-    /// full and the run whole; otherwise (a last partial block, the last
-    /// run when `pairs` is no multiple of 16) from a zero-padded copy of
-    /// the run, so every run takes the same step and the padding codes
-    /// are 0.
+    /// A block is built 16 pairs at a time by one transposing step (a
+    /// 16 × 16 byte transpose per nibble), straight from the rows where the
+    /// block is full and the run whole; otherwise (a last partial block,
+    /// the last run when `pairs` is no multiple of 16) from a zero-padded
+    /// copy of the run, so every run takes the same step and the padding
+    /// codes are 0.
     pub fn from_rows(rows: &[u8], n: usize, stride: usize, offset: usize, pairs: usize) -> Blocks {
         assert!(
             n == 0 || (offset + pairs <= stride && rows.len() >= n * stride),
