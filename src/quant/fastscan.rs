@@ -177,7 +177,6 @@ impl<'a> Rows<'a> {
     }
 
     /// Byte `q` (< 16) of row `j` (< 32).
-    #[cfg_attr(target_arch = "x86_64", allow(dead_code))]
     fn byte(&self, j: usize, q: usize) -> u8 {
         self.bytes[self.start + j * self.stride + q]
     }
@@ -187,12 +186,11 @@ impl<'a> Rows<'a> {
 const RUN_PAIRS: usize = 16;
 
 /// [`RUN_PAIRS`] pairs of one full block: row j's 16 code bytes start at
-/// `at(j)` in `rows` (j < 32); `out` receives the 16 pairs' 32 bytes each
+/// `rows.row(j)` (j < 32); `out` receives the 16 pairs' 32 bytes each
 /// (module comment). With AVX2, both halves of every pair at once
 /// ([`transpose_run_wide`]; compiled for AVX-512 VL where the CPU has it,
-/// whose 32 registers hold the whole matrix), 16 × 16 byte transposes of
-/// SSE2 on any other x86-64, a portable loop elsewhere: the same bytes on
-/// every path.
+/// whose 32 registers hold the whole matrix), a portable loop elsewhere:
+/// the same bytes on every path.
 fn transpose_run(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
     #[cfg(target_arch = "x86_64")]
     {
@@ -201,7 +199,7 @@ fn transpose_run(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
             TransposePath::Avx512 => unsafe { transpose_run_avx512(rows, out) },
             // SAFETY: as above.
             TransposePath::Avx2 => unsafe { transpose_run_avx2(rows, out) },
-            TransposePath::Sse2 => transpose_run_sse2(rows, out),
+            TransposePath::Scalar => transpose_run_scalar(rows, out),
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
@@ -216,7 +214,7 @@ fn transpose_run(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
 enum TransposePath {
     Avx512,
     Avx2,
-    Sse2,
+    Scalar,
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -226,7 +224,7 @@ fn transpose_path() -> TransposePath {
     } else if avx2() {
         TransposePath::Avx2
     } else {
-        TransposePath::Sse2
+        TransposePath::Scalar
     }
 }
 
@@ -289,7 +287,9 @@ unsafe fn transpose_run_wide(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAI
     }
 }
 
-/// [`transpose16`] in each 128-bit lane of 16 256-bit registers.
+/// The transpose of a 16 × 16 byte matrix in each 128-bit lane of 16
+/// 256-bit registers: byte r of lane l of `out[c]` is byte c of lane l of
+/// `x[r]` (four rounds of unpacks: 8, 16, 32, 64 bits).
 ///
 /// # Safety
 /// The CPU must support AVX2.
@@ -332,7 +332,6 @@ unsafe fn transpose16_lanes(
 }
 
 /// [`transpose_run`] byte by byte (the reference of the tests).
-#[cfg_attr(target_arch = "x86_64", allow(dead_code))]
 fn transpose_run_scalar(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
     for (q, pair) in out.chunks_exact_mut(32).enumerate() {
         for j in 0..16 {
@@ -340,80 +339,6 @@ fn transpose_run_scalar(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 
             pair[j].write((a & 0x0F) | (z << 4));
             pair[16 + j].write((a >> 4) | (z & 0xF0));
         }
-    }
-}
-
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn transpose_run_sse2(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAIRS * 32]) {
-    use std::arch::x86_64::*;
-    // SAFETY: SSE2 is part of x86-64; `row(j)` starts 16 readable bytes,
-    // and loadu needs no alignment.
-    let load = |j: usize| unsafe { _mm_loadu_si128(rows.row(j).cast::<__m128i>()) };
-    // SAFETY (all intrinsics below): SSE2 is part of x86-64.
-    let (low, high) = unsafe {
-        let nibble = _mm_set1_epi8(0x0F);
-        let top = _mm_set1_epi8(0xF0u8 as i8);
-        let mut low = [_mm_setzero_si128(); 16];
-        let mut high = [_mm_setzero_si128(); 16];
-        for j in 0..16 {
-            let (a, z) = (load(j), load(j + 16));
-            // Byte q: sub-quantiser 2q of rows j and j+16, then 2q+1.
-            low[j] = _mm_or_si128(
-                _mm_and_si128(a, nibble),
-                _mm_and_si128(_mm_slli_epi16(z, 4), top),
-            );
-            high[j] = _mm_or_si128(
-                _mm_and_si128(_mm_srli_epi16(a, 4), nibble),
-                _mm_and_si128(z, top),
-            );
-        }
-        (transpose16(low), transpose16(high))
-    };
-    for (q, pair) in out.chunks_exact_mut(32).enumerate() {
-        // SAFETY: `pair` is 32 bytes; storeu needs no alignment.
-        unsafe {
-            _mm_storeu_si128(pair.as_mut_ptr().cast::<__m128i>(), low[q]);
-            _mm_storeu_si128(pair.as_mut_ptr().add(16).cast::<__m128i>(), high[q]);
-        }
-    }
-}
-
-/// The transpose of a 16 × 16 byte matrix: byte r of `out[c]` is byte c of
-/// `rows[r]` (four rounds of unpacks: 8, 16, 32, 64 bits).
-#[cfg(target_arch = "x86_64")]
-#[inline(always)]
-fn transpose16(x: [std::arch::x86_64::__m128i; 16]) -> [std::arch::x86_64::__m128i; 16] {
-    use std::arch::x86_64::*;
-    // SAFETY: SSE2 is part of x86-64.
-    unsafe {
-        let mut s1 = [_mm_setzero_si128(); 16];
-        for i in 0..8 {
-            s1[i] = _mm_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
-            s1[i + 8] = _mm_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
-        }
-        let mut s2 = [_mm_setzero_si128(); 16];
-        for i in 0..4 {
-            s2[i] = _mm_unpacklo_epi16(s1[2 * i], s1[2 * i + 1]);
-            s2[i + 4] = _mm_unpackhi_epi16(s1[2 * i], s1[2 * i + 1]);
-            s2[i + 8] = _mm_unpacklo_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
-            s2[i + 12] = _mm_unpackhi_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
-        }
-        let mut s3 = [_mm_setzero_si128(); 16];
-        for g in 0..4 {
-            s3[4 * g] = _mm_unpacklo_epi32(s2[4 * g], s2[4 * g + 1]);
-            s3[4 * g + 1] = _mm_unpackhi_epi32(s2[4 * g], s2[4 * g + 1]);
-            s3[4 * g + 2] = _mm_unpacklo_epi32(s2[4 * g + 2], s2[4 * g + 3]);
-            s3[4 * g + 3] = _mm_unpackhi_epi32(s2[4 * g + 2], s2[4 * g + 3]);
-        }
-        let mut out = [_mm_setzero_si128(); 16];
-        for g in 0..4 {
-            out[4 * g] = _mm_unpacklo_epi64(s3[4 * g], s3[4 * g + 2]);
-            out[4 * g + 1] = _mm_unpackhi_epi64(s3[4 * g], s3[4 * g + 2]);
-            out[4 * g + 2] = _mm_unpacklo_epi64(s3[4 * g + 1], s3[4 * g + 3]);
-            out[4 * g + 3] = _mm_unpackhi_epi64(s3[4 * g + 1], s3[4 * g + 3]);
-        }
-        out
     }
 }
 
@@ -760,7 +685,7 @@ mod tests {
             #[cfg(target_arch = "x86_64")]
             {
                 type Path = fn(Rows<'_>, &mut [MaybeUninit<u8>; RUN_PAIRS * 32]);
-                let mut paths: Vec<(&str, Path)> = vec![("sse2", |r, o| transpose_run_sse2(r, o))];
+                let mut paths: Vec<(&str, Path)> = Vec::new();
                 if avx2() {
                     // SAFETY: AVX2 was detected.
                     paths.push(("avx2", |r, o| unsafe { transpose_run_avx2(r, o) }));
