@@ -86,12 +86,12 @@ impl LocalFolder {
     }
 
     /// The bytes of each request's ranges (`(object, ranges)`), in order,
-    /// borrowed from the files' mappings (each file mapped by the first read
-    /// of it), in one blocking task, or in place on a rayon worker: a caller
-    /// there drives its own futures and computes in place
-    /// ([`crate::probe::offload::drive_on_rayon`], the `search` command),
-    /// never a tokio worker, and would otherwise wait out two thread
-    /// wake-ups for reads the page cache answers in microseconds.
+    /// borrowed from the files' mappings. Served in place when every file
+    /// is already mapped (no system call, nothing that can block: a warm
+    /// `serve` query pays no hand-over for its reads) or on a rayon worker
+    /// (a caller there drives its own futures and computes in place,
+    /// [`crate::probe::offload::drive_on_rayon`], the `search` command);
+    /// otherwise in one blocking task, which opens and maps the new files.
     ///
     /// # Errors
     /// The first failed read: the object, and the error as `object_store`
@@ -108,7 +108,13 @@ impl LocalFolder {
             .first()
             .map(|(_, path, _)| path.clone())
             .unwrap_or_default();
-        if rayon::current_thread_index().is_some() {
+        let mapped = {
+            let maps = self.mapped.lock().unwrap_or_else(PoisonError::into_inner);
+            files
+                .iter()
+                .all(|(file, _, _)| file.as_ref().is_some_and(|f| maps.contains_key(f)))
+        };
+        if mapped || rayon::current_thread_index().is_some() {
             return files.into_iter().map(|f| self.read_file(f)).collect();
         }
         let folder = self.clone();
