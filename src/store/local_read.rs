@@ -130,9 +130,7 @@ impl LocalFolder {
             (first, source)
         })?
     }
-}
 
-impl LocalFolder {
     fn read_file(
         &self,
         (file, path, ranges): (Option<PathBuf>, Path, Vec<Range<u64>>),
@@ -212,6 +210,17 @@ mod tests {
     use object_store::ObjectStoreExt;
     use std::sync::Arc;
 
+    /// One range of one object, read through `folder`.
+    async fn read_one(
+        folder: &LocalFolder,
+        path: Path,
+        range: Range<u64>,
+    ) -> Result<Vec<Vec<Bytes>>, (Path, object_store::Error)> {
+        folder
+            .read(vec![(path, std::iter::once(range).collect())])
+            .await
+    }
+
     #[tokio::test]
     async fn reads_the_ranges_a_local_store_would_and_only_for_a_bare_one() {
         let dir = tempfile::tempdir().unwrap();
@@ -228,11 +237,7 @@ mod tests {
             .unwrap();
         let want = store.get_ranges(&path, &ranges).await.unwrap();
         assert_eq!(got, vec![want.clone()]);
-        let missing = folder
-            .read(vec![(
-                Path::from("nope.parquet"),
-                std::iter::once(0..1).collect(),
-            )])
+        let missing = read_one(&folder, Path::from("nope.parquet"), 0..1)
             .await
             .unwrap_err();
         assert_eq!(missing.0, Path::from("nope.parquet"));
@@ -241,19 +246,11 @@ mod tests {
             "{}",
             missing.1
         );
-        let short = folder
-            .read(vec![(
-                path.clone(),
-                std::iter::once(9_999..10_001).collect(),
-            )])
+        let short = read_one(&folder, path.clone(), 9_999..10_001)
             .await
             .unwrap_err();
         assert_eq!(short.0, path);
-        let past = folder
-            .read(vec![(
-                path.clone(),
-                std::iter::once(20_000..20_001).collect(),
-            )])
+        let past = read_one(&folder, path.clone(), 20_000..20_001)
             .await
             .unwrap_err();
         assert!(past.1.to_string().contains("10000 bytes"), "{}", past.1);
@@ -269,10 +266,7 @@ mod tests {
             .unwrap();
         assert_eq!(got, vec![vec![Bytes::new()], vec![Bytes::new()]]);
         // Each file is mapped once, and its bytes outlive the folder.
-        let again = folder
-            .read(vec![(path.clone(), std::iter::once(0..10).collect())])
-            .await
-            .unwrap();
+        let again = read_one(&folder, path.clone(), 0..10).await.unwrap();
         assert_eq!(folder.mapped.lock().unwrap().len(), 2);
         drop(folder);
         assert_eq!(again[0][0], want[0]);
