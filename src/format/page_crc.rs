@@ -64,10 +64,9 @@ struct Field {
     value: (usize, usize),
 }
 
-/// A parsed page header.
+/// A parsed page header (its fields go to the caller of [`parse_header`]).
 #[derive(Debug, Clone)]
 struct Header {
-    fields: Vec<Field>,
     /// Bytes of the header, stop byte included.
     len: usize,
     compressed_size: usize,
@@ -82,20 +81,41 @@ struct Reader<'a> {
 }
 
 const MAX_DEPTH: usize = 32;
-/// The parse error of a header cut short by the end of the bytes.
-const TRUNCATED: &str = "truncated";
+
+/// Why bytes are not a thrift compact `PageHeader`: a small value, so that
+/// the parse of every page of a query returns in registers; its text goes
+/// into [`PageCrcError::MalformedHeader`] only on failure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+enum Malformed {
+    /// Cut short by the end of the bytes.
+    #[error("truncated")]
+    Truncated,
+    #[error("varint longer than 10 bytes")]
+    LongVarint,
+    #[error("field id overflows")]
+    FieldId,
+    #[error("nesting too deep")]
+    Nesting,
+    #[error("length overflows")]
+    Length,
+    #[error("unknown compact type {0}")]
+    UnknownType(u8),
+    #[error("compressed_page_size {0} < 0")]
+    NegativeSize(i64),
+    #[error("no compressed_page_size")]
+    NoSize,
+}
 
 impl Reader<'_> {
-    fn byte(&mut self) -> Result<u8, String> {
-        let b = *self
-            .buf
-            .get(self.pos)
-            .ok_or_else(|| TRUNCATED.to_string())?;
+    #[inline]
+    fn byte(&mut self) -> Result<u8, Malformed> {
+        let b = *self.buf.get(self.pos).ok_or(Malformed::Truncated)?;
         self.pos += 1;
         Ok(b)
     }
 
-    fn varint(&mut self) -> Result<u64, String> {
+    #[inline]
+    fn varint(&mut self) -> Result<u64, Malformed> {
         let mut out = 0u64;
         for shift in (0..70).step_by(7) {
             let b = self.byte()?;
@@ -104,29 +124,30 @@ impl Reader<'_> {
                 return Ok(out);
             }
         }
-        Err("varint longer than 10 bytes".into())
+        Err(Malformed::LongVarint)
     }
 
-    fn zigzag(&mut self) -> Result<i64, String> {
+    #[inline]
+    fn zigzag(&mut self) -> Result<i64, Malformed> {
         let v = self.varint()?;
         Ok(((v >> 1) as i64) ^ -((v & 1) as i64))
     }
 
-    fn skip(&mut self, n: usize) -> Result<(), String> {
+    fn skip(&mut self, n: usize) -> Result<(), Malformed> {
         let end = self
             .pos
             .checked_add(n)
             .filter(|&e| e <= self.buf.len())
-            .ok_or_else(|| TRUNCATED.to_string())?;
+            .ok_or(Malformed::Truncated)?;
         self.pos = end;
         Ok(())
     }
 
     /// Skip one value of compact type `ty`; `in_collection` says whether a
     /// boolean is a byte of its own (list elements) or lives in the type.
-    fn skip_value(&mut self, ty: u8, in_collection: bool, depth: usize) -> Result<(), String> {
+    fn skip_value(&mut self, ty: u8, in_collection: bool, depth: usize) -> Result<(), Malformed> {
         if depth > MAX_DEPTH {
-            return Err("nesting too deep".into());
+            return Err(Malformed::Nesting);
         }
         match ty {
             1 | 2 if !in_collection => Ok(()),
@@ -135,7 +156,7 @@ impl Reader<'_> {
             7 => self.skip(8),
             8 => {
                 let n = self.varint()?;
-                self.skip(usize::try_from(n).map_err(|_| "length overflows".to_string())?)
+                self.skip(usize::try_from(n).map_err(|_| Malformed::Length)?)
             }
             9 | 10 => {
                 let h = self.byte()?;
@@ -160,11 +181,12 @@ impl Reader<'_> {
                 Ok(())
             }
             12 => self.skip_struct(depth + 1),
-            other => Err(format!("unknown compact type {other}")),
+            other => Err(Malformed::UnknownType(other)),
         }
     }
 
-    fn field_header(&mut self, last: i16) -> Result<Option<(i16, u8)>, String> {
+    #[inline]
+    fn field_header(&mut self, last: i16) -> Result<Option<(i16, u8)>, Malformed> {
         let b = self.byte()?;
         if b == 0 {
             return Ok(None);
@@ -172,15 +194,15 @@ impl Reader<'_> {
         let ty = b & 0x0f;
         let delta = b >> 4;
         let id = if delta == 0 {
-            i16::try_from(self.zigzag()?).map_err(|_| "field id overflows".to_string())?
+            i16::try_from(self.zigzag()?).map_err(|_| Malformed::FieldId)?
         } else {
             last.checked_add(i16::from(delta))
-                .ok_or_else(|| "field id overflows".to_string())?
+                .ok_or(Malformed::FieldId)?
         };
         Ok(Some((id, ty)))
     }
 
-    fn skip_struct(&mut self, depth: usize) -> Result<(), String> {
+    fn skip_struct(&mut self, depth: usize) -> Result<(), Malformed> {
         let mut last = 0;
         while let Some((id, ty)) = self.field_header(last)? {
             self.skip_value(ty, false, depth)?;
@@ -190,9 +212,10 @@ impl Reader<'_> {
     }
 }
 
-fn parse_header(buf: &[u8]) -> Result<Header, String> {
+/// Parse the page header at the start of `buf`, handing each top-level
+/// field to `field` (in order; the rewriter keeps them, a reader drops them).
+fn parse_header(buf: &[u8], mut field: impl FnMut(Field)) -> Result<Header, Malformed> {
     let mut r = Reader { buf, pos: 0 };
-    let mut fields = Vec::new();
     let mut last = 0;
     let mut compressed = None;
     let mut crc = None;
@@ -204,15 +227,14 @@ fn parse_header(buf: &[u8]) -> Result<Header, String> {
         } else if (id == 3 || id == 4) && ty == 5 {
             let v = r.zigzag()?;
             if id == 3 {
-                compressed =
-                    Some(usize::try_from(v).map_err(|_| format!("compressed_page_size {v} < 0"))?);
+                compressed = Some(usize::try_from(v).map_err(|_| Malformed::NegativeSize(v))?);
             } else {
                 crc = Some(v as u32);
             }
         } else {
             r.skip_value(ty, false, 0)?;
         }
-        fields.push(Field {
+        field(Field {
             id,
             ty,
             value: (start, r.pos),
@@ -220,12 +242,40 @@ fn parse_header(buf: &[u8]) -> Result<Header, String> {
         last = id;
     }
     Ok(Header {
-        fields,
         len: r.pos,
-        compressed_size: compressed.ok_or_else(|| "no compressed_page_size".to_string())?,
+        compressed_size: compressed.ok_or(Malformed::NoSize)?,
         crc,
         page_type,
     })
+}
+
+impl Header {
+    /// Check that the page's `data` (the bytes after this header) has the
+    /// CRC the header carries; `page` and `offset` name it in the error.
+    fn check(&self, data: &[u8], page: usize, offset: usize) -> Result<(), PageCrcError> {
+        let expected = self.crc.ok_or(PageCrcError::MissingCrc { page, offset })?;
+        let actual = crc32(data);
+        if actual != expected {
+            return Err(PageCrcError::Mismatch {
+                page,
+                offset,
+                expected,
+                actual,
+            });
+        }
+        Ok(())
+    }
+}
+
+impl Malformed {
+    /// The error of the page at `offset` (the `page`-th of its chunk).
+    fn at(self, page: usize, offset: usize) -> PageCrcError {
+        PageCrcError::MalformedHeader {
+            page,
+            offset,
+            reason: self.to_string(),
+        }
+    }
 }
 
 fn put_varint(out: &mut Vec<u8>, mut v: u64) {
@@ -246,8 +296,9 @@ fn put_field_header(out: &mut Vec<u8>, last: i16, id: i16, ty: u8) {
     }
 }
 
-/// Re-encode `header` (whose bytes are `src`) with `crc` as field 4.
-fn encode_with_crc(src: &[u8], header: &Header, crc: u32, out: &mut Vec<u8>) {
+/// Re-encode a header of `fields` (whose bytes are `src`) with `crc` as
+/// field 4.
+fn encode_with_crc(src: &[u8], fields: &[Field], crc: u32, out: &mut Vec<u8>) {
     let mut last = 0;
     let mut crc_written = false;
     let crc_value = i64::from(crc as i32);
@@ -256,7 +307,7 @@ fn encode_with_crc(src: &[u8], header: &Header, crc: u32, out: &mut Vec<u8>) {
         put_varint(out, ((crc_value << 1) ^ (crc_value >> 63)) as u64);
         *last = 4;
     };
-    for f in &header.fields {
+    for f in fields {
         if f.id == 4 {
             continue;
         }
@@ -315,16 +366,13 @@ pub fn add_page_crcs_prefix(pages: &[u8]) -> Result<(Rewritten, usize), PageCrcE
     };
     let mut pos = 0;
     let mut page = 0;
+    let mut fields = Vec::new();
     while pos < pages.len() {
-        let malformed = |reason: String| PageCrcError::MalformedHeader {
-            page,
-            offset: pos,
-            reason,
-        };
-        let header = match parse_header(&pages[pos..]) {
+        fields.clear();
+        let header = match parse_header(&pages[pos..], |f| fields.push(f)) {
             Ok(h) => h,
-            Err(reason) if reason == TRUNCATED => break,
-            Err(reason) => return Err(malformed(reason)),
+            Err(Malformed::Truncated) => break,
+            Err(reason) => return Err(reason.at(page, pos)),
         };
         let data_start = pos + header.len;
         let Some(data_end) = data_start
@@ -337,7 +385,7 @@ pub fn add_page_crcs_prefix(pages: &[u8]) -> Result<(Rewritten, usize), PageCrcE
         let data = &pages[data_start..data_end];
         encode_with_crc(
             &pages[pos..data_start],
-            &header,
+            &fields,
             crc32(data),
             &mut out.bytes,
         );
@@ -368,29 +416,17 @@ fn walk_pages(
     let mut pos = 0;
     let mut page = 0;
     while pos < chunk.len() {
-        let malformed = |reason: String| PageCrcError::MalformedHeader {
-            page,
-            offset: pos,
-            reason,
-        };
-        let header = parse_header(&chunk[pos..]).map_err(malformed)?;
+        let header = parse_header(&chunk[pos..], |_| {}).map_err(|e| e.at(page, pos))?;
         let start = pos + header.len;
         let end = start
             .checked_add(header.compressed_size)
             .filter(|&e| e <= chunk.len())
-            .ok_or_else(|| malformed("page runs past the end of the column chunk".into()))?;
-        let expected = header
-            .crc
-            .ok_or(PageCrcError::MissingCrc { page, offset: pos })?;
-        let actual = crc32(&chunk[start..end]);
-        if actual != expected {
-            return Err(PageCrcError::Mismatch {
+            .ok_or_else(|| PageCrcError::MalformedHeader {
                 page,
                 offset: pos,
-                expected,
-                actual,
-            });
-        }
+                reason: "page runs past the end of the column chunk".into(),
+            })?;
+        header.check(&chunk[start..end], page, pos)?;
         visit(&header, start..end, page, pos)?;
         pos = end;
         page += 1;
@@ -442,22 +478,22 @@ pub fn plain_values(chunk: &Bytes) -> Result<Bytes, PageCrcError> {
 /// [`PageCrcError`] (page 0) for a malformed header, a missing CRC, a
 /// mismatch, or a page whose header and data do not fill `page` exactly.
 pub fn checked_page(page: &[u8]) -> Result<&[u8], PageCrcError> {
-    let malformed = |reason: String| PageCrcError::MalformedHeader {
-        page: 0,
-        offset: 0,
-        reason,
-    };
-    let header = parse_header(page).map_err(malformed)?;
+    let header = parse_header(page, |_| {}).map_err(|e| e.at(0, 0))?;
     if header.len.checked_add(header.compressed_size) != Some(page.len()) {
-        return Err(malformed(format!(
-            "header of {} bytes and {} data bytes do not fill the {}-byte page",
-            header.len,
-            header.compressed_size,
-            page.len()
-        )));
+        return Err(PageCrcError::MalformedHeader {
+            page: 0,
+            offset: 0,
+            reason: format!(
+                "header of {} bytes and {} data bytes do not fill the {}-byte page",
+                header.len,
+                header.compressed_size,
+                page.len()
+            ),
+        });
     }
-    check_column_chunk(page)?;
-    Ok(&page[header.len..])
+    let data = &page[header.len..];
+    header.check(data, 0, 0)?;
+    Ok(data)
 }
 
 /// The new offset of parquet offset `old` (a page start or a stretch end)
@@ -710,17 +746,15 @@ mod tests {
             ));
             assert_eq!(check_column_chunk(&r.bytes), Ok(2));
             // The rewritten header parses to the same fields plus the crc.
-            let h = parse_header(&r.bytes).unwrap();
+            let mut ids = Vec::new();
+            let h = parse_header(&r.bytes, |f| ids.push(f.id)).unwrap();
             assert_eq!(h.crc, Some(crc32(b"hello world")));
-            assert_eq!(
-                h.fields.iter().map(|f| f.id).collect::<Vec<_>>(),
-                vec![1, 2, 3, 4, 5]
-            );
+            assert_eq!(ids, vec![1, 2, 3, 4, 5]);
             // Rewriting again is stable.
             assert_eq!(add_page_crcs(&r.bytes).unwrap().bytes, r.bytes);
             // Every flipped data byte of the second page is a mismatch on page 1.
             let start = r.offsets[1].1 as usize
-                + parse_header(&r.bytes[r.offsets[1].1 as usize..])
+                + parse_header(&r.bytes[r.offsets[1].1 as usize..], |_| {})
                     .unwrap()
                     .len;
             let mut bad = r.bytes.clone();
