@@ -531,9 +531,9 @@ fn rerank_in_memory(
 /// Hints the CPU to bring `values` into its caches (nothing elsewhere than
 /// x86-64).
 #[inline]
-fn prefetch(values: &[f32]) {
+fn prefetch<T>(values: &[T]) {
     #[cfg(target_arch = "x86_64")]
-    for line in values.chunks(16) {
+    for line in values.chunks(64 / size_of::<T>().max(1)) {
         use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
         // SAFETY: SSE is part of x86-64; a prefetch reads nothing and
         // cannot fault, and the address is inside `values`.
@@ -831,8 +831,11 @@ impl PagePlan {
         k: usize,
     ) -> Result<Vec<TopK>, ProbeError> {
         let fetched = fetched.into_inner();
-        // The values of every page, checked once.
-        let values: Vec<Vec<bytes::Bytes>> = self
+        let name = |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
+        // The bytes of every page, asked of the memory at once: scattered
+        // pages, whose cache misses then overlap instead of coming one by
+        // one as each page is checked.
+        let fetched: Vec<Vec<bytes::Bytes>> = self
             .pages
             .iter()
             .zip(&self.requests)
@@ -842,10 +845,27 @@ impl PagePlan {
                     .iter()
                     .map(|p| {
                         let rg = &loaded[p.group];
-                        let name = || paths.get(rg.file).map_or_else(String::new, Path::to_string);
                         let bytes = slice(&request.ranges, data, &p.range).ok_or_else(|| {
-                            decode_error(name(), rg.row_group, format!("page {:?} was not fetched", p.range))
+                            decode_error(name(rg), rg.row_group, format!("page {:?} was not fetched", p.range))
                         })?;
+                        prefetch(&bytes);
+                        Ok(bytes)
+                    })
+                    .collect::<Result<Vec<_>, ProbeError>>()
+            })
+            .collect::<Result<_, _>>()?;
+        // The values of every page, checked once.
+        let values: Vec<Vec<bytes::Bytes>> = self
+            .pages
+            .iter()
+            .zip(fetched)
+            .map(|(pages, fetched)| {
+                pages
+                    .iter()
+                    .zip(fetched)
+                    .map(|(p, bytes)| {
+                        let rg = &loaded[p.group];
+                        let name = || name(rg);
                         let body = checked_page(&bytes).map_err(|source| ProbeError::PageChecksum {
                             path: name(),
                             row_group: rg.row_group,
