@@ -831,7 +831,8 @@ impl PagePlan {
         k: usize,
     ) -> Result<Vec<TopK>, ProbeError> {
         let fetched = fetched.into_inner();
-        let name = |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
+        let name =
+            |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
         // The bytes of every page, asked of the memory at once: scattered
         // pages, whose cache misses then overlap instead of coming one by
         // one as each page is checked.
@@ -846,7 +847,11 @@ impl PagePlan {
                     .map(|p| {
                         let rg = &loaded[p.group];
                         let bytes = slice(&request.ranges, data, &p.range).ok_or_else(|| {
-                            decode_error(name(rg), rg.row_group, format!("page {:?} was not fetched", p.range))
+                            decode_error(
+                                name(rg),
+                                rg.row_group,
+                                format!("page {:?} was not fetched", p.range),
+                            )
                         })?;
                         prefetch(&bytes);
                         Ok(bytes)
@@ -951,6 +956,17 @@ fn page_of(paths: &[Path], rg: &DecodedRowGroup, row: usize) -> Result<usize, Pr
             ),
         ));
     }
+    let first = |page: usize| pages.get(page).map(|p| p.first_row_index as usize);
+    // The writer's pages hold the same number of rows (the second page's
+    // first row), all but the last: the row's page is then known without
+    // a search. The guess is checked; any other layout is searched.
+    let guess = first(1).filter(|&rows| rows > 0).map(|rows| row / rows);
+    if let Some(g) = guess
+        && first(g).is_some_and(|f| f <= row)
+        && first(g + 1).is_none_or(|next| row < next)
+    {
+        return Ok(g);
+    }
     Ok(pages
         .partition_point(|p| p.first_row_index as usize <= row)
         .saturating_sub(1))
@@ -1032,6 +1048,51 @@ mod tests {
             ..*rg
         });
         assert_eq!(matched_pages(&[unknown], &[mask(&[1])], [0]), None);
+    }
+
+    #[test]
+    fn a_row_is_found_in_its_page_whatever_the_page_sizes() {
+        use parquet::file::page_index::offset_index::PageLocation;
+        let group = |firsts: &[i64], rows: i64| DecodedRowGroup {
+            cid: 0,
+            rowids: (0..rows).collect(),
+            vectors: Vec::<f32>::new().into(),
+            codes: None,
+            vector_pages: Some(
+                firsts
+                    .iter()
+                    .map(|&first| PageLocation {
+                        offset: first * 100,
+                        compressed_page_size: 100,
+                        first_row_index: first,
+                    })
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
+            payload: None,
+            file: 0,
+            row_group: 0,
+            fast_codes: Default::default(),
+        };
+        // As the writer makes them (a short last page), one page, and
+        // uneven pages where the guess from the second page misses.
+        for (firsts, rows) in [
+            (&[0, 4, 8, 12][..], 14),
+            (&[0][..], 5),
+            (&[0, 2, 9, 10, 11][..], 20),
+            (&[0, 6, 7][..], 30),
+        ] {
+            let rg = group(firsts, rows);
+            for row in 0..rows as usize {
+                let want = firsts.iter().filter(|&&f| f as usize <= row).count() - 1;
+                assert_eq!(
+                    page_of(&[], &rg, row).unwrap(),
+                    want,
+                    "{firsts:?} row {row}"
+                );
+            }
+            assert!(page_of(&[], &rg, rows as usize).is_err());
+        }
     }
 
     #[test]
