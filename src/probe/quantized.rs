@@ -268,18 +268,15 @@ struct FastList<'a> {
 impl FastList<'_> {
     /// `(a, b)` of the estimate `a + base_i − b·sum_i` of row i (`base_i`
     /// its list term under L2, else 0), with `<q, r̂> ≈ bias + step·sum_i`.
+    /// The list's own term is the query's distance to the leaf (one SIMD
+    /// call): `‖q − c‖²` under L2, `−<c, q>` (`1 − <c, q>` under cosine)
+    /// otherwise.
     fn coefficients(&self) -> (f32, f32) {
-        let (lut, query, leaf) = (self.lut, self.query, self.leaf);
+        let lut = self.lut;
+        let to_leaf = self.metric.prepared_distance(self.query, self.leaf);
         match self.metric {
-            Metric::L2 => {
-                let y_norm2: f32 = query.iter().zip(leaf).map(|(q, c)| (q - c) * (q - c)).sum();
-                (y_norm2 - 2.0 * lut.bias, 2.0 * lut.step)
-            }
-            metric => {
-                let base: f32 = leaf.iter().zip(query).map(|(a, b)| a * b).sum();
-                let offset = if metric == Metric::Cosine { 1.0 } else { 0.0 };
-                (offset - base - lut.bias, lut.step)
-            }
+            Metric::L2 => (to_leaf - 2.0 * lut.bias, 2.0 * lut.step),
+            Metric::InnerProduct | Metric::Cosine => (to_leaf - lut.bias, lut.step),
         }
     }
 }
