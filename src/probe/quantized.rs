@@ -830,9 +830,10 @@ impl PagePlan {
         let fetched = fetched.into_inner();
         let name =
             |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
-        // The bytes of every page, asked of the memory at once: scattered
-        // pages, whose cache misses then overlap instead of coming one by
-        // one as each page is checked.
+        // The bytes of every page, each asked of the memory a window of
+        // `AHEAD` pages before its check: scattered pages, whose cache
+        // misses then overlap instead of coming one by one, and a batch's
+        // thousands of pages do not evict each other before they are used.
         let fetched: Vec<Vec<bytes::Bytes>> = self
             .pages
             .iter()
@@ -850,22 +851,29 @@ impl PagePlan {
                                 format!("page {:?} was not fetched", p.range),
                             )
                         })?;
-                        prefetch(&bytes);
                         Ok(bytes)
                     })
                     .collect::<Result<Vec<_>, ProbeError>>()
             })
             .collect::<Result<_, _>>()?;
+        const AHEAD: usize = 16;
+        let ahead: Vec<&bytes::Bytes> = fetched.iter().flatten().collect();
+        ahead.iter().take(AHEAD).for_each(|b| prefetch(b));
+        let mut next = AHEAD;
         // The values of every page, checked once.
         let values: Vec<Vec<bytes::Bytes>> = self
             .pages
             .iter()
-            .zip(fetched)
+            .zip(&fetched)
             .map(|(pages, fetched)| {
                 pages
                     .iter()
                     .zip(fetched)
                     .map(|(p, bytes)| {
+                        if let Some(b) = ahead.get(next) {
+                            prefetch(b);
+                        }
+                        next += 1;
                         let rg = &loaded[p.group];
                         let name = || name(rg);
                         let body = checked_page(&bytes).map_err(|source| ProbeError::PageChecksum {
@@ -909,11 +917,20 @@ impl PagePlan {
                 let mut v = vec![0.0f32; dim];
                 let mut top = TopK::new(k);
                 // The order of `new`, which located each candidate's page.
-                for (n, &(r, i)) in cands.iter().zip(&self.located[first..]) {
-                    let (_, row) = unpack(n.at);
-                    let p = &self.pages[r as usize][i as usize];
-                    let at = (row - p.first_row) * dim * 4;
-                    let bytes = &values[r as usize][i as usize][at..at + dim * 4];
+                let rows: Vec<&[u8]> = cands
+                    .iter()
+                    .zip(&self.located[first..])
+                    .map(|(n, &(r, i))| {
+                        let (_, row) = unpack(n.at);
+                        let p = &self.pages[r as usize][i as usize];
+                        let at = (row - p.first_row) * dim * 4;
+                        &values[r as usize][i as usize][at..at + dim * 4]
+                    })
+                    .collect();
+                // In a batch, the pages were checked long before: ask for
+                // every candidate's row before the first is read.
+                rows.iter().for_each(|row| prefetch(row));
+                for (n, bytes) in cands.iter().zip(rows) {
                     for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
                         *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
                     }
