@@ -180,6 +180,27 @@ impl Candidates {
         }
     }
 
+    /// Select the best `k` now, so that [`Candidates::bound`] is the
+    /// `k`-th best distance offered so far (once `k` were offered).
+    pub fn settle(&mut self) {
+        if self.k > 0 && self.held.len() >= self.k {
+            self.held.select_nth_unstable(self.k - 1);
+            self.held.truncate(self.k);
+            self.bound = self.held[self.k - 1].distance;
+        }
+    }
+
+    /// An empty selection of the same `k` that drops what this one drops:
+    /// for candidates whose best `k` are later merged with this one's, as
+    /// none it drops can be among them.
+    pub fn empty_like(&self) -> Candidates {
+        Candidates {
+            k: self.k,
+            held: Vec::new(),
+            bound: self.bound,
+        }
+    }
+
     /// Offer one candidate found at `at` (see [`Neighbor::at`]).
     #[inline]
     pub fn push_at(&mut self, distance: f32, rowid: i64, at: u64) {
@@ -200,9 +221,7 @@ impl Candidates {
     /// Keep the best `k` held, and bound by the `k`-th of them.
     fn select(&mut self) {
         if self.held.len() > self.k {
-            self.held.select_nth_unstable(self.k - 1);
-            self.held.truncate(self.k);
-            self.bound = self.held[self.k - 1].distance;
+            self.settle();
         }
     }
 
@@ -304,6 +323,51 @@ mod tests {
             }
             a.merge(b);
             let got: Vec<(f32, i64)> = a
+                .into_top()
+                .into_sorted()
+                .into_iter()
+                .map(|n| (n.distance, n.rowid))
+                .collect();
+            assert_eq!(got.len(), want.len(), "k {k}");
+            for (g, w) in got.iter().zip(&want) {
+                assert!(
+                    g.0.total_cmp(&w.0).is_eq() && g.1 == w.1,
+                    "k {k}: {g:?} {w:?}"
+                );
+            }
+        }
+    }
+
+    /// A selection started from another's settled bound, then merged with
+    /// it, keeps what one selection over both would (ties and NaN too).
+    #[test]
+    fn a_selection_seeded_by_a_settled_one_merges_to_the_same_answer() {
+        let mut rng = ChaCha8Rng::seed_from_u64(4);
+        for (k, first) in [(0, 10), (1, 3), (7, 3), (40, 40), (40, 300), (40, 1_000)] {
+            let mut all: Vec<(f32, i64)> = (0..2_000)
+                .map(|i| (rng.random_range(0..50) as f32 * 0.25, i))
+                .collect();
+            all.push((f32::NAN, 5_000));
+            all.shuffle(&mut rng);
+            let want = sorted_reference(all.clone(), k);
+            let mut seed = Candidates::new(k);
+            all[..first]
+                .iter()
+                .for_each(|&(d, r)| seed.push_at(d, r, r as u64));
+            seed.settle();
+            if k > 0 && first >= k {
+                let mut firsts = all[..first].to_vec();
+                firsts.sort_by(|a, b| a.0.total_cmp(&b.0));
+                let kth = firsts[k - 1].0;
+                let kth = if kth.is_nan() { f32::INFINITY } else { kth };
+                assert_eq!(seed.bound(), kth, "k {k}");
+            }
+            let mut rest = seed.empty_like();
+            all[first..]
+                .iter()
+                .for_each(|&(d, r)| rest.push_at(d, r, r as u64));
+            seed.merge(rest);
+            let got: Vec<(f32, i64)> = seed
                 .into_top()
                 .into_sorted()
                 .into_iter()

@@ -198,23 +198,105 @@ fn sparse_rows(mask: Option<&BooleanBuffer>) -> Option<Vec<usize>> {
 /// kernel over its blocks (transposed by the first scan that needs them
 /// and kept with the row group), or, under a sparse mask, row by row. CPU
 /// only.
+///
+/// Each query's nearest probed list is scanned first, for all queries,
+/// then the others, each query's selection starting with the bound its
+/// nearest list gave ([`Candidates::empty_like`]). The lists come in one
+/// order for a whole batch (and in cid order from storage), so without
+/// this a query would offer most codes of its first lists to its
+/// selection; the answers do not depend on it.
 fn scan_fast_codes(
     scan: CodeScan<'_>,
     rows: ProbedRows<'_>,
     luts: &[Lut],
     keep: usize,
 ) -> (Vec<TopK>, u64) {
-    let (queries, cids, loaded, masks) = (rows.queries, rows.cids, rows.loaded, rows.masks);
+    let probing = nearest_first(scan, rows.queries, rows.loaded, rows.cids);
+    let (mut tops, first) = scan_fast_phase(scan, rows, luts, &probing.nearest, || {
+        (0..rows.cids.len())
+            .map(|_| Candidates::new(keep))
+            .collect()
+    });
+    tops.iter_mut().for_each(Candidates::settle);
+    let (rest, others) = scan_fast_phase(scan, rows, luts, &probing.others, || {
+        tops.iter().map(Candidates::empty_like).collect()
+    });
+    let tops = tops.into_iter().zip(rest).map(|(mut a, b)| {
+        a.merge(b);
+        a.into_top()
+    });
+    (tops.collect(), first + others)
+}
+
+/// The queries probing each loaded row group, with the distance from each
+/// to the group's leaf (the list's own term of [`FastList`]): for the row
+/// groups of each query's nearest probed cid (by that distance, then cid),
+/// and for the others.
+struct Probing {
+    nearest: Vec<Vec<(u32, f32)>>,
+    others: Vec<Vec<(u32, f32)>>,
+}
+
+/// [`Probing`] of a batch (`cids[q]` the probed cids of query `q`). CPU
+/// only (parallel over row groups).
+fn nearest_first(
+    scan: CodeScan<'_>,
+    queries: &[f32],
+    loaded: &[Arc<DecodedRowGroup>],
+    cids: &[&[u32]],
+) -> Probing {
     let (dim, metric) = (scan.hierarchy.dim, scan.hierarchy.metric);
+    let probing: Vec<Vec<(u32, f32)>> = probing_queries(cids, loaded)
+        .into_par_iter()
+        .zip(loaded)
+        .map(|(qs, rg)| {
+            let c = rg.cid as usize;
+            let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
+            qs.into_iter()
+                .map(|q| {
+                    let query = &queries[q as usize * dim..(q as usize + 1) * dim];
+                    (q, metric.prepared_distance(query, leaf))
+                })
+                .collect()
+        })
+        .collect();
+    let mut best = vec![(f32::INFINITY, u32::MAX); cids.len()];
+    for (qs, rg) in probing.iter().zip(loaded) {
+        for &(q, d) in qs {
+            let b = &mut best[q as usize];
+            if d.total_cmp(&b.0).then(rg.cid.cmp(&b.1)).is_lt() {
+                *b = (d, rg.cid);
+            }
+        }
+    }
+    let (nearest, others) = probing
+        .into_iter()
+        .zip(loaded)
+        .map(|(qs, rg)| {
+            qs.into_iter()
+                .partition(|&(q, _)| best[q as usize].1 == rg.cid)
+        })
+        .unzip();
+    Probing { nearest, others }
+}
+
+/// One pass of [`scan_fast_codes`] over the (query, row group) pairs of
+/// `probing`, each query's selection starting as `start` makes it.
+/// Returns the selections and the number of codes scored.
+fn scan_fast_phase(
+    scan: CodeScan<'_>,
+    rows: ProbedRows<'_>,
+    luts: &[Lut],
+    probing: &[Vec<(u32, f32)>],
+    start: impl Fn() -> Vec<Candidates> + Sync + Send,
+) -> (Vec<Candidates>, u64) {
+    let (loaded, masks, metric) = (rows.loaded, rows.masks, scan.hierarchy.metric);
     let width = scan.quantizer.code_bytes();
-    let nq = cids.len();
-    let probing = probing_queries(cids, loaded);
-    let empty =
-        || -> (Vec<Candidates>, u64) { ((0..nq).map(|_| Candidates::new(keep)).collect(), 0) };
-    let (tops, scored) = loaded
+    let empty = || -> (Vec<Candidates>, u64) { (start(), 0) };
+    loaded
         .par_iter()
         .enumerate()
-        .zip(&probing)
+        .zip(probing)
         .filter(|(_, qs)| !qs.is_empty())
         .fold(empty, |(mut tops, mut scored), ((g, rg), qs)| {
             let codes = rg.codes.as_deref().unwrap_or_default();
@@ -224,19 +306,16 @@ fn scan_fast_codes(
                 // No row of this list matches: nothing to score.
                 return (tops, scored);
             }
-            let c = rg.cid as usize;
-            let leaf = &scan.hierarchy.leaves[c * dim..(c + 1) * dim];
             let fast = || {
                 rg.fast_codes
                     .get_or_init(|| FastCodes::new(scan.quantizer, codes, rg.rowids.len(), metric))
             };
-            for &q in qs {
+            for &(q, to_leaf) in qs {
                 let q = q as usize;
                 let list = FastList {
                     metric,
                     lut: &luts[q],
-                    query: &queries[q * dim..(q + 1) * dim],
-                    leaf,
+                    to_leaf,
                     group: g,
                     rowids: &rg.rowids,
                 };
@@ -251,16 +330,15 @@ fn scan_fast_codes(
         .reduce(empty, |(mut a, sa), (b, sb)| {
             a.iter_mut().zip(b).for_each(|(x, y)| x.merge(y));
             (a, sa + sb)
-        });
-    (tops.into_iter().map(Candidates::into_top).collect(), scored)
+        })
 }
 
 /// One list of a fast-scan scheme scored for one query.
 struct FastList<'a> {
     metric: Metric,
     lut: &'a Lut,
-    query: &'a [f32],
-    leaf: &'a [f32],
+    /// The query's distance to the list's leaf (`Metric::prepared_distance`).
+    to_leaf: f32,
     group: usize,
     rowids: &'a [i64],
 }
@@ -268,12 +346,10 @@ struct FastList<'a> {
 impl FastList<'_> {
     /// `(a, b)` of the estimate `a + base_i − b·sum_i` of row i (`base_i`
     /// its list term under L2, else 0), with `<q, r̂> ≈ bias + step·sum_i`.
-    /// The list's own term is the query's distance to the leaf (one SIMD
-    /// call): `‖q − c‖²` under L2, `−<c, q>` (`1 − <c, q>` under cosine)
-    /// otherwise.
+    /// The list's own term is the query's distance to the leaf: `‖q − c‖²`
+    /// under L2, `−<c, q>` (`1 − <c, q>` under cosine) otherwise.
     fn coefficients(&self) -> (f32, f32) {
-        let lut = self.lut;
-        let to_leaf = self.metric.prepared_distance(self.query, self.leaf);
+        let (lut, to_leaf) = (self.lut, self.to_leaf);
         match self.metric {
             Metric::L2 => (to_leaf - 2.0 * lut.bias, 2.0 * lut.step),
             Metric::InnerProduct | Metric::Cosine => (to_leaf - lut.bias, lut.step),
@@ -876,7 +952,7 @@ impl PagePlan {
                         next += 1;
                         let rg = &loaded[p.group];
                         let name = || name(rg);
-                        let body = checked_page(&bytes).map_err(|source| ProbeError::PageChecksum {
+                        let body = checked_page(bytes).map_err(|source| ProbeError::PageChecksum {
                             path: name(),
                             row_group: rg.row_group,
                             column: VECTOR_COLUMN.to_string(),
