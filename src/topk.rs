@@ -300,6 +300,33 @@ mod tests {
         assert_eq!(got, sorted_reference(all, 10));
     }
 
+    /// 2,000 candidates with 50 distinct distances and one NaN, shuffled.
+    fn many_ties_and_a_nan(rng: &mut ChaCha8Rng) -> Vec<(f32, i64)> {
+        let mut all: Vec<(f32, i64)> = (0..2_000)
+            .map(|i| (rng.random_range(0..50) as f32 * 0.25, i))
+            .collect();
+        all.push((f32::NAN, 5_000));
+        all.shuffle(rng);
+        all
+    }
+
+    /// `candidates` hold exactly `want`, distances (NaN included) and rowids.
+    fn assert_selects(candidates: Candidates, want: &[(f32, i64)], k: usize) {
+        let got: Vec<(f32, i64)> = candidates
+            .into_top()
+            .into_sorted()
+            .into_iter()
+            .map(|n| (n.distance, n.rowid))
+            .collect();
+        assert_eq!(got.len(), want.len(), "k {k}");
+        for (g, w) in got.iter().zip(want) {
+            assert!(
+                g.0.total_cmp(&w.0).is_eq() && g.1 == w.1,
+                "k {k}: {g:?} {w:?}"
+            );
+        }
+    }
+
     /// `Candidates` keeps what a `TopK` keeps, whatever the order, the
     /// merges and the ties, and its bound never drops a candidate that
     /// belongs in the answer.
@@ -307,11 +334,7 @@ mod tests {
     fn candidates_select_as_topk_does() {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         for k in [0, 1, 7, 40] {
-            let mut all: Vec<(f32, i64)> = (0..2_000)
-                .map(|i| (rng.random_range(0..50) as f32 * 0.25, i))
-                .collect();
-            all.push((f32::NAN, 5_000));
-            all.shuffle(&mut rng);
+            let all = many_ties_and_a_nan(&mut rng);
             let want = sorted_reference(all.clone(), k);
             let (mut a, mut b) = (Candidates::new(k), Candidates::new(k));
             for (i, &(d, r)) in all.iter().enumerate() {
@@ -322,19 +345,7 @@ mod tests {
                 assert!(k == 0 || c.bound() >= want[k - 1].0);
             }
             a.merge(b);
-            let got: Vec<(f32, i64)> = a
-                .into_top()
-                .into_sorted()
-                .into_iter()
-                .map(|n| (n.distance, n.rowid))
-                .collect();
-            assert_eq!(got.len(), want.len(), "k {k}");
-            for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    g.0.total_cmp(&w.0).is_eq() && g.1 == w.1,
-                    "k {k}: {g:?} {w:?}"
-                );
-            }
+            assert_selects(a, &want, k);
         }
     }
 
@@ -344,11 +355,7 @@ mod tests {
     fn a_selection_seeded_by_a_settled_one_merges_to_the_same_answer() {
         let mut rng = ChaCha8Rng::seed_from_u64(4);
         for (k, first) in [(0, 10), (1, 3), (7, 3), (40, 40), (40, 300), (40, 1_000)] {
-            let mut all: Vec<(f32, i64)> = (0..2_000)
-                .map(|i| (rng.random_range(0..50) as f32 * 0.25, i))
-                .collect();
-            all.push((f32::NAN, 5_000));
-            all.shuffle(&mut rng);
+            let all = many_ties_and_a_nan(&mut rng);
             let want = sorted_reference(all.clone(), k);
             let mut seed = Candidates::new(k);
             all[..first]
@@ -367,19 +374,7 @@ mod tests {
                 .iter()
                 .for_each(|&(d, r)| rest.push_at(d, r, r as u64));
             seed.merge(rest);
-            let got: Vec<(f32, i64)> = seed
-                .into_top()
-                .into_sorted()
-                .into_iter()
-                .map(|n| (n.distance, n.rowid))
-                .collect();
-            assert_eq!(got.len(), want.len(), "k {k}");
-            for (g, w) in got.iter().zip(&want) {
-                assert!(
-                    g.0.total_cmp(&w.0).is_eq() && g.1 == w.1,
-                    "k {k}: {g:?} {w:?}"
-                );
-            }
+            assert_selects(seed, &want, k);
         }
     }
 
