@@ -68,6 +68,82 @@ struct Best {
     own_seen: bool,
 }
 
+impl Best {
+    /// The distance a row must be below to enter: the k-th best so far.
+    fn bound(&self, k: usize) -> f32 {
+        if self.top.len() == k {
+            self.top[k - 1].0
+        } else {
+            f32::INFINITY
+        }
+    }
+}
+
+/// A tile of rows whose dot products with a chunk of queries are computed.
+struct Tile<'a> {
+    /// The tile's rows onward (row-major).
+    vectors: &'a [f32],
+    /// The tile's rows' lists onward.
+    lists: &'a [u32],
+    /// The query chunk (row-major).
+    queries: &'a [f32],
+    dim: usize,
+    k: usize,
+}
+
+impl Tile<'_> {
+    /// Offers row i of the tile to query j at `distance(i, j, dots[i][j])`.
+    /// Most rows are beyond every query's bound: a row's distances are
+    /// computed and compared 16 queries at a time without a branch (so
+    /// that it vectorises), and only a group with a row inside a bound is
+    /// offered one by one. A row enters below the bound only: never at a
+    /// NaN or infinite distance.
+    fn offer(
+        &self,
+        dots: &[f32],
+        best: &mut [Best],
+        bound: &mut [f32],
+        distance: impl Fn(usize, usize, f32) -> f32,
+    ) {
+        const GROUP: usize = 16;
+        let (dim, k, nq) = (self.dim, self.k, best.len());
+        for (i, row) in dots.chunks_exact(nq).enumerate() {
+            for (g, group) in row.chunks(GROUP).enumerate() {
+                let first = g * GROUP;
+                let inside = group
+                    .iter()
+                    .zip(&bound[first..])
+                    .enumerate()
+                    .fold(false, |any, (j, (&dot, &b))| {
+                        any | (distance(i, first + j, dot) < b)
+                    });
+                if !inside {
+                    continue;
+                }
+                for (j, &dot) in (first..).zip(group) {
+                    let d = distance(i, j, dot);
+                    if !(d < bound[j]) {
+                        continue;
+                    }
+                    let b = &mut best[j];
+                    // The query's own row (bit-identical) is left out once.
+                    if !b.own_seen
+                        && self.vectors[i * dim..(i + 1) * dim]
+                            == self.queries[j * dim..(j + 1) * dim]
+                    {
+                        b.own_seen = true;
+                        continue;
+                    }
+                    let at = b.top.partition_point(|e| e.0 <= d);
+                    b.top.insert(at, (d, self.lists[i]));
+                    b.top.truncate(k);
+                    bound[j] = b.bound(k);
+                }
+            }
+        }
+    }
+}
+
 /// The exact top-k of the calibration queries, built up batch by batch.
 #[derive(Debug)]
 pub struct GroundTruth {
@@ -120,6 +196,8 @@ impl GroundTruth {
             .for_each(|((best, q), qnorms)| {
                 let nq = best.len();
                 let mut out = vec![0f32; ROW_TILE * nq];
+                // Each query's k-th distance so far (infinite until k rows).
+                let mut bound: Vec<f32> = best.iter().map(|b| b.bound(k)).collect();
                 for (t, (x, xn)) in vectors
                     .chunks(ROW_TILE * dim)
                     .zip(xnorms.chunks(ROW_TILE))
@@ -148,29 +226,19 @@ impl GroundTruth {
                             1,
                         );
                     }
-                    for (i, row) in out.chunks_exact(nq).enumerate() {
-                        let r = t * ROW_TILE + i;
-                        for (j, &dot) in row.iter().enumerate() {
-                            let d = match metric {
-                                Metric::L2 => (xn[i] + qnorms[j] - 2.0 * dot).max(0.0),
-                                Metric::InnerProduct => -dot,
-                                Metric::Cosine => 1.0 - dot,
-                            };
-                            let b = &mut best[j];
-                            if b.top.len() == k && d >= b.top[k - 1].0 {
-                                continue;
-                            }
-                            // The query's own row (bit-identical) is left out once.
-                            if !b.own_seen
-                                && vectors[r * dim..(r + 1) * dim] == q[j * dim..(j + 1) * dim]
-                            {
-                                b.own_seen = true;
-                                continue;
-                            }
-                            let at = b.top.partition_point(|e| e.0 <= d);
-                            b.top.insert(at, (d, lists[r]));
-                            b.top.truncate(k);
-                        }
+                    let tile = Tile {
+                        vectors: &vectors[t * ROW_TILE * dim..],
+                        lists: &lists[t * ROW_TILE..],
+                        queries: q,
+                        dim,
+                        k,
+                    };
+                    match metric {
+                        Metric::L2 => tile.offer(out, best, &mut bound, |i, j, dot| {
+                            (xn[i] + qnorms[j] - 2.0 * dot).max(0.0)
+                        }),
+                        Metric::InnerProduct => tile.offer(out, best, &mut bound, |_, _, dot| -dot),
+                        Metric::Cosine => tile.offer(out, best, &mut bound, |_, _, dot| 1.0 - dot),
                     }
                 }
             });

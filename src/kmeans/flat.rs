@@ -3,8 +3,8 @@
 //!
 //! One iteration: assign every sample point with the blocked-GEMM kernel,
 //! recompute each centroid as the mean of its points (summed in f64, in point
-//! order, one cluster per task, so the bytes do not depend on the thread
-//! count), split a large cluster into every empty one, and normalise the
+//! order, a range of clusters per task, so the bytes do not depend on the
+//! thread count), split a large cluster into every empty one, and normalise the
 //! centroids in spherical mode.
 //!
 //! For L2 the assignment skips points whose nearest centroid provably did not
@@ -302,41 +302,50 @@ impl Bounds {
 
 /// Sets each centroid to the mean of its points (empty clusters keep their
 /// old centroid) and returns the cluster sizes.
+///
+/// Each task owns a contiguous range of centroids and walks the points once
+/// in order, adding those of its range in f64: each centroid's sum is the
+/// same sequence of additions whatever the ranges (so the bytes do not
+/// depend on the thread count), and the points are read front to back, as
+/// the prefetcher wants, instead of cluster by cluster at scattered rows.
 fn update_centroids(x: &[f32], dim: usize, labels: &[u32], centroids: &mut [f32]) -> Vec<usize> {
     let k = centroids.len() / dim;
     let mut hist = vec![0usize; k];
     labels.iter().for_each(|&l| hist[l as usize] += 1);
-    // Counting sort: the points of cluster c, ascending, at order[start[c]..start[c + 1]].
-    let mut start = Vec::with_capacity(k + 1);
-    start.push(0);
-    for h in &hist {
-        start.push(start[start.len() - 1] + h);
-    }
-    let mut fill = start.clone();
-    let mut order = vec![0u32; labels.len()];
-    for (i, &l) in labels.iter().enumerate() {
-        order[fill[l as usize]] = i as u32;
-        fill[l as usize] += 1;
-    }
-    centroids.par_chunks_mut(dim).enumerate().for_each_init(
-        || vec![0f64; dim],
-        |acc, (c, centroid)| {
-            let members = &order[start[c]..start[c + 1]];
-            if members.is_empty() {
-                return;
+    // Two ranges a thread, to balance uneven clusters; a range reads only
+    // its own points' rows.
+    let per = k.div_ceil((2 * rayon::current_num_threads()).clamp(1, k.max(1)));
+    centroids
+        .par_chunks_mut(per * dim)
+        .zip(hist.par_chunks(per))
+        .enumerate()
+        .for_each(|(r, (range, sizes))| {
+            let first = r * per;
+            let mut sums = vec![0f64; range.len()];
+            for (p, &l) in x.chunks_exact(dim).zip(labels) {
+                let Some(c) = (l as usize).checked_sub(first).filter(|&c| c < sizes.len()) else {
+                    continue;
+                };
+                sums[c * dim..(c + 1) * dim]
+                    .iter_mut()
+                    .zip(p)
+                    .for_each(|(a, &v)| *a += f64::from(v));
             }
-            acc.iter_mut().for_each(|a| *a = 0.0);
-            for &i in members {
-                let p = &x[i as usize * dim..(i as usize + 1) * dim];
-                acc.iter_mut().zip(p).for_each(|(a, &v)| *a += v as f64);
+            for ((centroid, sum), &size) in range
+                .chunks_exact_mut(dim)
+                .zip(sums.chunks_exact(dim))
+                .zip(sizes)
+            {
+                if size == 0 {
+                    continue;
+                }
+                let inv = 1.0 / size as f64;
+                centroid
+                    .iter_mut()
+                    .zip(sum)
+                    .for_each(|(c, &a)| *c = (a * inv) as f32);
             }
-            let inv = 1.0 / members.len() as f64;
-            centroid
-                .iter_mut()
-                .zip(acc.iter())
-                .for_each(|(c, &a)| *c = (a * inv) as f32);
-        },
-    );
+        });
     hist
 }
 
