@@ -310,21 +310,24 @@ fn scan_fast_phase(
                 rg.fast_codes
                     .get_or_init(|| FastCodes::new(scan.quantizer, codes, rg.rowids.len(), metric))
             };
-            for &(q, to_leaf) in qs {
-                let q = q as usize;
-                let list = FastList {
-                    metric,
-                    lut: &luts[q],
-                    to_leaf,
-                    group: g,
-                    rowids: &rg.rowids,
-                };
-                match &sparse {
-                    Some(rows) => fast_score_rows(list, codes, width, rows, &mut tops[q]),
-                    None => fast_scan_list(list, fast(), mask, &mut tops[q]),
-                }
-                scored += sparse.as_ref().map_or(rg.rowids.len(), Vec::len) as u64;
+            let list = |&(q, to_leaf): &(u32, f32)| FastList {
+                metric,
+                query: q as usize,
+                lut: &luts[q as usize],
+                to_leaf,
+                group: g,
+                rowids: &rg.rowids,
+            };
+            match &sparse {
+                Some(rows) => qs.iter().map(list).for_each(|list| {
+                    let top = &mut tops[list.query];
+                    fast_score_rows(list, codes, width, rows, top);
+                }),
+                None => qs.chunks(fastscan::QUERIES).for_each(|chunk| {
+                    fast_scan_lists(chunk, list, fast(), mask, &mut tops);
+                }),
             }
+            scored += (sparse.as_ref().map_or(rg.rowids.len(), Vec::len) * qs.len()) as u64;
             (tops, scored)
         })
         .reduce(empty, |(mut a, sa), (b, sb)| {
@@ -336,6 +339,8 @@ fn scan_fast_phase(
 /// One list of a fast-scan scheme scored for one query.
 struct FastList<'a> {
     metric: Metric,
+    /// The query's place in the batch.
+    query: usize,
     lut: &'a Lut,
     /// The query's distance to the list's leaf (`Metric::prepared_distance`).
     to_leaf: f32,
@@ -397,36 +402,63 @@ const RUN: usize = 16;
 
 /// Offers every row of a list that `mask` keeps (every row without one)
 /// and whose estimate (see [`estimate`]) is at most the selection's bound
-/// to `top`, from the u8 tables' exact integer sums (`fastscan::scan`).
-/// Runs of [`RUN`] rows are compared with the bound in one vectorised
-/// step; once the selection is full, most runs have no row below it.
-fn fast_scan_list(
-    list: FastList<'_>,
+/// to each query's selection in `tops`, from the u8 tables' exact integer
+/// sums: `queries` are at most [`fastscan::QUERIES`] `(query, distance to
+/// the leaf)` of one list (made a [`FastList`] by `list`), scored in one
+/// pass over its blocks ([`fastscan::scan_many`]). Runs of [`RUN`] rows are
+/// compared with the bound in one vectorised step; once a selection is
+/// full, most runs have no row below it.
+fn fast_scan_lists<'a>(
+    queries: &[(u32, f32)],
+    list: impl Fn(&(u32, f32)) -> FastList<'a>,
     fast: &FastCodes,
     mask: Option<&BooleanBuffer>,
-    top: &mut Candidates,
+    tops: &mut [Candidates],
 ) {
     thread_local! {
-        static SUMS: std::cell::RefCell<Vec<u32>> = const { std::cell::RefCell::new(Vec::new()) };
+        static SUMS: std::cell::RefCell<Vec<Vec<u32>>> = const { std::cell::RefCell::new(Vec::new()) };
     }
-    let (a, b) = list.coefficients();
-    let (lut, group, rowids) = (list.lut, list.group, list.rowids);
+    let Some(last) = queries.last() else {
+        return;
+    };
+    debug_assert!(queries.len() <= fastscan::QUERIES);
+    let luts: [&Lut; fastscan::QUERIES] =
+        std::array::from_fn(|i| list(queries.get(i).unwrap_or(last)).lut);
     SUMS.with_borrow_mut(|sums| {
-        fastscan::scan(lut, &fast.blocks, sums);
-        // `base` has a value per row, `sums` one per row of whole blocks.
-        for (run, (sums, base)) in sums.chunks(RUN).zip(fast.base.chunks(RUN)).enumerate() {
-            let mut below = at_most(a, b, sums, base, top.bound());
-            while below != 0 {
-                let j = below.trailing_zeros() as usize;
-                below &= below - 1;
-                let i = RUN * run + j;
-                let e = estimate(a, b, base[j], sums[j]);
-                if e <= top.bound() && mask.is_none_or(|m| m.value(i)) {
-                    top.push_at(e, rowids[i], pack(group, i));
-                }
-            }
+        if sums.len() < queries.len() {
+            sums.resize_with(queries.len(), Vec::new);
+        }
+        fastscan::scan_many(&luts[..queries.len()], &fast.blocks, sums);
+        for (list, sums) in queries.iter().map(list).zip(sums.iter()) {
+            offer_sums(&list, fast, mask, sums, &mut tops[list.query]);
         }
     });
+}
+
+/// The rows of one query's list whose estimate from `sums` is at most the
+/// bound of `top`, offered to it (see [`fast_scan_lists`]).
+fn offer_sums(
+    list: &FastList<'_>,
+    fast: &FastCodes,
+    mask: Option<&BooleanBuffer>,
+    sums: &[u32],
+    top: &mut Candidates,
+) {
+    let (a, b) = list.coefficients();
+    let (group, rowids) = (list.group, list.rowids);
+    // `base` has a value per row, `sums` one per row of whole blocks.
+    for (run, (sums, base)) in sums.chunks(RUN).zip(fast.base.chunks(RUN)).enumerate() {
+        let mut below = at_most(a, b, sums, base, top.bound());
+        while below != 0 {
+            let j = below.trailing_zeros() as usize;
+            below &= below - 1;
+            let i = RUN * run + j;
+            let e = estimate(a, b, base[j], sums[j]);
+            if e <= top.bound() && mask.is_none_or(|m| m.value(i)) {
+                top.push_at(e, rowids[i], pack(group, i));
+            }
+        }
+    }
 }
 
 /// Bit j set when the estimate of row j of a run (`sums[j]`, `base[j]`;

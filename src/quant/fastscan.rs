@@ -438,25 +438,60 @@ fn round_to_byte(v: f32) -> u8 {
 /// integers, with the fastest kernel this CPU runs. `out` receives
 /// `n.div_ceil(32) × 32` sums (the padding vectors' too).
 pub fn scan(lut: &Lut, blocks: &Blocks, out: &mut Vec<u32>) {
-    out.clear();
-    out.resize(blocks.n.div_ceil(BLOCK) * BLOCK, 0);
-    if lut.bytes.len() != blocks.pairs * 32 {
+    scan_many(&[lut], blocks, std::slice::from_mut(out));
+}
+
+/// Queries [`scan_many`] scores in one pass over the blocks: each pass
+/// loads and splits a block's codes once for all of them.
+pub const QUERIES: usize = 4;
+
+/// [`scan`] for several queries over the same blocks: `outs[i]` receives
+/// what `scan(luts[i], blocks, outs[i])` would (extra `outs` are left
+/// alone). The queries go [`QUERIES`] at a time with AVX-512 and two at a
+/// time with AVX2 (16 vector registers), so a block's codes are loaded and
+/// split into nibbles once per pass instead of once per query.
+pub fn scan_many(luts: &[&Lut], blocks: &Blocks, outs: &mut [Vec<u32>]) {
+    let sums = blocks.n.div_ceil(BLOCK) * BLOCK;
+    for out in outs.iter_mut().take(luts.len()) {
+        out.clear();
+        out.resize(sums, 0);
+    }
+    if luts.iter().any(|l| l.bytes.len() != blocks.pairs * 32) {
         debug_assert!(false, "tables for another code width");
         return;
     }
+    let (bytes, pairs) = (&blocks.bytes[..], blocks.pairs);
     #[cfg(target_arch = "x86_64")]
     if avx512() {
-        // SAFETY: AVX-512 F and BW were detected on this CPU just above.
-        unsafe { scan_avx512(&lut.bytes, &blocks.bytes, blocks.pairs, out) };
+        for (luts, outs) in luts.chunks(QUERIES).zip(outs.chunks_mut(QUERIES)) {
+            // SAFETY: AVX-512 F and BW were detected on this CPU just above.
+            unsafe {
+                match luts.len() {
+                    1 => scan_avx512::<1>(luts, bytes, pairs, outs),
+                    2 => scan_avx512::<2>(luts, bytes, pairs, outs),
+                    3 => scan_avx512::<3>(luts, bytes, pairs, outs),
+                    _ => scan_avx512::<4>(luts, bytes, pairs, outs),
+                }
+            }
+        }
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if avx2() {
-        // SAFETY: AVX2 was detected on this CPU just above.
-        unsafe { scan_avx2(&lut.bytes, &blocks.bytes, blocks.pairs, out) };
+        for (luts, outs) in luts.chunks(2).zip(outs.chunks_mut(2)) {
+            // SAFETY: AVX2 was detected on this CPU just above.
+            unsafe {
+                match luts.len() {
+                    1 => scan_avx2::<1>(luts, bytes, pairs, outs),
+                    _ => scan_avx2::<2>(luts, bytes, pairs, outs),
+                }
+            }
+        }
         return;
     }
-    scan_scalar(&lut.bytes, &blocks.bytes, blocks.pairs, out);
+    for (lut, out) in luts.iter().zip(outs) {
+        scan_scalar(&lut.bytes, bytes, pairs, out);
+    }
 }
 
 /// The portable kernel (the reference of the tests).
@@ -481,7 +516,8 @@ pub(crate) fn scan_scalar(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u3
     }
 }
 
-/// The AVX2 kernel.
+/// The AVX2 kernel, for `Q` queries (`luts` and `outs` hold `Q` each, every
+/// out a whole number of blocks of sums).
 ///
 /// Per pair and half block, the looked-up bytes are added as u16 lanes
 /// (`x`, the even vector in the low byte and the odd one in the high) and
@@ -493,100 +529,108 @@ pub(crate) fn scan_scalar(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u3
 /// The CPU must support AVX2.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn scan_avx2(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u32]) {
+pub(crate) unsafe fn scan_avx2<const Q: usize>(
+    luts: &[&Lut],
+    blocks: &[u8],
+    pairs: usize,
+    outs: &mut [Vec<u32>],
+) {
     use std::arch::x86_64::*;
-    if pairs == 0 {
+    let sums = blocks.len() / (pairs * 32).max(1) * BLOCK;
+    if pairs == 0 || luts.len() < Q || outs.iter().take(Q).filter(|o| o.len() >= sums).count() < Q {
+        debug_assert!(pairs == 0, "{Q} tables and outs of {sums} sums");
         return;
     }
     let nibble = _mm256_set1_epi8(0x0F);
-    for (block, sums) in blocks
-        .chunks_exact(pairs * 32)
-        .zip(out.chunks_exact_mut(BLOCK))
-    {
+    let luts: [&[u8]; Q] = std::array::from_fn(|i| &luts[i].bytes[..]);
+    for (b, block) in blocks.chunks_exact(pairs * 32).enumerate() {
         let mut start = 0;
         while start < pairs {
             let end = (start + FLUSH_PAIRS).min(pairs);
-            // [vectors 0..16 both, 0..16 odd, 16..32 both, 16..32 odd].
-            let mut acc = [_mm256_setzero_si256(); 4];
+            // Per query: [vectors 0..16 both, 0..16 odd, 16..32 both, 16..32 odd].
+            let mut acc = [[_mm256_setzero_si256(); 4]; Q];
             for p in start..end {
-                // SAFETY: `block` and `lut` hold `pairs × 32` bytes and
+                // SAFETY: `block` and every table hold `pairs × 32` bytes and
                 // p < pairs; loadu needs no alignment.
-                let (codes, tables) = unsafe {
-                    (
-                        _mm256_loadu_si256(block.as_ptr().add(p * 32).cast::<__m256i>()),
-                        _mm256_loadu_si256(lut.as_ptr().add(p * 32).cast::<__m256i>()),
-                    )
-                };
-                let low = _mm256_shuffle_epi8(tables, _mm256_and_si256(codes, nibble));
-                let high = _mm256_shuffle_epi8(
-                    tables,
+                let codes = unsafe { _mm256_loadu_si256(block.as_ptr().add(p * 32).cast()) };
+                let (low_codes, high_codes) = (
+                    _mm256_and_si256(codes, nibble),
                     _mm256_and_si256(_mm256_srli_epi16(codes, 4), nibble),
                 );
-                acc[0] = _mm256_add_epi16(acc[0], low);
-                acc[1] = _mm256_add_epi16(acc[1], _mm256_srli_epi16(low, 8));
-                acc[2] = _mm256_add_epi16(acc[2], high);
-                acc[3] = _mm256_add_epi16(acc[3], _mm256_srli_epi16(high, 8));
+                for (acc, lut) in acc.iter_mut().zip(luts) {
+                    // SAFETY: as above.
+                    let tables = unsafe { _mm256_loadu_si256(lut.as_ptr().add(p * 32).cast()) };
+                    let low = _mm256_shuffle_epi8(tables, low_codes);
+                    let high = _mm256_shuffle_epi8(tables, high_codes);
+                    acc[0] = _mm256_add_epi16(acc[0], low);
+                    acc[1] = _mm256_add_epi16(acc[1], _mm256_srli_epi16(low, 8));
+                    acc[2] = _mm256_add_epi16(acc[2], high);
+                    acc[3] = _mm256_add_epi16(acc[3], _mm256_srli_epi16(high, 8));
+                }
             }
-            add_half_blocks(acc, sums);
+            for (acc, out) in acc.into_iter().zip(outs.iter_mut()) {
+                add_half_blocks(acc, &mut out[b * BLOCK..(b + 1) * BLOCK]);
+            }
             start = end;
         }
     }
 }
 
-/// The AVX-512 kernel: two pairs per instruction (a 512-bit `vpshufb`
-/// looks up each 128-bit lane in its own 16 bytes, and two pairs' codes and
-/// tables are 64 contiguous bytes), the two halves summed at each flush;
-/// then as [`scan_avx2`].
+/// The AVX-512 kernel, for `Q` queries: two pairs per instruction (a
+/// 512-bit `vpshufb` looks up each 128-bit lane in its own 16 bytes, and
+/// two pairs' codes and tables are 64 contiguous bytes), the two halves
+/// summed at each flush; then as [`scan_avx2`].
 ///
 /// # Safety
 /// The CPU must support AVX-512 F and BW.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2,avx512f,avx512bw")]
-pub(crate) unsafe fn scan_avx512(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u32]) {
+pub(crate) unsafe fn scan_avx512<const Q: usize>(
+    luts: &[&Lut],
+    blocks: &[u8],
+    pairs: usize,
+    outs: &mut [Vec<u32>],
+) {
     use std::arch::x86_64::*;
-    if pairs == 0 {
+    let sums = blocks.len() / (pairs * 32).max(1) * BLOCK;
+    if pairs == 0 || luts.len() < Q || outs.iter().take(Q).filter(|o| o.len() >= sums).count() < Q {
+        debug_assert!(pairs == 0, "{Q} tables and outs of {sums} sums");
         return;
     }
     let nibble = _mm512_set1_epi8(0x0F);
-    for (block, sums) in blocks
-        .chunks_exact(pairs * 32)
-        .zip(out.chunks_exact_mut(BLOCK))
-    {
+    // Two pairs' 64 bytes from `at` while p + 1 < end, else one pair's 32
+    // (the upper half zero: table 0 looked up, adding 0).
+    // SAFETY (of the callers): `at` holds `pairs × 32` bytes and p < end ≤ pairs.
+    let load = |at: &[u8], p: usize, both: bool| unsafe {
+        if both {
+            _mm512_loadu_si512(at.as_ptr().add(p * 32).cast())
+        } else {
+            _mm512_zextsi256_si512(_mm256_loadu_si256(at.as_ptr().add(p * 32).cast()))
+        }
+    };
+    let luts: [&[u8]; Q] = std::array::from_fn(|i| &luts[i].bytes[..]);
+    for (b, block) in blocks.chunks_exact(pairs * 32).enumerate() {
         let mut start = 0;
         while start < pairs {
             let end = (start + FLUSH_PAIRS).min(pairs);
-            let mut acc = [_mm512_setzero_si512(); 4];
+            let mut acc = [[_mm512_setzero_si512(); 4]; Q];
             let mut p = start;
             while p < end {
-                // SAFETY: `block` and `lut` hold `pairs × 32` bytes; two
-                // pairs are read while p + 1 < end, else one (the upper
-                // half zero: table 0 looked up, adding 0).
-                let (codes, tables) = unsafe {
-                    if p + 1 < end {
-                        (
-                            _mm512_loadu_si512(block.as_ptr().add(p * 32).cast()),
-                            _mm512_loadu_si512(lut.as_ptr().add(p * 32).cast()),
-                        )
-                    } else {
-                        (
-                            _mm512_zextsi256_si512(_mm256_loadu_si256(
-                                block.as_ptr().add(p * 32).cast(),
-                            )),
-                            _mm512_zextsi256_si512(_mm256_loadu_si256(
-                                lut.as_ptr().add(p * 32).cast(),
-                            )),
-                        )
-                    }
-                };
-                let low = _mm512_shuffle_epi8(tables, _mm512_and_si512(codes, nibble));
-                let high = _mm512_shuffle_epi8(
-                    tables,
+                let both = p + 1 < end;
+                let codes = load(block, p, both);
+                let (low_codes, high_codes) = (
+                    _mm512_and_si512(codes, nibble),
                     _mm512_and_si512(_mm512_srli_epi16(codes, 4), nibble),
                 );
-                acc[0] = _mm512_add_epi16(acc[0], low);
-                acc[1] = _mm512_add_epi16(acc[1], _mm512_srli_epi16(low, 8));
-                acc[2] = _mm512_add_epi16(acc[2], high);
-                acc[3] = _mm512_add_epi16(acc[3], _mm512_srli_epi16(high, 8));
+                for (acc, lut) in acc.iter_mut().zip(luts) {
+                    let tables = load(lut, p, both);
+                    let low = _mm512_shuffle_epi8(tables, low_codes);
+                    let high = _mm512_shuffle_epi8(tables, high_codes);
+                    acc[0] = _mm512_add_epi16(acc[0], low);
+                    acc[1] = _mm512_add_epi16(acc[1], _mm512_srli_epi16(low, 8));
+                    acc[2] = _mm512_add_epi16(acc[2], high);
+                    acc[3] = _mm512_add_epi16(acc[3], _mm512_srli_epi16(high, 8));
+                }
                 p += 2;
             }
             // Each u16 lane took one byte per pair of the flush: the two
@@ -594,10 +638,9 @@ pub(crate) unsafe fn scan_avx512(lut: &[u8], blocks: &[u8], pairs: usize, out: &
             let fold = |a: __m512i| {
                 _mm256_add_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64::<1>(a))
             };
-            add_half_blocks(
-                [fold(acc[0]), fold(acc[1]), fold(acc[2]), fold(acc[3])],
-                sums,
-            );
+            for (acc, out) in acc.into_iter().zip(outs.iter_mut()) {
+                add_half_blocks(acc.map(fold), &mut out[b * BLOCK..(b + 1) * BLOCK]);
+            }
             start = end;
         }
     }
@@ -742,7 +785,8 @@ mod tests {
     }
 
     /// Every kernel this CPU runs returns the exact sums of a plain loop
-    /// over the row-major codes, including past a u16 flush (600 pairs).
+    /// over the row-major codes, including past a u16 flush (600 pairs),
+    /// for one query and for several at once.
     #[test]
     fn kernels_equal_the_scalar_reference_exactly() {
         let mut paths = vec!["scalar"];
@@ -772,23 +816,57 @@ mod tests {
             let mut scalar = vec![0u32; padded];
             scan_scalar(&lut.bytes, &blocks.bytes, pairs, &mut scalar);
             assert_eq!(&scalar[..n], &reference[..], "scalar, n {n}, pairs {pairs}");
+            // Several queries at once: each query's sums are its own scan's.
+            let luts: Vec<Lut> = (0..6)
+                .map(|i| random_lut(pairs, 100 * i + pairs as u64))
+                .collect();
+            let expected: Vec<Vec<u32>> = luts
+                .iter()
+                .map(|lut| {
+                    let mut sums = vec![0u32; padded];
+                    scan_scalar(&lut.bytes, &blocks.bytes, pairs, &mut sums);
+                    sums
+                })
+                .collect();
+            let refs: Vec<&Lut> = luts.iter().collect();
+            let fresh = |q: usize| vec![vec![0u32; padded]; q];
             #[cfg(target_arch = "x86_64")]
             if avx2() {
-                let mut fast = vec![0u32; padded];
+                let mut fast = fresh(2);
                 // SAFETY: AVX2 was detected.
-                unsafe { scan_avx2(&lut.bytes, &blocks.bytes, pairs, &mut fast) };
-                assert_eq!(fast, scalar, "avx2, n {n}, pairs {pairs}");
+                unsafe { scan_avx2::<1>(&refs, &blocks.bytes, pairs, &mut fast) };
+                assert_eq!(fast[0], expected[0], "avx2, n {n}, pairs {pairs}");
+                let mut fast = fresh(2);
+                // SAFETY: as above.
+                unsafe { scan_avx2::<2>(&refs, &blocks.bytes, pairs, &mut fast) };
+                assert_eq!(fast, expected[..2], "avx2 × 2, n {n}, pairs {pairs}");
             }
             #[cfg(target_arch = "x86_64")]
             if avx512() {
-                let mut fast = vec![0u32; padded];
-                // SAFETY: AVX-512 F and BW were detected.
-                unsafe { scan_avx512(&lut.bytes, &blocks.bytes, pairs, &mut fast) };
-                assert_eq!(fast, scalar, "avx512, n {n}, pairs {pairs}");
+                for q in 1..=QUERIES {
+                    let mut fast = fresh(q);
+                    // SAFETY: AVX-512 F and BW were detected.
+                    unsafe {
+                        match q {
+                            1 => scan_avx512::<1>(&refs, &blocks.bytes, pairs, &mut fast),
+                            2 => scan_avx512::<2>(&refs, &blocks.bytes, pairs, &mut fast),
+                            3 => scan_avx512::<3>(&refs, &blocks.bytes, pairs, &mut fast),
+                            _ => scan_avx512::<4>(&refs, &blocks.bytes, pairs, &mut fast),
+                        }
+                    }
+                    assert_eq!(fast, expected[..q], "avx512 × {q}, n {n}, pairs {pairs}");
+                }
             }
             let mut dispatched = Vec::new();
             scan(&lut, &blocks, &mut dispatched);
             assert_eq!(dispatched, scalar);
+            for q in 1..=luts.len() {
+                let mut many = fresh(q);
+                many.push(vec![7; 3]);
+                scan_many(&refs[..q], &blocks, &mut many);
+                assert_eq!(many[..q], expected[..q], "{q} queries, n {n}, pairs {pairs}");
+                assert_eq!(many[q], [7; 3], "an extra out is left alone");
+            }
         }
         eprintln!(
             "fast-scan kernels checked: {paths:?} (dispatch runs {})",
