@@ -122,7 +122,7 @@ impl Tile<'_> {
                 }
                 for (j, &dot) in (first..).zip(group) {
                     let d = distance(i, j, dot);
-                    if !(d < bound[j]) {
+                    if d.is_nan() || d >= bound[j] {
                         continue;
                     }
                     let b = &mut best[j];
