@@ -436,7 +436,9 @@ fn fast_scan_lists<'a>(
 }
 
 /// The rows of one query's list whose estimate from `sums` is at most the
-/// bound of `top`, offered to it (see [`fast_scan_lists`]).
+/// bound of `top`, offered to it (see [`fast_scan_lists`]). The CPU is
+/// asked once per list which run check runs, so that the check inlines
+/// into the loop.
 fn offer_sums(
     list: &FastList<'_>,
     fast: &FastCodes,
@@ -444,11 +446,58 @@ fn offer_sums(
     sums: &[u32],
     top: &mut Candidates,
 ) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512 F was detected just above.
+            unsafe { offer_sums_avx512(list, fast, mask, sums, top) };
+        } else {
+            offer_runs(list, fast, mask, sums, top, at_most_sse2);
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    offer_runs(list, fast, mask, sums, top, at_most_scalar);
+}
+
+/// [`offer_runs`] with [`at_most_avx512`].
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn offer_sums_avx512(
+    list: &FastList<'_>,
+    fast: &FastCodes,
+    mask: Option<&BooleanBuffer>,
+    sums: &[u32],
+    top: &mut Candidates,
+) {
+    offer_runs(list, fast, mask, sums, top, |a, b, sums, base, bound| {
+        // SAFETY: AVX-512 F is enabled here; `offer_runs` passes whole runs.
+        unsafe { at_most_avx512(a, b, sums, base, bound) }
+    });
+}
+
+/// The loop of [`offer_sums`], with `whole` comparing whole runs of
+/// [`RUN`] rows (a last partial run goes through [`at_most_scalar`]).
+#[inline(always)]
+fn offer_runs(
+    list: &FastList<'_>,
+    fast: &FastCodes,
+    mask: Option<&BooleanBuffer>,
+    sums: &[u32],
+    top: &mut Candidates,
+    whole: impl Fn(f32, f32, &[u32], &[f32], f32) -> u32,
+) {
     let (a, b) = list.coefficients();
     let (group, rowids) = (list.group, list.rowids);
     // `base` has a value per row, `sums` one per row of whole blocks.
     for (run, (sums, base)) in sums.chunks(RUN).zip(fast.base.chunks(RUN)).enumerate() {
-        let mut below = at_most(a, b, sums, base, top.bound());
+        let mut below = if base.len() == RUN && sums.len() >= RUN {
+            whole(a, b, sums, base, top.bound())
+        } else {
+            at_most_scalar(a, b, sums, base, top.bound())
+        };
         while below != 0 {
             let j = below.trailing_zeros() as usize;
             below &= below - 1;
@@ -463,38 +512,8 @@ fn offer_sums(
 
 /// Bit j set when the estimate of row j of a run (`sums[j]`, `base[j]`;
 /// at most [`RUN`] rows, as many as `base` holds) is at most `bound`: the
-/// same f32 operations as [`estimate`], a whole run at a time with
-/// AVX-512, four rows at a time on any other x86-64.
-#[inline]
-fn at_most(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
-    #[cfg(target_arch = "x86_64")]
-    if base.len() == RUN && sums.len() >= RUN {
-        if is_x86_feature_detected!("avx512f") {
-            // SAFETY: AVX-512 F was detected just above; both slices hold
-            // RUN values.
-            return unsafe { at_most_avx512(a, b, sums, base, bound) };
-        }
-        use std::arch::x86_64::*;
-        // SAFETY: SSE2 is part of x86-64; both slices hold RUN values
-        // (checked above) and loadu needs no alignment. The sums are below
-        // 2²⁴, so the i32 conversion is `sum as f32`.
-        let bits = unsafe {
-            let (va, vb, vbound) = (_mm_set1_ps(a), _mm_set1_ps(b), _mm_set1_ps(bound));
-            let mut bits = 0u32;
-            for q in 0..RUN / 4 {
-                let s = _mm_cvtepi32_ps(_mm_loadu_si128(sums.as_ptr().add(4 * q).cast()));
-                let c = _mm_loadu_ps(base.as_ptr().add(4 * q));
-                let e = _mm_sub_ps(_mm_add_ps(va, c), _mm_mul_ps(vb, s));
-                bits |= (_mm_movemask_ps(_mm_cmple_ps(e, vbound)) as u32) << (4 * q);
-            }
-            bits
-        };
-        return bits;
-    }
-    at_most_scalar(a, b, sums, base, bound)
-}
-
-/// [`at_most`] one row at a time (the reference of the tests).
+/// same f32 operations as [`estimate`], one row at a time (the reference
+/// of the tests, and a last partial run).
 fn at_most_scalar(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
     sums.iter()
         .zip(base)
@@ -504,7 +523,32 @@ fn at_most_scalar(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32
         })
 }
 
-/// [`at_most`] over a whole run of [`RUN`] (16) rows.
+/// [`at_most_scalar`] over a whole run of [`RUN`] (16) rows, four at a
+/// time: any x86-64 (SSE2). `sums` and `base` must hold 16 values (else
+/// the scalar check answers).
+#[cfg(target_arch = "x86_64")]
+fn at_most_sse2(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
+    use std::arch::x86_64::*;
+    if base.len() < RUN || sums.len() < RUN {
+        return at_most_scalar(a, b, sums, base, bound);
+    }
+    // SAFETY: SSE2 is part of x86-64; both slices hold RUN values (checked
+    // above) and loadu needs no alignment. The sums are below 2²⁴, so the
+    // i32 conversion is `sum as f32`.
+    unsafe {
+        let (va, vb, vbound) = (_mm_set1_ps(a), _mm_set1_ps(b), _mm_set1_ps(bound));
+        let mut bits = 0u32;
+        for q in 0..RUN / 4 {
+            let s = _mm_cvtepi32_ps(_mm_loadu_si128(sums.as_ptr().add(4 * q).cast()));
+            let c = _mm_loadu_ps(base.as_ptr().add(4 * q));
+            let e = _mm_sub_ps(_mm_add_ps(va, c), _mm_mul_ps(vb, s));
+            bits |= (_mm_movemask_ps(_mm_cmple_ps(e, vbound)) as u32) << (4 * q);
+        }
+        bits
+    }
+}
+
+/// [`at_most_scalar`] over a whole run of [`RUN`] (16) rows at once.
 ///
 /// # Safety
 /// The CPU must support AVX-512 F; `sums` and `base` must hold 16 values.
@@ -1105,6 +1149,7 @@ mod tests {
     fn runs_compare_with_the_bound_as_row_by_row() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(8);
+        let mut avx512 = 0;
         for _ in 0..2_000 {
             let len = if rng.random_bool(0.8) {
                 RUN
@@ -1121,12 +1166,19 @@ mod tests {
                 2 => estimate(a, b, base[0], sums[0]),
                 _ => rng.random_range(-200.0..200.0),
             };
-            assert_eq!(
-                at_most(a, b, &sums, &base, bound),
-                at_most_scalar(a, b, &sums, &base, bound),
-                "{a} {b} {bound}"
-            );
+            let scalar = at_most_scalar(a, b, &sums, &base, bound);
+            #[cfg(target_arch = "x86_64")]
+            {
+                assert_eq!(at_most_sse2(a, b, &sums, &base, bound), scalar, "sse2 {a} {b} {bound}");
+                if len == RUN && is_x86_feature_detected!("avx512f") {
+                    // SAFETY: AVX-512 F was detected; both hold RUN values.
+                    let wide = unsafe { at_most_avx512(a, b, &sums, &base, bound) };
+                    assert_eq!(wide, scalar, "avx512 {a} {b} {bound}");
+                    avx512 += 1;
+                }
+            }
         }
+        eprintln!("run checks compared: sse2 and scalar, avx512 on {avx512} runs");
     }
 
     #[test]
