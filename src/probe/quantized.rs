@@ -1169,7 +1169,11 @@ mod tests {
             let scalar = at_most_scalar(a, b, &sums, &base, bound);
             #[cfg(target_arch = "x86_64")]
             {
-                assert_eq!(at_most_sse2(a, b, &sums, &base, bound), scalar, "sse2 {a} {b} {bound}");
+                assert_eq!(
+                    at_most_sse2(a, b, &sums, &base, bound),
+                    scalar,
+                    "sse2 {a} {b} {bound}"
+                );
                 if len == RUN && is_x86_feature_detected!("avx512f") {
                     // SAFETY: AVX-512 F was detected; both hold RUN values.
                     let wide = unsafe { at_most_avx512(a, b, &sums, &base, bound) };

@@ -259,7 +259,11 @@ mod tests {
             let grid = [0.0, 1.0, 0.25, 1e-3][round % 4];
             let value = |rng: &mut ChaCha8Rng| {
                 let v: f32 = rng.random_range(-4.0..4.0);
-                if grid > 0.0 { (v / grid).round() * grid } else { v }
+                if grid > 0.0 {
+                    (v / grid).round() * grid
+                } else {
+                    v
+                }
             };
             let mut centroids = [[0.0f32; 2]; CENTROIDS];
             for c in &mut centroids {
