@@ -16,7 +16,7 @@ use crate::distance::{Metric, squared_norms};
 use crate::format::calibration::{
     CALIBRATION_FORMAT_VERSION, Calibration, FEATURE_LEAF_DISTANCE_GAP, RecallPoint,
 };
-use crate::kmeans::Hierarchy;
+use crate::kmeans::{Hierarchy, LeafPanels};
 use rayon::prelude::*;
 
 /// Calibration queries by default: ±0.005 on a mean recall near 0.95.
@@ -248,16 +248,15 @@ impl GroundTruth {
     /// and rank from its query's leaf distances.
     pub fn finish(self, hierarchy: &Hierarchy) -> Calibration {
         let (dim, nlist) = (self.dim, hierarchy.nlist());
+        // The leaf distances the probe ranks its lists by.
+        let panels = LeafPanels::new(&hierarchy.leaves, dim);
         let per_query: Vec<(Vec<f32>, Vec<usize>)> = self
             .queries
             .par_chunks_exact(dim)
             .zip(&self.best)
             .map(|(q, b)| {
-                let dist: Vec<f32> = hierarchy
-                    .leaves
-                    .chunks_exact(dim)
-                    .map(|c| hierarchy.metric.prepared_distance(q, c))
-                    .collect();
+                let mut dist = Vec::new();
+                panels.distances(hierarchy.metric, q, 0..nlist, &mut dist);
                 let mut order: Vec<u32> = (0..nlist as u32).collect();
                 order.sort_by(|&a, &b| {
                     dist[a as usize]

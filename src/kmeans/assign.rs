@@ -22,9 +22,9 @@
 //!   points × [`CENTROID_TILE`] centroids, then a scan of the output.
 //!
 //! `docs/benchmarks.md` records the measured rate of each (and of a blocked
-//! simsimd loop, the slowest). The k-means trainer, the build job (assign
-//! every source vector) and the probe (nearest lists of a query) all call
-//! [`nearest`].
+//! simsimd loop, the slowest). The k-means trainer and the build job (assign
+//! every source vector) call [`nearest`]; a query's lists are ranked by
+//! [`super::LeafPanels`] instead (every distance, not the nearest two).
 
 use super::error::KMeansError;
 pub use super::kernel::Kernel;

@@ -10,7 +10,10 @@
 //!   proportion to the root's share of the sample, trained in parallel;
 //!   [`Hierarchy::train_bottom_up`]: flat k-means leaves, then roots over them.
 //! - [`assign::nearest`]: the blocked-GEMM nearest-centroid kernel that the
-//!   build job and the probe reuse.
+//!   build job reuses.
+//! - [`LeafPanels`] (in `leaf_panels`): the leaves in panels of 16, one
+//!   query's distance to each of them: how the probe and the calibration
+//!   rank lists.
 //!
 //! `docs/kmeans.md` describes the algorithm choices.
 
@@ -19,8 +22,10 @@ mod error;
 mod flat;
 mod hierarchy;
 mod kernel;
+mod leaf_panels;
 pub mod sample;
 
 pub use error::KMeansError;
 pub use flat::{Init, KMeansParams, KMeansResult, imbalance_factor, train};
 pub use hierarchy::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, Leaves};
+pub use leaf_panels::LeafPanels;

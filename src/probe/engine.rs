@@ -31,11 +31,11 @@ use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
-use super::select::{leaves_within, nearest_cids, ranked_leaves};
+use super::select::{Coarse, leaves_within, nearest_cids, ranked_leaves};
 use super::stats::{FilterPlan, Scoring, SearchStats, micros};
 use super::target::RecallModel;
 use crate::filter::Filter;
-use crate::kmeans::Hierarchy;
+use crate::kmeans::{Hierarchy, LeafPanels};
 use crate::quant::Quantizer;
 use crate::topk::TopK;
 use arrow::buffer::BooleanBuffer;
@@ -87,6 +87,8 @@ pub struct Engine {
     reader: PostingsReader,
     /// Shared with the compute steps on rayon.
     hierarchy: Arc<Hierarchy>,
+    /// The hierarchy's leaves in panels: every list selection's distances.
+    panels: Arc<LeafPanels>,
     codes: Option<Arc<Codes>>,
     /// The build's recall calibration: target recalls and estimates.
     recall: Option<Arc<RecallModel>>,
@@ -282,8 +284,8 @@ impl PagesToRank {
 impl Engine {
     /// The engine over `reader` (a snapshot's postings), its centroids, in
     /// an index with codes its quantiser, and its recall calibration when
-    /// the build measured one. Rotates every leaf by the quantiser (CPU,
-    /// once).
+    /// the build measured one. Rotates every leaf by the quantiser and
+    /// puts the leaves in panels (CPU, once).
     pub fn new(
         reader: PostingsReader,
         hierarchy: Hierarchy,
@@ -299,6 +301,7 @@ impl Engine {
         });
         Engine {
             reader,
+            panels: Arc::new(LeafPanels::new(&hierarchy.leaves, hierarchy.dim)),
             hierarchy: Arc::new(hierarchy),
             codes,
             recall: recall.map(Arc::new),
@@ -442,10 +445,17 @@ impl Engine {
     /// Each query's lists and the time it took ([`select_lists`]), on
     /// rayon.
     async fn select(&self, plan: &QueryPlan) -> Vec<Selected> {
-        let hierarchy = Arc::clone(&self.hierarchy);
+        let (hierarchy, panels) = (Arc::clone(&self.hierarchy), Arc::clone(&self.panels));
         let recall = self.recall.clone();
         let plan = plan.clone();
-        on_rayon(move || select_lists(&hierarchy, recall.as_deref(), &plan)).await
+        on_rayon(move || {
+            let coarse = Coarse {
+                hierarchy: &hierarchy,
+                panels: &panels,
+            };
+            select_lists(coarse, recall.as_deref(), &plan)
+        })
+        .await
     }
 
     /// The unfiltered gather: one load of the union of the queries' lists.
@@ -807,14 +817,18 @@ impl Engine {
         plan: QueryPlan,
         held: Arc<Held>,
     ) -> Result<Vec<SearchResult>, ProbeError> {
-        let hierarchy = Arc::clone(&self.hierarchy);
+        let (hierarchy, panels) = (Arc::clone(&self.hierarchy), Arc::clone(&self.panels));
         let recall = self.recall.clone();
         let codes = self.codes.clone();
         let paths = Arc::clone(self.reader.paths());
         let vectors = self.want(plan.include_payload).vectors;
         let k = plan.k;
         let step = on_rayon(move || {
-            let selected = select_lists(&hierarchy, recall.as_deref(), &plan);
+            let coarse = Coarse {
+                hierarchy: &hierarchy,
+                panels: &panels,
+            };
+            let selected = select_lists(coarse, recall.as_deref(), &plan);
             let (input, own) = held.gather(&plan, selected);
             let mut stats = SearchStats::default();
             stats.planned_row_groups += input.loaded.len() as u64;
@@ -1113,10 +1127,11 @@ fn own_stats(selected: &[Selected]) -> Vec<Own> {
 /// `root_factor`), those a target recall chose, or, with a filter, every
 /// list nearest first ([`Selected`]). CPU only (parallel over queries).
 fn select_lists(
-    hierarchy: &Hierarchy,
+    coarse: Coarse<'_>,
     recall: Option<&RecallModel>,
     plan: &QueryPlan,
 ) -> Vec<Selected> {
+    let hierarchy = coarse.hierarchy;
     let (nprobe, root_factor, every) = (plan.nprobe, plan.root_factor, plan.filter.is_some());
     let (target, cap) = (plan.target, plan.cap);
     plan.queries
@@ -1126,7 +1141,7 @@ fn select_lists(
             let mut selected = match (target, recall) {
                 // Unfiltered under a target: only the lists within its gap are sorted.
                 (Some(t), Some(m)) if !every => {
-                    let (cids, next) = leaves_within(hierarchy, q, m.gap_for(t), cap);
+                    let (cids, next) = leaves_within(coarse, q, m.gap_for(t), cap);
                     Selected {
                         start: cids.len(),
                         estimate: Some(m.target_estimate(t, next)),
@@ -1136,7 +1151,7 @@ fn select_lists(
                     }
                 }
                 _ if every => {
-                    let ranked = ranked_leaves(hierarchy, q);
+                    let ranked = ranked_leaves(coarse, q);
                     let (start, estimate) = match (target, recall) {
                         (Some(t), Some(m)) => {
                             let lists = m.lists_for(&ranked, t, cap);
@@ -1150,7 +1165,7 @@ fn select_lists(
                     Selected::ranked(ranked, start, estimate)
                 }
                 _ => {
-                    let nearest = nearest_cids(hierarchy, q, nprobe, root_factor);
+                    let nearest = nearest_cids(coarse, q, nprobe, root_factor);
                     let mut cids = nearest.clone();
                     cids.sort_unstable();
                     Selected {

@@ -13,7 +13,17 @@
 //! With `nprobe = nlist` every root is visited and every leaf is kept, so the
 //! search is exhaustive. Pure compute: no IO.
 
-use crate::kmeans::Hierarchy;
+use crate::kmeans::{Hierarchy, LeafPanels};
+
+/// What selection reads: the hierarchy (roots, `cid_offsets`, metric) and
+/// its leaves in panels, from which every leaf distance here comes
+/// ([`LeafPanels::distances`]), so that every selection ranks the lists
+/// alike.
+#[derive(Debug, Clone, Copy)]
+pub struct Coarse<'a> {
+    pub hierarchy: &'a Hierarchy,
+    pub panels: &'a LeafPanels,
+}
 
 /// Default root oversampling: 0 = visit every root (exact leaf selection).
 pub const DEFAULT_ROOT_FACTOR: usize = 0;
@@ -26,7 +36,7 @@ const FEW_LISTS: usize = 64;
 
 /// The `nprobe` leaf CIDs nearest to `query`, sorted ascending.
 /// `query.len()` must equal `h.dim` (checked by the caller).
-pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+pub fn select_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
     let mut cids = nearest_cids(h, query, nprobe, root_factor);
     cids.sort_unstable();
     cids
@@ -34,9 +44,9 @@ pub fn select_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usi
 
 /// The cids of [`select_cids`], nearest first (by `(distance, cid)`): the
 /// order in which a scan tightens its bound soonest.
-pub fn nearest_cids(h: &Hierarchy, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
+pub fn nearest_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
     let kept = if root_factor == 0 && nprobe <= FEW_LISTS {
-        nearest(every_leaf(h, query), nprobe)
+        nearest(every_leaf(h, query).into_iter(), nprobe)
     } else {
         let mut leaves = leaf_distances(h, query, nprobe, root_factor);
         let keep = nprobe.min(leaves.len());
@@ -78,12 +88,12 @@ type Leaf = (f32, u32);
 /// was): a target recall's lists ([`super::target`]). Sorts only the leaves
 /// kept, not all of them.
 pub fn leaves_within(
-    h: &Hierarchy,
+    h: Coarse<'_>,
     query: &[f32],
     gap: f32,
     cap: usize,
 ) -> (Vec<u32>, Option<f32>) {
-    let leaves = leaf_distances(h, query, h.nlist(), 0);
+    let leaves = leaf_distances(h, query, h.hierarchy.nlist(), 0);
     let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
     let (mut kept, rest): (Vec<Leaf>, Vec<Leaf>) =
         leaves.into_iter().partition(|l| l.0 - d1 <= gap);
@@ -104,8 +114,8 @@ pub fn leaves_within(
 /// hold fewer than `k` matches, and in which a target recall takes them.
 /// Its first `nprobe` cids are those of [`select_cids`] with `root_factor`
 /// 0.
-pub fn ranked_leaves(h: &Hierarchy, query: &[f32]) -> Vec<(f32, u32)> {
-    let mut leaves = leaf_distances(h, query, h.nlist(), 0);
+pub fn ranked_leaves(h: Coarse<'_>, query: &[f32]) -> Vec<(f32, u32)> {
+    let mut leaves = leaf_distances(h, query, h.hierarchy.nlist(), 0);
     leaves.sort_unstable_by(nearest_first);
     leaves
 }
@@ -114,22 +124,23 @@ fn nearest_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
     a.0.total_cmp(&b.0).then(a.1.cmp(&b.1))
 }
 
-/// `(distance, cid)` of leaf `cid`.
-fn leaf_distance(h: &Hierarchy, query: &[f32], cid: usize) -> Option<Leaf> {
-    let dim = h.dim;
-    h.leaves
-        .get(cid * dim..(cid + 1) * dim)
-        .map(|c| (h.metric.prepared_distance(query, c), cid as u32))
+/// `(distance, cid)` of the leaves `cids`.
+fn leaves_in(h: Coarse<'_>, query: &[f32], cids: std::ops::Range<usize>) -> Vec<Leaf> {
+    let mut d = Vec::new();
+    h.panels
+        .distances(h.hierarchy.metric, query, cids.clone(), &mut d);
+    d.into_iter().zip(cids.start as u32..).collect()
 }
 
 /// `(distance, cid)` of every leaf of every root, in cid order.
-fn every_leaf<'a>(h: &'a Hierarchy, query: &'a [f32]) -> impl Iterator<Item = Leaf> + 'a {
-    let nroots = h.cid_offsets.len().saturating_sub(1);
-    let (lo, hi) = match (h.cid_offsets.first(), h.cid_offsets.get(nroots)) {
+fn every_leaf(h: Coarse<'_>, query: &[f32]) -> Vec<Leaf> {
+    let offsets = &h.hierarchy.cid_offsets;
+    let nroots = offsets.len().saturating_sub(1);
+    let (lo, hi) = match (offsets.first(), offsets.get(nroots)) {
         (Some(&lo), Some(&hi)) if nroots > 0 => (lo as usize, hi as usize),
         _ => (0, 0),
     };
-    (lo..hi).filter_map(move |cid| leaf_distance(h, query, cid))
+    leaves_in(h, query, lo..hi)
 }
 
 /// `(distance, cid)` of every leaf of the roots visited nearest first until
@@ -138,29 +149,31 @@ fn every_leaf<'a>(h: &'a Hierarchy, query: &'a [f32]) -> impl Iterator<Item = Le
 /// every caller orders them by `(distance, cid)`, so the order they come in
 /// changes nothing).
 fn leaf_distances(
-    h: &Hierarchy,
+    h: Coarse<'_>,
     query: &[f32],
     nprobe: usize,
     root_factor: usize,
 ) -> Vec<(f32, u32)> {
     if root_factor == 0 {
-        return every_leaf(h, query).collect();
+        return every_leaf(h, query);
     }
-    let dim = h.dim;
-    let nroots = h.cid_offsets.len().saturating_sub(1);
-    let mut roots: Vec<(f32, usize)> = h
+    let hierarchy = h.hierarchy;
+    let dim = hierarchy.dim;
+    let nroots = hierarchy.cid_offsets.len().saturating_sub(1);
+    let mut roots: Vec<(f32, usize)> = hierarchy
         .roots
         .chunks_exact(dim)
         .take(nroots)
         .enumerate()
-        .map(|(r, c)| (h.metric.prepared_distance(query, c), r))
+        .map(|(r, c)| (hierarchy.metric.prepared_distance(query, c), r))
         .collect();
     roots.sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
     let want_leaves = nprobe.saturating_mul(root_factor);
     let mut leaves: Vec<(f32, u32)> = Vec::new();
     for (_, r) in roots {
-        let (lo, hi) = (h.cid_offsets[r] as usize, h.cid_offsets[r + 1] as usize);
-        leaves.extend((lo..hi).filter_map(|cid| leaf_distance(h, query, cid)));
+        let offsets = &hierarchy.cid_offsets;
+        let (lo, hi) = (offsets[r] as usize, offsets[r + 1] as usize);
+        leaves.extend(leaves_in(h, query, lo..hi));
         if leaves.len() >= want_leaves {
             break;
         }
@@ -172,6 +185,11 @@ fn leaf_distances(
 mod tests {
     use super::*;
     use crate::distance::Metric;
+
+    /// A hierarchy's leaves in panels.
+    fn panels(h: &Hierarchy) -> LeafPanels {
+        LeafPanels::new(&h.leaves, h.dim)
+    }
 
     /// Two roots on a line at 0 and 10, each with two leaves.
     fn hierarchy() -> Hierarchy {
@@ -186,39 +204,51 @@ mod tests {
 
     #[test]
     fn nearest_root_first_then_nearest_leaves() {
-        let h = hierarchy();
+        let (h, p) = (hierarchy(), panels(&hierarchy()));
+        let c = Coarse {
+            hierarchy: &h,
+            panels: &p,
+        };
         // factor 1, nprobe 1: only root 0 is visited; leaf 1 is nearest to 2.0.
-        assert_eq!(select_cids(&h, &[2.0], 1, 1), vec![1]);
+        assert_eq!(select_cids(c, &[2.0], 1, 1), vec![1]);
         // nprobe 2 with factor 1: root 0 owns 2 leaves, enough.
-        assert_eq!(select_cids(&h, &[4.9], 2, 1), vec![0, 1]);
+        assert_eq!(select_cids(c, &[4.9], 2, 1), vec![0, 1]);
         // factor 2 widens to root 1, whose leaf 9.0 beats -1.0.
-        assert_eq!(select_cids(&h, &[4.9], 2, 2), vec![1, 2]);
+        assert_eq!(select_cids(c, &[4.9], 2, 2), vec![1, 2]);
     }
 
     #[test]
     fn every_leaf_ranked_nearest_first_begins_with_the_selected() {
-        let h = hierarchy();
-        let ranked: Vec<u32> = ranked_leaves(&h, &[4.9]).iter().map(|l| l.1).collect();
+        let (h, p) = (hierarchy(), panels(&hierarchy()));
+        let c = Coarse {
+            hierarchy: &h,
+            panels: &p,
+        };
+        let ranked: Vec<u32> = ranked_leaves(c, &[4.9]).iter().map(|l| l.1).collect();
         assert_eq!(ranked, vec![1, 2, 0, 3]);
         let mut first_two = ranked[..2].to_vec();
         first_two.sort_unstable();
-        assert_eq!(first_two, select_cids(&h, &[4.9], 2, 0));
+        assert_eq!(first_two, select_cids(c, &[4.9], 2, 0));
     }
 
     #[test]
     fn the_leaves_within_a_gap_and_the_next_one() {
-        let h = hierarchy();
+        let (h, p) = (hierarchy(), panels(&hierarchy()));
+        let c = Coarse {
+            hierarchy: &h,
+            panels: &p,
+        };
         // Distances to 4.9: leaf 1 15.21, leaf 2 16.81, leaf 0 34.81, leaf 3 37.21.
-        let (cids, next) = leaves_within(&h, &[4.9], 2.0, 4);
+        let (cids, next) = leaves_within(c, &[4.9], 2.0, 4);
         assert_eq!(cids, vec![1, 2]);
         assert!((next.unwrap() - 19.6).abs() < 1e-3);
         // The cap keeps the nearest.
-        assert_eq!(leaves_within(&h, &[4.9], 100.0, 3).0, vec![0, 1, 2]);
+        assert_eq!(leaves_within(c, &[4.9], 100.0, 3).0, vec![0, 1, 2]);
         assert_eq!(
-            leaves_within(&h, &[4.9], f32::INFINITY, 4),
+            leaves_within(c, &[4.9], f32::INFINITY, 4),
             (vec![0, 1, 2, 3], None)
         );
-        assert_eq!(leaves_within(&h, &[4.9], 0.0, 4).0, vec![1]);
+        assert_eq!(leaves_within(c, &[4.9], 0.0, 4).0, vec![1]);
     }
 
     /// With every root visited, the nearest leaves kept as they come (up
@@ -240,6 +270,11 @@ mod tests {
             leaves,
             cid_offsets: vec![0, 100, 180, nlist as u32],
         };
+        let p = panels(&h);
+        let c = Coarse {
+            hierarchy: &h,
+            panels: &p,
+        };
         for _ in 0..20 {
             let q: Vec<f32> = (0..dim)
                 .map(|_| rng.random_range(-3i32..=3) as f32)
@@ -255,16 +290,20 @@ mod tests {
             all.sort_by(nearest_first);
             for nprobe in [1, 2, 12, FEW_LISTS, FEW_LISTS + 1, 250, nlist] {
                 let mut want: Vec<u32> = all[..nprobe].iter().map(|l| l.1).collect();
-                assert_eq!(nearest_cids(&h, &q, nprobe, 0), want, "nprobe {nprobe}");
+                assert_eq!(nearest_cids(c, &q, nprobe, 0), want, "nprobe {nprobe}");
                 want.sort_unstable();
-                assert_eq!(select_cids(&h, &q, nprobe, 0), want, "nprobe {nprobe}");
+                assert_eq!(select_cids(c, &q, nprobe, 0), want, "nprobe {nprobe}");
             }
         }
     }
 
     #[test]
     fn nprobe_nlist_selects_every_leaf() {
-        let h = hierarchy();
-        assert_eq!(select_cids(&h, &[100.0], 4, 1), vec![0, 1, 2, 3]);
+        let (h, p) = (hierarchy(), panels(&hierarchy()));
+        let c = Coarse {
+            hierarchy: &h,
+            panels: &p,
+        };
+        assert_eq!(select_cids(c, &[100.0], 4, 1), vec![0, 1, 2, 3]);
     }
 }

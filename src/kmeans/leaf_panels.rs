@@ -1,0 +1,278 @@
+//! A hierarchy's leaves transposed into panels of [`LANES`] (16) leaves, so
+//! that one query's distance to every leaf is computed 16 leaves per vector
+//! instruction, without a horizontal sum or a call per leaf: what the probe
+//! ranks its lists by (`probe::select`), and so what the build's recall
+//! calibration ranks them by (`builder::calibrate`).
+//!
+//! Each lane sums over the dimensions in order with a fused multiply-add:
+//! `Σ (q_d − c_d)²` under L2, and `−Σ q_d·c_d` (inner product) or
+//! `1 − Σ q_d·c_d` (cosine, on prepared vectors). The AVX-512 and AVX2+FMA
+//! kernels, chosen at run time, and the portable one (`f32::mul_add`, a
+//! correctly rounded fused multiply-add on every CPU) give the same bits.
+//! They differ from [`Metric::prepared_distance`] (simsimd, another
+//! summation order) by rounding only.
+//!
+//! The panels hold a second copy of the leaves (`nlist × dim` f32, rounded
+//! up to whole panels).
+
+use crate::distance::Metric;
+use std::ops::Range;
+
+/// Leaves per panel.
+pub const LANES: usize = 16;
+
+/// The leaves in panels: panel `p` holds dimension `d` of leaf
+/// `16p + l` at `(p · dim + d) · 16 + l` (zero past the last leaf).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct LeafPanels {
+    panels: Vec<[f32; LANES]>,
+    dim: usize,
+    nlist: usize,
+}
+
+impl LeafPanels {
+    /// The panels of row-major `leaves` of `dim` dimensions.
+    pub fn new(leaves: &[f32], dim: usize) -> LeafPanels {
+        let nlist = leaves.len().checked_div(dim).unwrap_or(0);
+        let mut panels = vec![[0f32; LANES]; nlist.div_ceil(LANES) * dim];
+        for (j, leaf) in leaves.chunks_exact(dim.max(1)).enumerate() {
+            let (p, l) = (j / LANES, j % LANES);
+            for (d, &v) in leaf.iter().enumerate() {
+                panels[p * dim + d][l] = v;
+            }
+        }
+        LeafPanels { panels, dim, nlist }
+    }
+
+    /// Leaves held.
+    pub fn nlist(&self) -> usize {
+        self.nlist
+    }
+
+    /// `out[i]` = the distance from `query` (prepared, `dim` values) to
+    /// leaf `cids.start + i`, for the leaves `cids` (clipped to the leaves
+    /// held); NaN for a query of another width.
+    pub fn distances(&self, metric: Metric, query: &[f32], cids: Range<usize>, out: &mut Vec<f32>) {
+        out.clear();
+        let cids = cids.start.min(self.nlist)..cids.end.min(self.nlist);
+        if query.len() != self.dim || self.dim == 0 {
+            out.resize(cids.len(), f32::NAN);
+            return;
+        }
+        let first = cids.start / LANES;
+        let last = cids.end.div_ceil(LANES);
+        out.reserve((last - first) * LANES);
+        let panels = &self.panels[first * self.dim..last * self.dim];
+        let l2 = metric == Metric::L2;
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+            // SAFETY: AVX-512 F and FMA were detected just above.
+            unsafe { sums_avx512(query, panels, l2, out) };
+        } else if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            // SAFETY: AVX2 and FMA were detected just above.
+            unsafe { sums_avx2(query, panels, l2, out) };
+        } else {
+            sums(query, panels, l2, out);
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        sums(query, panels, l2, out);
+        // Keep the asked leaves only, then the metric's orientation.
+        out.truncate(cids.end - first * LANES);
+        out.drain(..cids.start - first * LANES);
+        match metric {
+            Metric::L2 => {}
+            Metric::InnerProduct => out.iter_mut().for_each(|d| *d = -*d),
+            Metric::Cosine => out.iter_mut().for_each(|d| *d = 1.0 - *d),
+        }
+    }
+}
+
+/// Each panel's 16 sums, appended to `out`: `Σ (q_d − c_d)²` when `l2`,
+/// else `Σ q_d·c_d`, dimension by dimension with a fused multiply-add.
+/// [`GROUP`] panels go at once, so that as many independent sums are in
+/// flight (one panel's sum waits on each multiply-add).
+#[inline(always)]
+fn sums(query: &[f32], panels: &[[f32; LANES]], l2: bool, out: &mut Vec<f32>) {
+    let dim = query.len().max(1);
+    let mut groups = panels.chunks_exact(GROUP * dim);
+    for group in &mut groups {
+        let group: [&[[f32; LANES]]; GROUP] =
+            std::array::from_fn(|g| &group[g * dim..(g + 1) * dim]);
+        for acc in group_sums(query, group, l2) {
+            out.extend_from_slice(&acc);
+        }
+    }
+    for panel in groups.remainder().chunks_exact(dim) {
+        let [acc] = group_sums(query, [panel], l2);
+        out.extend_from_slice(&acc);
+    }
+}
+
+/// The sums of `G` panels, dimension by dimension (a constant `G`, so that
+/// the accumulators stay in registers).
+#[inline(always)]
+fn group_sums<const G: usize>(
+    query: &[f32],
+    panels: [&[[f32; LANES]]; G],
+    l2: bool,
+) -> [[f32; LANES]; G] {
+    let mut acc = [[0f32; LANES]; G];
+    for (d, &q) in query.iter().enumerate() {
+        for (acc, panel) in acc.iter_mut().zip(panels) {
+            let c = &panel[d];
+            if l2 {
+                for (a, &c) in acc.iter_mut().zip(c) {
+                    let diff = q - c;
+                    *a = diff.mul_add(diff, *a);
+                }
+            } else {
+                for (a, &c) in acc.iter_mut().zip(c) {
+                    *a = q.mul_add(c, *a);
+                }
+            }
+        }
+    }
+    acc
+}
+
+/// Panels summed at once by [`sums`].
+const GROUP: usize = 4;
+
+/// [`sums`] compiled for AVX-512 (one register a panel).
+///
+/// # Safety
+/// The CPU must support AVX-512 F and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn sums_avx512(query: &[f32], panels: &[[f32; LANES]], l2: bool, out: &mut Vec<f32>) {
+    sums(query, panels, l2, out);
+}
+
+/// [`sums`] compiled for AVX2 and FMA (two registers a panel).
+///
+/// # Safety
+/// The CPU must support AVX2 and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn sums_avx2(query: &[f32], panels: &[[f32; LANES]], l2: bool, out: &mut Vec<f32>) {
+    sums(query, panels, l2, out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
+
+    /// One leaf at a time, dimension by dimension: the panels' arithmetic
+    /// (before the metric's orientation).
+    fn reference(l2: bool, query: &[f32], leaf: &[f32]) -> f32 {
+        query.iter().zip(leaf).fold(0f32, |a, (&q, &c)| {
+            if l2 {
+                (q - c).mul_add(q - c, a)
+            } else {
+                q.mul_add(c, a)
+            }
+        })
+    }
+
+    /// The raw sums of `range`'s panels by one kernel path.
+    fn path_sums(
+        path: &str,
+        p: &LeafPanels,
+        query: &[f32],
+        range: Range<usize>,
+        l2: bool,
+    ) -> Vec<f32> {
+        let (first, last) = (range.start / LANES, range.end.div_ceil(LANES));
+        let panels = &p.panels[first * p.dim..last * p.dim];
+        let mut out = Vec::new();
+        match path {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: the test runs this path only where AVX2 and FMA were detected.
+            "avx2" => unsafe { sums_avx2(query, panels, l2, &mut out) },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, AVX-512 F and FMA.
+            "avx512" => unsafe { sums_avx512(query, panels, l2, &mut out) },
+            _ => sums(query, panels, l2, &mut out),
+        }
+        out[range.start - first * LANES..range.end - first * LANES].to_vec()
+    }
+
+    /// Every path this CPU runs gives the reference's bits, for any range
+    /// of leaves (panel-aligned or not); the distances are the metric's
+    /// orientation of them, within rounding of `prepared_distance`.
+    #[test]
+    fn distances_are_the_reference_on_every_path() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        let mut paths = vec!["portable"];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                paths.push("avx2");
+            }
+            if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+                paths.push("avx512");
+            }
+        }
+        for (nlist, dim) in [(1, 1), (16, 8), (37, 128), (100, 384), (5, 3)] {
+            let leaves: Vec<f32> = (0..nlist * dim)
+                .map(|_| rng.random_range(-2.0..2.0))
+                .collect();
+            let query: Vec<f32> = (0..dim).map(|_| rng.random_range(-2.0..2.0)).collect();
+            let panels = LeafPanels::new(&leaves, dim);
+            assert_eq!(panels.nlist(), nlist);
+            for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+                let l2 = metric == Metric::L2;
+                let raw: Vec<f32> = leaves
+                    .chunks_exact(dim)
+                    .map(|c| reference(l2, &query, c))
+                    .collect();
+                let want: Vec<f32> = raw
+                    .iter()
+                    .map(|&s| match metric {
+                        Metric::L2 => s,
+                        Metric::InnerProduct => -s,
+                        Metric::Cosine => 1.0 - s,
+                    })
+                    .collect();
+                for range in [0..nlist, nlist / 3..nlist, 1.min(nlist)..nlist / 2 + 1] {
+                    for path in &paths {
+                        let got = path_sums(path, &panels, &query, range.clone(), l2);
+                        assert_eq!(
+                            got,
+                            raw[range.clone()],
+                            "{path} {metric:?} {nlist}×{dim} {range:?}"
+                        );
+                    }
+                    let mut got = Vec::new();
+                    panels.distances(metric, &query, range.clone(), &mut got);
+                    assert_eq!(
+                        got,
+                        want[range.clone()],
+                        "{metric:?} {nlist}×{dim} {range:?}"
+                    );
+                }
+                // Two sums of the same n terms in f32, each within
+                // n·ε·Σ|term| of the exact one.
+                for (c, w) in leaves.chunks_exact(dim).zip(&want) {
+                    let other = metric.prepared_distance(&query, c);
+                    let magnitude: f32 = query
+                        .iter()
+                        .zip(c)
+                        .map(|(q, c)| if l2 { (q - c) * (q - c) } else { (q * c).abs() })
+                        .sum();
+                    let tol = 2.0 * dim as f32 * f32::EPSILON * magnitude;
+                    assert!((other - w).abs() <= tol, "{metric:?} {other} {w} {tol}");
+                }
+            }
+        }
+        let mut out = vec![1.0];
+        LeafPanels::new(&[1.0, 2.0], 2).distances(Metric::L2, &[1.0], 0..1, &mut out);
+        assert!(
+            out.len() == 1 && out[0].is_nan(),
+            "a query of another width is NaN"
+        );
+        eprintln!("leaf panel paths checked: {paths:?}");
+    }
+}
