@@ -523,6 +523,24 @@ pub(crate) fn scan_scalar(lut: &[u8], blocks: &[u8], pairs: usize, out: &mut [u3
     }
 }
 
+/// The `Q` tables of a SIMD kernel's call, when its shapes hold: `Q`
+/// tables, `outs` with a sum for every vector of every block, and pairs to
+/// scan (else nothing is scanned).
+#[cfg(target_arch = "x86_64")]
+fn tables<'a, const Q: usize>(
+    luts: &[&'a Lut],
+    blocks: &[u8],
+    pairs: usize,
+    outs: &[Vec<u32>],
+) -> Option<[&'a [u8]; Q]> {
+    let sums = blocks.len() / (pairs * 32).max(1) * BLOCK;
+    if pairs == 0 || luts.len() < Q || outs.iter().take(Q).filter(|o| o.len() >= sums).count() < Q {
+        debug_assert!(pairs == 0, "{Q} tables and outs of {sums} sums");
+        return None;
+    }
+    Some(std::array::from_fn(|i| &luts[i].bytes[..]))
+}
+
 /// The AVX2 kernel, for `Q` queries (`luts` and `outs` hold `Q` each, every
 /// out a whole number of blocks of sums).
 ///
@@ -543,13 +561,10 @@ pub(crate) unsafe fn scan_avx2<const Q: usize>(
     outs: &mut [Vec<u32>],
 ) {
     use std::arch::x86_64::*;
-    let sums = blocks.len() / (pairs * 32).max(1) * BLOCK;
-    if pairs == 0 || luts.len() < Q || outs.iter().take(Q).filter(|o| o.len() >= sums).count() < Q {
-        debug_assert!(pairs == 0, "{Q} tables and outs of {sums} sums");
+    let Some(luts) = tables::<Q>(luts, blocks, pairs, outs) else {
         return;
-    }
+    };
     let nibble = _mm256_set1_epi8(0x0F);
-    let luts: [&[u8]; Q] = std::array::from_fn(|i| &luts[i].bytes[..]);
     for (b, block) in blocks.chunks_exact(pairs * 32).enumerate() {
         let mut start = 0;
         while start < pairs {
@@ -599,11 +614,9 @@ pub(crate) unsafe fn scan_avx512<const Q: usize>(
     outs: &mut [Vec<u32>],
 ) {
     use std::arch::x86_64::*;
-    let sums = blocks.len() / (pairs * 32).max(1) * BLOCK;
-    if pairs == 0 || luts.len() < Q || outs.iter().take(Q).filter(|o| o.len() >= sums).count() < Q {
-        debug_assert!(pairs == 0, "{Q} tables and outs of {sums} sums");
+    let Some(luts) = tables::<Q>(luts, blocks, pairs, outs) else {
         return;
-    }
+    };
     let nibble = _mm512_set1_epi8(0x0F);
     // Two pairs' 64 bytes from `at` while p + 1 < end, else one pair's 32
     // (the upper half zero: table 0 looked up, adding 0).
@@ -615,7 +628,6 @@ pub(crate) unsafe fn scan_avx512<const Q: usize>(
             _mm512_zextsi256_si512(_mm256_loadu_si256(at.as_ptr().add(p * 32).cast()))
         }
     };
-    let luts: [&[u8]; Q] = std::array::from_fn(|i| &luts[i].bytes[..]);
     for (b, block) in blocks.chunks_exact(pairs * 32).enumerate() {
         let mut start = 0;
         while start < pairs {
