@@ -853,6 +853,26 @@ struct PageRead {
     rows: usize,
 }
 
+impl PageRead {
+    /// Page `page` of `rg`'s `vector` column (`loaded[group]`), from its
+    /// offset index, which [`page_of`] found.
+    fn of(rg: &DecodedRowGroup, group: usize, page: usize) -> PageRead {
+        let pages = rg.vector_pages.as_deref().unwrap_or_default();
+        let loc = &pages[page];
+        let first_row = loc.first_row_index as usize;
+        let end_row = pages
+            .get(page + 1)
+            .map_or(rg.rowids.len(), |p| p.first_row_index as usize);
+        let start = loc.offset as u64;
+        PageRead {
+            group,
+            range: start..start + loc.compressed_page_size as u64,
+            first_row,
+            rows: end_row - first_row,
+        }
+    }
+}
+
 /// The `vector` pages holding every candidate of a batch: plain data from
 /// [`PagePlan::new`], read with [`super::load::PostingsReader::fetch`] of
 /// [`PagePlan::requests`] (one `get_ranges` per file, one round), then
@@ -862,10 +882,12 @@ pub struct PagePlan {
     requests: Vec<FileRequest>,
     /// The pages of each request, same order.
     pages: Vec<Vec<PageRead>>,
-    /// (request, page) of each candidate, in the order of
-    /// `candidates.iter().flat_map(TopK::iter)`: the rank finds its page
-    /// without searching for it again.
-    located: Vec<(u32, u32)>,
+    /// The candidates on each page, in the order of `pages.iter().flatten()`:
+    /// page `p` holds `held[bounds[p]..bounds[p + 1]]`, each a candidate's
+    /// place in `candidates.iter().flat_map(TopK::iter)`. The rank scores
+    /// a page's candidates right after its check, while it is in the caches.
+    bounds: Vec<usize>,
+    held: Vec<usize>,
 }
 
 impl PagePlan {
@@ -880,8 +902,10 @@ impl PagePlan {
         loaded: &[Arc<DecodedRowGroup>],
         candidates: &[TopK],
     ) -> Result<PagePlan, ProbeError> {
-        // (group, page) of each candidate, and each page once, sorted.
-        let keys: Vec<(usize, usize)> = candidates
+        // (group, page) of each candidate, and (file, page offset,
+        // candidate) sorted: each page's candidates together, the pages of
+        // a file by offset.
+        let located: Vec<(usize, usize)> = candidates
             .iter()
             .flat_map(TopK::iter)
             .map(|n| {
@@ -889,55 +913,38 @@ impl PagePlan {
                 Ok((g, page_of(paths, &loaded[g], row)?))
             })
             .collect::<Result<_, ProbeError>>()?;
-        let mut unique = keys.clone();
-        unique.sort_unstable();
-        unique.dedup();
-        // Every page to read, by file then offset.
-        let mut reads: Vec<(usize, usize, PageRead)> = unique
+        let mut keys: Vec<(usize, i64, usize)> = located
             .iter()
             .enumerate()
-            .map(|(u, &(g, page))| {
+            .map(|(c, &(g, page))| {
                 let rg = &loaded[g];
                 let pages = rg.vector_pages.as_deref().unwrap_or_default();
-                let loc = &pages[page];
-                let first_row = loc.first_row_index as usize;
-                let end_row = pages
-                    .get(page + 1)
-                    .map_or(rg.rowids.len(), |p| p.first_row_index as usize);
-                let start = loc.offset as u64;
-                let read = PageRead {
-                    group: g,
-                    range: start..start + loc.compressed_page_size as u64,
-                    first_row,
-                    rows: end_row - first_row,
-                };
-                (rg.file, u, read)
+                (rg.file, pages[page].offset, c)
             })
             .collect();
-        reads.sort_by_key(|(file, _, p)| (*file, p.range.start));
+        keys.sort_unstable();
         let mut plan = PagePlan {
             requests: Vec::new(),
             pages: Vec::new(),
-            located: Vec::with_capacity(keys.len()),
+            bounds: vec![0],
+            held: Vec::with_capacity(keys.len()),
         };
-        let mut at = vec![(0u32, 0u32); unique.len()];
-        for file_reads in reads.chunk_by(|a, b| a.0 == b.0) {
-            let r = plan.requests.len();
-            let ranges = coalesce(file_reads.iter().map(|(_, _, p)| p.range.clone()));
-            for (i, (_, u, _)) in file_reads.iter().enumerate() {
-                at[*u] = (r as u32, i as u32);
-            }
+        for file_keys in keys.chunk_by(|a, b| a.0 == b.0) {
+            let reads: Vec<PageRead> = file_keys
+                .chunk_by(|a, b| a.1 == b.1)
+                .map(|page_keys| {
+                    let (g, page) = located[page_keys[0].2];
+                    plan.held.extend(page_keys.iter().map(|key| key.2));
+                    plan.bounds.push(plan.held.len());
+                    PageRead::of(&loaded[g], g, page)
+                })
+                .collect();
             plan.requests.push(FileRequest {
-                file: file_reads[0].0,
-                ranges,
+                file: file_keys[0].0,
+                ranges: coalesce(reads.iter().map(|p| p.range.clone())),
             });
-            plan.pages
-                .push(file_reads.iter().map(|(_, _, p)| p.clone()).collect());
+            plan.pages.push(reads);
         }
-        plan.located.extend(
-            keys.iter()
-                .map(|key| at[unique.binary_search(key).unwrap_or_default()]),
-        );
         Ok(plan)
     }
 
@@ -962,11 +969,11 @@ impl PagePlan {
 
     /// The exact `k` best of each query's candidates, from the fetched
     /// pages: each page's CRC is checked and its values must be exactly its
-    /// rows of `dim` f32. Pure compute (parallel over queries).
+    /// rows of `dim` f32. Pure compute (parallel over runs of pages).
     ///
     /// # Errors
     /// [`ProbeError::PageChecksum`] for a page that fails its CRC,
-    /// [`ProbeError::Decode`] for one of the wrong length.
+    /// [`ProbeError::Decode`] for one of the wrong length or not fetched.
     #[allow(clippy::too_many_arguments)]
     pub fn rank(
         &self,
@@ -982,115 +989,89 @@ impl PagePlan {
         let fetched = fetched.into_inner();
         let name =
             |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
-        // The bytes of every page, each asked of the memory a window of
-        // `AHEAD` pages before its check: scattered pages, whose cache
-        // misses then overlap instead of coming one by one, and a batch's
-        // thousands of pages do not evict each other before they are used.
-        let fetched: Vec<Vec<bytes::Bytes>> = self
+        // Every page with its bytes, in plan order.
+        let pages: Vec<(&PageRead, bytes::Bytes)> = self
             .pages
             .iter()
             .zip(&self.requests)
             .zip(&fetched)
-            .map(|((pages, request), data)| {
-                pages
-                    .iter()
-                    .map(|p| {
-                        let rg = &loaded[p.group];
-                        let bytes = slice(&request.ranges, data, &p.range).ok_or_else(|| {
-                            decode_error(
-                                name(rg),
-                                rg.row_group,
-                                format!("page {:?} was not fetched", p.range),
-                            )
-                        })?;
-                        Ok(bytes)
-                    })
-                    .collect::<Result<Vec<_>, ProbeError>>()
+            .flat_map(|((pages, request), data)| pages.iter().map(move |p| (p, request, data)))
+            .map(|(p, request, data)| {
+                let bytes = slice(&request.ranges, data, &p.range).ok_or_else(|| {
+                    let rg = &loaded[p.group];
+                    decode_error(
+                        name(rg),
+                        rg.row_group,
+                        format!("page {:?} was not fetched", p.range),
+                    )
+                })?;
+                Ok((p, bytes))
             })
-            .collect::<Result<_, _>>()?;
-        const AHEAD: usize = 16;
-        let ahead: Vec<&bytes::Bytes> = fetched.iter().flatten().collect();
-        ahead.iter().take(AHEAD).for_each(|b| prefetch(b));
-        let mut next = AHEAD;
-        // The values of every page, checked once.
-        let values: Vec<Vec<bytes::Bytes>> = self
-            .pages
+            .collect::<Result<_, ProbeError>>()?;
+        // Each candidate with its query, in the order of `held`'s places.
+        let owned: Vec<(usize, &crate::topk::Neighbor)> = candidates
             .iter()
-            .zip(&fetched)
-            .map(|(pages, fetched)| {
-                pages
-                    .iter()
-                    .zip(fetched)
-                    .map(|(p, bytes)| {
-                        if let Some(b) = ahead.get(next) {
-                            prefetch(b);
-                        }
-                        next += 1;
-                        let rg = &loaded[p.group];
-                        let name = || name(rg);
-                        let body = checked_page(bytes).map_err(|source| ProbeError::PageChecksum {
-                            path: name(),
-                            row_group: rg.row_group,
-                            column: VECTOR_COLUMN.to_string(),
-                            source,
-                        })?;
-                        if body.len() != p.rows * dim * 4 {
-                            return Err(decode_error(
-                                name(),
-                                rg.row_group,
-                                format!(
-                                    "{VECTOR_COLUMN} page at byte {} holds {} value bytes, its {} rows need {}",
-                                    p.range.start,
-                                    body.len(),
-                                    p.rows,
-                                    p.rows * dim * 4
-                                ),
-                            ));
-                        }
-                        let start = bytes.len() - body.len();
-                        Ok(bytes.slice(start..))
-                    })
-                    .collect::<Result<Vec<_>, ProbeError>>()
-            })
-            .collect::<Result<_, _>>()?;
-        // Each query's candidates' places in `located`.
-        let mut firsts = Vec::with_capacity(candidates.len());
-        let mut first = 0;
-        for cands in &candidates {
-            firsts.push(first);
-            first += cands.len();
-        }
-        Ok(candidates
-            .into_par_iter()
-            .zip(firsts)
             .enumerate()
-            .map(|(q, (cands, first))| {
-                let query = &queries[q * dim..(q + 1) * dim];
+            .flat_map(|(q, cands)| cands.iter().map(move |n| (q, n)))
+            .collect();
+        // Runs of pages in parallel. Within a run, each page is asked of the
+        // memory a window of `AHEAD` pages before its check (scattered
+        // pages, whose misses then overlap), and its candidates are scored
+        // right after the check, while the page is in the caches.
+        const RUN: usize = 256;
+        const AHEAD: usize = 16;
+        let scored: Vec<Vec<(usize, f32, i64)>> = pages
+            .par_chunks(RUN)
+            .enumerate()
+            .map(|(r, run)| {
+                let mut out = Vec::new();
                 let mut v = vec![0.0f32; dim];
-                let mut top = TopK::new(k);
-                // The order of `new`, which located each candidate's page.
-                let rows: Vec<&[u8]> = cands
-                    .iter()
-                    .zip(&self.located[first..])
-                    .map(|(n, &(r, i))| {
-                        let (_, row) = unpack(n.at);
-                        let p = &self.pages[r as usize][i as usize];
-                        let at = (row - p.first_row) * dim * 4;
-                        &values[r as usize][i as usize][at..at + dim * 4]
-                    })
-                    .collect();
-                // In a batch, the pages were checked long before: ask for
-                // every candidate's row before the first is read.
-                rows.iter().for_each(|row| prefetch(row));
-                for (n, bytes) in cands.iter().zip(rows) {
-                    for (x, b) in v.iter_mut().zip(bytes.chunks_exact(4)) {
-                        *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                run.iter().take(AHEAD).for_each(|(_, b)| prefetch(b));
+                for (i, (p, bytes)) in run.iter().enumerate() {
+                    if let Some((_, b)) = run.get(i + AHEAD) {
+                        prefetch(b);
                     }
-                    top.push(metric.prepared_distance(query, &v), n.rowid);
+                    let rg = &loaded[p.group];
+                    let body = checked_page(bytes).map_err(|source| ProbeError::PageChecksum {
+                        path: name(rg),
+                        row_group: rg.row_group,
+                        column: VECTOR_COLUMN.to_string(),
+                        source,
+                    })?;
+                    if body.len() != p.rows * dim * 4 {
+                        return Err(decode_error(
+                            name(rg),
+                            rg.row_group,
+                            format!(
+                                "{VECTOR_COLUMN} page at byte {} holds {} value bytes, its {} rows need {}",
+                                p.range.start,
+                                body.len(),
+                                p.rows,
+                                p.rows * dim * 4
+                            ),
+                        ));
+                    }
+                    let page = r * RUN + i;
+                    for &c in &self.held[self.bounds[page]..self.bounds[page + 1]] {
+                        let (q, n) = owned[c];
+                        let (_, row) = unpack(n.at);
+                        let at = (row - p.first_row) * dim * 4;
+                        for (x, b) in v.iter_mut().zip(body[at..at + dim * 4].chunks_exact(4)) {
+                            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        }
+                        let query = &queries[q * dim..(q + 1) * dim];
+                        out.push((q, metric.prepared_distance(query, &v), n.rowid));
+                    }
                 }
-                top
+                Ok(out)
             })
-            .collect())
+            .collect::<Result<_, ProbeError>>()?;
+        // In any order: a selection does not depend on it.
+        let mut tops = vec![TopK::new(k); candidates.len()];
+        for (q, distance, rowid) in scored.into_iter().flatten() {
+            tops[q].push(distance, rowid);
+        }
+        Ok(tops)
     }
 }
 
