@@ -46,7 +46,7 @@ pub fn select_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: usi
 /// order in which a scan tightens its bound soonest.
 pub fn nearest_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
     let kept = if root_factor == 0 && nprobe <= FEW_LISTS {
-        nearest(every_leaf(h, query).into_iter(), nprobe)
+        nearest_of_every_leaf(h, query, nprobe)
     } else {
         let mut leaves = leaf_distances(h, query, nprobe, root_factor);
         let keep = nprobe.min(leaves.len());
@@ -60,23 +60,147 @@ pub fn nearest_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: us
     kept.iter().map(|l| l.1).collect()
 }
 
-/// The `keep` nearest of `leaves` (by `(distance, cid)`), nearest first:
-/// one comparison with the farthest kept per leaf, an insertion for those
-/// that beat it.
-fn nearest(leaves: impl Iterator<Item = Leaf>, keep: usize) -> Vec<Leaf> {
-    let mut best: Vec<Leaf> = Vec::with_capacity(keep + 1);
+/// The `keep` nearest of every leaf (every root visited), by `(distance,
+/// cid)`, nearest first. The distances go to a buffer of the thread; a run
+/// of 16 is then compared with the farthest kept in one step, and only
+/// those not above it (or NaN) are looked at ([`Kept::offer`]): once the
+/// selection is full, most runs have none.
+fn nearest_of_every_leaf(h: Coarse<'_>, query: &[f32], keep: usize) -> Vec<Leaf> {
+    thread_local! {
+        static DISTANCES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    }
+    let cids = every_cid(h);
+    DISTANCES.with_borrow_mut(|distances| {
+        h.panels
+            .distances(h.hierarchy.metric, query, cids.clone(), distances);
+        nearest(distances, cids.start, keep)
+    })
+}
+
+/// The `keep` nearest of `distances` (leaf `first + i` at `i`), by
+/// `(distance, cid)`, nearest first; the run check the CPU offers.
+fn nearest(distances: &[f32], first: usize, keep: usize) -> Vec<Leaf> {
     if keep == 0 {
-        return best;
+        return Vec::new();
     }
-    for leaf in leaves {
-        if best.len() == keep && nearest_first(&leaf, &best[keep - 1]).is_ge() {
-            continue;
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        // SAFETY: AVX-512 F was detected just above.
+        return unsafe { nearest_avx512(distances, first, keep) };
+    }
+    nearest_runs(distances, first, keep, not_above_scalar)
+}
+
+/// [`nearest_runs`] with [`not_above_avx512`].
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn nearest_avx512(distances: &[f32], first: usize, keep: usize) -> Vec<Leaf> {
+    nearest_runs(distances, first, keep, |run, bound| {
+        // SAFETY: AVX-512 F is enabled here.
+        unsafe { not_above_avx512(run, bound) }
+    })
+}
+
+/// Leaves whose distances are compared with the bound at once.
+const RUN: usize = 16;
+
+/// The loop of [`nearest`]: `whole` gives, for a whole run of [`RUN`]
+/// distances, bit j set when distance j is not above the bound (at most
+/// it, or NaN); a last partial run goes through [`not_above_scalar`].
+#[inline(always)]
+fn nearest_runs(
+    distances: &[f32],
+    first: usize,
+    keep: usize,
+    whole: impl Fn(&[f32], f32) -> u32,
+) -> Vec<Leaf> {
+    let mut kept = Kept::new(keep);
+    for (r, run) in distances.chunks(RUN).enumerate() {
+        let bound = kept.bound();
+        let mut maybe = if run.len() == RUN {
+            whole(run, bound)
+        } else {
+            not_above_scalar(run, bound)
+        };
+        while maybe != 0 {
+            let j = maybe.trailing_zeros() as usize;
+            maybe &= maybe - 1;
+            kept.offer((run[j], (first + r * RUN + j) as u32));
         }
-        let at = best.partition_point(|b| nearest_first(b, &leaf).is_lt());
-        best.insert(at, leaf);
-        best.truncate(keep);
     }
-    best
+    kept.best
+}
+
+/// Bit j set when `!(run[j] > bound)`: at most the bound, or unordered
+/// (a NaN distance or bound). The reference of the tests, and a last
+/// partial run.
+fn not_above_scalar(run: &[f32], bound: f32) -> u32 {
+    run.iter()
+        .enumerate()
+        .fold(0, |bits, (j, &d)| bits | (u32::from(!(d > bound)) << j))
+}
+
+/// [`not_above_scalar`] of a whole run of [`RUN`] (16) distances in one
+/// compare (`run` must hold 16; else the scalar check answers).
+///
+/// # Safety
+/// The CPU must support AVX-512 F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn not_above_avx512(run: &[f32], bound: f32) -> u32 {
+    use std::arch::x86_64::*;
+    if run.len() != RUN {
+        return not_above_scalar(run, bound);
+    }
+    // SAFETY: `run` holds 16 f32; loadu needs no alignment.
+    let d = unsafe { _mm512_loadu_ps(run.as_ptr()) };
+    u32::from(_mm512_cmp_ps_mask::<_CMP_NGT_UQ>(d, _mm512_set1_ps(bound)))
+}
+
+/// The nearest leaves seen so far, sorted by `(distance, cid)`, at most
+/// `keep`.
+struct Kept {
+    best: Vec<Leaf>,
+    keep: usize,
+}
+
+impl Kept {
+    fn new(keep: usize) -> Kept {
+        Kept {
+            best: Vec::with_capacity(keep + 1),
+            keep,
+        }
+    }
+
+    /// What a leaf's distance must not be above to be looked at: the
+    /// farthest kept's once `keep` are kept, else NaN (every leaf); a NaN
+    /// kept is NaN too, so every leaf is looked at then.
+    fn bound(&self) -> f32 {
+        match self.best.get(self.keep.wrapping_sub(1)) {
+            Some(farthest) if self.best.len() == self.keep => farthest.0,
+            _ => f32::NAN,
+        }
+    }
+
+    /// Keeps `leaf` when it is nearer (by `(distance, cid)`) than the
+    /// farthest kept, or fewer than `keep` are: one comparison, and an
+    /// insertion for those that beat it.
+    fn offer(&mut self, leaf: Leaf) {
+        let keep = self.keep;
+        if keep == 0
+            || self.best.len() == keep && nearest_first(&leaf, &self.best[keep - 1]).is_ge()
+        {
+            return;
+        }
+        let at = self
+            .best
+            .partition_point(|b| nearest_first(b, &leaf).is_lt());
+        self.best.insert(at, leaf);
+        self.best.truncate(keep);
+    }
 }
 
 /// `(distance, cid)` of a leaf.
@@ -132,15 +256,19 @@ fn leaves_in(h: Coarse<'_>, query: &[f32], cids: std::ops::Range<usize>) -> Vec<
     d.into_iter().zip(cids.start as u32..).collect()
 }
 
-/// `(distance, cid)` of every leaf of every root, in cid order.
-fn every_leaf(h: Coarse<'_>, query: &[f32]) -> Vec<Leaf> {
+/// The cids of every leaf of every root.
+fn every_cid(h: Coarse<'_>) -> std::ops::Range<usize> {
     let offsets = &h.hierarchy.cid_offsets;
     let nroots = offsets.len().saturating_sub(1);
-    let (lo, hi) = match (offsets.first(), offsets.get(nroots)) {
-        (Some(&lo), Some(&hi)) if nroots > 0 => (lo as usize, hi as usize),
-        _ => (0, 0),
-    };
-    leaves_in(h, query, lo..hi)
+    match (offsets.first(), offsets.get(nroots)) {
+        (Some(&lo), Some(&hi)) if nroots > 0 => lo as usize..hi as usize,
+        _ => 0..0,
+    }
+}
+
+/// `(distance, cid)` of every leaf of every root, in cid order.
+fn every_leaf(h: Coarse<'_>, query: &[f32]) -> Vec<Leaf> {
+    leaves_in(h, query, every_cid(h))
 }
 
 /// `(distance, cid)` of every leaf of the roots visited nearest first until
@@ -295,6 +423,68 @@ mod tests {
                 assert_eq!(select_cids(c, &q, nprobe, 0), want, "nprobe {nprobe}");
             }
         }
+    }
+
+    /// Every run check the CPU offers keeps the `keep` first of all the
+    /// distances sorted by `(distance, cid)`: ties, infinities, NaN of
+    /// either sign, partial last runs.
+    #[test]
+    fn nearest_is_the_sorted_prefix_on_every_path() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let mut paths: Vec<(&str, fn(&[f32], usize, usize) -> Vec<Leaf>)> =
+            vec![("scalar", |d, f, k| nearest_runs(d, f, k, not_above_scalar))];
+        #[cfg(target_arch = "x86_64")]
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: AVX-512 F was detected just above.
+            paths.push(("avx512", |d, f, k| unsafe { nearest_avx512(d, f, k) }));
+        }
+        let specials = [
+            f32::INFINITY,
+            f32::NEG_INFINITY,
+            f32::NAN,
+            -f32::NAN,
+            0.0,
+            -0.0,
+        ];
+        for n in [0, 1, 15, 16, 17, 100, 1000] {
+            for _ in 0..20 {
+                let distances: Vec<f32> = (0..n)
+                    .map(|_| match rng.random_range(0..10) {
+                        0 => specials[rng.random_range(0..specials.len())],
+                        1..=4 => rng.random_range(0..8) as f32,
+                        _ => rng.random_range(-100.0..100.0),
+                    })
+                    .collect();
+                let first = rng.random_range(0..50);
+                let mut all: Vec<Leaf> = distances
+                    .iter()
+                    .enumerate()
+                    .map(|(i, &d)| (d, (first + i) as u32))
+                    .collect();
+                all.sort_by(nearest_first);
+                for keep in [0, 1, 2, 12, 40, n + 3] {
+                    let want = &all[..keep.min(n)];
+                    for (name, path) in &paths {
+                        let got = path(&distances, first, keep);
+                        assert!(
+                            got.len() == want.len()
+                                && got
+                                    .iter()
+                                    .zip(want)
+                                    .all(|(g, w)| g.0.to_bits() == w.0.to_bits() && g.1 == w.1),
+                            "{name} n {n} keep {keep}: {got:?} against {want:?}"
+                        );
+                    }
+                    let got = nearest(&distances, first, keep);
+                    assert_eq!(got.len(), want.len());
+                }
+            }
+        }
+        eprintln!(
+            "selection run checks: {:?}",
+            paths.iter().map(|p| p.0).collect::<Vec<_>>()
+        );
     }
 
     #[test]
