@@ -459,12 +459,21 @@ pub const QUERIES: usize = 4;
 /// split into nibbles once per pass instead of once per query.
 pub fn scan_many(luts: &[&Lut], blocks: &Blocks, outs: &mut [Vec<u32>]) {
     let sums = blocks.n.div_ceil(BLOCK) * BLOCK;
+    // The SIMD kernels store each block's sums at its first flush; the
+    // scalar one (and no pair at all) adds to zeros.
+    #[cfg(target_arch = "x86_64")]
+    let stored = blocks.pairs > 0 && (avx512() || avx2());
+    #[cfg(not(target_arch = "x86_64"))]
+    let stored = false;
+    let fits = luts.iter().all(|l| l.bytes.len() == blocks.pairs * 32);
+    debug_assert!(fits, "tables for another code width");
     for out in outs.iter_mut().take(luts.len()) {
-        out.clear();
+        if !(stored && fits) {
+            out.clear();
+        }
         out.resize(sums, 0);
     }
-    if luts.iter().any(|l| l.bytes.len() != blocks.pairs * 32) {
-        debug_assert!(false, "tables for another code width");
+    if !fits {
         return;
     }
     let (bytes, pairs) = (&blocks.bytes[..], blocks.pairs);
@@ -591,7 +600,7 @@ pub(crate) unsafe fn scan_avx2<const Q: usize>(
                 }
             }
             for (acc, out) in acc.into_iter().zip(outs.iter_mut()) {
-                add_half_blocks(acc, &mut out[b * BLOCK..(b + 1) * BLOCK]);
+                add_half_blocks(acc, &mut out[b * BLOCK..(b + 1) * BLOCK], start == 0);
             }
             start = end;
         }
@@ -658,21 +667,27 @@ pub(crate) unsafe fn scan_avx512<const Q: usize>(
                 _mm256_add_epi16(_mm512_castsi512_si256(a), _mm512_extracti64x4_epi64::<1>(a))
             };
             for (acc, out) in acc.into_iter().zip(outs.iter_mut()) {
-                add_half_blocks(acc.map(fold), &mut out[b * BLOCK..(b + 1) * BLOCK]);
+                add_half_blocks(
+                    acc.map(fold),
+                    &mut out[b * BLOCK..(b + 1) * BLOCK],
+                    start == 0,
+                );
             }
             start = end;
         }
     }
 }
 
-/// Adds a flush's u16 accumulators to the 32 sums of a block. `acc[2h]`
-/// holds `x` and `acc[2h + 1]` `x >> 8` summed for vectors `16h..16h + 16`
-/// (see [`scan_avx2`]); u16 lane k < 8 of either is sub-quantiser 2p of the
-/// vector pair (2k, 2k + 1), lane k + 8 sub-quantiser 2p + 1 of the same.
+/// Adds a flush's u16 accumulators to the 32 sums of a block, or stores
+/// them there at its `first` flush (what was there before is ignored).
+/// `acc[2h]` holds `x` and `acc[2h + 1]` `x >> 8` summed for vectors
+/// `16h..16h + 16` (see [`scan_avx2`]); u16 lane k < 8 of either is
+/// sub-quantiser 2p of the vector pair (2k, 2k + 1), lane k + 8
+/// sub-quantiser 2p + 1 of the same.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx2")]
 #[inline]
-fn add_half_blocks(acc: [std::arch::x86_64::__m256i; 4], sums: &mut [u32]) {
+fn add_half_blocks(acc: [std::arch::x86_64::__m256i; 4], sums: &mut [u32], first: bool) {
     use std::arch::x86_64::*;
     for (h, half) in sums.chunks_exact_mut(16).enumerate() {
         let (all, odd) = (acc[2 * h], acc[2 * h + 1]);
@@ -691,14 +706,21 @@ fn add_half_blocks(acc: [std::arch::x86_64::__m256i; 4], sums: &mut [u32]) {
             _mm256_unpacklo_epi32(even, odd),
             _mm256_unpackhi_epi32(even, odd),
         );
-        let first = _mm256_permute2x128_si256::<0x20>(lo, hi);
-        let second = _mm256_permute2x128_si256::<0x31>(lo, hi);
+        let low = _mm256_permute2x128_si256::<0x20>(lo, hi);
+        let high = _mm256_permute2x128_si256::<0x31>(lo, hi);
         let ptr = half.as_mut_ptr().cast::<__m256i>();
         // SAFETY: `half` is 16 u32 (64 bytes); loadu/storeu need no alignment.
         unsafe {
-            _mm256_storeu_si256(ptr, _mm256_add_epi32(_mm256_loadu_si256(ptr), first));
+            let add = |ptr: *mut __m256i, x: __m256i| {
+                if first {
+                    x
+                } else {
+                    _mm256_add_epi32(_mm256_loadu_si256(ptr), x)
+                }
+            };
+            _mm256_storeu_si256(ptr, add(ptr, low));
             let ptr = ptr.add(1);
-            _mm256_storeu_si256(ptr, _mm256_add_epi32(_mm256_loadu_si256(ptr), second));
+            _mm256_storeu_si256(ptr, add(ptr, high));
         }
     }
 }
@@ -848,7 +870,8 @@ mod tests {
                 })
                 .collect();
             let refs: Vec<&Lut> = luts.iter().collect();
-            let fresh = |q: usize| vec![vec![0u32; padded]; q];
+            // Outs holding other sums: a kernel must not add to them.
+            let fresh = |q: usize| vec![vec![0xDEAD_BEEFu32; padded]; q];
             #[cfg(target_arch = "x86_64")]
             if avx2() {
                 let mut fast = fresh(2);
