@@ -238,6 +238,10 @@ unsafe fn sums_avx2(query: &[f32], panels: &[[f32; LANES]], l2: bool, out: &mut 
     }
 }
 
+/// A kernel's sums of `G` panels, appended to its last argument.
+#[cfg(target_arch = "x86_64")]
+type GroupSums<const G: usize> = unsafe fn(&[f32], [&[[f32; LANES]]; G], &mut Vec<f32>);
+
 /// The panels `GROUP` at a time through `many`, the rest one at a time
 /// through `one`, in order.
 #[cfg(target_arch = "x86_64")]
@@ -246,8 +250,8 @@ fn each_group(
     query: &[f32],
     panels: &[[f32; LANES]],
     out: &mut Vec<f32>,
-    many: unsafe fn(&[f32], [&[[f32; LANES]]; GROUP], &mut Vec<f32>),
-    one: unsafe fn(&[f32], [&[[f32; LANES]]; 1], &mut Vec<f32>),
+    many: GroupSums<GROUP>,
+    one: GroupSums<1>,
 ) {
     let dim = query.len().max(1);
     let mut groups = panels.chunks_exact(GROUP * dim);

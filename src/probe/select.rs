@@ -138,9 +138,10 @@ fn nearest_runs(
 /// (a NaN distance or bound). The reference of the tests, and a last
 /// partial run.
 fn not_above_scalar(run: &[f32], bound: f32) -> u32 {
-    run.iter()
-        .enumerate()
-        .fold(0, |bits, (j, &d)| bits | (u32::from(!(d > bound)) << j))
+    run.iter().enumerate().fold(0, |bits, (j, &d)| {
+        let above = d.partial_cmp(&bound) == Some(std::cmp::Ordering::Greater);
+        bits | (u32::from(!above) << j)
+    })
 }
 
 /// [`not_above_scalar`] of a whole run of [`RUN`] (16) distances in one
@@ -432,7 +433,8 @@ mod tests {
     fn nearest_is_the_sorted_prefix_on_every_path() {
         use rand::{Rng, SeedableRng};
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
-        let mut paths: Vec<(&str, fn(&[f32], usize, usize) -> Vec<Leaf>)> =
+        type Path = (&'static str, fn(&[f32], usize, usize) -> Vec<Leaf>);
+        let mut paths: Vec<Path> =
             vec![("scalar", |d, f, k| nearest_runs(d, f, k, not_above_scalar))];
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx512f") {
