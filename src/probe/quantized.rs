@@ -29,7 +29,7 @@ use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use crate::quant::fastscan::{self, Lut};
-use crate::store::byte_ranges::{coalesce, slice};
+use crate::store::byte_ranges::{coalesce, slice_ref};
 use crate::topk::{Candidates, TopK};
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -990,14 +990,14 @@ impl PagePlan {
         let name =
             |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
         // Every page with its bytes, in plan order.
-        let pages: Vec<(&PageRead, bytes::Bytes)> = self
+        let pages: Vec<(&PageRead, &[u8])> = self
             .pages
             .iter()
             .zip(&self.requests)
             .zip(&fetched)
             .flat_map(|((pages, request), data)| pages.iter().map(move |p| (p, request, data)))
             .map(|(p, request, data)| {
-                let bytes = slice(&request.ranges, data, &p.range).ok_or_else(|| {
+                let bytes = slice_ref(&request.ranges, data, &p.range).ok_or_else(|| {
                     let rg = &loaded[p.group];
                     decode_error(
                         name(rg),

@@ -51,6 +51,28 @@ fn coalesce_within(ranges: impl Iterator<Item = Range<u64>>, gap: u64) -> Vec<Ra
 
 /// The bytes of `want` out of the coalesced `ranges`/`data`.
 pub fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option<Bytes> {
+    let (i, at) = locate(ranges, data, want)?;
+    Some(data[i].slice(at))
+}
+
+/// [`slice`] borrowed: no reference count taken, for bytes used while
+/// `data` is held.
+pub fn slice_ref<'a>(
+    ranges: &[Range<u64>],
+    data: &'a [Bytes],
+    want: &Range<u64>,
+) -> Option<&'a [u8]> {
+    let (i, at) = locate(ranges, data, want)?;
+    Some(&data[i][at])
+}
+
+/// The piece of `data` holding `want` and where in it: `None` when no
+/// fetched range covers it.
+fn locate(
+    ranges: &[Range<u64>],
+    data: &[Bytes],
+    want: &Range<u64>,
+) -> Option<(usize, Range<usize>)> {
     let i = ranges
         .partition_point(|r| r.start <= want.start)
         .checked_sub(1)?;
@@ -62,7 +84,7 @@ pub fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option
         (want.start - r.start) as usize,
         (want.end - r.start) as usize,
     );
-    (e <= d.len()).then(|| d.slice(s..e))
+    (e <= d.len()).then_some((i, s..e))
 }
 #[cfg(test)]
 mod tests {
@@ -90,5 +112,12 @@ mod tests {
         );
         assert!(slice(&got, &data, &(7..11)).is_none());
         assert!(slice(&got, &data, &(26..27)).is_none());
+        for want in [12..15, 0..8, 24..25, 7..11, 26..27, 8..10] {
+            assert_eq!(
+                slice_ref(&got, &data, &want),
+                slice(&got, &data, &want).as_deref(),
+                "{want:?}"
+            );
+        }
     }
 }
