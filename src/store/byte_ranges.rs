@@ -55,7 +55,7 @@ pub fn slice(ranges: &[Range<u64>], data: &[Bytes], want: &Range<u64>) -> Option
     Some(data[i].slice(at))
 }
 
-/// [`slice`] borrowed: no reference count taken, for bytes used while
+/// [`slice()`] borrowed: no reference count taken, for bytes used while
 /// `data` is held.
 pub fn slice_ref<'a>(
     ranges: &[Range<u64>],
