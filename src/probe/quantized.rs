@@ -843,7 +843,7 @@ fn matching_pages(pages: &[PageLocation], mask: &BooleanBuffer) -> Vec<usize> {
 }
 
 /// One `vector` data page to read.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 struct PageRead {
     /// Index in `loaded` of its row group.
     group: usize,
