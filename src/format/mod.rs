@@ -16,6 +16,7 @@
 //! | `source-files.json` (the indexed files of a Parquet source) | [`source_files`] |
 //! | `source-ids.parquet` (the ids each source file holds, with an id column) | [`source_ids`] |
 //! | the CRC32 of every Parquet page header (written and checked) | [`page_crc`] |
+//! | the `rowid` and `cid` encodings, read without a decoder | [`key_columns`] |
 //! | pins: the size and sha256 of a document, checked by every reader | [`pin`] |
 //! | all of one snapshot's documents, read and checked together | [`snapshot`] |
 //!
@@ -26,6 +27,7 @@ pub mod calibration;
 pub mod centroids;
 pub mod definition;
 pub mod footers;
+pub mod key_columns;
 pub mod layers;
 pub mod manifest;
 pub mod page_crc;

@@ -38,6 +38,16 @@ pub enum PageCrcError {
     /// A page header without the `crc` field (every postings page has one).
     #[error("page {page} at byte {offset} of its column chunk has no CRC32")]
     MissingCrc { page: usize, offset: usize },
+    /// A data page of an encoding its reader does not take.
+    #[error(
+        "page {page} at byte {offset} of its column chunk: encoding {encoding:?} where {expected} was expected"
+    )]
+    Encoding {
+        page: usize,
+        offset: usize,
+        encoding: Option<i64>,
+        expected: &'static str,
+    },
     /// The stored CRC differs from the CRC of the page's bytes.
     #[error(
         "page {page} at byte {offset} of its column chunk: CRC32 is {actual:08x}, its header says {expected:08x}"
@@ -73,6 +83,10 @@ struct Header {
     crc: Option<u32>,
     /// Field 1, the `PageType` (0 data, 2 dictionary, 3 data v2).
     page_type: Option<i64>,
+    /// `num_values` and `encoding` of the page's own header struct (field
+    /// 5 `DataPageHeader`, 7 `DictionaryPageHeader`, 8 `DataPageHeaderV2`).
+    num_values: Option<i64>,
+    encoding: Option<i64>,
 }
 
 struct Reader<'a> {
@@ -202,6 +216,21 @@ impl Reader<'_> {
         Ok(Some((id, ty)))
     }
 
+    /// The `num_values` (field 1) and `encoding` (field `encoding`) of a
+    /// page kind's header struct; its other fields skipped.
+    fn page_struct(&mut self, encoding: i16) -> Result<(Option<i64>, Option<i64>), Malformed> {
+        let (mut last, mut values, mut found) = (0, None, None);
+        while let Some((id, ty)) = self.field_header(last)? {
+            match (id, ty) {
+                (1, 5) => values = Some(self.zigzag()?),
+                (id, 5) if id == encoding => found = Some(self.zigzag()?),
+                _ => self.skip_value(ty, false, 1)?,
+            }
+            last = id;
+        }
+        Ok((values, found))
+    }
+
     fn skip_struct(&mut self, depth: usize) -> Result<(), Malformed> {
         let mut last = 0;
         while let Some((id, ty)) = self.field_header(last)? {
@@ -220,10 +249,15 @@ fn parse_header(buf: &[u8], mut field: impl FnMut(Field)) -> Result<Header, Malf
     let mut compressed = None;
     let mut crc = None;
     let mut page_type = None;
+    let (mut num_values, mut encoding) = (None, None);
     while let Some((id, ty)) = r.field_header(last)? {
         let start = r.pos;
         if id == 1 && ty == 5 {
             page_type = Some(r.zigzag()?);
+        } else if matches!(id, 5 | 7 | 8) && ty == 12 {
+            // The encoding is field 2 of a data or dictionary page header,
+            // field 4 of a data page v2 header.
+            (num_values, encoding) = r.page_struct(if id == 8 { 4 } else { 2 })?;
         } else if (id == 3 || id == 4) && ty == 5 {
             let v = r.zigzag()?;
             if id == 3 {
@@ -246,6 +280,8 @@ fn parse_header(buf: &[u8], mut field: impl FnMut(Field)) -> Result<Header, Malf
         compressed_size: compressed.ok_or(Malformed::NoSize)?,
         crc,
         page_type,
+        num_values,
+        encoding,
     })
 }
 
@@ -434,6 +470,73 @@ fn walk_pages(
     Ok(page)
 }
 
+/// The `Encoding` numbers of the Parquet format that the postings' direct
+/// reads meet.
+pub mod encoding {
+    pub const PLAIN: i64 = 0;
+    pub const PLAIN_DICTIONARY: i64 = 2;
+    pub const DELTA_BINARY_PACKED: i64 = 5;
+    pub const RLE_DICTIONARY: i64 = 8;
+}
+
+/// The `PageType` numbers: a data page (v1 or v2) and a dictionary page.
+pub const DATA_PAGE: i64 = 0;
+pub const DICTIONARY_PAGE: i64 = 2;
+pub const DATA_PAGE_V2: i64 = 3;
+
+/// One page of a column chunk whose CRC checked: what its header says and
+/// where its data lies in the chunk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CheckedPage {
+    /// Its index in the chunk (dictionary page included) and its offset.
+    pub page: usize,
+    pub offset: usize,
+    /// `PageType` ([`DATA_PAGE`], [`DICTIONARY_PAGE`], [`DATA_PAGE_V2`]).
+    pub page_type: Option<i64>,
+    /// The values and their `Encoding` ([`encoding`]) as its header says.
+    pub num_values: Option<i64>,
+    pub encoding: Option<i64>,
+    /// Its data (the bytes after the header) within the chunk.
+    pub data: std::ops::Range<usize>,
+}
+
+impl CheckedPage {
+    /// A data page of either version.
+    pub fn is_data(&self) -> bool {
+        matches!(self.page_type, Some(DATA_PAGE | DATA_PAGE_V2))
+    }
+
+    /// [`PageCrcError::Encoding`] for this page.
+    pub fn unexpected(&self, expected: &'static str) -> PageCrcError {
+        PageCrcError::Encoding {
+            page: self.page,
+            offset: self.offset,
+            encoding: self.encoding,
+            expected,
+        }
+    }
+}
+
+/// Every page of a fetched column chunk, each one's CRC checked.
+///
+/// # Errors
+/// [`PageCrcError`] for a malformed header, a missing or wrong CRC.
+pub fn checked_pages(chunk: &[u8]) -> Result<Vec<CheckedPage>, PageCrcError> {
+    let mut pages = Vec::new();
+    walk_pages(chunk, |header, data, page, offset| {
+        pages.push(CheckedPage {
+            page,
+            offset,
+            page_type: header.page_type,
+            num_values: header.num_values,
+            encoding: header.encoding,
+            data,
+        });
+        Ok(())
+    })?;
+    Ok(pages)
+}
+
 /// The values of a fetched column chunk of a REQUIRED, flat, PLAIN and
 /// uncompressed column (what the postings writer makes of `vector` and
 /// `code`), after checking every page's CRC: the data sections of its data
@@ -442,27 +545,29 @@ fn walk_pages(
 /// are concatenated (one copy).
 ///
 /// # Errors
-/// [`PageCrcError`] for a malformed header, a missing or wrong CRC, or a
-/// page that is not a data page (a dictionary page).
+/// [`PageCrcError`] for a malformed header, a missing or wrong CRC, a
+/// page that is not a data page (a dictionary page), or one whose header
+/// names an encoding other than PLAIN.
 pub fn plain_values(chunk: &Bytes) -> Result<Bytes, PageCrcError> {
-    let mut sections = Vec::new();
-    walk_pages(chunk, |header, data, page, offset| {
-        if !matches!(header.page_type, Some(0 | 3)) {
+    let pages = checked_pages(chunk)?;
+    for p in &pages {
+        if !p.is_data() {
             return Err(PageCrcError::MalformedHeader {
-                page,
-                offset,
-                reason: format!("page type {:?} is not a data page", header.page_type),
+                page: p.page,
+                offset: p.offset,
+                reason: format!("page type {:?} is not a data page", p.page_type),
             });
         }
-        sections.push(data);
-        Ok(())
-    })?;
-    Ok(match sections.as_slice() {
-        [one] => chunk.slice(one.clone()),
+        if p.encoding.is_some_and(|e| e != encoding::PLAIN) {
+            return Err(p.unexpected("PLAIN"));
+        }
+    }
+    Ok(match pages.as_slice() {
+        [one] => chunk.slice(one.data.clone()),
         _ => {
-            let mut out = Vec::with_capacity(sections.iter().map(|r| r.len()).sum());
-            for r in &sections {
-                out.extend_from_slice(&chunk[r.clone()]);
+            let mut out = Vec::with_capacity(pages.iter().map(|p| p.data.len()).sum());
+            for p in &pages {
+                out.extend_from_slice(&chunk[p.data.clone()]);
             }
             Bytes::from(out)
         }

@@ -1,14 +1,18 @@
 //! Decoding one planned row group ([`Job`]), pure CPU: the checksum of every
 //! page fetched, then the `cid`, `rowid`, `vector` and `code` columns read
-//! straight from their PLAIN, uncompressed pages where the writer made them
-//! so, the rest through parquet's push decoder. Every row's cid is checked
+//! straight from their uncompressed pages in the writer's encodings (the
+//! key columns' in [`crate::format::key_columns`]), the rest through
+//! parquet's push decoder. Every row's cid is checked
 //! against its row group's exact statistics: a mismatch is
 //! [`ProbeError::CorruptIndex`], never a wrong answer.
 
 use super::ProbeError;
 use super::footer::{Footer, VectorPages};
 use super::rows::{DecodedRowGroup, Want};
-use crate::format::page_crc::{check_column_chunk, plain_values};
+use crate::format::key_columns::{delta_i64, first_bad_index};
+use crate::format::page_crc::{
+    DICTIONARY_PAGE, check_column_chunk, checked_pages, encoding, plain_values,
+};
 use crate::format::postings_table::{CID_COLUMN, CODE_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::store::byte_ranges::slice;
 use arrow::array::{Array, AsArray, RecordBatch};
@@ -18,7 +22,9 @@ use bytes::Bytes;
 use parquet::DecodeResult;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::push_decoder::{ParquetPushDecoder, ParquetPushDecoderBuilder};
+use parquet::basic::Encoding;
 use parquet::errors::ParquetError;
+use parquet::file::metadata::ColumnChunkMetaData;
 use parquet::file::page_index::index_reader::decode_offset_index;
 use parquet::file::page_index::offset_index::PageLocation;
 use std::ops::Range;
@@ -45,9 +51,10 @@ pub struct Job {
     /// group), when the load wants them: filled from `offset_index`, or
     /// already there.
     pages_slot: Option<(VectorPages, usize)>,
-    /// Column chunks read straight from their pages ([`plain_values`]):
-    /// `cid`, `rowid`, `vector` and `code` when PLAIN and uncompressed, as
-    /// the writer makes them. Other encodings go through the decoder.
+    /// Column chunks read straight from their pages ([`direct_column`]):
+    /// `cid`, `rowid`, `vector` and `code` when uncompressed in the
+    /// encodings the writer uses ([`is_direct`]). Others go through the
+    /// decoder.
     pub direct: Vec<(&'static str, Range<u64>)>,
     /// Rows of the row group (footer).
     rows: usize,
@@ -102,7 +109,7 @@ impl Job {
     }
 
     /// The job of row group `rg` of file `file` (named `name`), reading
-    /// what `want` asks: direct chunks where PLAIN and uncompressed, a push
+    /// what `want` asks: direct chunks where [`is_direct`], a push
     /// decoder for the rest (which says which ranges it needs), and the
     /// `vector` offset index when [`Want::pages`]. With
     /// [`Want::partial_payload`] the payload read is `filter_columns`.
@@ -130,10 +137,7 @@ impl Job {
         let mut direct = Vec::new();
         for (column, root) in wanted_columns(footer, want).map_err(general)? {
             match chunk_of(column) {
-                Some(c)
-                    if c.compression() == parquet::basic::Compression::UNCOMPRESSED
-                        && c.dictionary_page_offset().is_none() =>
-                {
+                Some(c) if is_direct(column, c) => {
                     let (start, len) = c.byte_range();
                     direct.push((column, start..start + len));
                 }
@@ -224,6 +228,24 @@ impl Job {
             rows: usize::try_from(rows).unwrap_or(usize::MAX),
         })
     }
+}
+
+/// Whether `column`'s chunk `c` is read straight from its pages
+/// ([`direct_column`]): uncompressed, in encodings that read takes (the
+/// writer's, and PLAIN `cid` and `rowid` of indexes written before them);
+/// anything else goes through the decoder.
+fn is_direct(column: &str, c: &ColumnChunkMetaData) -> bool {
+    use parquet::basic::Encoding::{
+        DELTA_BINARY_PACKED, PLAIN, PLAIN_DICTIONARY, RLE, RLE_DICTIONARY,
+    };
+    let (takes, dictionary): (&[Encoding], bool) = match column {
+        CID_COLUMN => (&[PLAIN, PLAIN_DICTIONARY, RLE_DICTIONARY, RLE], true),
+        ROWID_COLUMN => (&[PLAIN, DELTA_BINARY_PACKED, RLE], false),
+        _ => (&[PLAIN, RLE], false),
+    };
+    c.compression() == parquet::basic::Compression::UNCOMPRESSED
+        && (dictionary || c.dictionary_page_offset().is_none())
+        && c.encodings().all(|e| takes.contains(&e))
 }
 
 /// The fixed columns `want` reads, with their root in the file schema.
@@ -403,9 +425,10 @@ pub fn decode(
     })
 }
 
-/// One column chunk read straight from its PLAIN pages (CRCs checked by
-/// [`plain_values`]): exactly `rows` values of the column's width; every
-/// cid that of the row group.
+/// One column chunk read straight from its pages (CRCs checked): `cid`
+/// checked row by row against the row group's CID ([`check_cids`]),
+/// `rowid` decoded ([`read_rowids`]), `vector` and `code` exactly `rows`
+/// PLAIN values of the column's width.
 fn direct_column(
     at: &Named<'_>,
     job: &Job,
@@ -414,13 +437,17 @@ fn direct_column(
     dim: usize,
     out: &mut Columns,
 ) -> Result<(), ProbeError> {
+    match column {
+        CID_COLUMN => {
+            check_cids(at, job, chunk)?;
+            out.cids_checked = true;
+            return Ok(());
+        }
+        ROWID_COLUMN => return read_rowids(at, chunk, &mut out.rowids),
+        _ => {}
+    }
     let values = plain_values(chunk).map_err(|e| at.checksum(column, e))?;
-    let width = match column {
-        VECTOR_COLUMN => Some(dim * 4),
-        CID_COLUMN => Some(4),
-        ROWID_COLUMN => Some(8),
-        _ => None,
-    };
+    let width = (column == VECTOR_COLUMN).then_some(dim * 4);
     if job.rows == 0
         || !values.len().is_multiple_of(job.rows)
         || width.is_some_and(|w| values.len() != w * job.rows)
@@ -432,22 +459,107 @@ fn direct_column(
         )));
     }
     match column {
-        CID_COLUMN => {
-            let expected = i32::try_from(job.cid).unwrap_or(-1).to_le_bytes();
-            if let Some(row) = values.chunks_exact(4).position(|c| c != expected) {
-                let c = &values[row * 4..row * 4 + 4];
-                let found = i32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                return Err(at.corrupt(row, found.into(), job.cid));
-            }
-            out.cids_checked = true;
-        }
-        ROWID_COLUMN => out.rowids.extend(
-            values
-                .chunks_exact(8)
-                .map(|b| i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])),
-        ),
         VECTOR_COLUMN => out.vectors.push(Buffer::from(values)),
         _ => out.codes.push(Buffer::from(values)),
+    }
+    Ok(())
+}
+
+/// Every `cid` of a chunk is the row group's: PLAIN data pages value by
+/// value, dictionary-encoded ones (the writer's: a one-value dictionary)
+/// index by index against the dictionary's values. A row holding another
+/// CID is [`ProbeError::CorruptIndex`], naming it.
+fn check_cids(at: &Named<'_>, job: &Job, chunk: &Bytes) -> Result<(), ProbeError> {
+    let pages = checked_pages(chunk).map_err(|e| at.checksum(CID_COLUMN, e))?;
+    let expected = i32::try_from(job.cid).unwrap_or(-1);
+    let int = |b: &[u8]| i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    let (mut dictionary, mut row): (&[u8], usize) = (&[], 0);
+    for p in &pages {
+        let data = &chunk[p.data.clone()];
+        let whole = data.len().is_multiple_of(4);
+        match p.encoding {
+            Some(encoding::PLAIN | encoding::PLAIN_DICTIONARY)
+                if p.page_type == Some(DICTIONARY_PAGE) && whole =>
+            {
+                dictionary = data;
+            }
+            Some(encoding::PLAIN) if p.is_data() && whole => {
+                if let Some(i) = data.chunks_exact(4).position(|c| int(c) != expected) {
+                    return Err(at.corrupt(row + i, int(&data[i * 4..]).into(), job.cid));
+                }
+                row += data.len() / 4;
+            }
+            Some(encoding::PLAIN_DICTIONARY | encoding::RLE_DICTIONARY) if p.is_data() => {
+                let value = |i: u64| {
+                    let at = usize::try_from(i).ok()?.checked_mul(4)?;
+                    dictionary.get(at..at + 4).map(int)
+                };
+                let rows = p
+                    .num_values
+                    .and_then(|n| usize::try_from(n).ok())
+                    .ok_or_else(|| {
+                        at.general(format!("{CID_COLUMN} page {} has no value count", p.page))
+                    })?;
+                let bad = first_bad_index(data, rows, |i| value(i) == Some(expected))
+                    .map_err(|e| at.general(format!("{CID_COLUMN} page {}: {e}", p.page)))?;
+                if let Some((r, i)) = bad {
+                    return Err(match value(i) {
+                        Some(found) => at.corrupt(row + r, found.into(), job.cid),
+                        None => at.general(format!(
+                            "{CID_COLUMN} row {} has dictionary index {i}, beyond its {} values",
+                            row + r,
+                            dictionary.len() / 4
+                        )),
+                    });
+                }
+                row += rows;
+            }
+            _ => {
+                let expected = "PLAIN values or a dictionary of INT32";
+                return Err(at.checksum(CID_COLUMN, p.unexpected(expected)));
+            }
+        }
+    }
+    if row != job.rows {
+        return Err(at.general(format!(
+            "{CID_COLUMN} pages hold {row} values for {} rows",
+            job.rows
+        )));
+    }
+    Ok(())
+}
+
+/// The `rowid`s of a chunk, page by page: DELTA_BINARY_PACKED (the
+/// writer's) or PLAIN (indexes written before it).
+fn read_rowids(at: &Named<'_>, chunk: &Bytes, out: &mut Vec<i64>) -> Result<(), ProbeError> {
+    let pages = checked_pages(chunk).map_err(|e| at.checksum(ROWID_COLUMN, e))?;
+    for p in &pages {
+        let data = &chunk[p.data.clone()];
+        match p.encoding {
+            Some(encoding::DELTA_BINARY_PACKED) if p.is_data() => {
+                let n = delta_i64(data, out)
+                    .map_err(|e| at.general(format!("{ROWID_COLUMN} page {}: {e}", p.page)))?;
+                if p.num_values
+                    .is_some_and(|v| usize::try_from(v).ok() != Some(n))
+                {
+                    return Err(at.general(format!(
+                        "{ROWID_COLUMN} page {} holds {n} values, its header says {:?}",
+                        p.page, p.num_values
+                    )));
+                }
+            }
+            Some(encoding::PLAIN) if p.is_data() && data.len().is_multiple_of(8) => {
+                out.extend(
+                    data.chunks_exact(8).map(|b| {
+                        i64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]])
+                    }),
+                );
+            }
+            _ => {
+                let expected = "DELTA_BINARY_PACKED or PLAIN INT64";
+                return Err(at.checksum(ROWID_COLUMN, p.unexpected(expected)));
+            }
+        }
     }
     Ok(())
 }

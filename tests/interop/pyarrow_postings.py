@@ -10,7 +10,8 @@ INT32; every row group has exactly one CID (exact, equal min/max statistics,
 no nulls), in non-decreasing order inside [min-cid, max-cid], starting at
 min-cid and ending at max-cid; the vector column is FIXED_LEN_BYTE_ARRAY(dim*4)
 PLAIN and uncompressed; the key-value metadata carries the format version and
-dim; and the decoded cid values agree with the statistics. Exits 0 when all
+dim; and the decoded cid values (a one-value dictionary) and rowids
+(DELTA_BINARY_PACKED) agree with their statistics. Exits 0 when all
 hold, 1 otherwise (printing each failure).
 
 pyarrow (up to 26 at least) does not expose the footer's is_min_value_exact /
@@ -160,6 +161,12 @@ def main(folder):
             last = st.max
             values = set(pf.read_row_group(rg, columns=["cid"]).column("cid").to_pylist())
             check(values == {st.min}, f"{name}: rg {rg} decoded cids {sorted(values)} vs stats {st.min}")
+            rowid_idx = names.index("rowid")
+            rowids = pf.read_row_group(rg, columns=["rowid"]).column("rowid").to_pylist()
+            rst = md.row_group(rg).column(rowid_idx).statistics
+            check(len(rowids) == md.row_group(rg).num_rows, f"{name}: rg {rg} decoded {len(rowids)} rowids")
+            check(rst is not None and rst.has_min_max and (rst.min, rst.max) == (min(rowids), max(rowids)),
+                  f"{name}: rg {rg} rowid stats {rst} vs decoded {min(rowids)}..{max(rowids)}")
             vec = md.row_group(rg).column(vec_idx)
             check(vec.compression == "UNCOMPRESSED", f"{name}: rg {rg} vector compression {vec.compression}")
             check(not vec.has_dictionary_page, f"{name}: rg {rg} vector has a dictionary page")

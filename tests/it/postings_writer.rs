@@ -121,6 +121,61 @@ async fn vector_column_is_plain_uncompressed_without_dictionary_or_stats() {
     assert_eq!(get(KV_DIM), Some(DIM.to_string()));
 }
 
+/// `cid` is RLE_DICTIONARY over its row group's one CID (a dictionary page
+/// of 4 bytes, data pages of a few bytes) and `rowid` DELTA_BINARY_PACKED
+/// without a dictionary; both uncompressed, with exact page statistics
+/// (their column index) still written.
+#[tokio::test]
+async fn key_columns_are_a_one_value_dictionary_and_delta_packed() {
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let root = Path::from("t");
+    let manifest = write_table(Arc::clone(&store), &root, DIM, small_options()).await;
+    for file in &manifest.files {
+        let bytes = object(&store, &root, &file.path).await;
+        let reader = SerializedFileReader::new(bytes.clone()).unwrap();
+        let meta = reader.metadata();
+        for (g, rg) in meta.row_groups().iter().enumerate() {
+            let (cid, rowid) = (rg.column(0), rg.column(1));
+            for c in [cid, rowid] {
+                assert_eq!(c.compression(), Compression::UNCOMPRESSED);
+                assert!(c.column_index_offset().is_some(), "page statistics");
+            }
+            let encodings: Vec<Encoding> = cid.encodings().collect();
+            assert!(
+                encodings.contains(&Encoding::RLE_DICTIONARY)
+                    || encodings.contains(&Encoding::PLAIN_DICTIONARY),
+                "{encodings:?}"
+            );
+            let (start, len) = cid.byte_range();
+            let pages = parqivf::format::page_crc::checked_pages(
+                &bytes[start as usize..(start + len) as usize],
+            )
+            .unwrap();
+            let dictionary = &pages[0];
+            assert_eq!(
+                dictionary.page_type,
+                Some(parqivf::format::page_crc::DICTIONARY_PAGE)
+            );
+            assert_eq!((dictionary.num_values, dictionary.data.len()), (Some(1), 4));
+            for p in &pages[1..] {
+                assert!(p.is_data());
+                assert!(
+                    p.data.len() <= 8,
+                    "rg {g}: a cid data page of {} bytes",
+                    p.data.len()
+                );
+            }
+            assert_eq!(rowid.dictionary_page_offset(), None);
+            let encodings: Vec<Encoding> = rowid.encodings().collect();
+            assert!(
+                encodings.contains(&Encoding::DELTA_BINARY_PACKED),
+                "{encodings:?}"
+            );
+            assert!(!encodings.contains(&Encoding::PLAIN), "{encodings:?}");
+        }
+    }
+}
+
 #[tokio::test]
 async fn rows_round_trip_with_little_endian_vectors_and_payload() {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());

@@ -207,9 +207,10 @@ async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<
     bytes
 }
 
-/// Rewrite the first cid of row group 0 of the first file (the writer
-/// stores cid PLAIN, one data page per row group here, values last): its
-/// data now holds a cid its (unchanged) statistics deny, from the first row.
+/// Rewrite the one value of the `cid` dictionary of row group 0 of the
+/// first file (the writer stores cid RLE_DICTIONARY over that value; its
+/// data page follows the dictionary page): every row now holds a cid its
+/// (unchanged) statistics deny, from the first.
 #[tokio::test]
 async fn lying_statistics_are_corrupt_index() {
     let (mem, manifest, data) = fixture().await;
@@ -220,16 +221,29 @@ async fn lying_statistics_are_corrupt_index() {
         .parse_and_finish(&bytes)
         .unwrap();
     let cid = meta.row_group(0).column(0);
-    assert!(cid.dictionary_page_offset().is_none(), "cid is PLAIN");
-    let rows = meta.row_group(0).num_rows() as usize;
-    let (start, len) = cid.byte_range();
-    let first = (start + len) as usize - rows * 4;
+    assert!(
+        cid.dictionary_page_offset().is_some(),
+        "cid has a dictionary"
+    );
+    let value = cid.data_page_offset() as usize - 4;
     let mut patched = bytes.to_vec();
-    let old = i32::from_le_bytes(patched[first..first + 4].try_into().unwrap());
+    let old = i32::from_le_bytes(patched[value..value + 4].try_into().unwrap());
     assert_eq!(old as u32, entry.min_cid);
-    patched[first..first + 4].copy_from_slice(&(old + 1).to_le_bytes());
+    patched[value..value + 4].copy_from_slice(&(old + 1).to_le_bytes());
     put_postings(&mem, 0, &entry.path, &patched).await;
+    assert_corrupt_row(mem, &path, &data, 0, i64::from(old) + 1, i64::from(old)).await;
+}
 
+/// The search of `data`'s first vector over every list fails with
+/// [`ProbeError::CorruptIndex`] at row `row` of row group 0 of `path`.
+async fn assert_corrupt_row(
+    mem: Arc<InMemory>,
+    path: &Path,
+    data: &[f32],
+    row: usize,
+    found: i64,
+    expected: i64,
+) {
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
         nprobe: NLIST,
@@ -239,16 +253,111 @@ async fn lying_statistics_are_corrupt_index() {
         Err(IndexError::Probe(ProbeError::CorruptIndex {
             path: p,
             row_group: 0,
-            row,
-            found,
-            expected,
+            row: r,
+            found: f,
+            expected: e,
         })) => {
             assert_eq!(p, path.to_string());
-            assert_eq!(row, 0);
-            assert_eq!((found, expected), (i64::from(old) + 1, i64::from(old)));
+            assert_eq!((r, f, e), (row, found, expected));
         }
         other => panic!("unexpected {other:?}"),
     }
+}
+
+/// An index written before the key columns' encodings (`cid` and `rowid`
+/// PLAIN, as parquet writes them without a dictionary) reads the same, and
+/// its cids are checked row by row: a lie in row 3 is named.
+#[tokio::test]
+async fn plain_key_columns_of_older_indexes() {
+    let (mem, manifest, data) = fixture().await;
+    let index = Index::open(mem.clone(), &Path::from("idx")).await.unwrap();
+    let params = SearchParams {
+        nprobe: NLIST,
+        ..SearchParams::default()
+    };
+    let before = index.search(&data[..DIM], &params).await.unwrap();
+    // Rewrite every file with PLAIN cid and rowid: same rows, same groups.
+    let props = parquet::file::properties::WriterProperties::builder()
+        .set_dictionary_enabled(false)
+        .set_encoding(parquet::basic::Encoding::PLAIN)
+        .set_compression(parquet::basic::Compression::UNCOMPRESSED)
+        .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Page)
+        .set_offset_index_disabled(false)
+        .set_data_page_row_count_limit(2)
+        .set_write_batch_size(2)
+        .build();
+    for (i, entry) in manifest.files.iter().enumerate() {
+        let path = Path::from(format!("idx/postings/{}", entry.path));
+        let bytes = mem.get(&path).await.unwrap().bytes().await.unwrap();
+        let reader =
+            parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes.clone())
+                .unwrap();
+        let groups: Vec<usize> = (0..reader.metadata().num_row_groups())
+            .map(|g| reader.metadata().row_group(g).num_rows() as usize)
+            .collect();
+        let schema = reader.schema().clone();
+        let kv = reader
+            .metadata()
+            .file_metadata()
+            .key_value_metadata()
+            .cloned();
+        let batches: Vec<_> = reader.build().unwrap().map(Result::unwrap).collect();
+        let all = arrow::compute::concat_batches(&schema, &batches).unwrap();
+        let mut out = Vec::new();
+        let props = props
+            .clone()
+            .into_builder()
+            .set_key_value_metadata(kv)
+            .build();
+        let mut w = parquet::arrow::ArrowWriter::try_new(&mut out, schema, Some(props)).unwrap();
+        let mut at = 0;
+        for rows in groups {
+            w.write(&all.slice(at, rows)).unwrap();
+            w.flush().unwrap();
+            at += rows;
+        }
+        w.close().unwrap();
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .parse_and_finish(&bytes::Bytes::from(out.clone()))
+            .unwrap();
+        for g in 0..meta.num_row_groups() {
+            for c in 0..2 {
+                let chunk = meta.row_group(g).column(c);
+                assert!(chunk.dictionary_page_offset().is_none());
+                assert!(
+                    chunk
+                        .encodings()
+                        .all(|e| e != parquet::basic::Encoding::DELTA_BINARY_PACKED)
+                );
+            }
+        }
+        put_postings(&mem, i, &entry.path, &out).await;
+    }
+    let index = Index::open(mem.clone(), &Path::from("idx")).await.unwrap();
+    let after = index.search(&data[..DIM], &params).await.unwrap();
+    assert_eq!(after.hits, before.hits);
+    assert!(!after.hits.is_empty());
+
+    // Row 3 of row group 0 of the first file says another cid.
+    let entry = &manifest.files[0];
+    let path = Path::from(format!("idx/postings/{}", entry.path));
+    let bytes = mem.get(&path).await.unwrap().bytes().await.unwrap();
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes)
+        .unwrap();
+    let cid = meta.row_group(0).column(0);
+    let (start, len) = cid.byte_range();
+    // PLAIN pages of 2 rows: row 3 is the last value of the second page.
+    let mut pages =
+        parqivf::format::page_crc::checked_pages(&bytes[start as usize..(start + len) as usize])
+            .unwrap();
+    let second = pages.remove(1).data;
+    let value = start as usize + second.end - 4;
+    let mut patched = bytes.to_vec();
+    let old = i32::from_le_bytes(patched[value..value + 4].try_into().unwrap());
+    patched[value..value + 4].copy_from_slice(&(old + 7).to_le_bytes());
+    put_postings(&mem, 0, &entry.path, &patched).await;
+    assert_corrupt_row(mem, &path, &data, 3, i64::from(old) + 7, i64::from(old)).await;
 }
 
 #[tokio::test]
