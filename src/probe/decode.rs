@@ -51,9 +51,9 @@ pub struct Job {
     /// group), when the load wants them: filled from `offset_index`, or
     /// already there.
     pages_slot: Option<(VectorPages, usize)>,
-    /// Column chunks read straight from their pages ([`direct_column`]):
+    /// Column chunks read straight from their pages (`direct_column`):
     /// `cid`, `rowid`, `vector` and `code` when uncompressed in the
-    /// encodings the writer uses ([`is_direct`]). Others go through the
+    /// encodings the writer uses (`is_direct`). Others go through the
     /// decoder.
     pub direct: Vec<(&'static str, Range<u64>)>,
     /// Rows of the row group (footer).
@@ -109,7 +109,7 @@ impl Job {
     }
 
     /// The job of row group `rg` of file `file` (named `name`), reading
-    /// what `want` asks: direct chunks where [`is_direct`], a push
+    /// what `want` asks: direct chunks where `is_direct`, a push
     /// decoder for the rest (which says which ranges it needs), and the
     /// `vector` offset index when [`Want::pages`]. With
     /// [`Want::partial_payload`] the payload read is `filter_columns`.
