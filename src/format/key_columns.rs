@@ -172,15 +172,16 @@ fn add_deltas(packed: &[u8], width: u32, min_delta: i64, last: &mut i64, dst: &m
 }
 
 /// Appends the values of one page's DELTA_BINARY_PACKED data (INT64) to
-/// `out`, and returns how many there were: the header (block size, its
+/// `out`, and returns how many there were (at most `limit`, the rows the
+/// page may hold: a corrupt count of bit width 0 costs no bytes): the header (block size, its
 /// miniblocks, the count, the first value), then blocks of a minimum delta,
 /// one bit width a miniblock and the miniblocks, each delta added to the
 /// previous value with wrapping, as the format defines.
 ///
 /// # Errors
-/// [`KeyColumnError`] for a header the format forbids, a bit width above
-/// 64, or data that ends before its values do.
-pub fn delta_i64(data: &[u8], out: &mut Vec<i64>) -> Result<usize, KeyColumnError> {
+/// [`KeyColumnError`] for a header the format forbids, more than `limit`
+/// values, a bit width above 64, or data that ends before its values do.
+pub fn delta_i64(data: &[u8], limit: usize, out: &mut Vec<i64>) -> Result<usize, KeyColumnError> {
     let mut c = Cursor {
         data,
         pos: 0,
@@ -210,11 +211,13 @@ pub fn delta_i64(data: &[u8], out: &mut Vec<i64>) -> Result<usize, KeyColumnErro
         c.usize(per_miniblock, "miniblock")?,
     );
     let miniblocks = c.usize(miniblocks, "miniblock count")?;
+    if total > limit {
+        return Err(c.invalid(format!("{total} values where at most {limit} rows remain")));
+    }
     if total == 0 {
         return Ok(0);
     }
-    // A corrupt count cannot reserve more than the data could hold.
-    out.reserve(total.min(data.len().saturating_mul(8).saturating_add(1)));
+    out.reserve(total);
     out.push(first);
     let (mut last, mut left) = (first, total - 1);
     while left > 0 {
@@ -286,6 +289,14 @@ pub fn first_bad_index(
             // Bit-packed: `count` groups of 8 values; the last may be padding.
             let values = count.saturating_mul(8);
             let packed = c.take(count.saturating_mul(width as usize), "bit-packed run")?;
+            if width == 0 {
+                // Every value is 0.
+                if values > 0 && !good(0) {
+                    return Ok(Some((row, 0)));
+                }
+                row = row.saturating_add(values);
+                continue;
+            }
             for i in 0..values.min(rows - row) {
                 let value = bits(packed, i * width as usize, width);
                 if !good(value) {
@@ -397,7 +408,7 @@ mod tests {
                 let mut decoded = Vec::new();
                 for (dictionary, n, data) in pages_written(column, delta_props(page_rows)) {
                     assert!(!dictionary);
-                    assert_eq!(delta_i64(&data, &mut decoded).unwrap(), n);
+                    assert_eq!(delta_i64(&data, usize::MAX, &mut decoded).unwrap(), n);
                 }
                 assert_eq!(
                     decoded,
@@ -423,8 +434,53 @@ mod tests {
         }
         expected.push(expected[128] + 2);
         let mut out = Vec::new();
-        assert_eq!(delta_i64(&data, &mut out).unwrap(), 130);
+        assert_eq!(delta_i64(&data, 130, &mut out).unwrap(), 130);
+        let err = delta_i64(&data, 129, &mut Vec::new())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("130 values where at most 129 rows remain"),
+            "{err}"
+        );
         assert_eq!(out, expected);
+    }
+
+    /// Any bytes, a written page with bytes flipped or cut: an error or
+    /// values, never a panic, and never more values than the bytes allow.
+    #[test]
+    fn arbitrary_bytes_never_panic() {
+        let mut state = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let values: Vec<i64> = (0..700).map(|i| i * 977 + (i * i) % 13).collect();
+        let column = Arc::new(Int64Array::from(values));
+        let (_, _, page) = pages_written(column, delta_props(1000)).remove(0);
+        for round in 0..20_000 {
+            let mut data = if round % 4 == 0 {
+                (0..next() % 64).map(|_| next() as u8).collect()
+            } else {
+                page.clone()
+            };
+            for _ in 0..1 + next() % 4 {
+                if !data.is_empty() {
+                    let at = next() as usize % data.len();
+                    data[at] ^= (next() as u8) | 1;
+                }
+            }
+            if round % 3 == 0 {
+                data.truncate(next() as usize % (data.len() + 1));
+            }
+            let mut out = Vec::new();
+            if let Ok(n) = delta_i64(&data, 5000, &mut out) {
+                assert_eq!(n, out.len());
+            }
+            let rows = next() as usize % 5000;
+            let _ = first_bad_index(&data, rows, |i| i % 3 != 2);
+        }
     }
 
     #[test]
@@ -436,7 +492,7 @@ mod tests {
         // miniblock's padding) every value.
         for cut in 0..data.len() {
             let mut out = Vec::new();
-            match delta_i64(&data[..cut], &mut out) {
+            match delta_i64(&data[..cut], values.len(), &mut out) {
                 Ok(n) => assert_eq!((n, out), (values.len(), values.clone()), "cut at {cut}"),
                 Err(err) => {
                     assert!(
@@ -447,7 +503,7 @@ mod tests {
             }
         }
         let mut out = Vec::new();
-        assert!(delta_i64(&data[..data.len() / 2], &mut out).is_err());
+        assert!(delta_i64(&data[..data.len() / 2], 300, &mut out).is_err());
         for (bytes, expected) in [
             (vec![100, 4, 1, 0], "a block of 100 values"),
             (vec![0x80, 1, 8, 1, 0], "miniblocks of 16 values"),
@@ -457,7 +513,7 @@ mod tests {
             ),
             (vec![0x80, 1, 1, 2, 0, 0, 65], "a miniblock bit width of 65"),
         ] {
-            let err = delta_i64(&bytes, &mut out).unwrap_err().to_string();
+            let err = delta_i64(&bytes, 10, &mut out).unwrap_err().to_string();
             assert!(err.contains(expected), "{err}");
         }
     }

@@ -443,7 +443,7 @@ fn direct_column(
             out.cids_checked = true;
             return Ok(());
         }
-        ROWID_COLUMN => return read_rowids(at, chunk, &mut out.rowids),
+        ROWID_COLUMN => return read_rowids(at, chunk, job.rows, &mut out.rowids),
         _ => {}
     }
     let values = plain_values(chunk).map_err(|e| at.checksum(column, e))?;
@@ -497,8 +497,14 @@ fn check_cids(at: &Named<'_>, job: &Job, chunk: &Bytes) -> Result<(), ProbeError
                 let rows = p
                     .num_values
                     .and_then(|n| usize::try_from(n).ok())
+                    .filter(|&n| n <= job.rows.saturating_sub(row))
                     .ok_or_else(|| {
-                        at.general(format!("{CID_COLUMN} page {} has no value count", p.page))
+                        at.general(format!(
+                            "{CID_COLUMN} page {} says {:?} values, {} of the row group's rows remain",
+                            p.page,
+                            p.num_values,
+                            job.rows.saturating_sub(row)
+                        ))
                     })?;
                 let bad = first_bad_index(data, rows, |i| value(i) == Some(expected))
                     .map_err(|e| at.general(format!("{CID_COLUMN} page {}: {e}", p.page)))?;
@@ -529,15 +535,20 @@ fn check_cids(at: &Named<'_>, job: &Job, chunk: &Bytes) -> Result<(), ProbeError
     Ok(())
 }
 
-/// The `rowid`s of a chunk, page by page: DELTA_BINARY_PACKED (the
-/// writer's) or PLAIN (indexes written before it).
-fn read_rowids(at: &Named<'_>, chunk: &Bytes, out: &mut Vec<i64>) -> Result<(), ProbeError> {
+/// The `rowid`s of a chunk of `rows` rows, page by page:
+/// DELTA_BINARY_PACKED (the writer's) or PLAIN (indexes written before it).
+fn read_rowids(
+    at: &Named<'_>,
+    chunk: &Bytes,
+    rows: usize,
+    out: &mut Vec<i64>,
+) -> Result<(), ProbeError> {
     let pages = checked_pages(chunk).map_err(|e| at.checksum(ROWID_COLUMN, e))?;
     for p in &pages {
         let data = &chunk[p.data.clone()];
         match p.encoding {
             Some(encoding::DELTA_BINARY_PACKED) if p.is_data() => {
-                let n = delta_i64(data, out)
+                let n = delta_i64(data, rows.saturating_sub(out.len()), out)
                     .map_err(|e| at.general(format!("{ROWID_COLUMN} page {}: {e}", p.page)))?;
                 if p.num_values
                     .is_some_and(|v| usize::try_from(v).ok() != Some(n))
