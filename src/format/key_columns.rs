@@ -362,6 +362,16 @@ mod tests {
         pages
     }
 
+    /// A seeded xorshift64 stream.
+    fn xorshift(mut state: u64) -> impl FnMut() -> u64 {
+        move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        }
+    }
+
     fn delta_props(page_rows: usize) -> WriterProperties {
         WriterProperties::builder()
             .set_dictionary_enabled(false)
@@ -376,13 +386,7 @@ mod tests {
     /// i64 (deltas that wrap), partial last blocks and miniblocks.
     #[test]
     fn delta_decodes_what_parquet_writes() {
-        let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x9e37_79b9_7f4a_7c15);
         let mut cases: Vec<Vec<i64>> = vec![
             vec![],
             vec![42],
@@ -446,16 +450,10 @@ mod tests {
     }
 
     /// Any bytes, a written page with bytes flipped or cut: an error or
-    /// values, never a panic, and never more values than the bytes allow.
+    /// values, never a panic, and never more values than the limit.
     #[test]
     fn arbitrary_bytes_never_panic() {
-        let mut state = 0x2545_f491_4f6c_dd1du64;
-        let mut next = move || {
-            state ^= state << 13;
-            state ^= state >> 7;
-            state ^= state << 17;
-            state
-        };
+        let mut next = xorshift(0x2545_f491_4f6c_dd1d);
         let values: Vec<i64> = (0..700).map(|i| i * 977 + (i * i) % 13).collect();
         let column = Arc::new(Int64Array::from(values));
         let (_, _, page) = pages_written(column, delta_props(1000)).remove(0);
@@ -476,7 +474,7 @@ mod tests {
             }
             let mut out = Vec::new();
             if let Ok(n) = delta_i64(&data, 5000, &mut out) {
-                assert_eq!(n, out.len());
+                assert!(n == out.len() && n <= 5000);
             }
             let rows = next() as usize % 5000;
             let _ = first_bad_index(&data, rows, |i| i % 3 != 2);

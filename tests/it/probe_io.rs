@@ -215,11 +215,7 @@ async fn put_postings(mem: &InMemory, i: usize, rel: &str, bytes: &[u8]) -> Vec<
 async fn lying_statistics_are_corrupt_index() {
     let (mem, manifest, data) = fixture().await;
     let entry = &manifest.files[0];
-    let path = Path::from(format!("idx/postings/{}", entry.path));
-    let bytes = mem.get(&path).await.unwrap().bytes().await.unwrap();
-    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
-        .parse_and_finish(&bytes)
-        .unwrap();
+    let (path, bytes, meta) = first_postings_file(&mem, &manifest).await;
     let cid = meta.row_group(0).column(0);
     assert!(
         cid.dictionary_page_offset().is_some(),
@@ -232,6 +228,19 @@ async fn lying_statistics_are_corrupt_index() {
     patched[value..value + 4].copy_from_slice(&(old + 1).to_le_bytes());
     put_postings(&mem, 0, &entry.path, &patched).await;
     assert_corrupt_row(mem, &path, &data, 0, i64::from(old) + 1, i64::from(old)).await;
+}
+
+/// The path, bytes and footer of the manifest's first postings file.
+async fn first_postings_file(
+    mem: &InMemory,
+    manifest: &Manifest,
+) -> (Path, bytes::Bytes, parquet::file::metadata::ParquetMetaData) {
+    let path = Path::from(format!("idx/postings/{}", manifest.files[0].path));
+    let bytes = mem.get(&path).await.unwrap().bytes().await.unwrap();
+    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+        .parse_and_finish(&bytes)
+        .unwrap();
+    (path, bytes, meta)
 }
 
 /// The search of `data`'s first vector over every list fails with
@@ -340,11 +349,7 @@ async fn plain_key_columns_of_older_indexes() {
 
     // Row 3 of row group 0 of the first file says another cid.
     let entry = &manifest.files[0];
-    let path = Path::from(format!("idx/postings/{}", entry.path));
-    let bytes = mem.get(&path).await.unwrap().bytes().await.unwrap();
-    let meta = parquet::file::metadata::ParquetMetaDataReader::new()
-        .parse_and_finish(&bytes)
-        .unwrap();
+    let (path, bytes, meta) = first_postings_file(&mem, &manifest).await;
     let cid = meta.row_group(0).column(0);
     let (start, len) = cid.byte_range();
     // PLAIN pages of 2 rows: row 3 is the last value of the second page.
