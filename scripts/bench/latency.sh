@@ -7,6 +7,8 @@
 # without and with a 1 % tail of 500 ms. Serving modes:
 #   storage  storage-resident (footers in RAM, postings read per query)
 #   disk     storage-resident with a disk cache filled by POST …/warm
+#   ram      storage-resident with a RAM tier of decoded lists
+#            (--postings-cache-size 1GiB), warmed by 500 other queries
 #   codes    --preload codes (only the re-rank's vector pages per query)
 # Prints one JSON line per (ttfb, tail, mode) with p50/p99 ms and recall.
 #
@@ -16,7 +18,7 @@
 #   warm mode, 20 cold; TTFBS "0 30 60" (ms).
 #   env: PY (python3 with numpy), BIN (target/release/parqivf), PORT (18791),
 #        HEDGE (--hedge-after: auto, the default, off or a duration), MODES
-#        ("storage disk codes"), TAILS ("none 1%": without and with the tail)
+#        ("storage disk ram codes"), TAILS ("none 1%": without and with the tail)
 #   INDEX may be an s3:// location (AWS_* in the environment, e.g. s3s-fs:
 #   scripts/bench/lance_vs_parqivf.sh starts one); the emulated latency is
 #   then in front of the S3 client.
@@ -24,7 +26,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 INDEX="$1"; DATA="$2"; NPROBE="$3"; NQ="${4:-100}"; TTFBS="${5:-0 30 60}"
 PY="${PY:-python3}"; BIN="${BIN:-target/release/parqivf}"; PORT="${PORT:-18791}"
-HEDGE="${HEDGE:-auto}"; MODES="${MODES:-storage disk codes}"; TAILS="${TAILS:-none 1%}"
+HEDGE="${HEDGE:-auto}"; MODES="${MODES:-storage disk ram codes}"; TAILS="${TAILS:-none 1%}"
 TOKEN="latency-bench-token-0123456789"
 WORK="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -59,10 +61,12 @@ for ttfb in $TTFBS; do
         storage) serve "$spec" --warm ;;
         disk) rm -rf "$WORK/cache"; serve "$spec" --warm --cache-dir "$WORK/cache"
               curl -sf -X POST -H "Authorization: Bearer $TOKEN" "$URL/warm" > /dev/null ;;
+        ram) serve "$spec" --warm --postings-cache-size 1GiB ;;
         codes) serve "$spec" --preload codes ;;
       esac
+      novel=0; [ "$mode" = ram ] && novel=500
       "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode" --token "$TOKEN"
+        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode" --token "$TOKEN" --warm-novel "$novel"
       stop
     done
     # Cold: a new process per query, nothing cached (open + footers + postings).

@@ -1,8 +1,12 @@
 #!/usr/bin/env python3
 """serve_latency.py URL QUERIES.npy GT.npy [--k 10] [--nprobe N] [--rerank R] [--n 300] [--token T]
+    [--warm-novel M]
 One query per HTTP request to a running `parqivf serve`, sequentially on one
-keep-alive connection (the storage-resident target of issue 12): prints one
-JSON line with p50/p99 latency in ms, QPS and recall@k against GT."""
+keep-alive connection (the storage-resident target of issue 12): a warming
+pass, then the measured pass over the first N queries; prints one JSON line
+with p50/p99 latency in ms, QPS and recall@k against GT. The warming pass
+sends the same N queries, or with --warm-novel M the M queries after them,
+so that a cache of postings lists is measured on queries it never saw."""
 import argparse, http.client, json, time, urllib.parse
 import numpy as np
 
@@ -12,8 +16,12 @@ ap.add_argument("--k", type=int, default=10); ap.add_argument("--nprobe", type=i
 ap.add_argument("--rerank", type=int, default=None); ap.add_argument("--n", type=int, default=300)
 ap.add_argument("--label", default="")
 ap.add_argument("--token", default=None, help="bearer token of a server started with one")
+ap.add_argument("--warm-novel", type=int, default=0,
+                help="warm with the M queries after the measured ones instead of the measured ones")
 a = ap.parse_args()
-q = np.load(a.queries).astype(np.float32)[: a.n]
+every = np.load(a.queries).astype(np.float32)
+q = every[: a.n]
+warming = every[a.n : a.n + a.warm_novel] if a.warm_novel else q
 gt = np.load(a.gt)[: a.n, : a.k]
 u = urllib.parse.urlparse(a.url)
 conn = http.client.HTTPConnection(u.hostname, u.port)
@@ -22,8 +30,8 @@ headers = {"Content-Type": "application/json"}
 if a.token:
     headers["Authorization"] = f"Bearer {a.token}"
 for warm in (True, False):
-    for i in range(len(q)):
-        body = {"vector": q[i].tolist(), "k": a.k, "nprobe": a.nprobe}
+    for i in range(len(warming if warm else q)):
+        body = {"vector": (warming if warm else q)[i].tolist(), "k": a.k, "nprobe": a.nprobe}
         if a.rerank is not None:
             body["rerank"] = a.rerank
         data = json.dumps(body)

@@ -16,7 +16,7 @@
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
-use parqivf::index::{Index, IndexOptions, Preload, SearchParams, SearchResult};
+use parqivf::index::{Index, Preload, SearchParams, SearchResult};
 use parqivf::probe::offload::drive_on_rayon;
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -206,7 +206,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         .build_global()
         .context("configuring threads")?;
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
-    let disk_cache = args.cache.open()?;
+    let options = args.cache.index_options()?;
     let runtime = tokio::runtime::Runtime::new()?;
     let params = SearchParams {
         k: args.k,
@@ -220,10 +220,6 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
     };
     drive_on_rayon(|| {
         runtime.block_on(async {
-            let options = IndexOptions {
-                disk_cache,
-                ..IndexOptions::default()
-            };
             let index = Index::open_with(store, &prefix, options, args.preload).await?;
             if args.warm {
                 index.warm().await?;

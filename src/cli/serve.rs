@@ -163,7 +163,7 @@ fn index_loader(args: &Args, store: StoreOptions) -> anyhow::Result<Arc<dyn Back
         preload: args.preload,
         warm: args.warm,
         store,
-        disk_cache: args.cache.open()?,
+        options: args.cache.index_options()?,
     }))
 }
 

@@ -4,7 +4,7 @@
 //! it read from each tier as JSON.
 
 use super::cache_args::CacheArgs;
-use parqivf::index::{Index, IndexOptions, Preload};
+use parqivf::index::{Index, Preload};
 use std::process::ExitCode;
 
 #[derive(Debug, clap::Args)]
@@ -18,13 +18,9 @@ pub struct Args {
 
 pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow::Result<ExitCode> {
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
-    let disk_cache = args.cache.open()?;
+    let options = args.cache.index_options()?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
-        let options = IndexOptions {
-            disk_cache,
-            ..IndexOptions::default()
-        };
         let index = Index::open_with(store, &prefix, options, Preload::None).await?;
         let stats = index.warm().await?;
         let disk = index.disk_cache().map(|d| d.state());

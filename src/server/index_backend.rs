@@ -98,8 +98,10 @@ pub struct IndexLoader {
     pub warm: bool,
     /// Retries, timeouts and the publish opt-in for the stores opened.
     pub store: crate::store::options::StoreOptions,
-    /// The disk tier every opened index reads through (`--cache-dir`).
-    pub disk_cache: Option<Arc<crate::store::disk_cache::DiskCache>>,
+    /// The reader's options of every opened index: its RAM tier of decoded
+    /// postings (`--postings-cache-size`) and the disk tier it reads
+    /// through (`--cache-dir`).
+    pub options: IndexOptions,
 }
 
 /// The snapshot identity the server reports for the snapshot at `path`
@@ -264,11 +266,7 @@ impl BackendLoader for IndexLoader {
         let (store, path) = self.open_store(location)?;
         // One read of the commit log chooses the snapshot, and the label
         // names that same snapshot.
-        let options = IndexOptions {
-            disk_cache: self.disk_cache.clone(),
-            ..IndexOptions::default()
-        };
-        let index = Index::open_with(store, &path, options, self.preload)
+        let index = Index::open_with(store, &path, self.options.clone(), self.preload)
             .await
             .map_err(|e| classify(location, e.into()))?;
         if self.warm && self.preload == Preload::None {

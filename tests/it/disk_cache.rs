@@ -378,7 +378,10 @@ async fn serve_warms_the_disk_tier_and_reports_it() {
     let data = index_in(dir.path()).await;
     let cache = Arc::new(DiskCache::open(dir.path().join("cache"), 64 << 20).unwrap());
     let loader = IndexLoader {
-        disk_cache: Some(Arc::clone(&cache)),
+        options: IndexOptions {
+            disk_cache: Some(Arc::clone(&cache)),
+            ..IndexOptions::default()
+        },
         ..IndexLoader::default()
     };
     let location = dir.path().join("idx").display().to_string();
@@ -471,4 +474,57 @@ async fn serve_warms_the_disk_tier_and_reports_it() {
     }
     stop.send(()).unwrap();
     running.await.unwrap().unwrap();
+}
+
+/// The RAM tier (`--postings-cache-size`): the same query again in one
+/// `search` process reads no row group (every one decoded before is held),
+/// where without the flag it reads them all again; answers are the same.
+#[tokio::test]
+async fn the_ram_tier_serves_a_repeated_query_without_row_group_reads() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = index_in(dir.path()).await;
+    let index = dir.path().join("idx");
+    let queries = dir.path().join("q.npy");
+    let twice: Vec<f32> = [&data[..DIM], &data[..DIM]].concat();
+    support::files::write_npy(&queries, &twice, DIM);
+    let run = |extra: &[&str]| -> Vec<serde_json::Value> {
+        let out = parqivf()
+            .args(["search", "--index", index.to_str().unwrap()])
+            .args(["--queries", queries.to_str().unwrap()])
+            .args([
+                "--k",
+                "10",
+                "--nprobe",
+                "8",
+                "--json",
+                "--stats",
+                "--batch-size",
+                "1",
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    };
+    let groups = |v: &serde_json::Value, key: &str| v["stats"][key].as_u64().unwrap();
+    let without = run(&[]);
+    let with = run(&["--postings-cache-size", "64MiB"]);
+    for answers in [&without, &with] {
+        assert_eq!(answers[0]["rowids"], without[0]["rowids"]);
+        assert_eq!(answers[1]["rowids"], without[0]["rowids"]);
+        assert!(groups(&answers[0], "row_groups_read") > 0);
+    }
+    let planned = groups(&with[1], "planned_row_groups");
+    assert_eq!(groups(&with[1], "row_groups_cached"), planned);
+    assert_eq!(groups(&with[1], "row_groups_read"), 0);
+    assert_eq!(groups(&without[1], "row_groups_read"), planned);
 }
