@@ -226,6 +226,19 @@ fn search_cli(
     queries: &std::path::Path,
     extra: &[&str],
 ) -> Vec<serde_json::Value> {
+    search_json(index, queries, extra)
+        .into_iter()
+        .map(|v| v["rowids"].clone())
+        .collect()
+}
+
+/// Each query's JSON object from `parqivf search --k 10 --nprobe 8 --json`
+/// plus `extra`.
+fn search_json(
+    index: &std::path::Path,
+    queries: &std::path::Path,
+    extra: &[&str],
+) -> Vec<serde_json::Value> {
     let out = parqivf()
         .args([
             "search",
@@ -246,7 +259,7 @@ fn search_cli(
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap()["rowids"].clone())
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
         .collect()
 }
 
@@ -487,33 +500,12 @@ async fn the_ram_tier_serves_a_repeated_query_without_row_group_reads() {
     let queries = dir.path().join("q.npy");
     let twice: Vec<f32> = [&data[..DIM], &data[..DIM]].concat();
     support::files::write_npy(&queries, &twice, DIM);
-    let run = |extra: &[&str]| -> Vec<serde_json::Value> {
-        let out = parqivf()
-            .args(["search", "--index", index.to_str().unwrap()])
-            .args(["--queries", queries.to_str().unwrap()])
-            .args([
-                "--k",
-                "10",
-                "--nprobe",
-                "8",
-                "--json",
-                "--stats",
-                "--batch-size",
-                "1",
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect()
+    let run = |extra: &[&str]| {
+        search_json(
+            &index,
+            &queries,
+            &[&["--stats", "--batch-size", "1"], extra].concat(),
+        )
     };
     let groups = |v: &serde_json::Value, key: &str| v["stats"][key].as_u64().unwrap();
     let without = run(&[]);
