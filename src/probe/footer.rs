@@ -19,13 +19,14 @@ use super::cache::ByteLru;
 use crate::format::footers::FooterPin;
 use crate::format::manifest::FileEntry;
 use crate::format::postings_table::{FooterFacts, VECTOR_COLUMN, check_footer};
-use crate::store::disk_cache::{CachedObject, TierIo};
+use crate::store::disk_cache::{CachedObject, TierIo, Units};
 #[cfg(doc)]
 use crate::store::parquet_reader::FOOTER_PREFETCH;
 use parquet::DecodeResult;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataPushDecoder};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataPushDecoder};
 use parquet::file::page_index::offset_index::PageLocation;
+use std::ops::Range;
 use std::sync::{Arc, OnceLock};
 
 /// A decoded, validated footer of one postings file.
@@ -40,6 +41,8 @@ pub struct Footer {
     /// its offset index by the first load that read it and kept with the
     /// footer: a warm query reads and parses no offset index again.
     pub vector_pages: VectorPages,
+    /// The file's units for the disk tier ([`cache_units`]).
+    pub cache_units: Arc<Units>,
     /// Approximate memory held, for the cache bound (counting the page
     /// locations ahead, at 3 × their offset index's bytes).
     pub bytes: usize,
@@ -191,12 +194,41 @@ fn validate(
         })
         .map(|l| usize::try_from(l).unwrap_or(0))
         .sum();
+    let cache_units = Arc::new(cache_units(metadata));
     Ok(Footer {
-        bytes: bytes + facts.row_group_cids.len() * 4 + 3 * page_index_bytes,
+        bytes: bytes + facts.row_group_cids.len() * 4 + 3 * page_index_bytes + cache_units.bytes(),
+        cache_units,
         vector_pages: (0..metadata.num_row_groups())
             .map(|_| OnceLock::new())
             .collect(),
         arrow,
         facts,
     })
+}
+
+/// How the disk tier keeps a postings file ([`Units`]): each column chunk
+/// and page index is a span; a `vector` chunk is read page by page (the
+/// re-rank), every other span whole. So a query's read of a chunk is one
+/// entry, served without a copy. Pure.
+pub fn cache_units(metadata: &ParquetMetaData) -> Units {
+    let mut spans: Vec<(Range<u64>, bool)> = Vec::new();
+    for rg in metadata.row_groups() {
+        for column in rg.columns() {
+            let (start, len) = column.byte_range();
+            let whole = column.column_path().parts() != [VECTOR_COLUMN];
+            spans.push((start..start.saturating_add(len), whole));
+            let indexes = [
+                (column.offset_index_offset(), column.offset_index_length()),
+                (column.column_index_offset(), column.column_index_length()),
+            ];
+            for (offset, length) in indexes {
+                if let (Some(o), Some(l)) = (offset, length)
+                    && let (Ok(o), Ok(l)) = (u64::try_from(o), u64::try_from(l))
+                {
+                    spans.push((o..o.saturating_add(l), true));
+                }
+            }
+        }
+    }
+    Units::new(spans)
 }

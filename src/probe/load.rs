@@ -41,7 +41,7 @@ use crate::format::manifest::FileEntry;
 use crate::format::postings_table::RESERVED_COLUMNS;
 use crate::format::snapshot::Snapshot;
 use crate::store::byte_ranges::{DELTA_GAP_SHARE, coalesce, coalesce_near};
-use crate::store::disk_cache::{BLOCK_DATA, CachedObject, DiskCache, TierIo};
+use crate::store::disk_cache::{BLOCK_DATA, CachedObject, DiskCache, TierIo, Units};
 use crate::store::local_read::LocalFolder;
 use crate::store::parquet_reader::FOOTER_PREFETCH;
 use arrow::buffer::BooleanBuffer;
@@ -162,14 +162,23 @@ impl std::fmt::Debug for LoadPlan {
     }
 }
 
-/// The bytes a plan's requests returned, one `Vec` per file in plan order,
-/// one `Bytes` per coalesced range.
+/// The bytes a plan's requests returned, one [`FetchedFile`] per file in
+/// plan order.
 #[derive(Debug)]
-pub struct Fetched(Vec<Vec<Bytes>>);
+pub struct Fetched(Vec<FetchedFile>);
+
+/// The bytes read of one file: one `Bytes` per range. The ranges are the
+/// request's, or with a disk tier, the request's cut at its units' spans
+/// ([`Units::split`]), so that a chunk is served from its entry uncopied.
+#[derive(Debug)]
+pub struct FetchedFile {
+    pub ranges: Vec<Range<u64>>,
+    pub data: Vec<Bytes>,
+}
 
 impl Fetched {
-    /// The bytes, one `Vec` per request.
-    pub fn into_inner(self) -> Vec<Vec<Bytes>> {
+    /// The bytes, one [`FetchedFile`] per request.
+    pub fn into_inner(self) -> Vec<FetchedFile> {
         self.0
     }
 }
@@ -197,13 +206,7 @@ impl LoadPlan {
         dim: usize,
         fast: Option<&FastScan>,
     ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
-        let files: Vec<(String, FileRequest, Vec<Bytes>)> = self
-            .names
-            .into_iter()
-            .zip(self.requests)
-            .zip(fetched.0)
-            .map(|((name, r), data)| (name, r, data))
-            .collect();
+        let files: Vec<(String, FetchedFile)> = self.names.into_iter().zip(fetched.0).collect();
         let jobs: Vec<(usize, Job)> = self
             .jobs
             .into_iter()
@@ -212,8 +215,8 @@ impl LoadPlan {
             .collect();
         jobs.into_par_iter()
             .map(|(i, job)| {
-                let (name, request, data) = &files[i];
-                let rg = decode(name, job, dim, &request.ranges, data)?;
+                let (name, file) = &files[i];
+                let rg = decode(name, job, dim, &file.ranges, &file.data)?;
                 if let Some(fast) = fast.filter(|_| rg.payload.is_none()) {
                     fast.prepare(&rg);
                 }
@@ -271,6 +274,15 @@ impl PostingsReader {
                     source: "no such manifest file".into(),
                 },
             }),
+        }
+    }
+
+    /// How the disk tier keeps file `f`: its cached footer's units, or the
+    /// fixed grid when there is no disk tier or its footer is not cached.
+    fn units(&self, f: usize) -> Arc<Units> {
+        match (&self.disk, self.footers.get(&f)) {
+            (Some(_), Some(footer)) => Arc::clone(&footer.cache_units),
+            _ => Arc::default(),
         }
     }
 
@@ -396,8 +408,9 @@ impl PostingsReader {
     }
 
     /// Copy every postings object into the disk tier (none: nothing to
-    /// do), [`FILL_CHUNK`] bytes a read, [`FILL_READS`] reads in flight;
-    /// blocks already there are not fetched again.
+    /// do), in its units ([`Units::cover`]: read as queries read them),
+    /// [`FILL_CHUNK`] bytes a read, [`FILL_READS`] reads in flight; blocks
+    /// already there are not fetched again.
     ///
     /// # Errors
     /// [`ProbeError::Store`] naming the object.
@@ -406,24 +419,25 @@ impl PostingsReader {
         if self.disk.is_none() {
             return Ok(());
         }
-        let chunks: Vec<(usize, Range<u64>)> = self
+        let chunks: Vec<(usize, Vec<Range<u64>>, Arc<Units>)> = self
             .files
             .iter()
             .enumerate()
             .flat_map(|(f, e)| {
-                (0..e.size)
-                    .step_by(FILL_CHUNK as usize)
-                    .map(move |s| (f, s..(s + FILL_CHUNK).min(e.size)))
+                let units = self.units(f);
+                let reads = units.cover(e.size, FILL_CHUNK);
+                reads.into_iter().map(move |r| (f, r, Arc::clone(&units)))
             })
             .collect();
         let ios: Vec<TierIo> = futures::stream::iter(chunks)
-            .map(|(f, range)| async move {
+            .map(|(f, ranges, units)| async move {
                 let path = self.path(f).to_string();
                 let store = |source| ProbeError::Store {
                     path: path.clone(),
                     source,
                 };
-                let (_, io) = self.object(f)?.get_ranges(&[range]).await.map_err(store)?;
+                let object = self.object(f)?;
+                let (_, io) = object.get_ranges_in(&ranges, &units).await.map_err(store)?;
                 Ok::<_, ProbeError>(io)
             })
             .buffer_unordered(FILL_READS)
@@ -595,21 +609,25 @@ impl PostingsReader {
                 path: path.to_string(),
                 source,
             };
-            self.object(r.file)?
-                .get_ranges(&r.ranges)
+            let units = self.units(r.file);
+            let ranges = units.split(&r.ranges);
+            let (data, io) = self
+                .object(r.file)?
+                .get_ranges_in(&ranges, &units)
                 .await
-                .map_err(store)
+                .map_err(store)?;
+            Ok::<_, ProbeError>((FetchedFile { ranges, data }, io))
         });
         let fetched = futures::future::try_join_all(fetches).await?;
         let mut data = Vec::with_capacity(fetched.len());
         let mut store_requests = 0;
-        for (bytes, io) in fetched {
+        for (file, io) in fetched {
             store_requests += io.store_requests;
             stats.requests += io.store_requests;
             stats.bytes += io.store_bytes;
             stats.disk_hits += io.disk_hits;
             stats.disk_bytes += io.disk_bytes;
-            data.push(bytes);
+            data.push(file);
         }
         if store_requests > 0 {
             stats.rounds += 1;
@@ -644,7 +662,15 @@ impl PostingsReader {
         }
         stats.requests += ranges as u64;
         stats.bytes += data.iter().flatten().map(|b| b.len() as u64).sum::<u64>();
-        Ok(Fetched(data))
+        let files = requests
+            .iter()
+            .zip(data)
+            .map(|(r, data)| FetchedFile {
+                ranges: r.ranges.clone(),
+                data,
+            })
+            .collect();
+        Ok(Fetched(files))
     }
 
     /// Keep freshly decoded row groups in the decoded-postings cache, or

@@ -993,11 +993,10 @@ impl PagePlan {
         let pages: Vec<(&PageRead, &[u8])> = self
             .pages
             .iter()
-            .zip(&self.requests)
             .zip(&fetched)
-            .flat_map(|((pages, request), data)| pages.iter().map(move |p| (p, request, data)))
-            .map(|(p, request, data)| {
-                let bytes = slice_ref(&request.ranges, data, &p.range).ok_or_else(|| {
+            .flat_map(|(pages, file)| pages.iter().map(move |p| (p, file)))
+            .map(|(p, file)| {
+                let bytes = slice_ref(&file.ranges, &file.data, &p.range).ok_or_else(|| {
                     let rg = &loaded[p.group];
                     decode_error(
                         name(rg),

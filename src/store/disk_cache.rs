@@ -2,16 +2,19 @@
 //! folder, between the RAM caches and the object store, shared by every
 //! process that opens the same folder.
 //!
-//! - **Blocks.** An object is cached in blocks of [`BLOCK_DATA`] bytes (the
-//!   last one shorter); a read is served from the blocks it covers, and only
-//!   the missing runs of blocks go to the store, one request a run. Each
-//!   entry file is one block behind a [`HEADER`]-byte header, 64 KiB in all,
-//!   so entries fill whole file-system blocks.
+//! - **Blocks.** An object is cached in blocks: its [`Units`] where its
+//!   reader knows them (a postings file's column chunks and page indexes,
+//!   from its footer), so that a chunk read is one entry; elsewhere a fixed
+//!   grid of [`BLOCK_DATA`] bytes (the last one shorter). A read is served
+//!   from the blocks it covers, and only the missing runs of adjacent blocks
+//!   go to the store, one request a run. Each entry file is one block behind
+//!   a [`HEADER`]-byte header; a grid block's entry is 64 KiB in all, so
+//!   entries fill whole file-system blocks.
 //! - **No stale byte.** An entry's key is the object's path, size and
 //!   version (the manifest's sha256 of the whole object, or an ETag) and the
-//!   block's index; the header repeats the key and holds the block's length
-//!   and CRC32, checked on every read. A mismatch is a miss and the entry is
-//!   removed.
+//!   block's byte range; the header repeats the key and holds the block's
+//!   length and CRC32, checked when the entry is mapped. A mismatch is a miss
+//!   and the entry is removed.
 //! - **Crash-safe.** An entry is written to `tmp/` and renamed into place, so
 //!   a process killed at any moment leaves a whole entry or none; a torn or
 //!   corrupted one fails its checksum. Leftover temporary files are removed
@@ -23,31 +26,50 @@
 //!   folders, by their allocated size), removes the least recently used
 //!   entries (a hit refreshes an entry's modification time) down to
 //!   [`EVICT_TO`] of the bound, and records the true total. What a killed
-//!   writer reserved is corrected there too.
+//!   writer reserved is corrected there too. One entry takes at most 1/16 of
+//!   the bound; a larger block is served but not kept.
+//! - **Verified once, then mapped.** A process maps each entry it reads and
+//!   checks the entry's header and CRC32 once, when it maps it; it then
+//!   serves the entry's ranges from the mapping ([`MAX_MAPPED`] entries at
+//!   most), with no system call and no copy, as the local folder is served
+//!   ([`super::local_read`]). This is sound because an entry is never
+//!   written in place: it is renamed into place whole and only ever removed,
+//!   which leaves a mapped file readable. A mapping whose entry another
+//!   process evicted (or replaced) is dropped at its next recency refresh,
+//!   so the folder's bytes are freed within [`TOUCH_EVERY`] of a hit.
+//!   Something that truncated an entry file in place would fault the
+//!   reading process (`SIGBUS`), as for any memory-mapped reader.
 //!
-//! Reads and writes are blocking file IO: callers run them on tokio's
-//! blocking pool ([`CachedObject::get_ranges`]), never on a worker thread.
+//! Reads of unmapped entries and writes are blocking file IO: callers run
+//! them on tokio's blocking pool ([`CachedObject::get_ranges`]), never on a
+//! worker thread; a read of mapped entries is a lookup in memory.
 
 use bytes::{Bytes, BytesMut};
+use lru::LruCache;
+use memmap2::Mmap;
 use object_store::ObjectStore;
 use object_store::path::Path;
 use sha2::{Digest, Sha256};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::num::NonZeroUsize;
 use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::{Duration, Instant, SystemTime};
 use thiserror::Error;
 
 /// Bytes of one entry file: the header and one block.
 pub const ENTRY_BYTES: u64 = 64 * 1024;
 /// Header bytes of an entry: magic, object key, block index, length, CRC32.
 pub const HEADER: u64 = 64;
-/// Object bytes in one block.
+/// Object bytes in one block of the fixed grid.
 pub const BLOCK_DATA: u64 = ENTRY_BYTES - HEADER;
+/// The largest span of an object kept as one entry ([`Units`]): larger
+/// ones are cut into pieces of [`BLOCK_DATA`] bytes.
+pub const MAX_UNIT: u64 = 1 << 20;
 /// Share of the bound an eviction frees down to, so that evictions (each
 /// lists the folder) are rare.
 pub const EVICT_TO: f64 = 0.9;
@@ -55,8 +77,12 @@ pub const EVICT_TO: f64 = 0.9;
 pub const STALE_TMP: Duration = Duration::from_secs(60);
 /// An entry's modification time (its recency) is refreshed by a hit at most
 /// this often.
-const TOUCH_EVERY: Duration = Duration::from_secs(1);
-const MAGIC: &[u8; 8] = b"PQVFCB01";
+pub const TOUCH_EVERY: Duration = Duration::from_secs(1);
+/// Entries one process keeps mapped (least recently used dropped first):
+/// 512 MiB of the page cache, well below a process's default limit of
+/// 65,530 mappings with the local folder's.
+pub const MAX_MAPPED: usize = 8192;
+const MAGIC: &[u8; 8] = b"PQVFCB02";
 /// Subfolders of `blocks/` (by the key's first hex digit).
 const FANOUT: usize = 16;
 
@@ -121,13 +147,26 @@ pub struct DiskCache {
     capacity: u64,
     counters: CacheCounters,
     tmp_seq: AtomicU64,
+    /// The entries this process has verified and mapped.
+    mapped: Mutex<LruCache<BlockKey, MappedEntry>>,
 }
 
-/// The key of one block: which object (path, size, version) and which block.
+/// A verified, mapped entry: its block's bytes (borrowing the mapping), the
+/// entry file's inode, and when its recency was last refreshed.
+#[derive(Debug)]
+struct MappedEntry {
+    data: Bytes,
+    inode: u64,
+    touched: Instant,
+}
+
+/// The key of one block: which object (path, size, version) and which of
+/// its bytes (`start`, `len`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct BlockKey {
     pub object: [u8; 32],
-    pub block: u64,
+    pub start: u64,
+    pub len: u64,
 }
 
 /// The identity of an object's bytes: its path, size and version (a sha256
@@ -147,6 +186,14 @@ fn hex(bytes: &[u8]) -> String {
 
 fn crc32(bytes: &[u8]) -> u32 {
     crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, bytes) as u32
+}
+
+/// The bytes a temporary file reserved, from its name (`…-{cost}.tmp`);
+/// another name reserves a whole [`ENTRY_BYTES`].
+fn reserved(name: &std::ffi::OsStr) -> u64 {
+    name.to_str()
+        .and_then(|n| n.strip_suffix(".tmp")?.rsplit('-').next()?.parse().ok())
+        .unwrap_or(ENTRY_BYTES)
 }
 
 /// Bytes a file of `len` bytes takes on a file system of 4 KiB blocks (the
@@ -186,6 +233,9 @@ impl DiskCache {
             capacity,
             counters: CacheCounters::default(),
             tmp_seq: AtomicU64::new(0),
+            mapped: Mutex::new(LruCache::new(
+                NonZeroUsize::new(MAX_MAPPED).expect("MAX_MAPPED > 0"),
+            )),
         };
         // A new folder (or one whose `usage` was lost) starts from what it
         // holds: its folders, and any entries already there.
@@ -228,20 +278,31 @@ impl DiskCache {
         self.dir
             .join("blocks")
             .join(&name[..1])
-            .join(format!("{name}-{}", key.block))
+            .join(format!("{name}-{}-{}", key.start, key.len))
     }
 
-    /// The block `key`, `len` bytes long, if a whole, intact entry holds it.
-    /// A hit refreshes the entry's recency.
-    pub fn get(&self, key: &BlockKey, len: usize) -> Option<Bytes> {
+    /// The block `key` if a whole, intact entry holds it:
+    /// from this process's mapping of it, or else mapped and checked now. A
+    /// hit refreshes the entry's recency (at most every [`TOUCH_EVERY`]).
+    pub fn get(&self, key: &BlockKey) -> Option<Bytes> {
+        if let Some((data, due)) = self.get_mapped(key) {
+            if due {
+                self.touch(key);
+            }
+            return Some(data);
+        }
         let path = self.entry_path(key);
-        let found = read_entry(&path, key, len);
-        match found {
-            Ok(Some(data)) => {
-                self.counters.hits.fetch_add(1, Ordering::Relaxed);
-                self.counters
-                    .hit_bytes
-                    .fetch_add(data.len() as u64, Ordering::Relaxed);
+        match map_entry(&path, key) {
+            Ok(Some((data, inode))) => {
+                self.count_hit(data.len());
+                self.lock_mapped().put(
+                    *key,
+                    MappedEntry {
+                        data: data.clone(),
+                        inode,
+                        touched: Instant::now(),
+                    },
+                );
                 Some(data)
             }
             Ok(None) => {
@@ -251,10 +312,57 @@ impl DiskCache {
             Err(_) => {
                 self.counters.misses.fetch_add(1, Ordering::Relaxed);
                 self.counters.corrupt.fetch_add(1, Ordering::Relaxed);
+                self.lock_mapped().pop(key);
                 let _ = fs::remove_file(&path);
                 None
             }
         }
+    }
+
+    /// The block `key` if this process has its entry mapped: a lookup in
+    /// memory, no IO. The flag says the entry's recency is due for a refresh
+    /// ([`DiskCache::touch`], file IO).
+    pub fn get_mapped(&self, key: &BlockKey) -> Option<(Bytes, bool)> {
+        let (data, due) = {
+            let mut mapped = self.lock_mapped();
+            let entry = mapped.get_mut(key)?;
+            let due = entry.touched.elapsed() > TOUCH_EVERY;
+            if due {
+                entry.touched = Instant::now();
+            }
+            (entry.data.clone(), due)
+        };
+        self.count_hit(data.len());
+        Some((data, due))
+    }
+
+    /// Refresh the recency of block `key`'s entry file. When the file is gone
+    /// or is another file now (evicted, or evicted and written again, by any
+    /// process), the mapping is dropped, so that the removed file's bytes
+    /// are freed.
+    pub fn touch(&self, key: &BlockKey) {
+        let current = File::open(self.entry_path(key)).and_then(|file| {
+            let inode = file.metadata()?.ino();
+            file.set_modified(SystemTime::now())?;
+            Ok(inode)
+        });
+        let mut mapped = self.lock_mapped();
+        if let Some(entry) = mapped.peek(key)
+            && current.as_ref().ok() != Some(&entry.inode)
+        {
+            mapped.pop(key);
+        }
+    }
+
+    fn lock_mapped(&self) -> MutexGuard<'_, LruCache<BlockKey, MappedEntry>> {
+        self.mapped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn count_hit(&self, bytes: usize) {
+        self.counters.hits.fetch_add(1, Ordering::Relaxed);
+        self.counters
+            .hit_bytes
+            .fetch_add(bytes as u64, Ordering::Relaxed);
     }
 
     /// Keep `data` as block `key`: reserve its bytes (evicting when the
@@ -268,11 +376,23 @@ impl DiskCache {
     }
 
     fn try_put(&self, key: &BlockKey, data: &[u8]) -> io::Result<()> {
+        let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidInput, what.to_string());
+        let Ok(data_len) = u32::try_from(data.len()) else {
+            return Err(bad("a block over 4 GiB"));
+        };
+        if u64::from(data_len) != key.len {
+            return Err(bad("a block of another length than its key"));
+        }
         let len = HEADER + data.len() as u64;
         let cost = allocated(len);
+        if cost > self.capacity / 16 {
+            // Kept out: one entry may take at most 1/16 of the bound.
+            return Ok(());
+        }
         let seq = self.tmp_seq.fetch_add(1, Ordering::Relaxed);
+        // The name carries the reservation, for another process's `scan`.
         let tmp = self.dir.join("tmp").join(format!(
-            "{}-{seq}-{}.tmp",
+            "{}-{seq}-{}-{cost}.tmp",
             std::process::id(),
             hex(&key.object[..4])
         ));
@@ -291,8 +411,8 @@ impl DiskCache {
         let mut entry = Vec::with_capacity(len as usize);
         entry.extend_from_slice(MAGIC);
         entry.extend_from_slice(&key.object);
-        entry.extend_from_slice(&key.block.to_le_bytes());
-        entry.extend_from_slice(&(data.len() as u32).to_le_bytes());
+        entry.extend_from_slice(&key.start.to_le_bytes());
+        entry.extend_from_slice(&data_len.to_le_bytes());
         entry.extend_from_slice(&crc32(data).to_le_bytes());
         entry.resize(HEADER as usize, 0);
         entry.extend_from_slice(data);
@@ -351,7 +471,7 @@ impl DiskCache {
             if old && fs::remove_file(tmp.path()).is_ok() {
                 continue;
             }
-            total += on_disk(&meta).max(ENTRY_BYTES);
+            total += on_disk(&meta).max(reserved(&tmp.file_name()));
         }
         let blocks = self.dir.join("blocks");
         total += fs::metadata(&blocks).map(|m| on_disk(&m))?;
@@ -405,44 +525,50 @@ struct Entry {
     path: PathBuf,
 }
 
-/// The entry at `path` if it is whole and is block `key` of `len` bytes;
+/// The entry at `path`, mapped, if it is whole and is block `key`: its
+/// block's bytes (borrowing the mapping) and the file's inode;
 /// `Ok(None)` when there is none, `Err` when one is there but fails a check.
-fn read_entry(path: &std::path::Path, key: &BlockKey, len: usize) -> io::Result<Option<Bytes>> {
-    let mut file = match File::open(path) {
+/// A stale recency is refreshed.
+fn map_entry(path: &std::path::Path, key: &BlockKey) -> io::Result<Option<(Bytes, u64)>> {
+    let file = match File::open(path) {
         Ok(f) => f,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
-    let mut buf = Vec::with_capacity(HEADER as usize + len);
-    file.read_to_end(&mut buf)?;
+    let meta = file.metadata()?;
     let bad = |what: &str| io::Error::new(io::ErrorKind::InvalidData, what.to_string());
-    if buf.len() != HEADER as usize + len {
+    if meta.len() != HEADER + key.len {
         return Err(bad("length"));
     }
-    let (header, data) = buf.split_at(HEADER as usize);
+    // SAFETY: an entry file is never written in place (module comment): it
+    // is renamed into place whole and only ever removed.
+    let map = unsafe { Mmap::map(&file)? };
+    let (header, data) = map.split_at(HEADER as usize);
     let word = |at: usize| {
         u32::from_le_bytes([header[at], header[at + 1], header[at + 2], header[at + 3]])
     };
     if &header[..8] != MAGIC
         || header[8..40] != key.object
-        || header[40..48] != key.block.to_le_bytes()
-        || word(48) as usize != len
+        || header[40..48] != key.start.to_le_bytes()
+        || u64::from(word(48)) != key.len
     {
         return Err(bad("header"));
     }
     if word(52) != crc32(data) {
         return Err(bad("checksum"));
     }
-    let stale = file
-        .metadata()
-        .and_then(|m| m.modified())
+    let stale = meta
+        .modified()
         .ok()
         .and_then(|t| t.elapsed().ok())
         .is_none_or(|age| age > TOUCH_EVERY);
     if stale {
         let _ = file.set_modified(SystemTime::now());
     }
-    Ok(Some(Bytes::from(buf).slice(HEADER as usize..)))
+    Ok(Some((
+        Bytes::from_owner(map).slice(HEADER as usize..),
+        meta.ino(),
+    )))
 }
 
 /// What one read through the tiers cost.
@@ -469,11 +595,9 @@ pub struct CachedObject<'a> {
 }
 
 impl CachedObject<'_> {
-    /// The bytes of `ranges` (each within the object): without a cache,
-    /// exactly those ranges from the store
-    /// ([`get_exact_ranges`](super::parquet_reader::get_exact_ranges)); with
-    /// one, from the blocks they cover, each missing run of blocks fetched
-    /// in one request (all at once) and kept.
+    /// The bytes of `ranges` (each within the object), through the fixed
+    /// grid of [`BLOCK_DATA`]-byte blocks: [`CachedObject::get_ranges_in`]
+    /// without units.
     ///
     /// # Errors
     /// The store's error for a failed request.
@@ -481,6 +605,27 @@ impl CachedObject<'_> {
         &self,
         ranges: &[Range<u64>],
     ) -> Result<(Vec<Bytes>, TierIo), object_store::Error> {
+        self.get_ranges_in(ranges, &Units::default()).await
+    }
+
+    /// The bytes of `ranges` (each within the object): without a cache,
+    /// exactly those ranges from the store
+    /// ([`get_exact_ranges`](super::parquet_reader::get_exact_ranges)); with
+    /// one, from the blocks they cover, each missing run of adjacent blocks
+    /// fetched in one request (all at once) and kept.
+    ///
+    /// The blocks of a range are the `units` that hold it (one: served
+    /// without a copy; several adjacent ones: copied together), else the
+    /// fixed grid's blocks of [`BLOCK_DATA`] bytes it touches.
+    ///
+    /// # Errors
+    /// The store's error for a failed request.
+    pub async fn get_ranges_in(
+        &self,
+        ranges: &[Range<u64>],
+        units: &Units,
+    ) -> Result<(Vec<Bytes>, TierIo), object_store::Error> {
+        let units = &units.units[..];
         let Some(cache) = self.cache else {
             let data =
                 super::parquet_reader::get_exact_ranges(self.store, self.path, ranges).await?;
@@ -493,100 +638,277 @@ impl CachedObject<'_> {
         };
         let object = object_key(self.path.as_ref(), self.size, self.version);
         let size = self.size;
-        let mut blocks: Vec<u64> = ranges
+        let mut blocks: Vec<Range<u64>> = ranges
             .iter()
             .filter(|r| r.start < r.end)
-            .flat_map(|r| r.start / BLOCK_DATA..=(r.end - 1) / BLOCK_DATA)
+            .flat_map(|r| blocks_of(r, units, size))
             .collect();
-        blocks.sort_unstable();
+        blocks.sort_unstable_by_key(|b| (b.start, b.end));
         blocks.dedup();
-        let block_len = move |b: u64| (size.min((b + 1) * BLOCK_DATA) - b * BLOCK_DATA) as usize;
-        let lookup = {
-            let (cache, blocks) = (Arc::clone(cache), blocks.clone());
-            blocking(move || {
-                blocks
-                    .iter()
-                    .map(|&block| cache.get(&BlockKey { object, block }, block_len(block)))
-                    .collect::<Vec<_>>()
-            })
+        let key = move |b: &Range<u64>| BlockKey {
+            object,
+            start: b.start,
+            len: b.end - b.start,
         };
-        let mut have: Vec<Option<Bytes>> = lookup.await?;
+        // Mapped entries first, in memory; the others are mapped (file IO)
+        // on the blocking pool, and stale recencies refreshed there without
+        // waiting.
+        let mut have: Vec<Option<Bytes>> = Vec::with_capacity(blocks.len());
+        let (mut unmapped, mut due) = (Vec::new(), Vec::new());
+        for b in &blocks {
+            match cache.get_mapped(&key(b)) {
+                Some((data, touch)) => {
+                    if touch {
+                        due.push(key(b));
+                    }
+                    have.push(Some(data));
+                }
+                None => {
+                    unmapped.push(have.len());
+                    have.push(None);
+                }
+            }
+        }
+        if !due.is_empty() {
+            let cache = Arc::clone(cache);
+            drop(tokio::task::spawn_blocking(move || {
+                for key in due {
+                    cache.touch(&key);
+                }
+            }));
+        }
+        if !unmapped.is_empty() {
+            let (cache, wanted) = (
+                Arc::clone(cache),
+                unmapped
+                    .iter()
+                    .map(|&i| key(&blocks[i]))
+                    .collect::<Vec<_>>(),
+            );
+            let found =
+                blocking(move || wanted.iter().map(|k| cache.get(k)).collect::<Vec<_>>()).await?;
+            for (i, data) in unmapped.into_iter().zip(found) {
+                have[i] = data;
+            }
+        }
         let mut io = TierIo::default();
         for b in have.iter().flatten() {
             io.disk_hits += 1;
             io.disk_bytes += b.len() as u64;
         }
-        // Missing runs of consecutive blocks: one request each.
+        // Missing runs of adjacent blocks: one request each.
         let mut runs: Vec<Range<usize>> = Vec::new();
         for (i, h) in have.iter().enumerate() {
             if h.is_some() {
                 continue;
             }
             match runs.last_mut() {
-                Some(run) if run.end == i && blocks[i] == blocks[i - 1] + 1 => run.end = i + 1,
+                Some(run) if run.end == i && blocks[i].start == blocks[i - 1].end => {
+                    run.end = i + 1;
+                }
                 _ => runs.push(i..i + 1),
             }
         }
         if !runs.is_empty() {
             let byte_ranges: Vec<Range<u64>> = runs
                 .iter()
-                .map(|run| {
-                    let first = blocks[run.start];
-                    let last = blocks[run.end - 1];
-                    first * BLOCK_DATA..size.min((last + 1) * BLOCK_DATA)
-                })
+                .map(|run| blocks[run.start].start..blocks[run.end - 1].end)
                 .collect();
             let fetched =
                 super::parquet_reader::get_exact_ranges(self.store, self.path, &byte_ranges)
                     .await?;
             io.store_requests += byte_ranges.len() as u64;
             let mut fresh = Vec::new();
-            for (run, data) in runs.iter().zip(fetched) {
+            for ((run, data), at) in runs.iter().zip(fetched).zip(&byte_ranges) {
                 io.store_bytes += data.len() as u64;
-                let mut at = 0;
                 for i in run.clone() {
-                    let len = block_len(blocks[i]);
-                    let block = data.slice(at..at + len);
-                    at += len;
-                    fresh.push((blocks[i], block.clone()));
+                    let b = &blocks[i];
+                    let block =
+                        data.slice((b.start - at.start) as usize..(b.end - at.start) as usize);
+                    fresh.push((key(b), block.clone()));
                     have[i] = Some(block);
                 }
             }
             let cache = Arc::clone(cache);
             blocking(move || {
-                for (block, data) in fresh {
-                    cache.put(&BlockKey { object, block }, &data);
+                for (key, data) in fresh {
+                    cache.put(&key, &data);
                 }
             })
             .await?;
         }
-        let data = ranges.iter().map(|r| assemble(r, &blocks, &have)).collect();
+        let data = ranges
+            .iter()
+            .map(|r| assemble(r, units, size, &blocks, &have))
+            .collect();
         Ok((data, io))
     }
 }
 
-/// The bytes of `range` from the blocks holding it.
-fn assemble(range: &Range<u64>, blocks: &[u64], have: &[Option<Bytes>]) -> Bytes {
+/// How the disk tier keeps one object, from what its reader knows of it (a
+/// Parquet file's column chunks and page indexes): `spans`, the disjoint
+/// byte ranges a read never crosses a boundary of, and the `units` (entries)
+/// they are kept in. A span read whole is one unit when at most
+/// [`MAX_UNIT`] bytes; a span read in parts (a chunk whose pages are read
+/// one by one), or a larger one, is cut into units of [`BLOCK_DATA`] bytes
+/// from its start. Bytes outside every span use the fixed grid. The default
+/// has no spans: the fixed grid everywhere.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Units {
+    spans: Vec<Range<u64>>,
+    units: Vec<Range<u64>>,
+}
+
+impl Units {
+    /// The units of `spans`, each with whether it is read whole. A span
+    /// that is empty or overlaps an earlier one (by start) is left out.
+    pub fn new(mut spans: Vec<(Range<u64>, bool)>) -> Units {
+        spans.sort_unstable_by_key(|(s, _)| s.start);
+        let mut out = Units::default();
+        for (span, whole) in spans {
+            if span.start >= span.end || out.spans.last().is_some_and(|l| l.end > span.start) {
+                continue;
+            }
+            if whole && span.end - span.start <= MAX_UNIT {
+                out.units.push(span.clone());
+            } else {
+                out.units.extend(
+                    (span.start..span.end)
+                        .step_by(BLOCK_DATA as usize)
+                        .map(|s| s..span.end.min(s + BLOCK_DATA)),
+                );
+            }
+            out.spans.push(span);
+        }
+        out
+    }
+
+    /// Bytes of memory held (for a cache bound).
+    pub fn bytes(&self) -> usize {
+        (self.spans.len() + self.units.len()) * std::mem::size_of::<Range<u64>>()
+    }
+
+    /// Reads covering an object of `size` bytes, each at most `most` bytes
+    /// (a multiple of [`BLOCK_DATA`]) unless one unit is larger: every unit
+    /// as one range, and the bytes between spans in pieces of the fixed
+    /// grid. Each read is a list of ranges ([`CachedObject::get_ranges_in`]).
+    pub fn cover(&self, size: u64, most: u64) -> Vec<Vec<Range<u64>>> {
+        let mut ranges: Vec<Range<u64>> = Vec::new();
+        let gap = |from: u64, to: u64, out: &mut Vec<Range<u64>>| {
+            let mut at = from;
+            while at < to {
+                let end = to.min((at / most + 1) * most);
+                out.push(at..end);
+                at = end;
+            }
+        };
+        let mut at = 0;
+        let mut units = self.units.iter().peekable();
+        for span in &self.spans {
+            gap(at, span.start.min(size), &mut ranges);
+            while let Some(u) = units.next_if(|u| u.start < span.end) {
+                ranges.push(u.start..u.end.min(size));
+            }
+            at = span.end.min(size).max(at);
+        }
+        gap(at, size, &mut ranges);
+        let mut reads: Vec<Vec<Range<u64>>> = Vec::new();
+        let mut bytes = 0;
+        for r in ranges.into_iter().filter(|r| r.start < r.end) {
+            let len = r.end - r.start;
+            match reads.last_mut() {
+                Some(read) if bytes + len <= most => {
+                    read.push(r);
+                    bytes += len;
+                }
+                _ => {
+                    reads.push(vec![r]);
+                    bytes = len;
+                }
+            }
+        }
+        reads
+    }
+
+    /// `ranges` (sorted, disjoint) cut at every span boundary inside them:
+    /// each piece within one span or outside all, so that a piece read whole
+    /// by a caller is its units' bytes.
+    pub fn split(&self, ranges: &[Range<u64>]) -> Vec<Range<u64>> {
+        let mut out = Vec::with_capacity(ranges.len());
+        for r in ranges {
+            let mut at = r.start;
+            let first = self.spans.partition_point(|s| s.end <= r.start);
+            for s in &self.spans[first..] {
+                if s.start >= r.end {
+                    break;
+                }
+                for cut in [s.start, s.end] {
+                    if at < cut && cut < r.end {
+                        out.push(at..cut);
+                        at = cut;
+                    }
+                }
+            }
+            out.push(at..r.end);
+        }
+        out
+    }
+}
+
+/// The blocks holding `range` (non-empty, within an object of `size`
+/// bytes): the units that hold it (one, or several adjacent ones), else the
+/// fixed grid's blocks.
+fn blocks_of(range: &Range<u64>, units: &[Range<u64>], size: u64) -> Vec<Range<u64>> {
+    let first = units.partition_point(|u| u.start <= range.start);
+    if let Some(first) = first.checked_sub(1).filter(|&i| range.start < units[i].end) {
+        let mut end = first;
+        while units[end].end < range.end
+            && units
+                .get(end + 1)
+                .is_some_and(|u| u.start == units[end].end)
+        {
+            end += 1;
+        }
+        if range.end <= units[end].end {
+            return units[first..=end].to_vec();
+        }
+    }
+    (range.start / BLOCK_DATA..=(range.end - 1) / BLOCK_DATA)
+        .map(|b| b * BLOCK_DATA..size.min((b + 1) * BLOCK_DATA))
+        .collect()
+}
+
+/// The bytes of `range` from the blocks holding it ([`blocks_of`]): a slice
+/// of one block, or the pieces of several copied together.
+fn assemble(
+    range: &Range<u64>,
+    units: &[Range<u64>],
+    size: u64,
+    blocks: &[Range<u64>],
+    have: &[Option<Bytes>],
+) -> Bytes {
     if range.start >= range.end {
         return Bytes::new();
     }
-    let first = range.start / BLOCK_DATA;
-    let last = (range.end - 1) / BLOCK_DATA;
-    let at = blocks.partition_point(|&b| b < first);
-    let piece = |i: usize, b: u64| {
+    let piece = |b: &Range<u64>| {
+        let i = blocks
+            .binary_search_by_key(&(b.start, b.end), |x| (x.start, x.end))
+            .expect("every block of a range is listed");
         let data = have[i].as_ref().expect("every block of a range is filled");
-        let start = (range.start.max(b * BLOCK_DATA) - b * BLOCK_DATA) as usize;
-        let end = (range.end.min((b + 1) * BLOCK_DATA) - b * BLOCK_DATA) as usize;
+        let start = (range.start.max(b.start) - b.start) as usize;
+        let end = (range.end.min(b.end) - b.start) as usize;
         data.slice(start..end)
     };
-    if first == last {
-        return piece(at, first);
+    match &blocks_of(range, units, size)[..] {
+        [one] => piece(one),
+        several => {
+            let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
+            for b in several {
+                out.extend_from_slice(&piece(b));
+            }
+            out.freeze()
+        }
     }
-    let mut out = BytesMut::with_capacity((range.end - range.start) as usize);
-    for (i, b) in (first..=last).enumerate() {
-        out.extend_from_slice(&piece(at + i, b));
-    }
-    out.freeze()
 }
 
 /// Run blocking file IO on tokio's blocking pool.
@@ -608,10 +930,11 @@ mod tests {
     use object_store::memory::InMemory;
     use object_store::{ObjectStoreExt, PutPayload};
 
-    fn key(object: u8, block: u64) -> BlockKey {
+    fn key(object: u8, block: u64, len: usize) -> BlockKey {
         BlockKey {
             object: [object; 32],
-            block,
+            start: block * BLOCK_DATA,
+            len: len as u64,
         }
     }
 
@@ -642,22 +965,23 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = DiskCache::open(dir.path(), 16 * ENTRY_BYTES).unwrap();
         let data: Vec<u8> = (0..1000u32).map(|i| i as u8).collect();
-        cache.put(&key(1, 0), &data);
+        cache.put(&key(1, 0, data.len()), &data);
         assert_eq!(
-            cache.get(&key(1, 0), data.len()).as_deref(),
+            cache.get(&key(1, 0, data.len())).as_deref(),
             Some(&data[..])
         );
         assert!(
-            cache.get(&key(2, 0), data.len()).is_none(),
+            cache.get(&key(2, 0, data.len())).is_none(),
             "another object"
         );
-        assert!(cache.get(&key(1, 1), data.len()).is_none(), "another block");
-        assert!(cache.get(&key(1, 0), 999).is_none(), "another length");
+        assert!(cache.get(&key(1, 1, data.len())).is_none(), "another block");
+        assert!(cache.get(&key(1, 0, 999)).is_none(), "another length");
         let s = cache.state();
-        assert_eq!((s.hits, s.written), (1, 1));
-        // A length mismatch is a failed check: the entry is gone.
-        assert_eq!(s.corrupt, 1);
-        assert!(cache.get(&key(1, 0), data.len()).is_none());
+        assert_eq!((s.hits, s.misses, s.written, s.corrupt), (1, 3, 1, 0));
+        // A block of another length than its key is refused.
+        cache.put(&key(1, 5, 10), &data);
+        assert_eq!(cache.state().write_errors, 1);
+        assert!(cache.get(&key(1, 5, 10)).is_none());
     }
 
     #[test]
@@ -665,8 +989,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let cache = DiskCache::open(dir.path(), 16 * ENTRY_BYTES).unwrap();
         let data = vec![7u8; 5000];
-        cache.put(&key(3, 0), &data);
-        cache.put(&key(3, 1), &data);
+        cache.put(&key(3, 0, data.len()), &data);
+        cache.put(&key(3, 1, data.len()), &data);
         let files = entry_files(&cache);
         assert_eq!(files.len(), 2);
         // A bit flipped in the data of one, the other cut short.
@@ -675,10 +999,47 @@ mod tests {
         fs::write(&files[0], &bytes).unwrap();
         let bytes = fs::read(&files[1]).unwrap();
         fs::write(&files[1], &bytes[..bytes.len() - 100]).unwrap();
-        assert!(cache.get(&key(3, 0), data.len()).is_none());
-        assert!(cache.get(&key(3, 1), data.len()).is_none());
+        assert!(cache.get(&key(3, 0, data.len())).is_none());
+        assert!(cache.get(&key(3, 1, data.len())).is_none());
         assert_eq!(cache.state().corrupt, 2);
         assert!(entry_files(&cache).is_empty(), "failed entries are removed");
+    }
+
+    #[test]
+    fn a_mapped_entry_is_served_from_memory_until_its_file_is_gone_or_replaced() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = DiskCache::open(dir.path(), 16 * ENTRY_BYTES).unwrap();
+        let b = DiskCache::open(dir.path(), 16 * ENTRY_BYTES).unwrap();
+        let data = vec![5u8; 3000];
+        a.put(&key(4, 0, data.len()), &data);
+        assert!(
+            a.get_mapped(&key(4, 0, data.len())).is_none(),
+            "not read yet"
+        );
+        assert_eq!(a.get(&key(4, 0, data.len())).as_deref(), Some(&data[..]));
+        // Now mapped: served with no file IO, and not due for a refresh.
+        let (got, due) = a.get_mapped(&key(4, 0, data.len())).unwrap();
+        assert_eq!((&got[..], due), (&data[..], false));
+        assert!(a.get_mapped(&key(4, 0, 2999)).is_none(), "another length");
+        // Another process evicts the entry: the mapping still holds the
+        // same bytes, and the next refresh drops it.
+        fs::remove_file(&entry_files(&a)[0]).unwrap();
+        assert_eq!(a.get(&key(4, 0, data.len())).as_deref(), Some(&data[..]));
+        a.touch(&key(4, 0, data.len()));
+        assert!(a.get(&key(4, 0, data.len())).is_none(), "evicted elsewhere");
+        // Evicted and written again elsewhere: another file, dropped too.
+        a.put(&key(4, 0, data.len()), &data);
+        assert!(a.get(&key(4, 0, data.len())).is_some());
+        fs::remove_file(&entry_files(&a)[0]).unwrap();
+        b.put(&key(4, 0, data.len()), &data);
+        a.touch(&key(4, 0, data.len()));
+        assert!(a.get_mapped(&key(4, 0, data.len())).is_none(), "replaced");
+        assert_eq!(a.get(&key(4, 0, data.len())).as_deref(), Some(&data[..]));
+        // The mapping is kept while its file stays.
+        a.touch(&key(4, 0, data.len()));
+        assert!(a.get_mapped(&key(4, 0, data.len())).is_some());
+        let s = a.state();
+        assert_eq!((s.hits, s.misses, s.corrupt), (6, 1, 0));
     }
 
     #[test]
@@ -693,7 +1054,7 @@ mod tests {
                 let (data, dir) = (&data, &dir);
                 s.spawn(move || {
                     for block in 0..300 {
-                        cache.put(&key(i as u8, block), data);
+                        cache.put(&key(i as u8, block, data.len()), data);
                         let held = du(dir.path());
                         assert!(
                             held as f64 <= capacity as f64 * 1.01,
@@ -707,8 +1068,8 @@ mod tests {
         assert!(s.0.evictions + s.1.evictions >= 600 - 64, "{s:?}");
         assert_eq!(s.0.write_errors + s.1.write_errors, 0);
         // The most recent blocks of each are still there.
-        assert!(a.get(&key(0, 299), data.len()).is_some());
-        assert!(b.get(&key(1, 299), data.len()).is_some());
+        assert!(a.get(&key(0, 299, data.len())).is_some());
+        assert!(b.get(&key(1, 299, data.len())).is_some());
     }
 
     #[test]
@@ -727,13 +1088,14 @@ mod tests {
             .set_modified(old)
             .unwrap();
         for block in 0..20 {
-            cache.put(&key(9, block), &data);
+            cache.put(&key(9, block, data.len()), &data);
         }
         // Block 0 is the oldest entry; reading it makes it the newest.
         let past = SystemTime::now() - Duration::from_secs(100);
         for f in entry_files(&cache) {
             let name = f.file_name().unwrap().to_str().unwrap();
-            let block: u64 = name.rsplit('-').next().unwrap().parse().unwrap();
+            let start: u64 = name.rsplit('-').nth(1).unwrap().parse().unwrap();
+            let block = start / BLOCK_DATA;
             let at = past + Duration::from_secs(block);
             File::options()
                 .write(true)
@@ -742,13 +1104,13 @@ mod tests {
                 .set_modified(at)
                 .unwrap();
         }
-        assert!(cache.get(&key(9, 0), data.len()).is_some());
+        assert!(cache.get(&key(9, 0, data.len())).is_some());
         for block in 20..40 {
-            cache.put(&key(9, block), &data);
+            cache.put(&key(9, block, data.len()), &data);
         }
-        assert!(cache.get(&key(9, 0), data.len()).is_some(), "recently read");
+        assert!(cache.get(&key(9, 0, data.len())).is_some(), "recently read");
         assert!(
-            cache.get(&key(9, 1), data.len()).is_none(),
+            cache.get(&key(9, 1, data.len())).is_none(),
             "least recently used"
         );
         assert!(!stale.exists(), "a killed writer's leftover is removed");
@@ -764,6 +1126,121 @@ mod tests {
             "{e}"
         );
         assert!(e.to_string().contains("1000"), "{e}");
+    }
+
+    #[test]
+    fn units_keep_whole_spans_whole_and_cut_the_others() {
+        let b = BLOCK_DATA;
+        let units = Units::new(vec![
+            (200..210 + 2 * b, false),
+            (100..200, true),
+            (150..160, true),
+            (10 * b..10 * b + MAX_UNIT + 1, true),
+            (300..300, true),
+        ]);
+        let large = (MAX_UNIT + 1).div_ceil(b);
+        let mut want = vec![
+            100..200,
+            200..200 + b,
+            200 + b..200 + 2 * b,
+            200 + 2 * b..210 + 2 * b,
+        ];
+        want.extend(
+            (0..large).map(|i| 10 * b + i * b..(10 * b + (i + 1) * b).min(10 * b + MAX_UNIT + 1)),
+        );
+        assert_eq!(
+            units.units, want,
+            "the overlapping and the empty span are left out"
+        );
+        assert_eq!(
+            units.spans,
+            vec![100..200, 200..210 + 2 * b, 10 * b..10 * b + MAX_UNIT + 1]
+        );
+        // Reads are cut at span boundaries only, never between a span's units.
+        assert_eq!(
+            units.split(std::slice::from_ref(&(0..300))),
+            vec![0..100, 100..200, 200..300]
+        );
+        assert_eq!(
+            units.split(&[150..250, 400..b + 300]),
+            vec![150..200, 200..250, 400..b + 300]
+        );
+        assert_eq!(units.split(std::slice::from_ref(&(20..30))), vec![20..30]);
+        // The fill's reads cover the object once: every unit whole, the rest
+        // on the fixed grid, each read at most `most` bytes.
+        let size = 12 * b + MAX_UNIT;
+        let reads = units.cover(size, 4 * b);
+        let flat: Vec<Range<u64>> = reads.iter().flatten().cloned().collect();
+        assert_eq!(flat.first().unwrap().start, 0);
+        assert_eq!(flat.last().unwrap().end, size);
+        assert!(flat.windows(2).all(|w| w[0].end == w[1].start), "{flat:?}");
+        assert!(want.iter().all(|u| flat.contains(u)));
+        assert!(
+            reads
+                .iter()
+                .all(|r| r.iter().map(|x| x.end - x.start).sum::<u64>() <= 4 * b)
+        );
+        assert_eq!(Units::default().cover(3 * b, b).len(), 3);
+    }
+
+    #[tokio::test]
+    async fn a_read_within_one_unit_is_its_entry_uncopied() {
+        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("postings/part-1.parquet");
+        let size = 3 * BLOCK_DATA;
+        let body: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
+        inner
+            .put(&path, PutPayload::from(body.clone()))
+            .await
+            .unwrap();
+        let counting = CountingStore::new(inner);
+        let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+        let dir = tempfile::tempdir().unwrap();
+        let cache = Arc::new(DiskCache::open(dir.path(), 64 * ENTRY_BYTES).unwrap());
+        let object = CachedObject {
+            store: store.as_ref(),
+            cache: Some(&cache),
+            path: &path,
+            size,
+            version: "sha-1",
+        };
+        // A chunk kept whole across the fixed grid's boundary, and a chunk
+        // read page by page.
+        let chunk = 10..BLOCK_DATA + 90;
+        let paged = chunk.end..size;
+        let units = Units::new(vec![(chunk.clone(), true), (paged.clone(), false)]);
+        let page = paged.start + BLOCK_DATA - 100..paged.start + BLOCK_DATA + 100;
+        let ranges = units.split(&[chunk.start..chunk.end + 50, page.clone()]);
+        assert_eq!(
+            ranges,
+            vec![chunk.clone(), chunk.end..chunk.end + 50, page.clone()]
+        );
+        let (got, io) = object.get_ranges_in(&ranges, &units).await.unwrap();
+        for (r, g) in ranges.iter().zip(&got) {
+            assert_eq!(&g[..], &body[r.start as usize..r.end as usize]);
+        }
+        // The units touched: the chunk and the first three pieces of the
+        // paged span, adjacent: one request.
+        assert_eq!((io.store_requests, io.disk_hits), (1, 0));
+        let (again, io) = object.get_ranges_in(&ranges, &units).await.unwrap();
+        assert_eq!(again, got);
+        assert_eq!((io.store_requests, io.disk_hits), (0, 3));
+        // Read again, the chunk is the same bytes of the same mapping: no copy.
+        let (third, _) = object.get_ranges_in(&ranges[..1], &units).await.unwrap();
+        assert_eq!(third[0].as_ptr(), again[0].as_ptr());
+        assert_eq!(counting.counts().get_requests, 1);
+        let names: Vec<String> = entry_files(&cache)
+            .iter()
+            .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
+            .collect();
+        assert!(
+            names.iter().any(|n| n.ends_with(&format!(
+                "-{}-{}",
+                chunk.start,
+                chunk.end - chunk.start
+            ))),
+            "{names:?}"
+        );
     }
 
     #[tokio::test]
