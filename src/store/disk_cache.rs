@@ -1183,20 +1183,35 @@ mod tests {
         assert_eq!(Units::default().cover(3 * b, b).len(), 3);
     }
 
-    #[tokio::test]
-    async fn a_read_within_one_unit_is_its_entry_uncopied() {
+    /// An in-memory store holding `body` at `path` (counted), and an empty
+    /// disk tier in a temporary folder.
+    async fn tier_over(
+        path: &Path,
+        body: &[u8],
+    ) -> (
+        CountingStore,
+        Arc<dyn ObjectStore>,
+        tempfile::TempDir,
+        Arc<DiskCache>,
+    ) {
         let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        let path = Path::from("postings/part-1.parquet");
-        let size = 3 * BLOCK_DATA;
-        let body: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
         inner
-            .put(&path, PutPayload::from(body.clone()))
+            .put(path, PutPayload::from(body.to_vec()))
             .await
             .unwrap();
         let counting = CountingStore::new(inner);
         let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
         let dir = tempfile::tempdir().unwrap();
         let cache = Arc::new(DiskCache::open(dir.path(), 64 * ENTRY_BYTES).unwrap());
+        (counting, store, dir, cache)
+    }
+
+    #[tokio::test]
+    async fn a_read_within_one_unit_is_its_entry_uncopied() {
+        let path = Path::from("postings/part-1.parquet");
+        let size = 3 * BLOCK_DATA;
+        let body: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
+        let (counting, store, _dir, cache) = tier_over(&path, &body).await;
         let object = CachedObject {
             store: store.as_ref(),
             cache: Some(&cache),
@@ -1245,18 +1260,10 @@ mod tests {
 
     #[tokio::test]
     async fn reads_through_the_tier_fetch_each_block_once() {
-        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let path = Path::from("postings/part-0.parquet");
         let size = 3 * BLOCK_DATA + 123;
         let body: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
-        inner
-            .put(&path, PutPayload::from(body.clone()))
-            .await
-            .unwrap();
-        let counting = CountingStore::new(inner);
-        let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
-        let dir = tempfile::tempdir().unwrap();
-        let cache = Arc::new(DiskCache::open(dir.path(), 64 * ENTRY_BYTES).unwrap());
+        let (counting, store, _dir, cache) = tier_over(&path, &body).await;
         let object = CachedObject {
             store: store.as_ref(),
             cache: Some(&cache),
