@@ -34,6 +34,7 @@ use crate::probe::target::{CalibrationStatus, RecallModel};
 use crate::quant::Quantizer;
 use crate::store::counting::CountingStore;
 use crate::store::hedge::count_hedges;
+use crate::store::local_read::LocalFolder;
 use arrow::record_batch::RecordBatch;
 use object_store::ObjectStore;
 use object_store::path::Path;
@@ -149,8 +150,14 @@ impl Index {
         options: IndexOptions,
         preload: Preload,
     ) -> Result<Index, IndexError> {
+        // The footers the latest commit's copy lists are read with the
+        // documents, so a new process's first query reads none, unless a
+        // query reads them at no round's cost: from a bare local folder
+        // (mapped) or a disk tier (kept across processes once read).
+        let footers_ahead =
+            options.disk_cache.is_none() && LocalFolder::of(store.as_ref()).is_none();
         let (snapshot, open) = counted(&store, |s| async move {
-            Snapshot::open_current(&s, location).await
+            Snapshot::open_current_with(&s, location, footers_ahead).await
         })
         .await?;
         let mut index = Self::from_snapshot(store, snapshot, options);

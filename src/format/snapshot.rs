@@ -31,13 +31,14 @@ use crate::format::pin::{Pin, PinError, check_pin};
 use crate::format::quantizer::{self, QuantizerDocError};
 use crate::format::source_files::SourceFiles;
 use crate::format::source_ids::SourceIds;
-use crate::format::warehouse::{self, Commit, WarehouseError};
+use crate::format::warehouse::{self, Commit, FooterAhead, WarehouseError};
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use bytes::Bytes;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::Arc;
 use thiserror::Error;
 
@@ -130,6 +131,11 @@ pub struct Snapshot {
     pub postings_paths: Vec<Path>,
     /// The footer pin of each file of [`Snapshot::files`], same order.
     pub footer_pins: Vec<FooterPin>,
+    /// The footer of each file of [`Snapshot::files`] when the open read it
+    /// with the documents (the latest commit's `footers-ahead`, at exactly
+    /// the range the manifest and its pin give), same order; not yet
+    /// checked against its pin (the reader checks it as any footer).
+    pub footers_ahead: Vec<Option<Bytes>>,
     pub hierarchy: Hierarchy,
     /// The quantiser of the postings' `code` column (`quantizer.json`), in
     /// an index built with codes.
@@ -146,6 +152,9 @@ pub struct Snapshot {
 struct Documents<'a> {
     store: &'a dyn ObjectStore,
     early: HashMap<Path, Bytes>,
+    /// Postings footers read with them ([`FooterAhead`]): object → its
+    /// range and bytes.
+    footers: HashMap<Path, (Range<u64>, Bytes)>,
 }
 
 impl<'a> Documents<'a> {
@@ -153,13 +162,41 @@ impl<'a> Documents<'a> {
         Documents {
             store,
             early: HashMap::new(),
+            footers: HashMap::new(),
+        }
+    }
+
+    /// `index.json` and every document `commit` pins below `folder`, and
+    /// the footers `footers` lists, all at once. A read that fails is left
+    /// out: the document's own read later reports it as it would without
+    /// the read-ahead (a footer's, the query that needs it).
+    async fn read_ahead(
+        store: &'a dyn ObjectStore,
+        folder: &Path,
+        commit: &Commit,
+        footers: &[FooterAhead],
+    ) -> Self {
+        let footers = footers.iter().filter_map(|f| {
+            let path = crate::store::uri::RelativeLocation::parse(&f.path).ok()?;
+            Some((
+                path.resolve_path(folder),
+                f.offset..f.offset.checked_add(f.length)?,
+            ))
+        });
+        let footers = futures::future::join_all(footers.map(|(path, range)| async move {
+            let bytes = store.get_range(&path, range.clone()).await.ok()?;
+            Some((path, (range, bytes)))
+        }));
+        let (documents, footers) = futures::join!(Self::pinned(store, folder, commit), footers);
+        Documents {
+            footers: footers.into_iter().flatten().collect(),
+            ..documents
         }
     }
 
     /// `index.json` and every document `commit` pins below `folder`, all at
-    /// once. A read that fails is left out: the document's own read later
-    /// reports it as it would without the read-ahead.
-    async fn read_ahead(store: &'a dyn ObjectStore, folder: &Path, commit: &Commit) -> Self {
+    /// once (see [`Documents::read_ahead`]).
+    async fn pinned(store: &'a dyn ObjectStore, folder: &Path, commit: &Commit) -> Self {
         let mut paths = vec![folder.clone().join(INDEX_DEFINITION_FILE)];
         for pin in &commit.pins {
             if let Ok(rel) = crate::store::uri::RelativeLocation::parse(&pin.path) {
@@ -172,13 +209,21 @@ impl<'a> Documents<'a> {
         let direct = Documents::direct(store);
         let got = futures::future::join_all(paths.iter().map(|p| direct.get(p))).await;
         Documents {
-            store,
             early: paths
                 .into_iter()
                 .zip(got)
                 .filter_map(|(p, b)| Some((p, b.ok()?)))
                 .collect(),
+            ..direct
         }
+    }
+
+    /// The footer of `file` (at `path`, pinned by `pin`) when it was read
+    /// ahead as exactly the range its manifest entry and pin give.
+    fn footer(&self, path: &Path, file: &FileEntry, pin: &FooterPin) -> Option<Bytes> {
+        let (range, bytes) = self.footers.get(path)?;
+        let expected = file.size.checked_sub(pin.footer_size)?..file.size;
+        (*range == expected && bytes.len() as u64 == pin.footer_size).then(|| bytes.clone())
     }
 
     async fn get(&self, path: &Path) -> Result<Bytes, SnapshotError> {
@@ -291,9 +336,25 @@ impl Snapshot {
         store: &Arc<dyn ObjectStore>,
         location: &Path,
     ) -> Result<Snapshot, SnapshotError> {
-        let read_ahead = |c: Commit| async move {
+        Self::open_current_with(store, location, true).await
+    }
+
+    /// [`Snapshot::open_current`], reading the postings footers the latest
+    /// commit's copy lists ([`FooterAhead`]) with the documents only when
+    /// `footers_ahead` (a reader of a local folder, whose queries map their
+    /// footers, saves nothing by reading them all at open).
+    ///
+    /// # Errors
+    /// As [`Snapshot::open_current`].
+    pub async fn open_current_with(
+        store: &Arc<dyn ObjectStore>,
+        location: &Path,
+        footers_ahead: bool,
+    ) -> Result<Snapshot, SnapshotError> {
+        let read_ahead = |c: Commit, footers: Vec<FooterAhead>| async move {
             let folder = warehouse::snapshot_folder(location, &c.snapshot).ok()?;
-            Some(Documents::read_ahead(store.as_ref(), &folder, &c).await)
+            let footers = if footers_ahead { &footers[..] } else { &[] };
+            Some(Documents::read_ahead(store.as_ref(), &folder, &c, footers).await)
         };
         match warehouse::current_ahead(store, location, read_ahead).await? {
             (Some(commit), early) => {
@@ -334,7 +395,7 @@ impl Snapshot {
     ) -> Result<Snapshot, SnapshotError> {
         let docs = match (early, &commit) {
             (Some(docs), _) => docs,
-            (None, Some(c)) => Documents::read_ahead(store, folder, c).await,
+            (None, Some(c)) => Documents::pinned(store, folder, c).await,
             (None, None) => Documents::direct(store),
         };
         let docs = &docs;
@@ -431,6 +492,12 @@ impl Snapshot {
             &hierarchy,
         )?;
         let mut files = base_table.manifest.files.clone();
+        let mut footers_ahead: Vec<Option<Bytes>> = files
+            .iter()
+            .zip(&base_table.paths)
+            .zip(&base_table.footer_pins)
+            .map(|((file, path), pin)| docs.footer(path, file, pin))
+            .collect();
         let mut postings_paths = base_table.paths;
         let mut footer_pins = base_table.footer_pins;
         let mut layer_starts = vec![0];
@@ -457,6 +524,7 @@ impl Snapshot {
             postings_paths.extend(delta.paths);
             footer_pins.extend(delta.footer_pins);
         }
+        footers_ahead.resize(files.len(), None);
         Ok(Snapshot {
             folder: folder.clone(),
             commit,
@@ -469,6 +537,7 @@ impl Snapshot {
             deletions: Arc::new(deletions),
             table_roots,
             footer_pins,
+            footers_ahead,
             hierarchy,
             quantizer,
             calibration,

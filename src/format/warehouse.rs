@@ -48,6 +48,8 @@ use serde::{Deserialize, Serialize};
 use thiserror::Error;
 
 use crate::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
+use crate::format::footers::Footers;
+use crate::format::manifest::Manifest;
 use crate::format::pin::Pin;
 use crate::store::StoreError;
 use crate::store::uri::RelativeLocation;
@@ -89,7 +91,48 @@ pub fn snapshot_folder(index: &Path, snapshot: &str) -> Result<Path, WarehouseEr
         })
 }
 
-/// Read the snapshot's documents back and pin them.
+/// Where one postings footer lies: an entry of `footers-ahead` in the
+/// latest commit's copy (`versions/latest-commit.json`), so that an open
+/// reads every footer in the round of the snapshot's documents instead of a
+/// query reading its candidates' footers a round later. Advisory, like the
+/// copy: a reader keeps a footer read this way only when its manifest and
+/// `footers.json` give the same object and range, and checks it against its
+/// pin as any footer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct FooterAhead {
+    /// The postings object, relative to the snapshot folder.
+    pub path: String,
+    /// The footer's first byte (the object's size less the pinned footer
+    /// size) and its length (the pinned footer size).
+    pub offset: u64,
+    pub length: u64,
+}
+
+/// Most footer bytes the latest commit's copy lists ahead: an index whose
+/// footers are larger lists none, and its queries read their candidates'
+/// footers (an open never reads megabytes a one-query process may not need).
+pub const FOOTERS_AHEAD_BYTES: u64 = 4 << 20;
+
+/// What a commit records of its snapshot: the pins of its documents, and
+/// where its postings footers lie ([`FooterAhead`], for the copy only).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SnapshotPins {
+    pub pins: Vec<Pin>,
+    pub footers_ahead: Vec<FooterAhead>,
+}
+
+impl From<Vec<Pin>> for SnapshotPins {
+    fn from(pins: Vec<Pin>) -> Self {
+        SnapshotPins {
+            pins,
+            footers_ahead: Vec::new(),
+        }
+    }
+}
+
+/// Read the snapshot's documents back and pin them, with the footers a
+/// reader may read ahead ([`footers_ahead`]).
 ///
 /// # Errors
 /// [`WarehouseError::IncompleteSnapshot`] when `index.json` is missing or
@@ -97,7 +140,7 @@ pub fn snapshot_folder(index: &Path, snapshot: &str) -> Result<Path, WarehouseEr
 pub async fn snapshot_pins(
     store: &Arc<dyn ObjectStore>,
     snapshot: &Path,
-) -> Result<Vec<Pin>, WarehouseError> {
+) -> Result<SnapshotPins, WarehouseError> {
     let incomplete = |reason: String| WarehouseError::IncompleteSnapshot {
         snapshot: snapshot.to_string(),
         reason,
@@ -109,6 +152,7 @@ pub async fn snapshot_pins(
     let definition =
         IndexDefinition::from_json(&def).map_err(|e| incomplete(format!("{def_path}: {e}")))?;
     let mut pins = Vec::new();
+    let mut documents = Vec::new();
     for rel in definition.documents() {
         let path = RelativeLocation::parse(&rel)
             .map_err(|e| incomplete(format!("{def_path}: {rel:?}: {e}")))?
@@ -121,14 +165,83 @@ pub async fn snapshot_pins(
                 .ok_or_else(|| incomplete(format!("{path} is missing")))?
         };
         pins.push(Pin::of(&rel, &bytes));
+        documents.push(bytes);
     }
-    Ok(pins)
+    let footers_ahead = footers_ahead(&definition, &documents);
+    Ok(SnapshotPins {
+        pins,
+        footers_ahead,
+    })
+}
+
+/// Where the footers of a built snapshot's postings lie (relative to the
+/// snapshot folder), from its documents' bytes in the order of
+/// [`IndexDefinition::documents`]; none for a refreshed snapshot (its
+/// tables are the base's and the deltas'), for documents that do not parse,
+/// and when they hold more than [`FOOTERS_AHEAD_BYTES`]. Pure.
+pub fn footers_ahead(definition: &IndexDefinition, documents: &[Bytes]) -> Vec<FooterAhead> {
+    let ahead = || -> Option<Vec<FooterAhead>> {
+        if definition.layers.is_some() {
+            return None;
+        }
+        let names = definition.documents();
+        let (manifest_at, manifest, footers) =
+            (names.get(1)?, documents.get(1)?, documents.get(2)?);
+        let manifest = Manifest::parse(manifest).ok()?;
+        let footers = Footers::parse(names.get(2)?, footers, &manifest).ok()?;
+        let root = manifest_at.rsplit_once('/').map(|(dir, _)| dir);
+        let mut total = 0u64;
+        manifest
+            .files
+            .iter()
+            .zip(&footers.files)
+            .map(|(file, pin)| {
+                total = total.checked_add(pin.footer_size)?;
+                (total <= FOOTERS_AHEAD_BYTES).then(|| FooterAhead {
+                    path: root.map_or_else(|| file.path.clone(), |r| format!("{r}/{}", file.path)),
+                    offset: file.size.saturating_sub(pin.footer_size),
+                    length: pin.footer_size,
+                })
+            })
+            .collect()
+    };
+    ahead().unwrap_or_default()
 }
 
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case", deny_unknown_fields)]
 struct Hint {
     version: u64,
+}
+
+/// `versions/latest-commit.json`: the latest commit document, and where its
+/// snapshot's postings footers lie (`footers-ahead`, omitted when empty).
+#[derive(Debug, Serialize)]
+#[serde(rename_all = "kebab-case")]
+struct LatestCommit {
+    #[serde(flatten)]
+    commit: Commit,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    footers_ahead: Vec<FooterAhead>,
+}
+
+impl LatestCommit {
+    /// The copy in `bytes`, `None` unless it is a commit document (of a
+    /// version ≥ 1) with, at most, valid `footers-ahead`.
+    fn parse(bytes: &[u8]) -> Option<LatestCommit> {
+        let mut doc: serde_json::Value = serde_json::from_slice(bytes).ok()?;
+        let footers_ahead = match doc.as_object_mut()?.remove("footers-ahead") {
+            Some(ahead) => serde_json::from_value(ahead).ok()?,
+            None => Vec::new(),
+        };
+        let commit: Commit = serde_json::from_value(doc).ok()?;
+        (1..u64::MAX)
+            .contains(&commit.version)
+            .then_some(LatestCommit {
+                commit,
+                footers_ahead,
+            })
+    }
 }
 
 /// Who publishes: what a [`WarehouseError::Conflict`] tells its user to do.
@@ -296,11 +409,12 @@ pub async fn current(
     walk_from(store.as_ref(), index, hinted_version(hint.as_deref())).await
 }
 
-/// The current commit, as [`current`], and `ahead(commit)`'s answer when
-/// the latest commit's copy (`latest-commit.json`) was current: `ahead`
-/// starts in the same round as the check of that copy (versions `N` and
-/// `N + 1`), so an open that reads the snapshot's documents there costs
-/// two rounds instead of three. `None` for the answer when the copy is
+/// The current commit, as [`current`], and `ahead(commit, footers_ahead)`'s
+/// answer when the latest commit's copy (`latest-commit.json`, with the
+/// [`FooterAhead`]s it lists) was current: `ahead` starts in the same round
+/// as the check of that copy (versions `N` and `N + 1`), so an open that
+/// reads the snapshot's documents and footers there costs two rounds
+/// instead of three. `None` for the answer when the copy is
 /// missing, unreadable or stale (its answer is dropped), and the walk goes
 /// on as [`current`]'s.
 ///
@@ -312,16 +426,17 @@ pub async fn current_ahead<T, F, Fut>(
     ahead: F,
 ) -> Result<(Option<Commit>, Option<T>), WarehouseError>
 where
-    F: FnOnce(Commit) -> Fut,
+    F: FnOnce(Commit, Vec<FooterAhead>) -> Fut,
     Fut: std::future::Future<Output = T>,
 {
     let store = store.as_ref();
     let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
     let (hint, latest) = futures::try_join!(get_opt(store, &hint_at), get_opt(store, &latest_at))?;
-    let copy = latest
-        .and_then(|b| serde_json::from_slice::<Commit>(&b).ok())
-        .filter(|c| (1..u64::MAX).contains(&c.version));
-    let Some(copy) = copy else {
+    let Some(LatestCommit {
+        commit: copy,
+        footers_ahead,
+    }) = latest.and_then(|b| LatestCommit::parse(&b))
+    else {
         let commit = walk_from(store, index, hinted_version(hint.as_deref())).await?;
         return Ok((commit, None));
     };
@@ -329,7 +444,7 @@ where
     let (at_path, next_path) = (version_path(index, v), version_path(index, v + 1));
     let (versions, early) = futures::join!(
         async { futures::try_join!(get_opt(store, &at_path), get_opt(store, &next_path)) },
-        ahead(copy.clone())
+        ahead(copy.clone(), footers_ahead)
     );
     match versions? {
         (Some(b), None) => {
@@ -444,7 +559,8 @@ pub async fn commit(
     .await
 }
 
-/// Create version `parent + 1` naming `snapshot` with `pins`, create-if-absent.
+/// Create version `parent + 1` naming `snapshot` with `pins`, create-if-absent,
+/// then the advisory hint and copy (the copy with the pins' `footers_ahead`).
 ///
 /// **The commit rule.** When the create fails, for any reason, the version
 /// document is read back: a store may have applied the write and lost its
@@ -465,9 +581,13 @@ pub async fn commit_pinned(
     snapshot: &str,
     parent: Option<u64>,
     committed_at_ms: u64,
-    pins: Vec<Pin>,
+    pins: impl Into<SnapshotPins>,
     publisher: Publisher,
 ) -> Result<Commit, WarehouseError> {
+    let SnapshotPins {
+        pins,
+        footers_ahead,
+    } = pins.into();
     let version = parent.unwrap_or(0) + 1;
     let c = Commit {
         format_version: COMMIT_FORMAT_VERSION,
@@ -510,7 +630,11 @@ pub async fn commit_pinned(
     // Advisory: a failure here only makes the next reader walk a little
     // further, or read its documents a round later.
     let hint = serde_json::to_vec(&Hint { version }).unwrap_or_default();
-    let copy = serde_json::to_vec_pretty(&committed).unwrap_or_default();
+    let copy = LatestCommit {
+        commit: committed.clone(),
+        footers_ahead,
+    };
+    let copy = serde_json::to_vec_pretty(&copy).unwrap_or_default();
     let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
     let _ = futures::join!(
         store.put(&hint_at, PutPayload::from(hint)),
@@ -744,7 +868,7 @@ mod tests {
     /// `current_ahead` with an `ahead` that reports the snapshot it read
     /// ahead for.
     async fn ahead(s: &Arc<dyn ObjectStore>, idx: &Path) -> (u64, Option<String>) {
-        let (c, early) = current_ahead(s, idx, |c| async move { c.snapshot })
+        let (c, early) = current_ahead(s, idx, |c, _| async move { c.snapshot })
             .await
             .unwrap();
         (c.unwrap().version, early)
@@ -782,6 +906,123 @@ mod tests {
         assert_eq!(ahead(&s, &idx).await, (2, None));
         s.delete(&latest_commit_path(&idx)).await.unwrap();
         assert_eq!(ahead(&s, &idx).await, (2, None));
+    }
+
+    /// The copy carries the commit's `footers-ahead` to `ahead`; a version
+    /// document never has them, and a copy whose `footers-ahead` does not
+    /// parse is not used at all.
+    #[tokio::test]
+    async fn the_copy_lists_the_footers_ahead_and_the_version_does_not() {
+        let s = mem();
+        let idx = Path::from("idx");
+        let listed = vec![FooterAhead {
+            path: "postings/p.parquet".into(),
+            offset: 100,
+            length: 28,
+        }];
+        let pinned = SnapshotPins {
+            pins: vec![],
+            footers_ahead: listed.clone(),
+        };
+        commit_pinned(&s, &idx, "snapshots/a", None, 1, pinned, Publisher::Build)
+            .await
+            .unwrap();
+        let (c, early) = current_ahead(&s, &idx, |_, f| async move { f })
+            .await
+            .unwrap();
+        assert_eq!((c.unwrap().version, early), (1, Some(listed)));
+        let version = get_opt(s.as_ref(), &version_path(&idx, 1)).await.unwrap();
+        let version: serde_json::Value = serde_json::from_slice(&version.unwrap()).unwrap();
+        assert!(version.get("footers-ahead").is_none(), "{version}");
+        let copy = get_opt(s.as_ref(), &latest_commit_path(&idx))
+            .await
+            .unwrap();
+        let mut copy: serde_json::Value = serde_json::from_slice(&copy.unwrap()).unwrap();
+        copy["footers-ahead"][0]["offset"] = serde_json::json!(-1);
+        let at = latest_commit_path(&idx);
+        s.put(&at, PutPayload::from(serde_json::to_vec(&copy).unwrap()))
+            .await
+            .unwrap();
+        let (c, early) = current_ahead(&s, &idx, |_, f| async move { f })
+            .await
+            .unwrap();
+        assert_eq!((c.unwrap().version, early), (1, None));
+    }
+
+    /// The footers of a built snapshot are listed all or none: none when
+    /// they total more than [`FOOTERS_AHEAD_BYTES`] or the documents do not
+    /// parse.
+    #[test]
+    fn footers_ahead_are_all_or_none() {
+        use crate::format::footers::{FOOTERS_FORMAT_VERSION, FooterPin};
+        use crate::format::manifest::FileEntry;
+        let definition: IndexDefinition = IndexDefinition::from_json(include_bytes!(
+            "../../manifests/examples/index-definition.json"
+        ))
+        .unwrap();
+        let names = definition.documents();
+        let documents = |footer_sizes: &[u64]| -> Vec<Bytes> {
+            let files: Vec<FileEntry> = footer_sizes
+                .iter()
+                .enumerate()
+                .map(|(i, _)| FileEntry {
+                    path: format!("cid_bucket={i:06}/part-00000.parquet"),
+                    cid_bucket: i as u32,
+                    min_cid: i as u32,
+                    max_cid: i as u32,
+                    rows: 1,
+                    size: 10 << 20,
+                    sha256: "0".repeat(64),
+                })
+                .collect();
+            let manifest = Manifest {
+                format_version: crate::format::manifest::FORMAT_VERSION,
+                nlist: footer_sizes.len() as u32,
+                ntotal: footer_sizes.len() as u64,
+                cid_offsets: (0..=footer_sizes.len() as u32).collect(),
+                files: files.clone(),
+            };
+            let footers = Footers {
+                format_version: FOOTERS_FORMAT_VERSION,
+                files: files
+                    .iter()
+                    .zip(footer_sizes)
+                    .map(|(f, &size)| FooterPin {
+                        path: f.path.clone(),
+                        footer_size: size,
+                        footer_sha256: "0".repeat(64),
+                    })
+                    .collect(),
+            };
+            let mut docs = vec![Bytes::new(); names.len()];
+            docs[1] = Bytes::from(manifest.to_json_bytes());
+            docs[2] = Bytes::from(footers.to_json_bytes());
+            docs
+        };
+        let ahead = footers_ahead(&definition, &documents(&[1000, 2000]));
+        let manifest_dir = names[1].rsplit_once('/').map_or("", |(d, _)| d);
+        assert_eq!(
+            ahead,
+            vec![
+                FooterAhead {
+                    path: format!("{manifest_dir}/cid_bucket=000000/part-00000.parquet"),
+                    offset: (10 << 20) - 1000,
+                    length: 1000,
+                },
+                FooterAhead {
+                    path: format!("{manifest_dir}/cid_bucket=000001/part-00000.parquet"),
+                    offset: (10 << 20) - 2000,
+                    length: 2000,
+                },
+            ]
+        );
+        let half = FOOTERS_AHEAD_BYTES / 2;
+        assert_eq!(
+            footers_ahead(&definition, &documents(&[half, half])).len(),
+            2
+        );
+        assert!(footers_ahead(&definition, &documents(&[half, half + 1])).is_empty());
+        assert!(footers_ahead(&definition, &[]).is_empty());
     }
 
     #[tokio::test]

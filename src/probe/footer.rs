@@ -99,9 +99,20 @@ pub fn footer_per_cid(entry: &FileEntry, footer_len: u64) -> u64 {
     footer_len.div_ceil(cids)
 }
 
+/// What [`read_footer`] starts from.
+#[derive(Debug, Clone)]
+pub enum FooterTail {
+    /// Fetch this many bytes of the file's tail (see [`tail_estimate`]).
+    Fetch(u64),
+    /// The file's last bytes, already read (the open's `footers-ahead`):
+    /// no request unless they are shorter than the pinned footer.
+    Read(bytes::Bytes),
+}
+
 /// Read, decode and validate the footer of `path` (manifest entry `entry`),
-/// fetching `tail` bytes first (see [`tail_estimate`]), at least the pinned
-/// footer length, so one GET always suffices. The footer bytes are checked
+/// from `tail`: bytes the open read ahead, or a fetch of the estimated tail
+/// (see [`tail_estimate`]), at least the pinned footer length, so one GET
+/// always suffices. The footer bytes are checked
 /// against `pin` (its `footers.json` entry) before they are decoded: a footer
 /// that still parses after a flipped byte never steers the planner.
 ///
@@ -115,9 +126,8 @@ pub async fn read_footer(
     pin: &FooterPin,
     dim: usize,
     code_bytes: Option<usize>,
-    tail: u64,
+    tail: FooterTail,
 ) -> Result<(Footer, FooterIo), ProbeError> {
-    let tail = tail.max(pin.footer_size).min(entry.size);
     let name = object.path.to_string();
     let footer_err = |source| ProbeError::Footer {
         path: name.clone(),
@@ -132,13 +142,18 @@ pub async fn read_footer(
     let mut decoder = ParquetMetaDataPushDecoder::try_new(size)
         .map_err(footer_err)?
         .with_page_index_policy(PageIndexPolicy::Skip);
-    let tail = size.saturating_sub(tail.max(8))..size;
-    let (mut read, tier) = object
-        .get_ranges(std::slice::from_ref(&tail))
-        .await
-        .map_err(store_err)?;
-    io.add(tier);
-    let bytes = read.pop().unwrap_or_default();
+    let (tail, bytes) = match tail {
+        FooterTail::Read(bytes)
+            if (pin.footer_size.max(8)..=size).contains(&(bytes.len() as u64)) =>
+        {
+            (size.saturating_sub(bytes.len() as u64)..size, bytes)
+        }
+        FooterTail::Read(_) => fetch_tail(object, &mut io, pin.footer_size, size).await?,
+        FooterTail::Fetch(tail) => {
+            let tail = tail.max(pin.footer_size).min(size);
+            fetch_tail(object, &mut io, tail, size).await?
+        }
+    };
     let footer = bytes
         .len()
         .checked_sub(usize::try_from(pin.footer_size).unwrap_or(usize::MAX))
@@ -169,6 +184,26 @@ pub async fn read_footer(
         .map_err(footer_err)?;
     let footer = validate(&name, entry, arrow, dim, code_bytes, bytes)?;
     Ok((footer, io))
+}
+
+/// The last `tail` bytes of `object` (of `size` bytes; at least 8), and
+/// their range.
+async fn fetch_tail(
+    object: &CachedObject<'_>,
+    io: &mut FooterIo,
+    tail: u64,
+    size: u64,
+) -> Result<(Range<u64>, bytes::Bytes), ProbeError> {
+    let range = size.saturating_sub(tail.max(8))..size;
+    let (mut read, tier) = object
+        .get_ranges(std::slice::from_ref(&range))
+        .await
+        .map_err(|source| ProbeError::Store {
+            path: object.path.to_string(),
+            source,
+        })?;
+    io.add(tier);
+    Ok((range, read.pop().unwrap_or_default()))
 }
 
 fn validate(

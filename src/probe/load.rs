@@ -29,7 +29,7 @@ use super::ProbeError;
 use super::access_plan::AccessPlan;
 use super::cache::ByteLru;
 use super::decode::{Job, decode};
-use super::footer::{Footer, FooterCache, footer_per_cid, read_footer, tail_estimate};
+use super::footer::{Footer, FooterCache, FooterTail, footer_per_cid, read_footer, tail_estimate};
 use super::live::LiveRows;
 use super::offload::on_rayon;
 use super::planner::{candidate_files_layered, plan_row_groups};
@@ -50,8 +50,8 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use rayon::prelude::*;
 use std::ops::Range;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 /// Bytes of one read filling the disk tier: 64 blocks.
@@ -106,6 +106,10 @@ pub struct PostingsReader {
     live: LiveRows,
     /// The footer pin of each postings file (`footers.json`), same order.
     footer_pins: Vec<FooterPin>,
+    /// Footers the open read with the documents (`Snapshot::footers_ahead`),
+    /// taken by the first read of each: checked and decoded then, with no
+    /// request.
+    footers_ahead: Mutex<Vec<Option<Bytes>>>,
     dim: usize,
     /// Width of the `code` column, in an index with codes.
     code_bytes: Option<usize>,
@@ -238,6 +242,7 @@ impl PostingsReader {
                 layer_starts: snapshot.layer_starts.clone().into(),
             },
             footer_pins: snapshot.footer_pins.clone(),
+            footers_ahead: Mutex::new(snapshot.footers_ahead.clone()),
             dim: snapshot.hierarchy.dim,
             code_bytes: snapshot.quantizer.as_ref().map(|q| q.code_bytes()),
             fast_scan: FastScan::of(snapshot.quantizer.as_ref(), snapshot.hierarchy.metric),
@@ -383,6 +388,13 @@ impl PostingsReader {
         Ok(out.into_iter().flatten().collect())
     }
 
+    /// The footer of file `f` the open read ahead, if it is still held
+    /// (each is used once: then the footer cache holds it).
+    fn take_footer_ahead(&self, f: usize) -> Option<Bytes> {
+        let mut ahead = self.footers_ahead.lock().unwrap_or_else(|e| e.into_inner());
+        ahead.get_mut(f).and_then(Option::take)
+    }
+
     /// Read, check and decode the footer of file `f` (not cached here).
     async fn read_footer(&self, f: usize) -> Result<(Footer, super::footer::FooterIo), ProbeError> {
         let absent = |what: &str| ProbeError::Store {
@@ -398,7 +410,10 @@ impl PostingsReader {
             .get(f)
             .ok_or_else(|| absent("footers.json entry"))?;
         let learned = self.footer_per_cid.load(Ordering::Relaxed);
-        let tail = tail_estimate(entry, self.prefetch, learned);
+        let tail = match self.take_footer_ahead(f) {
+            Some(bytes) => FooterTail::Read(bytes),
+            None => FooterTail::Fetch(tail_estimate(entry, self.prefetch, learned)),
+        };
         let object = self.object(f)?;
         let (footer, fio) =
             read_footer(&object, entry, pin, self.dim, self.code_bytes, tail).await?;

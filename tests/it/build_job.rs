@@ -467,6 +467,57 @@ async fn documents_written_by_a_build_match_their_schemas() {
     )
     .unwrap();
     assert!(validator("commit.schema.json").is_valid(&example));
+    // The latest commit's copy: the commit, and where each postings footer
+    // lies (its object, the file's size less the pinned footer size).
+    let latest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("manifests/examples/latest-commit.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert!(validator("commit.schema.json").is_valid(&latest));
+    let copy = get(idx.clone().join("versions").join("latest-commit.json")).await;
+    let manifest = get(snapshot.clone().join("postings").join("manifest.json")).await;
+    let footers = get(snapshot.clone().join("postings").join("footers.json")).await;
+    let ahead = copy["footers-ahead"].as_array().expect("footers-ahead");
+    let files = manifest["files"].as_array().unwrap();
+    assert_eq!(ahead.len(), files.len());
+    for ((a, file), pin) in ahead
+        .iter()
+        .zip(files)
+        .zip(footers["files"].as_array().unwrap())
+    {
+        let (size, footer) = (
+            file["size"].as_u64().unwrap(),
+            pin["footer-size"].as_u64().unwrap(),
+        );
+        assert_eq!(
+            a["path"],
+            format!("postings/{}", file["path"].as_str().unwrap())
+        );
+        assert_eq!(
+            (a["offset"].as_u64(), a["length"].as_u64()),
+            (Some(size - footer), Some(footer))
+        );
+    }
+    // A version document never has it (only the advisory copy does).
+    let mut version = get(warehouse::version_path(&idx, 1)).await;
+    assert!(version.get("footers-ahead").is_none());
+    version["footers-ahead"] = copy["footers-ahead"].clone();
+    {
+        use object_store::ObjectStoreExt;
+        let bytes = serde_json::to_vec(&version).unwrap();
+        store
+            .put(&warehouse::version_path(&idx, 1), bytes.into())
+            .await
+            .unwrap();
+    }
+    assert!(matches!(
+        warehouse::current(&store, &idx).await,
+        Err(warehouse::WarehouseError::InvalidCommit { .. })
+    ));
     let hint: serde_json::Value = serde_json::from_str(
         &std::fs::read_to_string(
             std::path::Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -211,7 +211,7 @@ fn check_commit(bytes: &[u8], hint: Option<&[u8]>) {
             .put(&copy, PutPayload::from(bytes.to_vec()))
             .await
             .unwrap();
-        let got = warehouse::current_ahead(&store, &index, |c| async move { c }).await;
+        let got = warehouse::current_ahead(&store, &index, |c, _| async move { c }).await;
         if let Ok((Some(c), early)) = got {
             assert_eq!(c.version, 1);
             assert!(

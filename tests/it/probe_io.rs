@@ -469,9 +469,12 @@ async fn row_group_with_two_cids_is_refused() {
     }
 }
 
-/// A committed index opens in three dependent rounds: the commit log's hint;
-/// the hinted version with the next one (absent); `index.json` with every
-/// document the commit pins. A second commit adds nothing: the hint moves.
+/// A committed index opens in two dependent rounds: the commit log's hint
+/// with the latest commit's copy; the copy's version with the next one
+/// (absent), `index.json`, every document the commit pins and every
+/// postings footer the copy lists (`footers-ahead`). So a new process's
+/// first query reads no footer: its row groups are its first round. A
+/// second commit adds nothing: the hint and the copy move.
 #[tokio::test]
 async fn opening_a_committed_index_is_two_rounds() {
     use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
@@ -498,13 +501,15 @@ async fn opening_a_committed_index_is_two_rounds() {
     assert_eq!((open.list_requests, open.head_requests), (0, 0));
     assert_eq!(
         open.rounds, 2,
-        "the hint with the latest commit's copy; versions 2 and 3 with index.json and \
-         the documents the copy pins: {open:?}"
+        "the hint with the latest commit's copy; versions 2 and 3 with index.json, \
+         the documents the copy pins and the footers it lists: {open:?}"
     );
-    // The documents are read once: two advisory objects, two versions and
-    // one GET per pinned document.
+    // The documents are read once: two advisory objects, two versions, one
+    // GET per pinned document and one per postings footer.
     let pins = index.commit().unwrap().pins.len() as u64;
-    assert_eq!(open.get_requests, 2 + 2 + pins, "{open:?}");
+    let files = index.manifest().files.len() as u64;
+    assert!(files >= 2, "{files} postings files");
+    assert_eq!(open.get_requests, 2 + 2 + pins + files, "{open:?}");
     // The index reports the same cost itself (what `search --stats`, the
     // server's index info and Python's `info` show).
     let own = index.open_stats();
@@ -514,6 +519,43 @@ async fn opening_a_committed_index_is_two_rounds() {
         "{own:?} against the store's {open:?}"
     );
     assert!(own.open_us >= 2 * 5_000, "two rounds of 5 ms: {own:?}");
+
+    // The first query decodes the footers read at open: no footer request,
+    // its row groups (and the re-rank's pages) are its only rounds.
+    let q = &data[7 * DIM..8 * DIM];
+    let params = SearchParams {
+        k: 5,
+        nprobe: 16,
+        ..SearchParams::default()
+    };
+    let before = counting.counts();
+    let first = index.search(q, &params).await.unwrap();
+    let after = counting.counts();
+    assert!(first.stats.footers_read >= 1, "{:?}", first.stats);
+    assert_eq!(first.stats.footers_cached, 0, "{:?}", first.stats);
+    assert_eq!(
+        after.get_requests - before.get_requests,
+        first.stats.requests,
+        "{:?}",
+        first.stats
+    );
+    let expected_rounds = if first.stats.pages_read > 0 { 2 } else { 1 };
+    assert_eq!(first.stats.rounds, expected_rounds, "{:?}", first.stats);
+    // The same answers as an index that reads its footers per query.
+    let plain = Index::open(Arc::clone(&mem) as Arc<dyn ObjectStore>, index.folder())
+        .await
+        .unwrap();
+    let again = plain.search(q, &params).await.unwrap();
+    assert_eq!(again.hits, first.hits);
+    assert_eq!(again.stats.footers_read, first.stats.footers_read);
+    assert_eq!(
+        again.stats.requests,
+        first.stats.requests + again.stats.footers_read,
+        "one GET per footer is what the open saved: {:?} against {:?}",
+        again.stats,
+        first.stats
+    );
+    assert_eq!(again.stats.rounds, first.stats.rounds + 1);
 
     // A stale copy of the latest commit costs a round, never a wrong
     // snapshot.
@@ -530,4 +572,98 @@ async fn opening_a_committed_index_is_two_rounds() {
     assert_eq!(stale.folder(), index.folder());
     // The copy's round, versions 2 and 3, then version 2's documents.
     assert_eq!(counting.counts().rounds, 4, "{:?}", counting.counts());
+}
+
+/// The footers an open reads ahead are advisory: a copy whose
+/// `footers-ahead` names other ranges costs the query its footer round,
+/// never a wrong footer; a footer read ahead is checked against its pin as
+/// any footer, so a flipped byte is `FooterPin`, never a different plan.
+#[tokio::test]
+async fn footers_read_ahead_are_checked_like_any_footer() {
+    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
+    let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = dataset(2000, DIM, 12);
+    let params = BuildParams {
+        nlist: 16,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    };
+    let src = Arc::new(ArraySource::new(data.clone(), DIM, "generated").unwrap());
+    build(src, Arc::clone(&mem), &Path::from("idx"), &params)
+        .await
+        .unwrap();
+    let latest = Path::from("idx/versions/latest-commit.json");
+    let copy: serde_json::Value =
+        serde_json::from_slice(&mem.get(&latest).await.unwrap().bytes().await.unwrap()).unwrap();
+    let ahead = copy["footers-ahead"].as_array().unwrap().clone();
+    let q = &data[3 * DIM..4 * DIM];
+    let search = SearchParams {
+        k: 5,
+        nprobe: 16,
+        ..SearchParams::default()
+    };
+    let index = Index::open_current(Arc::clone(&mem), &Path::from("idx"))
+        .await
+        .unwrap();
+    assert_eq!(ahead.len(), index.manifest().files.len());
+    let expected = index.search(q, &search).await.unwrap();
+    assert!(expected.stats.footers_read >= 1, "{:?}", expected.stats);
+
+    // Ranges one byte off: the open reads them, the reader drops them, and
+    // the query reads its footers itself.
+    let mut shifted = copy.clone();
+    for f in shifted["footers-ahead"].as_array_mut().unwrap() {
+        f["offset"] = serde_json::json!(f["offset"].as_u64().unwrap() - 1);
+    }
+    mem.put(
+        &latest,
+        PutPayload::from(serde_json::to_vec(&shifted).unwrap()),
+    )
+    .await
+    .unwrap();
+    let index = Index::open_current(Arc::clone(&mem), &Path::from("idx"))
+        .await
+        .unwrap();
+    let got = index.search(q, &search).await.unwrap();
+    assert_eq!(got.hits, expected.hits);
+    assert_eq!(
+        got.stats.requests,
+        expected.stats.requests + got.stats.footers_read,
+        "{:?}",
+        got.stats
+    );
+
+    // A flipped byte inside the first file's footer, read ahead at the
+    // right range: refused by its pin.
+    mem.put(
+        &latest,
+        PutPayload::from(serde_json::to_vec(&copy).unwrap()),
+    )
+    .await
+    .unwrap();
+    let first = &ahead[0];
+    let object = Path::from(format!(
+        "{}/{}",
+        index.folder(),
+        first["path"].as_str().unwrap()
+    ));
+    let mut bytes = mem
+        .get(&object)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap()
+        .to_vec();
+    let at = first["offset"].as_u64().unwrap() as usize + 16;
+    bytes[at] ^= 0x40;
+    mem.put(&object, PutPayload::from(bytes)).await.unwrap();
+    let index = Index::open_current(Arc::clone(&mem), &Path::from("idx"))
+        .await
+        .unwrap();
+    let err = index.warm().await.map(|_| ()).unwrap_err();
+    assert!(
+        matches!(&err, IndexError::Probe(ProbeError::FooterPin(_))),
+        "{err}"
+    );
 }
