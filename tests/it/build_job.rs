@@ -402,6 +402,14 @@ fn validator(schema_file: &str) -> jsonschema::Validator {
     jsonschema::draft202012::new(&schema).unwrap()
 }
 
+/// The example document `manifests/examples/<name>`.
+fn example(name: &str) -> serde_json::Value {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests/examples")
+        .join(name);
+    serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap()
+}
+
 /// Every document a build writes validates against its JSON Schema in
 /// `manifests/`: the commit, `index.json`, `manifest.json` and
 /// `quantizer.json` (the build's default codes).
@@ -459,24 +467,11 @@ async fn documents_written_by_a_build_match_their_schemas() {
         let errors: Vec<String> = v.iter_errors(&doc).map(|e| e.to_string()).collect();
         assert!(errors.is_empty(), "{schema}: {errors:?}\n{doc}");
     }
-    let example: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("manifests/examples/commit.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
-    assert!(validator("commit.schema.json").is_valid(&example));
+    let commit = example("commit.json");
+    assert!(validator("commit.schema.json").is_valid(&commit));
     // The latest commit's copy: the commit, and where each postings footer
     // lies (its object, the file's size less the pinned footer size).
-    let latest: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("manifests/examples/latest-commit.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let latest = example("latest-commit.json");
     assert!(validator("commit.schema.json").is_valid(&latest));
     let copy = get(idx.clone().join("versions").join("latest-commit.json")).await;
     let manifest = get(snapshot.clone().join("postings").join("manifest.json")).await;
@@ -518,40 +513,18 @@ async fn documents_written_by_a_build_match_their_schemas() {
         warehouse::current(&store, &idx).await,
         Err(warehouse::WarehouseError::InvalidCommit { .. })
     ));
-    let hint: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("manifests/examples/latest-hint.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let hint = example("latest-hint.json");
     assert!(validator("latest-hint.schema.json").is_valid(&hint));
     assert!(!validator("latest-hint.schema.json").is_valid(&serde_json::json!({"version": 0})));
-    for example in ["quantizer-rabitq4.json", "quantizer-pq4fs.json"] {
-        let doc: serde_json::Value = serde_json::from_str(
-            &std::fs::read_to_string(
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                    .join("manifests/examples")
-                    .join(example),
-            )
-            .unwrap(),
-        )
-        .unwrap();
+    for name in ["quantizer-rabitq4.json", "quantizer-pq4fs.json"] {
+        let doc = example(name);
         let errors: Vec<String> = validator("quantizer.schema.json")
             .iter_errors(&doc)
             .map(|e| e.to_string())
             .collect();
-        assert!(errors.is_empty(), "{example}: {errors:?}");
+        assert!(errors.is_empty(), "{name}: {errors:?}");
     }
-    let calibration: serde_json::Value = serde_json::from_str(
-        &std::fs::read_to_string(
-            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("manifests/examples/calibration.json"),
-        )
-        .unwrap(),
-    )
-    .unwrap();
+    let calibration = example("calibration.json");
     assert!(validator("calibration.schema.json").is_valid(&calibration));
     assert!(!validator("commit.schema.json").is_valid(&serde_json::json!({"version": 1})));
 }

@@ -469,6 +469,26 @@ async fn row_group_with_two_cids_is_refused() {
     }
 }
 
+/// 2,000 vectors (`seed`) built `times` times into `idx` (nlist 16, the
+/// default codes): versions 1 to `times` of one index in memory.
+async fn committed(seed: u64, times: usize) -> (Arc<dyn ObjectStore>, Vec<f32>) {
+    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
+    let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let data = dataset(2000, DIM, seed);
+    let params = BuildParams {
+        nlist: 16,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    };
+    for _ in 0..times {
+        let src = Arc::new(ArraySource::new(data.clone(), DIM, "generated").unwrap());
+        build(src, Arc::clone(&mem), &Path::from("idx"), &params)
+            .await
+            .unwrap();
+    }
+    (mem, data)
+}
+
 /// A committed index opens in two dependent rounds: the commit log's hint
 /// with the latest commit's copy; the copy's version with the next one
 /// (absent), `index.json`, every document the commit pins and every
@@ -477,20 +497,7 @@ async fn row_group_with_two_cids_is_refused() {
 /// second commit adds nothing: the hint and the copy move.
 #[tokio::test]
 async fn opening_a_committed_index_is_two_rounds() {
-    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
-    let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let data = dataset(2000, DIM, 11);
-    let params = BuildParams {
-        nlist: 16,
-        progress: ProgressMode::Quiet,
-        ..BuildParams::default()
-    };
-    for _ in 0..2 {
-        let src = Arc::new(ArraySource::new(data.clone(), DIM, "generated").unwrap());
-        build(src, Arc::clone(&mem), &Path::from("idx"), &params)
-            .await
-            .unwrap();
-    }
+    let (mem, data) = committed(11, 2).await;
     let counting = CountingStore::new(Arc::clone(&mem)).with_latency(Duration::from_millis(5));
     let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
     let index = Index::open_current(store, &Path::from("idx"))
@@ -580,18 +587,7 @@ async fn opening_a_committed_index_is_two_rounds() {
 /// any footer, so a flipped byte is `FooterPin`, never a different plan.
 #[tokio::test]
 async fn footers_read_ahead_are_checked_like_any_footer() {
-    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
-    let mem: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let data = dataset(2000, DIM, 12);
-    let params = BuildParams {
-        nlist: 16,
-        progress: ProgressMode::Quiet,
-        ..BuildParams::default()
-    };
-    let src = Arc::new(ArraySource::new(data.clone(), DIM, "generated").unwrap());
-    build(src, Arc::clone(&mem), &Path::from("idx"), &params)
-        .await
-        .unwrap();
+    let (mem, data) = committed(12, 1).await;
     let latest = Path::from("idx/versions/latest-commit.json");
     let copy: serde_json::Value =
         serde_json::from_slice(&mem.get(&latest).await.unwrap().bytes().await.unwrap()).unwrap();
