@@ -8,7 +8,7 @@
 //! | [`sample`] | a source, its counts, the seed | a seeded sample, rows read | IO |
 //! | [`train`] | the sample, the seed | the [`Hierarchy`] | CPU |
 //! | [`train_quantizer`] | the sample, the hierarchy, the scheme | the [`Quantizer`] of the codes | CPU |
-//! | [`read_part`] + [`assign`] | a batch of (rowid, vector[, payload]) + the hierarchy (+ quantizer) | `(cid, rowid, vector[, code][, payload])` rows | IO, then CPU |
+//! | [`read_part`] + [`assign`] | a batch of (rowid, vector[, payload]) + the hierarchy (+ quantizer) | `(cid, rowid[, code], vector[, payload])` rows | IO, then CPU |
 //! | [`group_by_root`] + [`sort_run`] | assigned rows | per-root-bucket runs sorted by (cid, rowid) | CPU |
 //! | [`write_bucket`] | one bucket's sorted run | its postings files ([`FileEntry`]s) | IO |
 //! | [`publish`] | every bucket's files | centroids, `quantizer.json`, `footers.json`, `manifest.json`, `index.json` (the commit: [`SnapshotWriter`]) | IO |
@@ -41,7 +41,7 @@ use super::source::vector_source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::distance::Metric;
 use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::manifest::FileEntry;
-use crate::format::postings_table::CID_COLUMN;
+use crate::format::postings_table::{CID_COLUMN, VECTOR_COLUMN};
 use crate::format::quantizer::QUANTIZER_FILE;
 use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::SourceFiles;
@@ -573,7 +573,7 @@ pub fn prepare(
 /// Assigns each row of `batch` to its leaf, and encodes its residual with
 /// `quantizer` when the index has codes: a postings-schema batch (`schema`,
 /// from [`crate::format::postings_table::postings_schema`]) of
-/// `(cid, rowid, vector[, code][, payload…])` in input order. CPU only.
+/// `(cid, rowid[, code], vector[, payload…])` in input order. CPU only.
 ///
 /// # Errors
 /// The k-means assignment errors; [`BuildError::Arrow`] when the payload
@@ -603,11 +603,11 @@ pub fn assign(
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_iter_values(cids.iter().map(|&c| c as i32))),
         Arc::new(Int64Array::from(batch.rowids)),
-        Arc::new(vectors),
     ];
     if let Some(codes) = codes {
         columns.push(Arc::new(codes));
     }
+    columns.push(Arc::new(vectors));
     if let Some(p) = &batch.payload {
         columns.extend(p.columns().iter().cloned());
     }
@@ -628,7 +628,7 @@ pub fn quantization_error(hierarchy: &Hierarchy, rows: &RecordBatch) -> Result<f
         .column(0)
         .as_primitive_opt::<Int32Type>()
         .ok_or_else(bad)?;
-    let vectors = rows.column(2).as_fixed_size_binary_opt().ok_or_else(bad)?;
+    let vectors = vector_column(rows).ok_or_else(bad)?;
     let mut sum = 0f64;
     let mut v = vec![0f32; dim];
     for (i, &cid) in cids.values().iter().enumerate() {
@@ -648,13 +648,19 @@ pub fn quantization_error(hierarchy: &Hierarchy, rows: &RecordBatch) -> Result<f
     Ok(sum)
 }
 
+/// The `vector` column of postings-schema rows, by name.
+fn vector_column(rows: &RecordBatch) -> Option<&FixedSizeBinaryArray> {
+    rows.column_by_name(VECTOR_COLUMN)?
+        .as_fixed_size_binary_opt()
+}
+
 /// The `vector` column of assigned rows (FixedSizeBinary of little-endian
 /// f32) as row-major f32. CPU only.
 ///
 /// # Errors
 /// [`BuildError::Arrow`] when the rows lack the postings schema's vector.
 pub fn vector_values(rows: &RecordBatch) -> Result<Vec<f32>, BuildError> {
-    let vectors = rows.column(2).as_fixed_size_binary_opt().ok_or_else(|| {
+    let vectors = vector_column(rows).ok_or_else(|| {
         BuildError::Arrow("assigned rows lack the postings schema's vector".into())
     })?;
     Ok(vectors

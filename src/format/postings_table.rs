@@ -1,9 +1,12 @@
 //! The physical schema of an `ivf_postings` Parquet file (shared contract).
-//! Columns, in order: `cid` INT32 required, `rowid` INT64 required, `vector`
-//! FIXED_LEN_BYTE_ARRAY(dim·4) required (little-endian IEEE-754 f32, element
-//! `i` at bytes `4i..4i+4`), then, in an index built with codes, `code`
-//! FIXED_LEN_BYTE_ARRAY(code bytes) required (the quantised residual, laid
-//! out as [`crate::quant`] documents), then payload columns. Files live at
+//! Columns, in order: `cid` INT32 required, `rowid` INT64 required, in an
+//! index built with codes `code` FIXED_LEN_BYTE_ARRAY(code bytes) required
+//! (the quantised residual, laid out as [`crate::quant`] documents), then
+//! `vector` FIXED_LEN_BYTE_ARRAY(dim·4) required (little-endian IEEE-754
+//! f32, element `i` at bytes `4i..4i+4`), then payload columns. A row
+//! group's chunks follow that order, so the key columns and the codes a
+//! query scans are one contiguous byte range ([`postings_schema`]); readers
+//! find each column by name, whatever the order. Files live at
 //! [`part_path`] below the table root; the key-value metadata carries
 //! [`KV_FORMAT_VERSION`] and [`KV_DIM`]. [`check_footer`] is the one footer
 //! contract: `verify` reports every [`FooterViolation`] of a file, the query
@@ -39,6 +42,12 @@ pub const ELEMENT_BYTES: usize = 4;
 /// a `code` column of `code_bytes` bytes when the index has codes, and the
 /// given payload fields appended after the fixed columns.
 ///
+/// `code` comes before `vector`: a row group's chunks are written in schema
+/// order, so `cid`, `rowid` and `code` (what a query with codes reads of
+/// each probed list) are adjacent and one ranged read, where a `vector`
+/// chunk between them made it two. Files written in the earlier order
+/// (`vector` before `code`) read the same.
+///
 /// A `dim` whose byte width does not fit an `i32` cannot be represented; the
 /// writer rejects it before calling this (see `PostingsError::InvalidDim`), and
 /// here it saturates.
@@ -47,7 +56,6 @@ pub fn postings_schema(dim: usize, code_bytes: Option<usize>, payload: &[Field])
     let mut fields = vec![
         Field::new(CID_COLUMN, DataType::Int32, false),
         Field::new(ROWID_COLUMN, DataType::Int64, false),
-        Field::new(VECTOR_COLUMN, DataType::FixedSizeBinary(width), false),
     ];
     if let Some(bytes) = code_bytes {
         let bytes = i32::try_from(bytes).unwrap_or(i32::MAX);
@@ -57,6 +65,11 @@ pub fn postings_schema(dim: usize, code_bytes: Option<usize>, payload: &[Field])
             false,
         ));
     }
+    fields.push(Field::new(
+        VECTOR_COLUMN,
+        DataType::FixedSizeBinary(width),
+        false,
+    ));
     fields.extend(payload.iter().cloned());
     Arc::new(Schema::new(fields))
 }
@@ -451,7 +464,7 @@ mod tests {
     }
 
     #[test]
-    fn schema_has_fixed_columns_then_payload() {
+    fn schema_has_fixed_columns_codes_before_vectors_then_payload() {
         let schema = postings_schema(3, None, &[Field::new("title", DataType::Utf8, true)]);
         let names: Vec<_> = schema.fields().iter().map(|f| f.name().as_str()).collect();
         assert_eq!(names, [CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN, "title"]);
@@ -463,12 +476,13 @@ mod tests {
             [
                 CID_COLUMN,
                 ROWID_COLUMN,
-                VECTOR_COLUMN,
                 CODE_COLUMN,
+                VECTOR_COLUMN,
                 "title"
             ]
         );
-        assert_eq!(coded.field(3).data_type(), &DataType::FixedSizeBinary(9));
+        assert_eq!(coded.field(2).data_type(), &DataType::FixedSizeBinary(9));
+        assert_eq!(coded.field(3).data_type(), &DataType::FixedSizeBinary(12));
         assert!(!schema.field(0).is_nullable());
     }
 }

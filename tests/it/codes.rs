@@ -153,6 +153,39 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
 }
 
 #[tokio::test]
+async fn a_probed_lists_keys_and_codes_are_one_ranged_read() {
+    // The writer puts `code` before `vector`, so a row group's `cid`,
+    // `rowid` and `code` chunks are adjacent: one range a list. With
+    // `vector` between them it was two (the last list's code chunk and the
+    // next list's keys touching made nprobe = nlist one more than nlist).
+    let (n, dim, nlist) = (4000, 32, 4);
+    let data = dataset(n, dim, 9);
+    let q = queries(&data, dim, &[10]);
+    for scheme in [Scheme::Sq8, Scheme::RaBitQ4, Scheme::Pq4Fs] {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let index = built(&store, &data, dim, &params(nlist, Metric::L2, Some(scheme))).await;
+        for nprobe in [1, nlist as usize] {
+            // rerank 0: no offset index, no page; the codes round alone.
+            let sp = SearchParams {
+                k: 5,
+                nprobe,
+                rerank: 0,
+                ..SearchParams::default()
+            };
+            index.search(&q, &sp).await.unwrap();
+            let s = index.search(&q, &sp).await.unwrap().stats;
+            assert_eq!(s.footers_read, 0, "{scheme}: warm footers");
+            assert_eq!(s.row_groups_read, nprobe as u64, "{scheme}: {s:?}");
+            assert_eq!(
+                s.requests, s.row_groups_read,
+                "{scheme} nprobe {nprobe}: {s:?}"
+            );
+            assert_eq!(s.rounds, 1, "{scheme}: {s:?}");
+        }
+    }
+}
+
+#[tokio::test]
 async fn recall_of_the_default_codes_with_the_default_rerank() {
     let (n, dim, nlist) = (6000, 64, 16);
     let data = dataset(n, dim, 13);
