@@ -58,11 +58,11 @@ serve_run() { # label index preload-args...
   kill "$pid"; wait "$pid" 2>/dev/null || true
 }
 serve_run "flat preload all" "$RESULTS/$DATASET-none" --preload all
-serve_run "flat storage (warm)" "$RESULTS/$DATASET-none" --warm
+serve_run "flat storage (warm)" "$RESULTS/$DATASET-none" --warm --postings-cache-size 0
 for codes in $QCODES; do
   serve_run "$codes preload all" "$RESULTS/$DATASET-$codes" --preload all
   serve_run "$codes preload codes" "$RESULTS/$DATASET-$codes" --preload codes
-  serve_run "$codes storage (warm)" "$RESULTS/$DATASET-$codes" --warm
+  serve_run "$codes storage (warm)" "$RESULTS/$DATASET-$codes" --warm --postings-cache-size 0
 done
 echo "# $(date -u) uptime: $(uptime)"
 BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}" "$PY" "$SHARED/bench/bench_quant.py" "$DATASET" "$NLIST" --threads 1

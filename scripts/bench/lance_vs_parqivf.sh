@@ -43,7 +43,9 @@ AWS_ENDPOINT="$direct" "$LANCE_PY" scripts/bench/lance_query.py build s3://bench
 
 # parqivf through the proxy.
 for mode in storage codes; do
-  flags=(--warm); [ "$mode" = codes ] && flags=(--preload codes)
+  # storage: no RAM tier (serve's default one would keep the lists of the
+  # warming pass, which sends the measured queries).
+  flags=(--warm --postings-cache-size 0); [ "$mode" = codes ] && flags=(--preload codes)
   AWS_ENDPOINT="$delayed" "$BIN" serve --index "i=s3://bench/parqivf" --addr "127.0.0.1:$SERVE" \
     "${flags[@]}" > "$WORK/serve.log" 2>&1 & pid=$!
   for _ in $(seq 1 600); do curl -sf "http://127.0.0.1:$SERVE/healthz" > /dev/null && break; sleep 0.2; done

@@ -5,10 +5,12 @@
 # per query with nothing cached (cold), in front of an emulated store
 # (`--store-latency`, `src/store/latency.rs`) at each time to first byte,
 # without and with a 1 % tail of 500 ms. Serving modes:
-#   storage  storage-resident (footers in RAM, postings read per query)
-#   disk     storage-resident with a disk cache filled by POST …/warm
-#   ram      storage-resident with a RAM tier of decoded lists
-#            (--postings-cache-size 1GiB), warmed by 500 other queries
+#   storage  storage-resident (footers in RAM, postings read per query:
+#            --postings-cache-size 0, as serve's default RAM tier would
+#            keep the lists of the warming pass, the measured queries')
+#   disk     storage-resident with a disk cache filled by POST …/warm (no RAM tier)
+#   ram      serve's default: storage-resident with its RAM tier of decoded
+#            lists (256 MiB an index), warmed by 500 other queries
 #   codes    --preload codes (only the re-rank's vector pages per query)
 # Prints one JSON line per (ttfb, tail, mode) with p50/p99 ms and recall.
 #
@@ -58,10 +60,10 @@ for ttfb in $TTFBS; do
     label="ttfb=${ttfb}ms${tail:+ tail 1%@500ms} hedge=$HEDGE"
     for mode in $MODES; do
       case "$mode" in
-        storage) serve "$spec" --warm ;;
-        disk) rm -rf "$WORK/cache"; serve "$spec" --warm --cache-dir "$WORK/cache"
+        storage) serve "$spec" --warm --postings-cache-size 0 ;;
+        disk) rm -rf "$WORK/cache"; serve "$spec" --warm --postings-cache-size 0 --cache-dir "$WORK/cache"
               curl -sf -X POST -H "Authorization: Bearer $TOKEN" "$URL/warm" > /dev/null ;;
-        ram) serve "$spec" --warm --postings-cache-size 1GiB ;;
+        ram) serve "$spec" --warm ;;
         codes) serve "$spec" --preload codes ;;
       esac
       novel=0; [ "$mode" = ram ] && novel=500

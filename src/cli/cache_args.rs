@@ -18,11 +18,12 @@ use std::sync::Arc;
 pub struct CacheArgs {
     /// Keep the postings lists a query decoded (codes, rowids and page
     /// locations) in memory for later queries, up to this many bytes, least
-    /// recently used first out (e.g. 256MiB; 0, the default, keeps none).
-    /// Between storage-resident and `--preload codes`: a warm list costs
-    /// no request.
-    #[arg(long, value_name = "SIZE", default_value = "0", value_parser = parse_bytes, env = "PARQIVF_POSTINGS_CACHE_SIZE")]
-    pub postings_cache_size: usize,
+    /// recently used first out (e.g. 256MiB; 0 keeps none). Between
+    /// storage-resident and `--preload codes`: a warm list costs no
+    /// request. Default: 256MiB an index for `serve`, 0 for `search` and
+    /// `warm`.
+    #[arg(long, value_name = "SIZE", value_parser = parse_bytes, env = "PARQIVF_POSTINGS_CACHE_SIZE")]
+    pub postings_cache_size: Option<usize>,
     /// Keep postings bytes read from the store in this local folder, across
     /// queries, restarts and processes (several may share one folder).
     #[arg(long, value_name = "PATH", env = "PARQIVF_CACHE_DIR")]
@@ -33,11 +34,12 @@ pub struct CacheArgs {
 }
 
 impl CacheArgs {
-    /// The reader's options with both tiers: the disk tier opened (see
-    /// [`CacheArgs::open`]).
-    pub fn index_options(&self) -> anyhow::Result<IndexOptions> {
+    /// The reader's options with both tiers: the RAM tier of
+    /// `--postings-cache-size`, else the command's `postings_default`
+    /// bytes, and the disk tier opened (see [`CacheArgs::open`]).
+    pub fn index_options(&self, postings_default: usize) -> anyhow::Result<IndexOptions> {
         Ok(IndexOptions {
-            postings_cache_bytes: self.postings_cache_size,
+            postings_cache_bytes: self.postings_cache_size.unwrap_or(postings_default),
             disk_cache: self.open()?,
             ..IndexOptions::default()
         })

@@ -206,7 +206,8 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         .build_global()
         .context("configuring threads")?;
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
-    let options = args.cache.index_options()?;
+    // A one-shot batch reads each list once: no RAM tier unless asked.
+    let options = args.cache.index_options(0)?;
     let runtime = tokio::runtime::Runtime::new()?;
     let params = SearchParams {
         k: args.k,

@@ -20,6 +20,14 @@ use parqivf::store::options::StoreOptions;
 /// The environment variable holding the bearer token itself.
 pub const TOKEN_ENV: &str = "PARQIVF_AUTH_TOKEN";
 
+/// The RAM tier of each served index unless `--postings-cache-size` says
+/// otherwise: a server's warm queries keep their lists decoded, so a query
+/// whose lists are kept sends the store only its re-rank's pages (one
+/// round, as `--preload codes`). 256 MiB holds every list of 1M × 128-d
+/// `pq4fs` (≈ 45 MB, `rows × (8 + code bytes)` and the offset indexes) and
+/// the hot lists of a larger index.
+pub const SERVE_POSTINGS_CACHE_BYTES: usize = 256 << 20;
+
 #[derive(Debug, clap::Args)]
 pub struct Args {
     /// An index to serve, as NAME=LOCATION (repeatable). NAME appears in URLs.
@@ -163,8 +171,14 @@ fn index_loader(args: &Args, store: StoreOptions) -> anyhow::Result<Arc<dyn Back
         preload: args.preload,
         warm: args.warm,
         store,
-        options: args.cache.index_options()?,
+        options: index_options(args)?,
     }))
+}
+
+/// Each served index's reader options: the cache flags, with the RAM tier
+/// at [`SERVE_POSTINGS_CACHE_BYTES`] unless `--postings-cache-size` is given.
+fn index_options(args: &Args) -> anyhow::Result<parqivf::index::IndexOptions> {
+    args.cache.index_options(SERVE_POSTINGS_CACHE_BYTES)
 }
 
 pub fn run(args: Args, store: StoreOptions) -> anyhow::Result<ExitCode> {
@@ -276,6 +290,20 @@ mod tests {
             config(&defaults.args, None).connections,
             ConnectionLimits::default()
         );
+    }
+
+    #[test]
+    fn a_served_index_keeps_its_lists_in_ram_unless_told_not_to() {
+        let options = |extra: &[&str]| {
+            let mut argv = vec!["serve", "--index", "a=file:///x"];
+            argv.extend_from_slice(extra);
+            index_options(&Cmd::try_parse_from(argv).unwrap().args)
+                .unwrap()
+                .postings_cache_bytes
+        };
+        assert_eq!(options(&[]), SERVE_POSTINGS_CACHE_BYTES);
+        assert_eq!(options(&["--postings-cache-size", "0"]), 0);
+        assert_eq!(options(&["--postings-cache-size", "1GiB"]), 1 << 30);
     }
 
     #[test]

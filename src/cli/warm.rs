@@ -18,7 +18,8 @@ pub struct Args {
 
 pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow::Result<ExitCode> {
     let (store, prefix) = parqivf::store::location::open_with(&args.index, store)?;
-    let options = args.cache.index_options()?;
+    // The RAM tier ends with this process: none unless asked.
+    let options = args.cache.index_options(0)?;
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(async {
         let index = Index::open_with(store, &prefix, options, Preload::None).await?;
