@@ -7,6 +7,8 @@
 //! ```text
 //! Index::open(store, location)       index.json, then manifest.json + footers.json + centroids: one GET each, no LIST
 //! Index::open_current(store, index)  the commit log's current snapshot, every document checked against its pin
+//! Index::open_ahead(store, index, …) the latest commit's snapshot from its bundle in one round, with the
+//!                                    commit log's check (Pending) to await alongside the first query
 //! Index::search(query, params)       QueryPlan::new (every check, once) → Engine::run → hits as JSON
 //! ```
 //!
@@ -19,7 +21,8 @@
 use crate::filter::Filter;
 use crate::format::definition::IndexDefinition;
 use crate::format::manifest::Manifest;
-use crate::format::snapshot::{Snapshot, SnapshotError};
+pub use crate::format::snapshot::Pending;
+use crate::format::snapshot::{Opened, Snapshot, SnapshotError};
 use crate::format::warehouse::Commit;
 use crate::kmeans::Hierarchy;
 use crate::probe::ProbeError;
@@ -150,16 +153,55 @@ impl Index {
         options: IndexOptions,
         preload: Preload,
     ) -> Result<Index, IndexError> {
-        // The footers the latest commit's copy lists are read with the
-        // documents, so a new process's first query reads none, unless a
-        // query reads them at no round's cost: from a bare local folder
-        // (mapped) or a disk tier (kept across processes once read).
-        let footers_ahead =
-            options.disk_cache.is_none() && LocalFolder::of(store.as_ref()).is_none();
+        let footers_ahead = reads_footers_ahead(&store, &options);
         let (snapshot, open) = counted(&store, |s| async move {
             Snapshot::open_current_with(&s, location, footers_ahead).await
         })
         .await?;
+        Self::opened(store, snapshot, open, options, preload).await
+    }
+
+    /// [`Index::open_with`], without waiting for the commit log's check
+    /// when the latest commit's bundle holds its snapshot
+    /// ([`Snapshot::open_latest`]): one round instead of two. The index then
+    /// comes with the check it still owes ([`Pending`]). Await that check
+    /// alongside the first query, and give no answer before it says `true`.
+    /// When it says `false`, a newer commit exists: open again with
+    /// [`Index::open_with`]. `None` when the open was confirmed. What a new
+    /// process per query (`parqivf search`) uses, so its first query's
+    /// round overlaps the check.
+    ///
+    /// # Errors
+    /// As [`Index::open_with`].
+    pub async fn open_ahead(
+        store: Arc<dyn ObjectStore>,
+        location: &Path,
+        options: IndexOptions,
+        preload: Preload,
+    ) -> Result<(Index, Option<Pending>), IndexError> {
+        let footers_ahead = reads_footers_ahead(&store, &options);
+        let (opened, mut open) = counted(&store, |s| async move {
+            Snapshot::open_latest(&s, location, footers_ahead).await
+        })
+        .await?;
+        let (snapshot, pending) = match opened {
+            Opened::Current(snapshot) => (snapshot, None),
+            Opened::Ahead(snapshot, pending) => (snapshot, Some(pending)),
+        };
+        open.ahead = pending.is_some();
+        let index = Self::opened(store, snapshot, open, options, preload).await?;
+        Ok((index, pending))
+    }
+
+    /// The index over `snapshot`, whose open cost `open`, with `preload`
+    /// in memory.
+    async fn opened(
+        store: Arc<dyn ObjectStore>,
+        snapshot: Snapshot,
+        open: OpenStats,
+        options: IndexOptions,
+        preload: Preload,
+    ) -> Result<Index, IndexError> {
         let mut index = Self::from_snapshot(store, snapshot, options);
         index.open = open;
         index.preload(preload).await?;
@@ -438,14 +480,22 @@ impl Index {
     }
 }
 
+/// Whether an open reads the postings footers the latest commit's copy
+/// lists with the documents: not when a query reads them at no round's
+/// cost, from a bare local folder (mapped) or a disk tier (kept across
+/// processes once read).
+fn reads_footers_ahead(store: &Arc<dyn ObjectStore>, options: &IndexOptions) -> bool {
+    options.disk_cache.is_none() && LocalFolder::of(store.as_ref()).is_none()
+}
+
 /// `read` a snapshot through a counting view of `store`, and what it cost.
-async fn counted<F, Fut>(
+async fn counted<T, F, Fut>(
     store: &Arc<dyn ObjectStore>,
     read: F,
-) -> Result<(Snapshot, OpenStats), SnapshotError>
+) -> Result<(T, OpenStats), SnapshotError>
 where
     F: FnOnce(Arc<dyn ObjectStore>) -> Fut,
-    Fut: std::future::Future<Output = Result<Snapshot, SnapshotError>>,
+    Fut: std::future::Future<Output = Result<T, SnapshotError>>,
 {
     let counting = CountingStore::new(Arc::clone(store));
     let view: Arc<dyn ObjectStore> = Arc::new(counting.clone());
@@ -458,6 +508,7 @@ where
         bytes: io.get_bytes,
         hedges,
         open_us: micros(t.elapsed()),
+        ahead: false,
     };
     Ok((snapshot?, open))
 }

@@ -16,13 +16,14 @@
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
-use parqivf::index::{Index, Preload, SearchParams, SearchResult};
+use parqivf::index::{Index, Pending, Preload, SearchParams, SearchResult};
 use parqivf::probe::offload::drive_on_rayon;
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Debug, clap::Args)]
@@ -169,13 +170,17 @@ impl Queries {
 
 /// Search every query of `path` batch by batch, handing each batch's
 /// results (and the number of queries before it) to `sink`. Returns the
-/// number of queries and the time spent searching.
+/// number of queries and the time spent searching; `None` when `pending`
+/// (the check an index opened ahead still owes, [`Index::open_ahead`],
+/// awaited alongside the first batch) says a newer commit exists: then
+/// nothing was handed to `sink`.
 async fn stream(
     index: &Index,
     args: &Args,
     params: &SearchParams,
+    mut pending: Option<Pending>,
     mut sink: impl FnMut(usize, &[SearchResult]) -> anyhow::Result<()>,
-) -> anyhow::Result<(usize, Duration)> {
+) -> anyhow::Result<Option<(usize, Duration)>> {
     let expected = index.hierarchy().dim;
     let batch = args.batch_size as usize;
     let mut queries = Queries::open(&args.queries, &args.column, batch)?;
@@ -185,12 +190,40 @@ async fn stream(
             bail!("queries have dimension {dim}, the index has {expected}");
         }
         let t = Instant::now();
-        let results = index.search_batch(&q, params).await?;
+        let results = match pending.take() {
+            None => index.search_batch(&q, params).await?,
+            Some(check) => {
+                let (results, current) =
+                    futures::join!(index.search_batch(&q, params), check.is_current());
+                if !current? {
+                    return Ok(None);
+                }
+                results?
+            }
+        };
         searching += t.elapsed();
         sink(done, &results)?;
         done += results.len();
     }
-    Ok((done, searching))
+    Ok(Some((done, searching)))
+}
+
+/// `index` once `pending` (when it was opened ahead) confirmed its commit,
+/// else the current snapshot opened by `reopen`.
+async fn confirmed<F, Fut>(
+    index: Index,
+    pending: Option<Pending>,
+    reopen: F,
+) -> anyhow::Result<Index>
+where
+    F: FnOnce() -> Fut,
+    Fut: std::future::Future<Output = Result<Index, parqivf::index::IndexError>>,
+{
+    let current = match pending {
+        Some(check) => check.is_current().await?,
+        None => true,
+    };
+    Ok(if current { index } else { reopen().await? })
 }
 
 /// The stack of a rayon worker: a main thread's (8 MiB), as one of them
@@ -221,14 +254,31 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
     };
     drive_on_rayon(|| {
         runtime.block_on(async {
-            let index = Index::open_with(store, &prefix, options, args.preload).await?;
+            // Opened ahead of the commit log's check when the latest
+            // commit's bundle allows: plain results overlap that check with
+            // their first batch, the other modes wait for it first.
+            let reopen =
+                || Index::open_with(Arc::clone(&store), &prefix, options.clone(), args.preload);
+            let (index, pending) =
+                Index::open_ahead(Arc::clone(&store), &prefix, options.clone(), args.preload)
+                    .await?;
+            let plain = args.groundtruth.is_none() && !args.explain && !args.warm;
+            if plain {
+                if !print_results(&index, &args, &params, pending).await? {
+                    print_results(&reopen().await?, &args, &params, None).await?;
+                }
+                return Ok(());
+            }
+            let index = confirmed(index, pending, reopen).await?;
             if args.warm {
                 index.warm().await?;
             }
             match &args.groundtruth {
                 Some(gt) => benchmark(&index, &args, &params, gt).await,
                 None if args.explain => print_plans(&index, &args, &params).await,
-                None => print_results(&index, &args, &params).await,
+                None => print_results(&index, &args, &params, None)
+                    .await
+                    .map(|_| ()),
             }
         })
     })?;
@@ -282,10 +332,16 @@ async fn print_plans(index: &Index, args: &Args, params: &SearchParams) -> anyho
     Ok(())
 }
 
-/// Print each batch's neighbours as soon as it is searched.
-async fn print_results(index: &Index, args: &Args, params: &SearchParams) -> anyhow::Result<()> {
+/// Print each batch's neighbours as soon as it is searched. `false` when
+/// `pending` says a newer commit exists ([`stream`]): nothing was printed.
+async fn print_results(
+    index: &Index,
+    args: &Args,
+    params: &SearchParams,
+    pending: Option<Pending>,
+) -> anyhow::Result<bool> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-    stream(index, args, params, |first, results| {
+    let streamed = stream(index, args, params, pending, |first, results| {
         for (i, r) in results.iter().enumerate() {
             let i = first + i;
             if args.json {
@@ -319,7 +375,7 @@ async fn print_results(index: &Index, args: &Args, params: &SearchParams) -> any
         Ok(())
     })
     .await?;
-    Ok(())
+    Ok(streamed.is_some())
 }
 
 /// Recall@k against exact neighbours (`.ivecs` or `<i4` `.npy`, read a batch
@@ -352,7 +408,7 @@ async fn benchmark(
     let (mut bytes, mut rounds) = (0u64, 0u64);
     // Of the bytes: payload, codes, whole vector chunks and vector pages.
     let mut kinds = [0u64; 4];
-    let (nq, _) = stream(index, args, params, |first, results| {
+    let streamed = stream(index, args, params, None, |first, results| {
         if let Some(r) = results.first() {
             let s = &r.stats;
             bytes += s.bytes;
@@ -400,9 +456,13 @@ async fn benchmark(
         Ok(())
     })
     .await?;
+    let confirmed = "an index with no owed check always streams";
+    let (nq, _) = streamed.context(confirmed)?;
     let mut best = f64::INFINITY;
     for _ in 0..args.reps.max(1) {
-        let (_, t) = stream(index, args, params, |_, _| Ok(())).await?;
+        let (_, t) = stream(index, args, params, None, |_, _| Ok(()))
+            .await?
+            .context(confirmed)?;
         best = best.min(t.as_secs_f64());
     }
     let summary = serde_json::json!({

@@ -10,6 +10,7 @@
 //! | `centroids/centroids.parquet` | [`centroids`] |
 //! | `quantizer.json` (the parameters of the postings' `code` column) | [`quantizer`] |
 //! | `versions/*.json` (the commit log) and snapshot folders | [`warehouse`] |
+//! | `versions/latest-bundle.bin` (the latest commit's documents and footers, for a one-round open) | [`open_bundle`] |
 //! | writing a new snapshot, its commit and rollback | [`snapshot_writer`] |
 //! | a refreshed snapshot's layers and `deletions.parquet` | [`layers`] |
 //! | `calibration.json` (recall by lists probed, measured at build) | [`calibration`] |
@@ -30,6 +31,7 @@ pub mod footers;
 pub mod key_columns;
 pub mod layers;
 pub mod manifest;
+pub mod open_bundle;
 pub mod page_crc;
 pub mod pin;
 pub mod postings_table;

@@ -9,6 +9,8 @@
 //! Snapshot::open_commit(store, index, c)  the same for commit c's folder, every document checked against c's pins
 //! Snapshot::open_current(store, location) the commit log's current snapshot (read once), or location itself
 //!                                         when it is a bare snapshot folder (holding index.json)
+//! Snapshot::open_latest(store, location)  the latest commit's snapshot from its bundle after one round, with
+//!                                         the check that it is current still to await (Opened::Ahead)
 //! ```
 //!
 //! Each parser checks its own document (versions first, then keys, then
@@ -27,6 +29,7 @@ use crate::format::definition::{DefinitionError, INDEX_DEFINITION_FILE, IndexDef
 use crate::format::footers::{FooterPin, Footers, FootersError};
 use crate::format::layers::{Deletions, LayersError};
 use crate::format::manifest::{FileEntry, Manifest, ManifestError};
+use crate::format::open_bundle::OpenBundle;
 use crate::format::pin::{Pin, PinError, check_pin};
 use crate::format::quantizer::{self, QuantizerDocError};
 use crate::format::source_files::SourceFiles;
@@ -145,6 +148,47 @@ pub struct Snapshot {
     pub calibration: Option<Calibration>,
 }
 
+/// A snapshot as [`Snapshot::open_latest`] opened it.
+#[derive(Debug)]
+pub enum Opened {
+    /// Confirmed current through the commit log (or a bare snapshot folder).
+    Current(Snapshot),
+    /// Read from the latest commit's bundle before the commit log confirmed
+    /// that commit is current: no answer from it may be given before
+    /// [`Pending::is_current`] says `true`.
+    Ahead(Snapshot, Pending),
+}
+
+/// The check an open from the bundle still owes: versions `N` and `N + 1`
+/// of the commit it opened (one round, [`warehouse::is_current`]), to run
+/// alongside the first query.
+pub struct Pending {
+    check: futures::future::BoxFuture<'static, Result<bool, WarehouseError>>,
+}
+
+impl std::fmt::Debug for Pending {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Pending")
+    }
+}
+
+impl Pending {
+    fn new(store: Arc<dyn ObjectStore>, location: Path, commit: Commit) -> Self {
+        Pending {
+            check: Box::pin(async move { warehouse::is_current(&store, &location, &commit).await }),
+        }
+    }
+
+    /// Whether the commit opened is still the current one. When `false`, a
+    /// newer commit exists (or version `N` no longer holds it): open again.
+    ///
+    /// # Errors
+    /// Storage failures, and commit documents that do not parse.
+    pub async fn is_current(self) -> Result<bool, SnapshotError> {
+        Ok(self.check.await?)
+    }
+}
+
 /// Where a snapshot's documents are read from: the store, and the ones a
 /// commit pins, read ahead all at once with `index.json`
 /// ([`Documents::read_ahead`]), so an open costs one round for them
@@ -155,6 +199,11 @@ struct Documents<'a> {
     /// Postings footers read with them ([`FooterAhead`]): object → its
     /// range and bytes.
     footers: HashMap<Path, (Range<u64>, Bytes)>,
+    /// Whether a footer is checked against its pin before it is kept: one
+    /// from the bundle (an advisory copy, whose bad footer is read from its
+    /// object instead), not one read from the object itself (the reader
+    /// checks it, and a bad one is the object's error).
+    check_footers: bool,
 }
 
 impl<'a> Documents<'a> {
@@ -163,6 +212,7 @@ impl<'a> Documents<'a> {
             store,
             early: HashMap::new(),
             footers: HashMap::new(),
+            check_footers: false,
         }
     }
 
@@ -194,6 +244,50 @@ impl<'a> Documents<'a> {
         }
     }
 
+    /// The documents and, when `footers`, the footers of `bundle` (its
+    /// copy's commit names `folder`): no request. Each document is checked
+    /// against its pin as when read on its own; each footer against its pin
+    /// in `footers.json` before it is kept ([`Documents::footer`]).
+    fn from_bundle(
+        store: &'a dyn ObjectStore,
+        folder: &Path,
+        bundle: &OpenBundle,
+        footers: bool,
+    ) -> Self {
+        let resolve = |rel: &str| {
+            Some(
+                crate::store::uri::RelativeLocation::parse(rel)
+                    .ok()?
+                    .resolve_path(folder),
+            )
+        };
+        let early = bundle
+            .copy
+            .commit
+            .pins
+            .iter()
+            .zip(&bundle.documents)
+            .filter_map(|(pin, bytes)| Some((resolve(&pin.path)?, bytes.clone())))
+            .collect();
+        let footers = bundle
+            .copy
+            .footers_ahead
+            .iter()
+            .zip(&bundle.footers)
+            .take(if footers { usize::MAX } else { 0 })
+            .filter_map(|(f, bytes)| {
+                let range = f.offset..f.offset.checked_add(f.length)?;
+                Some((resolve(&f.path)?, (range, bytes.clone())))
+            })
+            .collect();
+        Documents {
+            store,
+            early,
+            footers,
+            check_footers: true,
+        }
+    }
+
     /// `index.json` and every document `commit` pins below `folder`, all at
     /// once (see [`Documents::read_ahead`]).
     async fn pinned(store: &'a dyn ObjectStore, folder: &Path, commit: &Commit) -> Self {
@@ -219,11 +313,14 @@ impl<'a> Documents<'a> {
     }
 
     /// The footer of `file` (at `path`, pinned by `pin`) when it was read
-    /// ahead as exactly the range its manifest entry and pin give.
+    /// ahead as exactly the range its manifest entry and pin give (and, from
+    /// the bundle, matches its pin).
     fn footer(&self, path: &Path, file: &FileEntry, pin: &FooterPin) -> Option<Bytes> {
         let (range, bytes) = self.footers.get(path)?;
         let expected = file.size.checked_sub(pin.footer_size)?..file.size;
-        (*range == expected && bytes.len() as u64 == pin.footer_size).then(|| bytes.clone())
+        let pinned = !self.check_footers || pin.check(path.as_ref(), bytes).is_ok();
+        (*range == expected && bytes.len() as u64 == pin.footer_size && pinned)
+            .then(|| bytes.clone())
     }
 
     async fn get(&self, path: &Path) -> Result<Bytes, SnapshotError> {
@@ -342,7 +439,9 @@ impl Snapshot {
     /// [`Snapshot::open_current`], reading the postings footers the latest
     /// commit's copy lists ([`FooterAhead`]) with the documents only when
     /// `footers_ahead` (a reader of a local folder, whose queries map their
-    /// footers, saves nothing by reading them all at open).
+    /// footers, saves nothing by reading them all at open). Two rounds when
+    /// the latest commit is current: the hint, the copy and the bundle; then
+    /// its check ([`Snapshot::open_latest`], confirmed here).
     ///
     /// # Errors
     /// As [`Snapshot::open_current`].
@@ -351,12 +450,67 @@ impl Snapshot {
         location: &Path,
         footers_ahead: bool,
     ) -> Result<Snapshot, SnapshotError> {
+        match Self::open_latest(store, location, footers_ahead).await? {
+            Opened::Current(snapshot) => Ok(snapshot),
+            Opened::Ahead(snapshot, pending) => {
+                if pending.is_current().await? {
+                    return Ok(snapshot);
+                }
+                let latest = warehouse::read_latest(store, location).await?;
+                Self::open_current_from(store, location, footers_ahead, latest).await
+            }
+        }
+    }
+
+    /// The snapshot of the latest commit, opened after one round (the hint,
+    /// the copy and the bundle, [`warehouse::read_latest`]) when the bundle
+    /// holds its documents: [`Opened::Ahead`], with the check that the
+    /// commit is still current to be awaited before any answer from it is
+    /// given. Otherwise (no bundle, a stale one, a document in it that fails
+    /// its pin, a bare snapshot folder) the confirmed open of
+    /// [`Snapshot::open_current_with`]: [`Opened::Current`].
+    ///
+    /// # Errors
+    /// As [`Snapshot::open_current`].
+    pub async fn open_latest(
+        store: &Arc<dyn ObjectStore>,
+        location: &Path,
+        footers_ahead: bool,
+    ) -> Result<Opened, SnapshotError> {
+        let latest = warehouse::read_latest(store, location).await?;
+        if let Some(bundle) = latest.bundle() {
+            let commit = bundle.copy.commit.clone();
+            if let Ok(folder) = warehouse::snapshot_folder(location, &commit.snapshot) {
+                let docs = Documents::from_bundle(store.as_ref(), &folder, bundle, footers_ahead);
+                // An error here (a document that fails its pin, a snapshot
+                // deleted after its commit was replaced) is the confirmed
+                // open's to report, or not.
+                if let Ok(snapshot) =
+                    Self::read_with(store.as_ref(), &folder, Some(commit.clone()), Some(docs)).await
+                {
+                    let pending = Pending::new(Arc::clone(store), location.clone(), commit);
+                    return Ok(Opened::Ahead(snapshot, pending));
+                }
+            }
+        }
+        Self::open_current_from(store, location, footers_ahead, latest)
+            .await
+            .map(Opened::Current)
+    }
+
+    /// [`Snapshot::open_current_with`] after its first round, `latest`.
+    async fn open_current_from(
+        store: &Arc<dyn ObjectStore>,
+        location: &Path,
+        footers_ahead: bool,
+        latest: warehouse::Latest,
+    ) -> Result<Snapshot, SnapshotError> {
         let read_ahead = |c: Commit, footers: Vec<FooterAhead>| async move {
             let folder = warehouse::snapshot_folder(location, &c.snapshot).ok()?;
             let footers = if footers_ahead { &footers[..] } else { &[] };
             Some(Documents::read_ahead(store.as_ref(), &folder, &c, footers).await)
         };
-        match warehouse::current_ahead(store, location, read_ahead).await? {
+        match warehouse::current_ahead_from(store, location, latest, read_ahead).await? {
             (Some(commit), early) => {
                 let folder = warehouse::snapshot_folder(location, &commit.snapshot)?;
                 Self::read_with(store.as_ref(), &folder, Some(commit), early.flatten()).await

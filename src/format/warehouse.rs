@@ -9,6 +9,7 @@
 //! <index>/versions/00000000000000000002.json
 //! <index>/versions/latest-hint.json                advisory pointer, overwritten, never trusted alone
 //! <index>/versions/latest-commit.json              advisory copy of the latest commit, likewise
+//! <index>/versions/latest-bundle.bin               advisory: that copy with its snapshot's documents and footers
 //! ```
 //!
 //! A build writes every object of its snapshot first (postings, manifest,
@@ -36,7 +37,11 @@
 //! beside the hint, names the snapshot, so its documents are read in the
 //! same round as versions `N` and `N + 1`. The copy is only used when
 //! version `N` equals it and `N + 1` is absent; otherwise the reader walks
-//! on and reads the current snapshot's documents afterwards.
+//! on and reads the current snapshot's documents afterwards. The bundle
+//! ([`OpenBundle`], read with the hint and the copy) holds those documents
+//! already, so a reader may open the snapshot after the first round and
+//! check versions `N` and `N + 1` ([`is_current`]) while it answers its
+//! first query.
 
 use std::sync::Arc;
 
@@ -50,6 +55,7 @@ use thiserror::Error;
 use crate::format::definition::{INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::footers::Footers;
 use crate::format::manifest::Manifest;
+use crate::format::open_bundle::OpenBundle;
 use crate::format::pin::Pin;
 use crate::store::StoreError;
 use crate::store::uri::RelativeLocation;
@@ -115,18 +121,23 @@ pub struct FooterAhead {
 pub const FOOTERS_AHEAD_BYTES: u64 = 4 << 20;
 
 /// What a commit records of its snapshot: the pins of its documents, and
-/// where its postings footers lie ([`FooterAhead`], for the copy only).
+/// where its postings footers lie ([`FooterAhead`], for the copy only), with
+/// the bytes of both when they were read (for the bundle, [`OpenBundle`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SnapshotPins {
     pub pins: Vec<Pin>,
     pub footers_ahead: Vec<FooterAhead>,
+    /// Each pinned document's bytes, in pin order (empty: no bundle).
+    pub documents: Vec<Bytes>,
+    /// Each listed footer's bytes, in order.
+    pub footers: Vec<Bytes>,
 }
 
 impl From<Vec<Pin>> for SnapshotPins {
     fn from(pins: Vec<Pin>) -> Self {
         SnapshotPins {
             pins,
-            footers_ahead: Vec::new(),
+            ..SnapshotPins::default()
         }
     }
 }
@@ -168,9 +179,26 @@ pub async fn snapshot_pins(
         documents.push(bytes);
     }
     let footers_ahead = footers_ahead(&definition, &documents);
+    let footers = futures::future::try_join_all(footers_ahead.iter().map(|f| async move {
+        let path = RelativeLocation::parse(&f.path)
+            .map_err(|e| incomplete(format!("{:?}: {e}", f.path)))?
+            .resolve_path(snapshot);
+        let range = f.offset..f.offset.saturating_add(f.length);
+        store
+            .get_range(&path, range)
+            .await
+            .map_err(|source| StoreError::ObjectStore {
+                path: path.to_string(),
+                source,
+            })
+            .map_err(WarehouseError::from)
+    }))
+    .await?;
     Ok(SnapshotPins {
         pins,
         footers_ahead,
+        documents,
+        footers,
     })
 }
 
@@ -216,19 +244,25 @@ struct Hint {
 
 /// `versions/latest-commit.json`: the latest commit document, and where its
 /// snapshot's postings footers lie (`footers-ahead`, omitted when empty).
-#[derive(Debug, Serialize)]
+/// Also the header of the bundle ([`OpenBundle`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-struct LatestCommit {
+pub struct LatestCommit {
     #[serde(flatten)]
-    commit: Commit,
+    pub commit: Commit,
     #[serde(skip_serializing_if = "Vec::is_empty")]
-    footers_ahead: Vec<FooterAhead>,
+    pub footers_ahead: Vec<FooterAhead>,
 }
 
 impl LatestCommit {
+    /// The document's bytes, as `latest-commit.json` holds them.
+    pub fn to_json(&self) -> Vec<u8> {
+        serde_json::to_vec_pretty(self).unwrap_or_default()
+    }
+
     /// The copy in `bytes`, `None` unless it is a commit document (of a
     /// version ≥ 1) with, at most, valid `footers-ahead`.
-    fn parse(bytes: &[u8]) -> Option<LatestCommit> {
+    pub fn parse(bytes: &[u8]) -> Option<LatestCommit> {
         let mut doc: serde_json::Value = serde_json::from_slice(bytes).ok()?;
         let footers_ahead = match doc.as_object_mut()?.remove("footers-ahead") {
             Some(ahead) => serde_json::from_value(ahead).ok()?,
@@ -344,6 +378,11 @@ fn latest_commit_path(index: &Path) -> Path {
     versions_dir(index).join("latest-commit.json")
 }
 
+/// The path of the latest commit's bundle ([`OpenBundle`]).
+pub fn latest_bundle_path(index: &Path) -> Path {
+    versions_dir(index).join("latest-bundle.bin")
+}
+
 async fn get_opt(store: &dyn ObjectStore, path: &Path) -> Result<Option<Bytes>, StoreError> {
     match store.get(path).await {
         Ok(r) => r
@@ -409,6 +448,101 @@ pub async fn current(
     walk_from(store.as_ref(), index, hinted_version(hint.as_deref())).await
 }
 
+/// What an open reads first, all at once ([`read_latest`]): the hint, the
+/// latest commit's copy and its bundle.
+#[derive(Debug, Default)]
+pub struct Latest {
+    hint: Option<Bytes>,
+    copy: Option<LatestCommit>,
+    bundle: Option<OpenBundle>,
+}
+
+impl Latest {
+    /// The bundle, when it is the copy's (the same commit and footers): the
+    /// latest commit's snapshot as a reader may open it ahead of the check
+    /// ([`is_current`]).
+    pub fn bundle(&self) -> Option<&OpenBundle> {
+        let (copy, bundle) = (self.copy.as_ref()?, self.bundle.as_ref()?);
+        (bundle.copy == *copy).then_some(bundle)
+    }
+}
+
+/// Read the hint, the latest commit's copy and its bundle of `index`
+/// together: one round. Each is advisory: one that is missing or does not
+/// parse is `None`.
+///
+/// # Errors
+/// Storage failures other than a missing object.
+pub async fn read_latest(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+) -> Result<Latest, WarehouseError> {
+    let store = store.as_ref();
+    let paths = [
+        hint_path(index),
+        latest_commit_path(index),
+        latest_bundle_path(index),
+    ];
+    let (hint, copy, bundle) = futures::try_join!(
+        get_opt(store, &paths[0]),
+        get_opt(store, &paths[1]),
+        get_opt(store, &paths[2]),
+    )?;
+    Ok(Latest {
+        hint,
+        copy: copy.and_then(|b| LatestCommit::parse(&b)),
+        bundle: bundle.and_then(|b| OpenBundle::parse(&b)),
+    })
+}
+
+/// What versions `N` and `N + 1` say of a copy of version `N`.
+enum CopyCheck {
+    /// `N + 1` is absent: version `N` (which may differ from the copy) is
+    /// current.
+    Latest(Commit),
+    /// `N + 1` exists (both parse): the copy is stale.
+    Newer,
+    /// Version `N` does not exist.
+    Missing,
+}
+
+/// Read versions `N` and `N + 1` of `copy` together: one round.
+async fn check_copy(
+    store: &dyn ObjectStore,
+    index: &Path,
+    copy: &Commit,
+) -> Result<CopyCheck, WarehouseError> {
+    let v = copy.version;
+    let (at_path, next_path) = (version_path(index, v), version_path(index, v + 1));
+    let (at, next) = futures::try_join!(get_opt(store, &at_path), get_opt(store, &next_path))?;
+    Ok(match (at, next) {
+        (Some(b), None) => CopyCheck::Latest(parse_commit(&at_path, &b, v)?),
+        (Some(b), Some(n)) => {
+            parse_commit(&at_path, &b, v)?;
+            parse_commit(&next_path, &n, v + 1)?;
+            CopyCheck::Newer
+        }
+        (None, _) => CopyCheck::Missing,
+    })
+}
+
+/// Whether `commit` is the current commit of `index`: its version holds it
+/// and the next version is absent (one round, [`check_copy`]). What an open
+/// from the bundle waits for before it answers.
+///
+/// # Errors
+/// Storage failures, and commit documents that do not parse.
+pub async fn is_current(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    commit: &Commit,
+) -> Result<bool, WarehouseError> {
+    Ok(matches!(
+        check_copy(store.as_ref(), index, commit).await?,
+        CopyCheck::Latest(at) if at == *commit
+    ))
+}
+
 /// The current commit, as [`current`], and `ahead(commit, footers_ahead)`'s
 /// answer when the latest commit's copy (`latest-commit.json`, with the
 /// [`FooterAhead`]s it lists) was current: `ahead` starts in the same round
@@ -429,37 +563,46 @@ where
     F: FnOnce(Commit, Vec<FooterAhead>) -> Fut,
     Fut: std::future::Future<Output = T>,
 {
+    let latest = read_latest(store, index).await?;
+    current_ahead_from(store, index, latest, ahead).await
+}
+
+/// [`current_ahead`] after its first round, `latest` ([`read_latest`]).
+///
+/// # Errors
+/// As [`current`].
+pub async fn current_ahead_from<T, F, Fut>(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    latest: Latest,
+    ahead: F,
+) -> Result<(Option<Commit>, Option<T>), WarehouseError>
+where
+    F: FnOnce(Commit, Vec<FooterAhead>) -> Fut,
+    Fut: std::future::Future<Output = T>,
+{
     let store = store.as_ref();
-    let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
-    let (hint, latest) = futures::try_join!(get_opt(store, &hint_at), get_opt(store, &latest_at))?;
     let Some(LatestCommit {
         commit: copy,
         footers_ahead,
-    }) = latest.and_then(|b| LatestCommit::parse(&b))
+    }) = latest.copy
     else {
-        let commit = walk_from(store, index, hinted_version(hint.as_deref())).await?;
+        let commit = walk_from(store, index, hinted_version(latest.hint.as_deref())).await?;
         return Ok((commit, None));
     };
-    let v = copy.version;
-    let (at_path, next_path) = (version_path(index, v), version_path(index, v + 1));
-    let (versions, early) = futures::join!(
-        async { futures::try_join!(get_opt(store, &at_path), get_opt(store, &next_path)) },
+    let (check, early) = futures::join!(
+        check_copy(store, index, &copy),
         ahead(copy.clone(), footers_ahead)
     );
-    match versions? {
-        (Some(b), None) => {
-            let at = parse_commit(&at_path, &b, v)?;
+    match check? {
+        CopyCheck::Latest(at) => {
             let early = (at == copy).then_some(early);
             Ok((Some(at), early))
         }
         // A newer commit: walk on from it (the copy's answer is stale).
-        (Some(b), Some(n)) => {
-            parse_commit(&at_path, &b, v)?;
-            parse_commit(&next_path, &n, v + 1)?;
-            Ok((walk_from(store, index, v + 1).await?, None))
-        }
+        CopyCheck::Newer => Ok((walk_from(store, index, copy.version + 1).await?, None)),
         // A copy naming a version that does not exist: walk from the start.
-        (None, _) => Ok((walk_from(store, index, 0).await?, None)),
+        CopyCheck::Missing => Ok((walk_from(store, index, 0).await?, None)),
     }
 }
 
@@ -587,6 +730,8 @@ pub async fn commit_pinned(
     let SnapshotPins {
         pins,
         footers_ahead,
+        documents,
+        footers,
     } = pins.into();
     let version = parent.unwrap_or(0) + 1;
     let c = Commit {
@@ -628,17 +773,29 @@ pub async fn commit_pinned(
         },
     };
     // Advisory: a failure here only makes the next reader walk a little
-    // further, or read its documents a round later.
+    // further, or read its documents a round later. A commit without a
+    // bundle deletes the last one's, which no longer names the latest
+    // commit (a reader would ignore it; this spares it the bytes).
     let hint = serde_json::to_vec(&Hint { version }).unwrap_or_default();
     let copy = LatestCommit {
         commit: committed.clone(),
         footers_ahead,
     };
-    let copy = serde_json::to_vec_pretty(&copy).unwrap_or_default();
-    let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
+    let bundle = OpenBundle::encode(&copy, &documents, &footers);
+    let (hint_at, latest_at, bundle_at) = (
+        hint_path(index),
+        latest_commit_path(index),
+        latest_bundle_path(index),
+    );
     let _ = futures::join!(
         store.put(&hint_at, PutPayload::from(hint)),
-        store.put(&latest_at, PutPayload::from(copy))
+        store.put(&latest_at, PutPayload::from(copy.to_json())),
+        async {
+            match bundle {
+                Some(b) => store.put(&bundle_at, PutPayload::from(b)).await.map(|_| ()),
+                None => store.delete(&bundle_at).await,
+            }
+        }
     );
     Ok(committed)
 }
@@ -921,8 +1078,8 @@ mod tests {
             length: 28,
         }];
         let pinned = SnapshotPins {
-            pins: vec![],
             footers_ahead: listed.clone(),
+            ..SnapshotPins::default()
         };
         commit_pinned(&s, &idx, "snapshots/a", None, 1, pinned, Publisher::Build)
             .await
@@ -947,6 +1104,71 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((c.unwrap().version, early), (1, None));
+    }
+
+    /// A commit writes the bundle of its copy (the documents and footers
+    /// it was given); a reader uses it only while it is the copy's, and a
+    /// commit without documents removes the last one.
+    #[tokio::test]
+    async fn the_bundle_is_used_only_while_it_is_the_copys() {
+        let s = mem();
+        let idx = Path::from("idx");
+        let doc = Bytes::from_static(b"{\"a\": 1}");
+        let footer = Bytes::from_static(b"footerPAR1");
+        let pinned = SnapshotPins {
+            pins: vec![Pin::of(INDEX_DEFINITION_FILE, &doc)],
+            footers_ahead: vec![FooterAhead {
+                path: "postings/p.parquet".into(),
+                offset: 90,
+                length: footer.len() as u64,
+            }],
+            documents: vec![doc.clone()],
+            footers: vec![footer.clone()],
+        };
+        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, pinned, Publisher::Build)
+            .await
+            .unwrap();
+        let latest = read_latest(&s, &idx).await.unwrap();
+        let bundle = latest.bundle().expect("the copy's bundle");
+        assert_eq!(bundle.copy.commit, c1);
+        assert_eq!(
+            (&bundle.documents[..], &bundle.footers[..]),
+            (&[doc][..], &[footer][..])
+        );
+        assert!(is_current(&s, &idx, &c1).await.unwrap());
+        // Another copy (a writer that lost the race to overwrite the
+        // bundle): the bundle is not used.
+        let mut other = c1.clone();
+        other.committed_at_ms = 2;
+        let copy = LatestCommit {
+            commit: other,
+            footers_ahead: vec![],
+        };
+        s.put(&latest_commit_path(&idx), PutPayload::from(copy.to_json()))
+            .await
+            .unwrap();
+        assert!(read_latest(&s, &idx).await.unwrap().bundle().is_none());
+        // A commit with no documents: no bundle, and the last one is gone;
+        // version 1 is no longer current.
+        let c2 = commit_pinned(
+            &s,
+            &idx,
+            "snapshots/b",
+            Some(1),
+            3,
+            vec![],
+            Publisher::Build,
+        )
+        .await
+        .unwrap();
+        assert!(
+            get_opt(s.as_ref(), &latest_bundle_path(&idx))
+                .await
+                .unwrap()
+                .is_none()
+        );
+        assert!(!is_current(&s, &idx, &c1).await.unwrap());
+        assert!(is_current(&s, &idx, &c2).await.unwrap());
     }
 
     /// The footers of a built snapshot are listed all or none: none when

@@ -115,8 +115,9 @@ pub struct SearchStats {
 pub struct OpenStats {
     /// Dependent rounds of requests, as observed by
     /// [`crate::store::counting::CountingStore`]: a request that starts
-    /// while none is in flight opens a round. Three for a committed index
-    /// whose hint is current. Exact where a request takes a round trip; on
+    /// while none is in flight opens a round. Two for a committed index
+    /// whose latest commit is current; one when opened ahead of the check
+    /// ([`OpenStats::ahead`]). Exact where a request takes a round trip; on
     /// a store that answers in microseconds (memory, a local folder on a
     /// busy machine) requests sent together can finish before the last of
     /// them is sent, and count as more rounds.
@@ -128,6 +129,11 @@ pub struct OpenStats {
     pub hedges: u64,
     /// Microseconds from the first request to the parsed snapshot.
     pub open_us: u64,
+    /// Whether the index was given before the commit log confirmed that its
+    /// commit is current ([`crate::index::Index::open_ahead`]): that check's
+    /// round (versions `N` and `N + 1`) runs alongside the first query and
+    /// is not counted here.
+    pub ahead: bool,
 }
 
 /// The plan of a filtered query, chosen per query (`Index::search_batch`).

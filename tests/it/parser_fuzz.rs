@@ -1,5 +1,6 @@
 //! Property-based fuzzing of every parser of untrusted input: `manifest.json`,
-//! `index.json`, the commit log's version documents, and the `.npy`,
+//! `index.json`, the commit log's version documents, the latest commit's
+//! bundle (`versions/latest-bundle.bin`), and the `.npy`,
 //! `.fvecs` and `.ivecs` readers. Each parser gets three kinds of input:
 //! arbitrary bytes, byte-level mutations of a valid document (flips,
 //! insertions, deletions, truncation), and JSON-level mutations (one value
@@ -14,12 +15,14 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::format::definition::IndexDefinition;
 use parqivf::format::manifest::Manifest;
-use parqivf::format::warehouse;
+use parqivf::format::open_bundle::OpenBundle;
+use parqivf::format::warehouse::{self, LatestCommit};
 use parqivf::vector_file::{parse_fvecs, parse_ivecs, parse_npy};
 use proptest::prelude::*;
 use serde_json::Value;
@@ -33,6 +36,42 @@ const DEFINITIONS: [&str; 2] = [
     include_str!("../../manifests/examples/index-definition-ducklake.json"),
 ];
 const COMMIT: &str = include_str!("../../manifests/examples/commit.json");
+const LATEST_COMMIT: &str = include_str!("../../manifests/examples/latest-commit.json");
+
+/// A valid bundle: the example copy, each pinned document and listed
+/// footer as that many bytes.
+fn bundle() -> Vec<u8> {
+    let copy = LatestCommit::parse(LATEST_COMMIT.as_bytes()).unwrap();
+    let bytes = |n: u64, b: u8| Bytes::from(vec![b; n as usize]);
+    let documents: Vec<Bytes> = copy
+        .commit
+        .pins
+        .iter()
+        .map(|p| bytes(p.size, b'd'))
+        .collect();
+    let footers: Vec<Bytes> = copy
+        .footers_ahead
+        .iter()
+        .map(|f| bytes(f.length, b'f'))
+        .collect();
+    OpenBundle::encode(&copy, &documents, &footers)
+        .unwrap()
+        .to_vec()
+}
+
+/// The bundle parser: never panics; an accepted bundle encodes again to
+/// one that parses the same.
+fn check_bundle(bytes: &[u8]) {
+    if let Some(b) = OpenBundle::parse(&Bytes::copy_from_slice(bytes)) {
+        let again = OpenBundle::encode(&b.copy, &b.documents, &b.footers)
+            .expect("re-encode an accepted bundle");
+        let again = OpenBundle::parse(&again).expect("re-parse an accepted bundle");
+        assert_eq!(
+            (again.copy, again.documents, again.footers),
+            (b.copy, b.documents, b.footers)
+        );
+    }
+}
 
 fn cases() -> u32 {
     std::env::var("PARQIVF_FUZZ_CASES")
@@ -322,6 +361,21 @@ proptest! {
     }
 
     #[test]
+    fn bundle_parser_never_panics(
+        edits in prop::collection::vec(edit(), 1..5),
+        raw in prop::collection::vec(any::<u8>(), 0..128),
+        header in prop::collection::vec(any::<u8>(), 0..64),
+    ) {
+        check_bundle(&raw);
+        check_bundle(&apply(&bundle(), &edits));
+        // A plausible start (the magic and a length) before arbitrary bytes.
+        let mut framed = b"PQVFOB01".to_vec();
+        framed.extend((header.len() as u32).to_le_bytes());
+        framed.extend(&header);
+        check_bundle(&framed);
+    }
+
+    #[test]
     fn vector_file_parsers_never_panic(
         version in prop::sample::select(vec![1u8, 2, 3]),
         n in 0usize..4,
@@ -343,6 +397,7 @@ fn the_valid_seeds_parse() {
     for d in DEFINITIONS {
         IndexDefinition::from_json(d).unwrap();
     }
+    assert!(OpenBundle::parse(&Bytes::from(bundle())).is_some());
     let v = parse_npy(&npy(1, 3, 4), "seed.npy").unwrap();
     assert_eq!((v.n, v.dim), (3, 4));
     let v = parse_fvecs(&xvecs(3, 4), "seed.fvecs").unwrap();

@@ -490,11 +490,13 @@ async fn committed(seed: u64, times: usize) -> (Arc<dyn ObjectStore>, Vec<f32>) 
 }
 
 /// A committed index opens in two dependent rounds: the commit log's hint
-/// with the latest commit's copy; the copy's version with the next one
-/// (absent), `index.json`, every document the commit pins and every
-/// postings footer the copy lists (`footers-ahead`). So a new process's
-/// first query reads no footer: its row groups are its first round. A
-/// second commit adds nothing: the hint and the copy move.
+/// with the latest commit's copy and its bundle (which holds `index.json`,
+/// every document the commit pins and every postings footer the copy lists,
+/// `footers-ahead`); then the copy's version with the next one (absent).
+/// So a new process's first query reads no footer: its row groups are its
+/// first round. A second commit adds nothing: the hint, the copy and the
+/// bundle move. Without the bundle, the documents and footers are read in
+/// the second round.
 #[tokio::test]
 async fn opening_a_committed_index_is_two_rounds() {
     let (mem, data) = committed(11, 2).await;
@@ -508,15 +510,13 @@ async fn opening_a_committed_index_is_two_rounds() {
     assert_eq!((open.list_requests, open.head_requests), (0, 0));
     assert_eq!(
         open.rounds, 2,
-        "the hint with the latest commit's copy; versions 2 and 3 with index.json, \
-         the documents the copy pins and the footers it lists: {open:?}"
+        "the hint with the latest commit's copy and bundle; versions 2 and 3: {open:?}"
     );
-    // The documents are read once: two advisory objects, two versions, one
-    // GET per pinned document and one per postings footer.
-    let pins = index.commit().unwrap().pins.len() as u64;
+    // Three advisory objects and two versions: the documents and footers
+    // are in the bundle.
+    assert_eq!(open.get_requests, 3 + 2, "{open:?}");
     let files = index.manifest().files.len() as u64;
     assert!(files >= 2, "{files} postings files");
-    assert_eq!(open.get_requests, 2 + 2 + pins + files, "{open:?}");
     // The index reports the same cost itself (what `search --stats`, the
     // server's index info and Python's `info` show).
     let own = index.open_stats();
@@ -564,6 +564,22 @@ async fn opening_a_committed_index_is_two_rounds() {
     );
     assert_eq!(again.stats.rounds, first.stats.rounds + 1);
 
+    // Without the bundle, the documents and footers are read with the
+    // versions: still two rounds, one GET per pinned document and one per
+    // postings footer more.
+    let bundle = Path::from("idx/versions/latest-bundle.bin");
+    mem.delete(&bundle).await.unwrap();
+    let counting = CountingStore::new(Arc::clone(&mem)).with_latency(Duration::from_millis(5));
+    let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+    let unbundled = Index::open_current(store, &Path::from("idx"))
+        .await
+        .unwrap();
+    let pins = index.commit().unwrap().pins.len() as u64;
+    let open = counting.counts();
+    assert_eq!(open.rounds, 2, "{open:?}");
+    assert_eq!(open.get_requests, 3 + 2 + pins + files, "{open:?}");
+    assert_eq!(unbundled.search(q, &params).await.unwrap().hits, first.hits);
+
     // A stale copy of the latest commit costs a round, never a wrong
     // snapshot.
     let first = Path::from("idx/versions/00000000000000000001.json");
@@ -588,6 +604,11 @@ async fn opening_a_committed_index_is_two_rounds() {
 #[tokio::test]
 async fn footers_read_ahead_are_checked_like_any_footer() {
     let (mem, data) = committed(12, 1).await;
+    // The copy's footers are read from their objects (the bundle's own are
+    // the next test's).
+    mem.delete(&Path::from("idx/versions/latest-bundle.bin"))
+        .await
+        .unwrap();
     let latest = Path::from("idx/versions/latest-commit.json");
     let copy: serde_json::Value =
         serde_json::from_slice(&mem.get(&latest).await.unwrap().bytes().await.unwrap()).unwrap();
@@ -661,5 +682,167 @@ async fn footers_read_ahead_are_checked_like_any_footer() {
     assert!(
         matches!(&err, IndexError::Probe(ProbeError::FooterPin(_))),
         "{err}"
+    );
+}
+
+/// A new process opens from the latest commit's bundle in one round
+/// (`Index::open_ahead`: the hint, the copy and the bundle) and checks that
+/// the commit is current (versions `N` and `N + 1`) alongside its first
+/// query, so open and query together cost one round less than a confirmed
+/// open. The bundle is advisory: a stale one is caught by that check, a
+/// document in it that fails its pin makes the open a confirmed one, and a
+/// footer in it that fails its pin is read from its object. Every way gives
+/// the current snapshot's answers.
+#[tokio::test]
+async fn a_new_process_opens_from_the_bundle_and_checks_it_alongside_its_first_query() {
+    let (mem, data) = committed(13, 2).await;
+    let q = &data[5 * DIM..6 * DIM];
+    let params = SearchParams {
+        k: 5,
+        nprobe: 16,
+        ..SearchParams::default()
+    };
+    let idx = Path::from("idx");
+    let expected = Index::open_current(Arc::clone(&mem), &idx)
+        .await
+        .unwrap()
+        .search(q, &params)
+        .await
+        .unwrap();
+    let open_ahead = |store: Arc<dyn ObjectStore>| {
+        let idx = idx.clone();
+        async move {
+            Index::open_ahead(store, &idx, IndexOptions::default(), Default::default())
+                .await
+                .unwrap()
+        }
+    };
+
+    let counting = CountingStore::new(Arc::clone(&mem)).with_latency(Duration::from_millis(5));
+    let (index, pending) = open_ahead(Arc::new(counting.clone())).await;
+    let open = counting.counts();
+    assert_eq!((open.rounds, open.get_requests), (1, 3), "{open:?}");
+    assert!(index.open_stats().ahead, "{:?}", index.open_stats());
+    assert_eq!(index.commit().map(|c| c.version), Some(2));
+    let (got, current) = futures::join!(
+        index.search(q, &params),
+        pending.expect("a bundle: opened ahead").is_current()
+    );
+    let got = got.unwrap();
+    assert!(current.unwrap());
+    assert_eq!(got.hits, expected.hits);
+    let all = counting.counts();
+    let query_rounds = if got.stats.pages_read > 0 { 2 } else { 1 };
+    assert_eq!(got.stats.rounds, query_rounds, "{:?}", got.stats);
+    assert_eq!(
+        all.rounds,
+        1 + query_rounds,
+        "the check overlaps the first query's first round: {all:?}"
+    );
+    assert_eq!(all.get_requests, 3 + 2 + got.stats.requests, "{all:?}");
+
+    // A stale copy and bundle (version 2's, with version 3 committed): the
+    // open is ahead at version 2, its check says so, and a confirmed open
+    // gives version 3.
+    let versions = Path::from("idx/versions");
+    let (copy_at, bundle_at) = (
+        versions.clone().join("latest-commit.json"),
+        versions.clone().join("latest-bundle.bin"),
+    );
+    let read = |p: Path| {
+        let mem = Arc::clone(&mem);
+        async move { mem.get(&p).await.unwrap().bytes().await.unwrap() }
+    };
+    let (copy2, bundle2) = (read(copy_at.clone()).await, read(bundle_at.clone()).await);
+    {
+        use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
+        let params = BuildParams {
+            nlist: 16,
+            progress: ProgressMode::Quiet,
+            ..BuildParams::default()
+        };
+        let src = Arc::new(ArraySource::new(dataset(500, DIM, 99), DIM, "other").unwrap());
+        build(src, Arc::clone(&mem), &idx, &params).await.unwrap();
+    }
+    let v3 = Index::open_current(Arc::clone(&mem), &idx).await.unwrap();
+    assert_eq!(v3.commit().map(|c| c.version), Some(3));
+    let v3_hits = v3.search(q, &params).await.unwrap().hits;
+    assert_ne!(v3_hits, expected.hits, "another data set");
+    for (at, bytes) in [(&copy_at, &copy2), (&bundle_at, &bundle2)] {
+        mem.put(at, PutPayload::from(bytes.clone())).await.unwrap();
+    }
+    let (stale, pending) = open_ahead(Arc::clone(&mem)).await;
+    assert_eq!(stale.commit().map(|c| c.version), Some(2));
+    assert!(!pending.unwrap().is_current().await.unwrap());
+    let confirmed = Index::open_with(
+        Arc::clone(&mem),
+        &idx,
+        IndexOptions::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(confirmed.commit().map(|c| c.version), Some(3));
+    assert_eq!(confirmed.search(q, &params).await.unwrap().hits, v3_hits);
+}
+
+/// A bundle that fails its pins is never an error and never a different
+/// answer: a flipped byte in a document makes the open a confirmed one
+/// (every document read from its object); one in a footer leaves that
+/// footer to be read from its object by the first query that needs it.
+#[tokio::test]
+async fn a_bundle_that_fails_its_pins_is_read_around() {
+    let (mem, data) = committed(14, 1).await;
+    let q = &data[9 * DIM..10 * DIM];
+    let params = SearchParams {
+        k: 5,
+        nprobe: 16,
+        ..SearchParams::default()
+    };
+    let idx = Path::from("idx");
+    let open_ahead = || {
+        let (mem, idx) = (Arc::clone(&mem), idx.clone());
+        async move {
+            Index::open_ahead(mem, &idx, IndexOptions::default(), Default::default())
+                .await
+                .unwrap()
+        }
+    };
+    let (index, pending) = open_ahead().await;
+    assert!(pending.unwrap().is_current().await.unwrap());
+    let expected = index.search(q, &params).await.unwrap();
+    assert_eq!(
+        expected.stats.footers_read,
+        index.manifest().files.len() as u64
+    );
+
+    let bundle_at = Path::from("idx/versions/latest-bundle.bin");
+    let bundle = mem.get(&bundle_at).await.unwrap().bytes().await.unwrap();
+    let header = u32::from_le_bytes(bundle[8..12].try_into().unwrap()) as usize;
+    let docs: u64 = index.commit().unwrap().pins.iter().map(|p| p.size).sum();
+    let flipped = |at: usize| {
+        let mut b = bundle.to_vec();
+        b[at] ^= 0x20;
+        PutPayload::from(b)
+    };
+    // The first document (`index.json`).
+    mem.put(&bundle_at, flipped(12 + header + 1)).await.unwrap();
+    let (index, pending) = open_ahead().await;
+    assert!(pending.is_none());
+    assert!(!index.open_stats().ahead, "{:?}", index.open_stats());
+    assert_eq!(index.search(q, &params).await.unwrap().hits, expected.hits);
+    // The first footer.
+    mem.put(&bundle_at, flipped(12 + header + docs as usize + 20))
+        .await
+        .unwrap();
+    let (index, pending) = open_ahead().await;
+    assert!(pending.unwrap().is_current().await.unwrap());
+    let got = index.search(q, &params).await.unwrap();
+    assert_eq!(got.hits, expected.hits);
+    assert_eq!(
+        got.stats.requests,
+        expected.stats.requests + 1,
+        "{:?}",
+        got.stats
     );
 }

@@ -190,3 +190,87 @@ async fn batches_give_the_same_output_and_recall() {
     assert_eq!(summary["queries"], serde_json::json!(nq));
     assert_eq!(summary["recall"], serde_json::json!(1.0));
 }
+
+/// A new `parqivf search` process opens from the latest commit's bundle
+/// (one round) and checks that the commit is current alongside its first
+/// batch. A stale bundle and copy (a newer commit exists) are caught by
+/// that check: the process opens the current snapshot again and prints
+/// its answers, never the stale one's.
+#[tokio::test]
+async fn a_search_process_answers_from_the_current_commit_when_the_bundle_is_stale() {
+    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let idx = Path::from("idx");
+    let params = BuildParams {
+        nlist: 8,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    };
+    let publish = |data: Vec<f32>| {
+        let (store, idx, params) = (Arc::clone(&store), idx.clone(), params.clone());
+        async move {
+            let src = Arc::new(ArraySource::new(data, DIM, "generated").unwrap());
+            build(src, store, &idx, &params).await.unwrap();
+        }
+    };
+    let (old, new) = (dataset(600, DIM, 3), dataset(900, DIM, 4));
+    publish(old).await;
+    let versions = dir.path().join("idx").join("versions");
+    let advisory = ["latest-commit.json", "latest-bundle.bin"];
+    let stale: Vec<Vec<u8>> = advisory
+        .iter()
+        .map(|f| std::fs::read(versions.join(f)).unwrap())
+        .collect();
+    publish(new.clone()).await;
+
+    let queries = new[..2 * DIM].to_vec();
+    let qfile = dir.path().join("q.parquet");
+    write_queries(&qfile, &queries, DIM);
+    let search = || {
+        let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))
+            .args(["search", "--index"])
+            .arg(dir.path().join("idx"))
+            .arg("--queries")
+            .arg(&qfile)
+            .args(["--k", "5", "--nprobe", "8", "--json", "--stats"])
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let rowids: Vec<serde_json::Value> = lines.iter().map(|l| l["rowids"].clone()).collect();
+        (rowids, lines[0]["open"]["ahead"].as_bool().unwrap())
+    };
+    let current = Index::open_current(Arc::clone(&store), &idx).await.unwrap();
+    assert_eq!(current.commit().map(|c| c.version), Some(2));
+    let sp = SearchParams {
+        k: 5,
+        nprobe: 8,
+        ..SearchParams::default()
+    };
+    let mut expected = Vec::new();
+    for q in queries.chunks_exact(DIM) {
+        let hits = current.search(q, &sp).await.unwrap().hits;
+        expected.push(serde_json::json!(
+            hits.iter().map(|h| h.rowid).collect::<Vec<_>>()
+        ));
+    }
+
+    // The bundle is current: opened ahead, the current answers.
+    assert_eq!(search(), (expected.clone(), true));
+    // Version 1's copy and bundle: opened ahead at version 1, caught, and
+    // opened again (confirmed) at version 2.
+    for (f, bytes) in advisory.iter().zip(&stale) {
+        std::fs::write(versions.join(f), bytes).unwrap();
+    }
+    assert_eq!(search(), (expected, false));
+}

@@ -111,6 +111,17 @@ async fn the_loader_checks_the_commit_pins() {
         .await
         .unwrap();
     assert!(Snapshot::open(store.as_ref(), &folder).await.is_ok());
+    // The latest commit's bundle holds the pinned bytes: an open from it
+    // reads the edited object not at all, and serves the pinned manifest.
+    let pinned = Snapshot::open_current(&store, &idx).await.unwrap();
+    assert_eq!(
+        serde_json::to_value(&pinned.manifest).unwrap(),
+        value,
+        "the pinned manifest"
+    );
+    // Without it, the edited object is read, and refused.
+    let bundle = idx.clone().join("versions").join("latest-bundle.bin");
+    store.delete(&bundle).await.unwrap();
     match Snapshot::open_current(&store, &idx).await {
         Err(SnapshotError::Pin(PinError::Mismatch { object, .. })) => {
             assert_eq!(object, manifest.to_string());
