@@ -206,9 +206,8 @@ class Index:
     def info(self) -> Dict[str, Any]:
         """Location, version, snapshot, dim, nlist, metric, rows, postings
         files and bytes, codes, what is preloaded, ``open`` (what opening
-        the index cost: rounds, requests, bytes, hedges, ``open_us``, and
-        ``ahead``, always false here: the open waits for the commit log's
-        check) and ``index.json``."""
+        the index cost: rounds, requests, bytes, hedges, ``open_us``) and
+        ``index.json``."""
 
     @property
     def stats(self) -> Dict[str, Any]:

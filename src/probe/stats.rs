@@ -132,7 +132,8 @@ pub struct OpenStats {
     /// Whether the index was given before the commit log confirmed that its
     /// commit is current ([`crate::index::Index::open_ahead`]): that check's
     /// round (versions `N` and `N + 1`) runs alongside the first query and
-    /// is not counted here.
+    /// is not counted here. Left out of the JSON when `false`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub ahead: bool,
 }
 

@@ -37,8 +37,22 @@ struct Fixture {
 
 /// A committed index written by the real postings writer: several files
 /// per root and several row groups per cid, so every kind of object and
-/// page is in the matrix.
+/// page is in the matrix. Without the latest commit's bundle, so that an
+/// open reads every document and footer from its object, whose checks this
+/// file is about (the bundle's bytes are matrixed on their own:
+/// [`a_corrupted_bundle_gives_errors_or_the_correct_answer`]).
 async fn fixture() -> Fixture {
+    let f = fixture_with_bundle().await;
+    f.store.delete(&bundle_path(&f.index)).await.unwrap();
+    f
+}
+
+fn bundle_path(index: &Path) -> Path {
+    parqivf::format::warehouse::latest_bundle_path(index)
+}
+
+/// [`fixture`], with the bundle its commit wrote.
+async fn fixture_with_bundle() -> Fixture {
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let index = Path::from("idx");
     let snapshot = index.clone().join("snapshots").join("s1");
@@ -233,6 +247,32 @@ async fn corruption_matrix_gives_errors_or_the_correct_answer_never_a_wrong_one(
 /// One edited copy of `doc` per leaf field (numbers ±1, strings changed,
 /// booleans negated, null replaced) and per array (last element dropped,
 /// first duplicated).
+/// The latest commit's bundle is advisory: a flipped byte anywhere in it
+/// (its magic and length, the copy, a document, a footer) gives a typed
+/// error or the uncorrupted answer, never another; an edited copy in it
+/// makes a reader ignore it.
+#[tokio::test]
+async fn a_corrupted_bundle_gives_errors_or_the_correct_answer() {
+    let f = fixture_with_bundle().await;
+    let path = bundle_path(&f.index);
+    let original = f.store.get(&path).await.unwrap().bytes().await.unwrap();
+    let mut flips = Outcomes::default();
+    for pos in positions(original.len(), 256) {
+        let mut bytes = original.to_vec();
+        bytes[pos] ^= 0x01;
+        put(&f.store, &path, bytes).await;
+        flips.run(&f, format!("{path} byte {pos} ^ 0x01")).await;
+    }
+    println!(
+        "bundle: {} flips, {} errors, {} correct",
+        flips.error + flips.correct + flips.wrong.len(),
+        flips.error,
+        flips.correct
+    );
+    assert!(flips.wrong.is_empty(), "wrong answers: {:?}", flips.wrong);
+    assert!(flips.correct > 0, "{flips:?}");
+}
+
 fn field_edits(doc: &serde_json::Value) -> Vec<serde_json::Value> {
     use serde_json::Value;
     fn walk(v: &Value, path: &mut Vec<PathPart>, out: &mut Vec<Vec<PathPart>>) {
