@@ -248,7 +248,7 @@ async fn a_search_process_answers_from_the_current_commit_when_the_bundle_is_sta
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
         let rowids: Vec<serde_json::Value> = lines.iter().map(|l| l["rowids"].clone()).collect();
-        (rowids, lines[0]["open"]["ahead"].as_bool().unwrap())
+        (rowids, lines[0]["open"]["ahead"].as_bool().unwrap_or(false))
     };
     let current = Index::open_current(Arc::clone(&store), &idx).await.unwrap();
     assert_eq!(current.commit().map(|c| c.version), Some(2));
