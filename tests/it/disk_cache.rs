@@ -263,16 +263,7 @@ fn search_json(
         .args(extra)
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-        .collect()
+    support::cli::json_lines(out)
 }
 
 fn entries(cache: &std::path::Path) -> usize {

@@ -395,16 +395,7 @@ async fn explain_tells_the_plan_the_search_then_runs() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
+    let lines = support::cli::json_lines(out);
     assert_eq!(lines.len(), queries.len() / DIM);
     assert!(
         lines

@@ -2,6 +2,8 @@
 //! deleted; snapshots any version names, and unreferenced ones inside the
 //! grace period, are kept. The CLI's `parqivf gc --index … --older-than …`.
 
+use crate::support;
+
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
@@ -153,12 +155,7 @@ fn cli_gc_deletes_an_unreferenced_snapshot_of_a_local_index() {
             ])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8_lossy(&out.stdout).to_string()
+        support::cli::stdout(out)
     };
     let out = run("1h");
     assert!(out.contains("kept snapshots/dropped"), "{out}");

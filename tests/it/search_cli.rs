@@ -64,12 +64,7 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
             .output()
             .unwrap()
     };
-    let out = run(&["--k", "5", "--nprobe", "4", "--json", "--stats"]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let lines = support::cli::json_lines(run(&["--k", "5", "--nprobe", "4", "--json", "--stats"]));
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
         k: 5,
@@ -77,11 +72,6 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
         ..SearchParams::default()
     };
     let expected = index.search_batch(&queries, &params).await.unwrap();
-    let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
     assert_eq!(lines.len(), 3);
     for (line, r) in lines.iter().zip(&expected) {
         let rowids: Vec<i64> = r.hits.iter().map(|h| h.rowid).collect();
@@ -141,12 +131,7 @@ async fn batches_give_the_same_output_and_recall() {
             .args(extra)
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
+        support::cli::stdout(out)
     };
     let whole = run(&["--json"]);
     assert_eq!(run(&["--json", "--batch-size", "2"]), whole);
@@ -237,16 +222,7 @@ async fn a_search_process_answers_from_the_current_commit_when_the_bundle_is_sta
             .args(["--k", "5", "--nprobe", "8", "--json", "--stats"])
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let lines: Vec<serde_json::Value> = String::from_utf8(out.stdout)
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+        let lines = support::cli::json_lines(out);
         let rowids: Vec<serde_json::Value> = lines.iter().map(|l| l["rowids"].clone()).collect();
         (rowids, lines[0]["open"]["ahead"].as_bool().unwrap_or(false))
     };

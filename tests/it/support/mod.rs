@@ -2,6 +2,7 @@
 //! `use crate::support;` and reaches its helpers by concept, e.g.
 //! `support::fixtures::write_index`.
 //!
+//! - [`cli`]: the `parqivf` binary's output, checked and parsed.
 //! - [`fixtures`]: seeded data and whole snapshots written by the library's
 //!   own k-means and postings writer (plus one deliberately invalid file).
 //! - [`postings`]: the small example postings table and the manifest JSON
@@ -17,6 +18,7 @@
 //!   server.
 //! - [`ducklake`]: the DuckLake fixture catalog and DuckDB's expected answers.
 
+pub mod cli;
 pub mod ducklake;
 pub mod fault_proxy;
 pub mod files;
