@@ -527,8 +527,8 @@ async fn check_copy(
 }
 
 /// Whether `commit` is the current commit of `index`: its version holds it
-/// and the next version is absent (one round, [`check_copy`]). What an open
-/// from the bundle waits for before it answers.
+/// and the next version is absent (one round: versions `N` and `N + 1`
+/// together). What an open from the bundle waits for before it answers.
 ///
 /// # Errors
 /// Storage failures, and commit documents that do not parse.
