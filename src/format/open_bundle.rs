@@ -1,16 +1,18 @@
 //! `versions/latest-bundle.bin`: the latest commit's copy together with every
 //! byte an open of its snapshot reads, in one object. A new process reads it
 //! in its first round, beside the hint and the copy, and then holds the
-//! snapshot's documents and postings footers at once. So it can start its
-//! first query while the commit log confirms that the commit is current
-//! ([`crate::format::snapshot::Snapshot::open_latest`]), instead of a round
-//! after.
+//! snapshot's documents and postings footers at once (a refreshed
+//! snapshot's too: its base's documents and every delta table's). So it can
+//! start its first query while the commit log confirms that the commit is
+//! current ([`crate::format::snapshot::Snapshot::open_latest`]), instead of
+//! a round after.
 //!
 //! The bundle is advisory, like the copy ([`crate::format::warehouse`]):
-//! - it is written after the commit and overwritten by the next one;
+//! - the snapshot writer writes it after the commit
+//!   ([`crate::format::snapshot_writer::publish_bundle`]), from what an open
+//!   of the committed snapshot reads, and the next commit overwrites it;
 //! - it is used only when its copy equals `latest-commit.json`;
-//! - each document is checked against its pin in that commit, as when read
-//!   on its own;
+//! - each document is checked against its pin, as when read on its own;
 //! - each footer is checked against its pin in `footers.json`, as any
 //!   footer.
 //!
@@ -19,105 +21,123 @@
 //! ```text
 //! magic    8 bytes   "PQVFOB01"
 //! length   u32 LE    n, the length of the header
-//! header   n bytes   the copy: latest-commit.json's document (commit and footers-ahead)
-//! body               each document the commit pins, in pin order (`size` bytes each),
-//!                    then each footer of `footers-ahead`, in order (`length` bytes each)
+//! header   n bytes   JSON: {"copy": latest-commit.json's document,
+//!                           "documents": [{"path", "length"}, …],
+//!                           "footers": [{"path", "offset", "length"}, …]}
+//! body               each document's bytes, then each footer's, in the header's order
 //! ```
 //!
-//! Nothing else is in the object; a bundle of any other length is refused. A
-//! snapshot whose documents and footers total more than [`OPEN_BUNDLE_BYTES`]
-//! gets no bundle, and an open reads its documents a round later.
+//! Paths are relative to the index location (`snapshots/<id>/…`). A footer
+//! is the `length` bytes from `offset` of its postings object. Nothing else
+//! is in the object; a bundle of any other length is refused. A snapshot
+//! whose documents and footers total more than [`OPEN_BUNDLE_BYTES`] gets a
+//! bundle of its documents alone, or none when they alone are larger.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use serde::{Deserialize, Serialize};
 
 use crate::format::warehouse::LatestCommit;
 
 /// The first 8 bytes of a bundle.
 pub const OPEN_BUNDLE_MAGIC: &[u8; 8] = b"PQVFOB01";
 
-/// Most bytes of documents and footers a bundle holds. A larger snapshot gets
-/// none: one GET of more than this would outlast the round it saves.
+/// Most bytes of documents and footers a bundle holds: one GET of more
+/// than this would outlast the round it saves.
 pub const OPEN_BUNDLE_BYTES: u64 = 8 << 20;
 
-/// A parsed bundle: the copy, and the bytes of each pinned document and each
-/// listed footer, in the copy's order (slices of the object, not copies).
+/// Where one part of the body comes from: an object relative to the index
+/// location, its first byte (`None`: a whole document) and its length.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct Part {
+    pub path: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub offset: Option<u64>,
+    pub length: u64,
+}
+
+/// The header of a bundle.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Header {
+    copy: serde_json::Value,
+    documents: Vec<Part>,
+    footers: Vec<Part>,
+}
+
+/// A bundle: the copy, and each document and footer with its bytes (slices
+/// of the object when parsed, not copies).
 #[derive(Debug, Clone)]
 pub struct OpenBundle {
     pub copy: LatestCommit,
-    pub documents: Vec<Bytes>,
-    pub footers: Vec<Bytes>,
+    pub documents: Vec<(Part, Bytes)>,
+    pub footers: Vec<(Part, Bytes)>,
 }
 
 impl OpenBundle {
-    /// The bundle of `copy`, or `None` when there is no document (a commit
-    /// that pins none), a document's length differs from its pin's size, a
-    /// footer's from its listed length, or they total more than
-    /// [`OPEN_BUNDLE_BYTES`]. Pure.
-    pub fn encode(copy: &LatestCommit, documents: &[Bytes], footers: &[Bytes]) -> Option<Bytes> {
-        let pins = &copy.commit.pins;
-        let listed = &copy.footers_ahead;
-        let lengths_match = !documents.is_empty()
-            && documents.len() == pins.len()
-            && footers.len() == listed.len()
-            && documents
+    /// The object's bytes, or `None` when there is no document, a part's
+    /// length differs from its bytes', a document has an offset or a footer
+    /// none, or the parts total more than [`OPEN_BUNDLE_BYTES`]. Pure.
+    pub fn encode(&self) -> Option<Bytes> {
+        let fits = |parts: &[(Part, Bytes)], ranged: bool| {
+            parts
                 .iter()
-                .zip(pins)
-                .all(|(d, p)| d.len() as u64 == p.size)
-            && footers
-                .iter()
-                .zip(listed)
-                .all(|(f, l)| f.len() as u64 == l.length);
-        let body: u64 = documents
-            .iter()
-            .chain(footers)
-            .map(|b| b.len() as u64)
-            .sum();
-        if !lengths_match || body > OPEN_BUNDLE_BYTES {
+                .all(|(p, b)| p.length == b.len() as u64 && p.offset.is_some() == ranged)
+        };
+        let parts = || self.documents.iter().chain(&self.footers);
+        let body: u64 = parts().map(|(_, b)| b.len() as u64).sum();
+        if self.documents.is_empty()
+            || !fits(&self.documents, false)
+            || !fits(&self.footers, true)
+            || body > OPEN_BUNDLE_BYTES
+        {
             return None;
         }
-        let header = copy.to_json();
+        let header = Header {
+            copy: serde_json::from_slice(&self.copy.to_json()).ok()?,
+            documents: self.documents.iter().map(|(p, _)| p.clone()).collect(),
+            footers: self.footers.iter().map(|(p, _)| p.clone()).collect(),
+        };
+        let header = serde_json::to_vec(&header).ok()?;
         let mut out = BytesMut::with_capacity(12 + header.len() + body as usize);
         out.put_slice(OPEN_BUNDLE_MAGIC);
         out.put_u32_le(u32::try_from(header.len()).ok()?);
         out.put_slice(&header);
-        for part in documents.iter().chain(footers) {
-            out.put_slice(part);
+        for (_, bytes) in parts() {
+            out.put_slice(bytes);
         }
         Some(out.freeze())
     }
 
     /// The bundle in `bytes`, or `None` unless it is one exactly: the
-    /// magic, a header that is a valid copy, and a body of exactly the
-    /// lengths the copy gives. Pure; never panics.
+    /// magic, a header holding a valid copy and parts, and a body of
+    /// exactly the parts' lengths. Pure; never panics.
     pub fn parse(bytes: &Bytes) -> Option<OpenBundle> {
         let rest = bytes.strip_prefix(OPEN_BUNDLE_MAGIC)?;
         let (n, rest) = rest.split_first_chunk::<4>()?;
         let n = u32::from_le_bytes(*n) as usize;
-        let header = rest.get(..n)?;
-        let copy = LatestCommit::parse(header)?;
+        let header: Header = serde_json::from_slice(rest.get(..n)?).ok()?;
+        let copy = LatestCommit::parse(&serde_json::to_vec(&header.copy).ok()?)?;
         let mut at = 12usize.checked_add(n)?;
-        let lengths = copy
-            .commit
-            .pins
-            .iter()
-            .map(|p| p.size)
-            .chain(copy.footers_ahead.iter().map(|f| f.length));
-        let mut parts = Vec::new();
-        for len in lengths {
-            let end = at.checked_add(usize::try_from(len).ok()?)?;
-            if end > bytes.len() {
-                return None;
-            }
-            parts.push(bytes.slice(at..end));
-            at = end;
-        }
-        if at != bytes.len() {
-            return None;
-        }
-        let footers = parts.split_off(copy.commit.pins.len());
-        Some(OpenBundle {
+        let mut take = |parts: Vec<Part>, ranged: bool| -> Option<Vec<(Part, Bytes)>> {
+            parts
+                .into_iter()
+                .map(|p| {
+                    let end = at.checked_add(usize::try_from(p.length).ok()?)?;
+                    if end > bytes.len() || p.offset.is_some() != ranged {
+                        return None;
+                    }
+                    let part = bytes.slice(at..end);
+                    at = end;
+                    Some((p, part))
+                })
+                .collect()
+        };
+        let documents = take(header.documents, false)?;
+        let footers = take(header.footers, true)?;
+        (at == bytes.len() && !documents.is_empty()).then_some(OpenBundle {
             copy,
-            documents: parts,
+            documents,
             footers,
         })
     }
@@ -127,82 +147,98 @@ impl OpenBundle {
 mod tests {
     use super::*;
     use crate::format::pin::Pin;
-    use crate::format::warehouse::{COMMIT_FORMAT_VERSION, Commit, FooterAhead};
+    use crate::format::warehouse::{COMMIT_FORMAT_VERSION, Commit};
 
-    fn copy(docs: &[(&str, &[u8])], footers: &[u64]) -> LatestCommit {
-        LatestCommit {
+    fn part(path: &str, offset: Option<u64>, bytes: &'static [u8]) -> (Part, Bytes) {
+        let length = bytes.len() as u64;
+        let path = path.to_string();
+        (
+            Part {
+                path,
+                offset,
+                length,
+            },
+            Bytes::from_static(bytes),
+        )
+    }
+
+    fn fixture() -> OpenBundle {
+        let docs = [
+            part("snapshots/s/index.json", None, b"{}"),
+            part("snapshots/s/postings/manifest.json", None, b"[1,2,3]"),
+            part("snapshots/base/centroids/centroids.parquet", None, b""),
+        ];
+        let copy = LatestCommit {
             commit: Commit {
                 format_version: COMMIT_FORMAT_VERSION,
                 version: 3,
                 snapshot: "snapshots/s".into(),
                 parent: Some(2),
                 committed_at_ms: 1,
-                pins: docs.iter().map(|(p, b)| Pin::of(p, b)).collect(),
+                pins: vec![Pin::of("index.json", b"{}")],
             },
-            footers_ahead: footers
-                .iter()
-                .enumerate()
-                .map(|(i, &length)| FooterAhead {
-                    path: format!("postings/f{i}.parquet"),
-                    offset: 100,
-                    length,
-                })
-                .collect(),
+            footers_ahead: vec![],
+        };
+        OpenBundle {
+            copy,
+            documents: docs.to_vec(),
+            footers: vec![
+                part("snapshots/s/postings/f0.parquet", Some(100), b"PAR1x"),
+                part("snapshots/d/postings/f1.parquet", Some(7), b"abc"),
+            ],
         }
-    }
-
-    fn fixture() -> (LatestCommit, Vec<Bytes>, Vec<Bytes>) {
-        let docs: [(&str, &[u8]); 3] = [
-            ("index.json", b"{}"),
-            ("postings/manifest.json", b"[1,2,3]"),
-            ("centroids/centroids.parquet", b""),
-        ];
-        let c = copy(&docs, &[5, 3]);
-        let documents = docs
-            .iter()
-            .map(|(_, b)| Bytes::copy_from_slice(b))
-            .collect();
-        let footers = vec![Bytes::from_static(b"PAR1x"), Bytes::from_static(b"abc")];
-        (c, documents, footers)
     }
 
     #[test]
     fn a_bundle_reads_back_what_was_written() {
-        let (c, documents, footers) = fixture();
-        let bytes = OpenBundle::encode(&c, &documents, &footers).unwrap();
+        let b = fixture();
+        let bytes = b.encode().unwrap();
         assert_eq!(&bytes[..8], OPEN_BUNDLE_MAGIC);
         let back = OpenBundle::parse(&bytes).unwrap();
-        assert_eq!(back.copy.commit, c.commit);
-        assert_eq!(back.copy.footers_ahead, c.footers_ahead);
-        assert_eq!(back.documents, documents);
-        assert_eq!(back.footers, footers);
+        assert_eq!(back.copy, b.copy);
+        assert_eq!(back.documents, b.documents);
+        assert_eq!(back.footers, b.footers);
     }
 
-    /// Lengths that disagree with the copy, and a body over the bound, give
-    /// no bundle.
+    /// Lengths that disagree with the bytes, a document with an offset or
+    /// a footer without one, no document, and a body over the bound give no
+    /// bundle.
     #[test]
-    fn a_bundle_is_written_only_for_the_lengths_its_copy_gives() {
-        let (c, documents, footers) = fixture();
-        let mut short = documents.clone();
-        short[1] = Bytes::from_static(b"[1,2]");
-        assert!(OpenBundle::encode(&c, &short, &footers).is_none());
-        assert!(OpenBundle::encode(&c, &documents, &footers[..1]).is_none());
-        let none = copy(&[], &[]);
-        assert!(OpenBundle::encode(&none, &[], &[]).is_none());
-        let big = Bytes::from(vec![0u8; OPEN_BUNDLE_BYTES as usize + 1]);
-        let c = copy(&[("index.json", &big)], &[]);
-        assert!(OpenBundle::encode(&c, &[big], &[]).is_none());
-        let fits = Bytes::from(vec![0u8; OPEN_BUNDLE_BYTES as usize]);
-        let c = copy(&[("index.json", &fits)], &[]);
-        assert!(OpenBundle::encode(&c, &[fits], &[]).is_some());
+    fn a_bundle_is_written_only_when_its_parts_agree() {
+        let b = fixture();
+        let mut short = b.clone();
+        short.documents[1].0.length = 5;
+        assert!(short.encode().is_none());
+        let mut ranged = b.clone();
+        ranged.documents[0].0.offset = Some(0);
+        assert!(ranged.encode().is_none());
+        let mut whole = b.clone();
+        whole.footers[0].0.offset = None;
+        assert!(whole.encode().is_none());
+        let mut none = b.clone();
+        none.documents.clear();
+        assert!(none.encode().is_none());
+        let mut big = b.clone();
+        let n = OPEN_BUNDLE_BYTES as usize - 2 - 7 - 5 - 3;
+        big.documents[2] = (
+            Part {
+                path: "snapshots/s/big".into(),
+                offset: None,
+                length: n as u64,
+            },
+            Bytes::from(vec![0u8; n]),
+        );
+        assert!(big.encode().is_some());
+        big.documents[2].0.length += 1;
+        big.documents[2].1 = Bytes::from(vec![0u8; n + 1]);
+        assert!(big.encode().is_none());
     }
 
-    /// Every prefix, one byte more, another magic and a header that is not a
-    /// copy: refused, never a panic.
+    /// Every prefix, one byte more, another magic, a header that is not one
+    /// and a huge header length: refused, never a panic.
     #[test]
     fn anything_but_an_exact_bundle_is_refused() {
-        let (c, documents, footers) = fixture();
-        let bytes = OpenBundle::encode(&c, &documents, &footers).unwrap();
+        let bytes = fixture().encode().unwrap();
         for end in 0..bytes.len() {
             assert!(OpenBundle::parse(&bytes.slice(..end)).is_none(), "{end}");
         }

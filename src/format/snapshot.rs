@@ -204,6 +204,9 @@ struct Documents<'a> {
     /// object instead), not one read from the object itself (the reader
     /// checks it, and a bad one is the object's error).
     check_footers: bool,
+    /// Every document served, in order (what the bundle of this snapshot
+    /// holds, [`Snapshot::open_recorded`]).
+    served: std::sync::Mutex<Vec<(Path, Bytes)>>,
 }
 
 impl<'a> Documents<'a> {
@@ -213,6 +216,7 @@ impl<'a> Documents<'a> {
             early: HashMap::new(),
             footers: HashMap::new(),
             check_footers: false,
+            served: Default::default(),
         }
     }
 
@@ -244,13 +248,13 @@ impl<'a> Documents<'a> {
         }
     }
 
-    /// The documents and, when `footers`, the footers of `bundle` (its
-    /// copy's commit names `folder`): no request. Each document is checked
-    /// against its pin as when read on its own; each footer against its pin
-    /// in `footers.json` before it is kept ([`Documents::footer`]).
+    /// The documents and, when `footers`, the footers of `bundle` (paths
+    /// relative to the index `location`): no request. Each document is
+    /// checked against its pin as when read on its own; each footer against
+    /// its pin in `footers.json` before it is kept ([`Documents::footer`]).
     fn from_bundle(
         store: &'a dyn ObjectStore,
-        folder: &Path,
+        location: &Path,
         bundle: &OpenBundle,
         footers: bool,
     ) -> Self {
@@ -258,33 +262,29 @@ impl<'a> Documents<'a> {
             Some(
                 crate::store::uri::RelativeLocation::parse(rel)
                     .ok()?
-                    .resolve_path(folder),
+                    .resolve_path(location),
             )
         };
         let early = bundle
-            .copy
-            .commit
-            .pins
+            .documents
             .iter()
-            .zip(&bundle.documents)
-            .filter_map(|(pin, bytes)| Some((resolve(&pin.path)?, bytes.clone())))
+            .filter_map(|(part, bytes)| Some((resolve(&part.path)?, bytes.clone())))
             .collect();
         let footers = bundle
-            .copy
-            .footers_ahead
+            .footers
             .iter()
-            .zip(&bundle.footers)
             .take(if footers { usize::MAX } else { 0 })
-            .filter_map(|(f, bytes)| {
-                let range = f.offset..f.offset.checked_add(f.length)?;
-                Some((resolve(&f.path)?, (range, bytes.clone())))
+            .filter_map(|(part, bytes)| {
+                let offset = part.offset?;
+                let range = offset..offset.checked_add(part.length)?;
+                Some((resolve(&part.path)?, (range, bytes.clone())))
             })
             .collect();
         Documents {
-            store,
             early,
             footers,
             check_footers: true,
+            ..Documents::direct(store)
         }
     }
 
@@ -324,20 +324,25 @@ impl<'a> Documents<'a> {
     }
 
     async fn get(&self, path: &Path) -> Result<Bytes, SnapshotError> {
-        if let Some(bytes) = self.early.get(path) {
-            return Ok(bytes.clone());
-        }
-        let err = |source| SnapshotError::Store {
-            path: path.to_string(),
-            source,
+        let bytes = match self.early.get(path) {
+            Some(bytes) => bytes.clone(),
+            None => {
+                let err = |source| SnapshotError::Store {
+                    path: path.to_string(),
+                    source,
+                };
+                self.store
+                    .get(path)
+                    .await
+                    .map_err(err)?
+                    .bytes()
+                    .await
+                    .map_err(err)?
+            }
         };
-        self.store
-            .get(path)
-            .await
-            .map_err(err)?
-            .bytes()
-            .await
-            .map_err(err)
+        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
+        served.push((path.clone(), bytes.clone()));
+        Ok(bytes)
     }
 }
 
@@ -481,7 +486,7 @@ impl Snapshot {
         if let Some(bundle) = latest.bundle() {
             let commit = bundle.copy.commit.clone();
             if let Ok(folder) = warehouse::snapshot_folder(location, &commit.snapshot) {
-                let docs = Documents::from_bundle(store.as_ref(), &folder, bundle, footers_ahead);
+                let docs = Documents::from_bundle(store.as_ref(), location, bundle, footers_ahead);
                 // An error here (a document that fails its pin, a snapshot
                 // deleted after its commit was replaced) is the confirmed
                 // open's to report, or not.
@@ -552,7 +557,34 @@ impl Snapshot {
             (None, Some(c)) => Documents::pinned(store, folder, c).await,
             (None, None) => Documents::direct(store),
         };
-        let docs = &docs;
+        Self::read_docs(&docs, folder, commit).await
+    }
+
+    /// Open the snapshot `commit` names below `index`, as
+    /// [`Snapshot::open_commit`], with every document the open read (its
+    /// path and bytes, in the order read): what the bundle of this commit
+    /// holds ([`crate::format::snapshot_writer::publish_bundle`]).
+    ///
+    /// # Errors
+    /// As [`Snapshot::open_commit`].
+    pub async fn open_recorded(
+        store: &dyn ObjectStore,
+        index: &Path,
+        commit: Commit,
+    ) -> Result<(Snapshot, Vec<(Path, Bytes)>), SnapshotError> {
+        let folder = warehouse::snapshot_folder(index, &commit.snapshot)?;
+        let docs = Documents::direct(store);
+        let snapshot = Self::read_docs(&docs, &folder, Some(commit)).await?;
+        let served = docs.served.into_inner().unwrap_or_else(|e| e.into_inner());
+        Ok((snapshot, served))
+    }
+
+    /// The snapshot in `folder`, every document read through `docs`.
+    async fn read_docs(
+        docs: &Documents<'_>,
+        folder: &Path,
+        commit: Option<Commit>,
+    ) -> Result<Snapshot, SnapshotError> {
         let def_path = folder.clone().join(INDEX_DEFINITION_FILE);
         let bytes = docs.get(&def_path).await?;
         if let Some(c) = &commit {
@@ -674,11 +706,19 @@ impl Snapshot {
                 });
             }
             layer_starts.push(files.len());
+            footers_ahead.extend(
+                delta
+                    .manifest
+                    .files
+                    .iter()
+                    .zip(&delta.paths)
+                    .zip(&delta.footer_pins)
+                    .map(|((file, path), pin)| docs.footer(path, file, pin)),
+            );
             files.extend(delta.manifest.files);
             postings_paths.extend(delta.paths);
             footer_pins.extend(delta.footer_pins);
         }
-        footers_ahead.resize(files.len(), None);
         Ok(Snapshot {
             folder: folder.clone(),
             commit,

@@ -6,7 +6,8 @@
 //! ```text
 //! SnapshotWriter::begin(store, index, publisher)   a fresh <index>/snapshots/<id>
 //!   put(rel, bytes) …                              every object create-if-absent
-//!   commit(parent)                                 pins, then versions/<parent + 1>.json
+//!   commit(parent)                                 pins, then versions/<parent + 1>.json, then the
+//!                                                  advisory hint, copy and bundle (publish_bundle)
 //!     ├─ created                       → Ok(commit)
 //!     ├─ error, version names OUR folder → Ok(commit)   (the write landed, its answer was lost)
 //!     ├─ error, version names another    → Conflict, our folder deleted (it can never be current)
@@ -23,12 +24,14 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
-use object_store::ObjectStore;
 use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::definition::INDEX_DEFINITION_FILE;
+use super::open_bundle::{OPEN_BUNDLE_BYTES, OpenBundle, Part};
 use super::pin::Pin;
-use super::warehouse::{self, Commit, Publisher, WarehouseError};
+use super::snapshot::{Snapshot, SnapshotError};
+use super::warehouse::{self, Commit, FooterAhead, LatestCommit, Publisher, WarehouseError};
 use crate::store::uri::RelativeLocation;
 
 /// A snapshot folder: `<index>/snapshots/<id>`.
@@ -166,6 +169,7 @@ impl SnapshotWriter {
                 return Err(e);
             }
         };
+        let footers_ahead = pins.footers_ahead.clone();
         let committed = warehouse::commit_pinned(
             &self.store,
             &self.folder.index,
@@ -180,6 +184,12 @@ impl SnapshotWriter {
             Err(e @ WarehouseError::Conflict { .. }) => {
                 let _ = self.abort().await;
                 Err(e)
+            }
+            Ok(commit) => {
+                // Advisory, like the copy: a failure costs readers a round.
+                let _ =
+                    publish_bundle(&self.store, &self.folder.index, &commit, footers_ahead).await;
+                Ok(commit)
             }
             other => other,
         }
@@ -212,6 +222,110 @@ impl SnapshotWriter {
     /// Reading the commit log, listing or deleting fails.
     pub async fn abort(self) -> Result<bool, WarehouseError> {
         delete_unreferenced(&self.store, &self.folder).await
+    }
+}
+
+/// Write the bundle of `commit` (`versions/latest-bundle.bin`,
+/// [`OpenBundle`]): every document an open of its snapshot reads (the
+/// snapshot opened here, [`Snapshot::open_recorded`]) and every postings
+/// footer, headed by the copy `latest-commit.json` holds (`commit` and
+/// `footers_ahead`). Footers that would take the bundle over
+/// [`OPEN_BUNDLE_BYTES`] are left out, then the documents too: without a
+/// bundle, the last one (another commit's) is deleted. Returns whether one
+/// was written.
+///
+/// # Errors
+/// The snapshot does not open, a footer cannot be read, or the store
+/// refuses the write.
+pub async fn publish_bundle(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    commit: &Commit,
+    footers_ahead: Vec<FooterAhead>,
+) -> Result<bool, SnapshotError> {
+    use futures::{StreamExt, TryStreamExt};
+    let at = warehouse::latest_bundle_path(index);
+    let store_err = |path: &Path| {
+        let path = path.to_string();
+        move |source| SnapshotError::Store { path, source }
+    };
+    let (snapshot, served) = Snapshot::open_recorded(store.as_ref(), index, commit.clone()).await?;
+    let relative = |path: &Path| -> Option<String> {
+        let parts: Vec<String> = path
+            .prefix_match(index)?
+            .map(|p| p.as_ref().to_string())
+            .collect();
+        Some(parts.join("/"))
+    };
+    let mut documents = Vec::new();
+    for (path, bytes) in served {
+        let Some(rel) = relative(&path) else { continue };
+        if !documents.iter().any(|(p, _): &(Part, Bytes)| p.path == rel) {
+            let length = bytes.len() as u64;
+            documents.push((
+                Part {
+                    path: rel,
+                    offset: None,
+                    length,
+                },
+                bytes,
+            ));
+        }
+    }
+    let held: u64 = documents.iter().map(|(p, _)| p.length).sum();
+    let ranges: Vec<(Path, String, std::ops::Range<u64>)> = snapshot
+        .files
+        .iter()
+        .zip(&snapshot.postings_paths)
+        .zip(&snapshot.footer_pins)
+        .filter_map(|((file, path), pin)| {
+            let start = file.size.checked_sub(pin.footer_size)?;
+            Some((path.clone(), relative(path)?, start..file.size))
+        })
+        .collect();
+    let footer_bytes: u64 = ranges.iter().map(|(_, _, r)| r.end - r.start).sum();
+    let footers =
+        if held + footer_bytes <= OPEN_BUNDLE_BYTES && ranges.len() == snapshot.files.len() {
+            futures::stream::iter(ranges)
+                .map(|(path, rel, range)| async move {
+                    let bytes = store
+                        .get_range(&path, range.clone())
+                        .await
+                        .map_err(store_err(&path))?;
+                    let part = Part {
+                        path: rel,
+                        offset: Some(range.start),
+                        length: range.end - range.start,
+                    };
+                    Ok::<_, SnapshotError>((part, bytes))
+                })
+                .buffered(16)
+                .try_collect()
+                .await?
+        } else {
+            Vec::new()
+        };
+    let copy = LatestCommit {
+        commit: commit.clone(),
+        footers_ahead,
+    };
+    let bundle = OpenBundle {
+        copy,
+        documents,
+        footers,
+    };
+    match bundle.encode() {
+        Some(bytes) => {
+            store
+                .put(&at, PutPayload::from(bytes))
+                .await
+                .map_err(store_err(&at))?;
+            Ok(true)
+        }
+        None => match store.delete(&at).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(store_err(&at)(e)),
+        },
     }
 }
 

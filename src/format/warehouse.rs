@@ -121,16 +121,11 @@ pub struct FooterAhead {
 pub const FOOTERS_AHEAD_BYTES: u64 = 4 << 20;
 
 /// What a commit records of its snapshot: the pins of its documents, and
-/// where its postings footers lie ([`FooterAhead`], for the copy only), with
-/// the bytes of both when they were read (for the bundle, [`OpenBundle`]).
+/// where its postings footers lie ([`FooterAhead`], for the copy only).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SnapshotPins {
     pub pins: Vec<Pin>,
     pub footers_ahead: Vec<FooterAhead>,
-    /// Each pinned document's bytes, in pin order (empty: no bundle).
-    pub documents: Vec<Bytes>,
-    /// Each listed footer's bytes, in order.
-    pub footers: Vec<Bytes>,
 }
 
 impl From<Vec<Pin>> for SnapshotPins {
@@ -179,26 +174,9 @@ pub async fn snapshot_pins(
         documents.push(bytes);
     }
     let footers_ahead = footers_ahead(&definition, &documents);
-    let footers = futures::future::try_join_all(footers_ahead.iter().map(|f| async move {
-        let path = RelativeLocation::parse(&f.path)
-            .map_err(|e| incomplete(format!("{:?}: {e}", f.path)))?
-            .resolve_path(snapshot);
-        let range = f.offset..f.offset.saturating_add(f.length);
-        store
-            .get_range(&path, range)
-            .await
-            .map_err(|source| StoreError::ObjectStore {
-                path: path.to_string(),
-                source,
-            })
-            .map_err(WarehouseError::from)
-    }))
-    .await?;
     Ok(SnapshotPins {
         pins,
         footers_ahead,
-        documents,
-        footers,
     })
 }
 
@@ -730,8 +708,6 @@ pub async fn commit_pinned(
     let SnapshotPins {
         pins,
         footers_ahead,
-        documents,
-        footers,
     } = pins.into();
     let version = parent.unwrap_or(0) + 1;
     let c = Commit {
@@ -773,29 +749,18 @@ pub async fn commit_pinned(
         },
     };
     // Advisory: a failure here only makes the next reader walk a little
-    // further, or read its documents a round later. A commit without a
-    // bundle deletes the last one's, which no longer names the latest
-    // commit (a reader would ignore it; this spares it the bytes).
+    // further, or read its documents a round later. The bundle of the new
+    // commit follows from its snapshot writer
+    // ([`crate::format::snapshot_writer::publish_bundle`]).
     let hint = serde_json::to_vec(&Hint { version }).unwrap_or_default();
     let copy = LatestCommit {
         commit: committed.clone(),
         footers_ahead,
     };
-    let bundle = OpenBundle::encode(&copy, &documents, &footers);
-    let (hint_at, latest_at, bundle_at) = (
-        hint_path(index),
-        latest_commit_path(index),
-        latest_bundle_path(index),
-    );
+    let (hint_at, latest_at) = (hint_path(index), latest_commit_path(index));
     let _ = futures::join!(
         store.put(&hint_at, PutPayload::from(hint)),
         store.put(&latest_at, PutPayload::from(copy.to_json())),
-        async {
-            match bundle {
-                Some(b) => store.put(&bundle_at, PutPayload::from(b)).await.map(|_| ()),
-                None => store.delete(&bundle_at).await,
-            }
-        }
     );
     Ok(committed)
 }
@@ -1078,8 +1043,8 @@ mod tests {
             length: 28,
         }];
         let pinned = SnapshotPins {
+            pins: vec![],
             footers_ahead: listed.clone(),
-            ..SnapshotPins::default()
         };
         commit_pinned(&s, &idx, "snapshots/a", None, 1, pinned, Publisher::Build)
             .await
@@ -1106,69 +1071,63 @@ mod tests {
         assert_eq!((c.unwrap().version, early), (1, None));
     }
 
-    /// A commit writes the bundle of its copy (the documents and footers
-    /// it was given); a reader uses it only while it is the copy's, and a
-    /// commit without documents removes the last one.
+    /// A reader uses the bundle only while it is the copy's; `is_current`
+    /// holds for the latest commit only.
     #[tokio::test]
     async fn the_bundle_is_used_only_while_it_is_the_copys() {
+        use crate::format::open_bundle::Part;
         let s = mem();
         let idx = Path::from("idx");
-        let doc = Bytes::from_static(b"{\"a\": 1}");
-        let footer = Bytes::from_static(b"footerPAR1");
-        let pinned = SnapshotPins {
-            pins: vec![Pin::of(INDEX_DEFINITION_FILE, &doc)],
-            footers_ahead: vec![FooterAhead {
-                path: "postings/p.parquet".into(),
-                offset: 90,
-                length: footer.len() as u64,
-            }],
-            documents: vec![doc.clone()],
-            footers: vec![footer.clone()],
-        };
-        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, pinned, Publisher::Build)
+        let c1 = commit_pinned(&s, &idx, "snapshots/a", None, 1, vec![], Publisher::Build)
             .await
             .unwrap();
+        let doc = Bytes::from_static(b"{}");
+        let bundle = |commit: &Commit| OpenBundle {
+            copy: LatestCommit {
+                commit: commit.clone(),
+                footers_ahead: vec![],
+            },
+            documents: vec![(
+                Part {
+                    path: "snapshots/a/index.json".into(),
+                    offset: None,
+                    length: 2,
+                },
+                doc.clone(),
+            )],
+            footers: vec![],
+        };
+        let put = |b: OpenBundle| {
+            let s = Arc::clone(&s);
+            let at = latest_bundle_path(&idx);
+            async move {
+                s.put(&at, PutPayload::from(b.encode().unwrap()))
+                    .await
+                    .unwrap()
+            }
+        };
+        put(bundle(&c1)).await;
         let latest = read_latest(&s, &idx).await.unwrap();
-        let bundle = latest.bundle().expect("the copy's bundle");
-        assert_eq!(bundle.copy.commit, c1);
-        assert_eq!(
-            (&bundle.documents[..], &bundle.footers[..]),
-            (&[doc][..], &[footer][..])
-        );
+        assert_eq!(latest.bundle().map(|b| &b.copy.commit), Some(&c1));
         assert!(is_current(&s, &idx, &c1).await.unwrap());
-        // Another copy (a writer that lost the race to overwrite the
-        // bundle): the bundle is not used.
-        let mut other = c1.clone();
-        other.committed_at_ms = 2;
-        let copy = LatestCommit {
-            commit: other,
-            footers_ahead: vec![],
-        };
-        s.put(&latest_commit_path(&idx), PutPayload::from(copy.to_json()))
-            .await
-            .unwrap();
-        assert!(read_latest(&s, &idx).await.unwrap().bundle().is_none());
-        // A commit with no documents: no bundle, and the last one is gone;
-        // version 1 is no longer current.
+        // Another commit: the copy moved, the bundle did not (a writer
+        // that has not written it yet): not used.
         let c2 = commit_pinned(
             &s,
             &idx,
             "snapshots/b",
             Some(1),
-            3,
+            2,
             vec![],
             Publisher::Build,
         )
         .await
         .unwrap();
-        assert!(
-            get_opt(s.as_ref(), &latest_bundle_path(&idx))
-                .await
-                .unwrap()
-                .is_none()
-        );
+        assert!(read_latest(&s, &idx).await.unwrap().bundle().is_none());
         assert!(!is_current(&s, &idx, &c1).await.unwrap());
         assert!(is_current(&s, &idx, &c2).await.unwrap());
+        put(bundle(&c2)).await;
+        assert!(read_latest(&s, &idx).await.unwrap().bundle().is_some());
     }
 
     /// The footers of a built snapshot are listed all or none: none when

@@ -74,9 +74,15 @@ async fn fixture_with_bundle() -> Fixture {
         "{} files",
         manifest.files.len()
     );
-    parqivf::format::warehouse::commit(&store, &index, SNAPSHOT, None, 1)
+    let commit = parqivf::format::warehouse::commit(&store, &index, SNAPSHOT, None, 1)
         .await
         .unwrap();
+    // What a publisher's snapshot writer writes after the commit.
+    assert!(
+        parqivf::format::snapshot_writer::publish_bundle(&store, &index, &commit, vec![])
+            .await
+            .unwrap()
+    );
     let mut queries = Vec::new();
     for i in [3usize, 400, 777, 1200] {
         queries.extend(data[i * DIM..(i + 1) * DIM].iter().map(|x| x + 0.1));

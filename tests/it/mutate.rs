@@ -8,8 +8,8 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use object_store::ObjectStore;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parqivf::builder::mutate::{UpsertRows, delete, delete_where, upsert};
 use parqivf::builder::refresh::{CompactPolicy, RefreshParams, refresh};
 use parqivf::builder::{BuildError, BuildParams, ProgressMode, SourceSpec, build, open_source};
@@ -770,11 +770,6 @@ async fn five_small_deltas_cost_a_cold_query_at_most_a_quarter_more_requests() {
         let index = index.clone();
         let queries = queries.clone();
         async move {
-            // Like for like: without the bundle, which holds a built
-            // snapshot's documents and footers but not a refreshed one's
-            // deltas (docs/query.md, Round trips).
-            let bundle = parqivf::format::warehouse::latest_bundle_path(&index);
-            let _ = store.delete(&bundle).await;
             let mut total = 0;
             for q in queries.chunks(D) {
                 let counting = CountingStore::new(store.clone());
@@ -793,6 +788,40 @@ async fn five_small_deltas_cost_a_cold_query_at_most_a_quarter_more_requests() {
         }
     };
     let with_deltas = cold(store.clone()).await;
+    // The refreshed snapshot's bundle holds its base's documents, every
+    // delta table's and every footer: a new process opens it in one round
+    // and its first query reads no footer.
+    let counting =
+        CountingStore::new(store.clone()).with_latency(std::time::Duration::from_millis(2));
+    let (idx, pending) = Index::open_ahead(
+        Arc::new(counting.clone()),
+        &index,
+        Default::default(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let open = counting.counts();
+    assert_eq!((open.rounds, open.get_requests), (1, 3), "{open:?}");
+    let deltas = idx.definition().layers.as_ref().map(|l| l.deltas.len());
+    assert!(
+        deltas.is_some_and(|n| n >= 1),
+        "a refreshed snapshot: {deltas:?}"
+    );
+    let params = SearchParams {
+        k: 10,
+        nprobe: 16,
+        ..SearchParams::default()
+    };
+    let (got, current) = futures::join!(
+        idx.search(&queries[..D], &params),
+        pending.expect("opened ahead").is_current()
+    );
+    let got = got.unwrap();
+    assert!(current.unwrap());
+    assert!(got.stats.footers_read > 0, "{:?}", got.stats);
+    let rounds = if got.stats.pages_read > 0 { 2 } else { 1 };
+    assert_eq!(got.stats.rounds, rounds, "no footer round: {:?}", got.stats);
     parqivf::builder::refresh::compact(store.clone(), &index, &p)
         .await
         .unwrap();

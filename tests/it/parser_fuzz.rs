@@ -21,7 +21,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::format::definition::IndexDefinition;
 use parqivf::format::manifest::Manifest;
-use parqivf::format::open_bundle::OpenBundle;
+use parqivf::format::open_bundle::{OpenBundle, Part};
 use parqivf::format::warehouse::{self, LatestCommit};
 use parqivf::vector_file::{parse_fvecs, parse_ivecs, parse_npy};
 use proptest::prelude::*;
@@ -42,29 +42,49 @@ const LATEST_COMMIT: &str = include_str!("../../manifests/examples/latest-commit
 /// footer as that many bytes.
 fn bundle() -> Vec<u8> {
     let copy = LatestCommit::parse(LATEST_COMMIT.as_bytes()).unwrap();
-    let bytes = |n: u64, b: u8| Bytes::from(vec![b; n as usize]);
-    let documents: Vec<Bytes> = copy
+    let part = |path: String, offset: Option<u64>, length: u64, b: u8| {
+        let bytes = Bytes::from(vec![b; length as usize]);
+        (
+            Part {
+                path,
+                offset,
+                length,
+            },
+            bytes,
+        )
+    };
+    let folder = copy.commit.snapshot.clone();
+    let documents = copy
         .commit
         .pins
         .iter()
-        .map(|p| bytes(p.size, b'd'))
+        .map(|p| part(format!("{folder}/{}", p.path), None, p.size, b'd'))
         .collect();
-    let footers: Vec<Bytes> = copy
+    let footers = copy
         .footers_ahead
         .iter()
-        .map(|f| bytes(f.length, b'f'))
+        .map(|f| {
+            part(
+                format!("{folder}/{}", f.path),
+                Some(f.offset),
+                f.length,
+                b'f',
+            )
+        })
         .collect();
-    OpenBundle::encode(&copy, &documents, &footers)
-        .unwrap()
-        .to_vec()
+    let b = OpenBundle {
+        copy,
+        documents,
+        footers,
+    };
+    b.encode().unwrap().to_vec()
 }
 
 /// The bundle parser: never panics; an accepted bundle encodes again to
 /// one that parses the same.
 fn check_bundle(bytes: &[u8]) {
     if let Some(b) = OpenBundle::parse(&Bytes::copy_from_slice(bytes)) {
-        let again = OpenBundle::encode(&b.copy, &b.documents, &b.footers)
-            .expect("re-encode an accepted bundle");
+        let again = b.encode().expect("re-encode an accepted bundle");
         let again = OpenBundle::parse(&again).expect("re-parse an accepted bundle");
         assert_eq!(
             (again.copy, again.documents, again.footers),
