@@ -36,8 +36,6 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use serde::{Deserialize, Serialize};
 
-use crate::format::warehouse::LatestCommit;
-
 /// The first 8 bytes of a bundle.
 pub const OPEN_BUNDLE_MAGIC: &[u8; 8] = b"PQVFOB01";
 
@@ -66,10 +64,12 @@ struct Header {
 }
 
 /// A bundle: the copy, and each document and footer with its bytes (slices
-/// of the object when parsed, not copies).
+/// of the object when parsed, not copies). The copy is kept as JSON: its
+/// reader ([`crate::format::warehouse::Latest::bundle`]) parses it and
+/// compares it with `latest-commit.json`.
 #[derive(Debug, Clone)]
 pub struct OpenBundle {
-    pub copy: LatestCommit,
+    pub copy: serde_json::Value,
     pub documents: Vec<(Part, Bytes)>,
     pub footers: Vec<(Part, Bytes)>,
 }
@@ -94,7 +94,7 @@ impl OpenBundle {
             return None;
         }
         let header = Header {
-            copy: serde_json::from_slice(&self.copy.to_json()).ok()?,
+            copy: self.copy.clone(),
             documents: self.documents.iter().map(|(p, _)| p.clone()).collect(),
             footers: self.footers.iter().map(|(p, _)| p.clone()).collect(),
         };
@@ -117,7 +117,7 @@ impl OpenBundle {
         let (n, rest) = rest.split_first_chunk::<4>()?;
         let n = u32::from_le_bytes(*n) as usize;
         let header: Header = serde_json::from_slice(rest.get(..n)?).ok()?;
-        let copy = LatestCommit::parse(&serde_json::to_vec(&header.copy).ok()?)?;
+        let copy = header.copy;
         let mut at = 12usize.checked_add(n)?;
         let mut take = |parts: Vec<Part>, ranged: bool| -> Option<Vec<(Part, Bytes)>> {
             parts
@@ -146,8 +146,6 @@ impl OpenBundle {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::pin::Pin;
-    use crate::format::warehouse::{COMMIT_FORMAT_VERSION, Commit};
 
     fn part(path: &str, offset: Option<u64>, bytes: &'static [u8]) -> (Part, Bytes) {
         let length = bytes.len() as u64;
@@ -168,17 +166,14 @@ mod tests {
             part("snapshots/s/postings/manifest.json", None, b"[1,2,3]"),
             part("snapshots/base/centroids/centroids.parquet", None, b""),
         ];
-        let copy = LatestCommit {
-            commit: Commit {
-                format_version: COMMIT_FORMAT_VERSION,
-                version: 3,
-                snapshot: "snapshots/s".into(),
-                parent: Some(2),
-                committed_at_ms: 1,
-                pins: vec![Pin::of("index.json", b"{}")],
-            },
-            footers_ahead: vec![],
-        };
+        let copy = serde_json::json!({
+            "format-version": 2,
+            "version": 3,
+            "snapshot": "snapshots/s",
+            "parent": 2,
+            "committed-at-ms": 1,
+            "pins": []
+        });
         OpenBundle {
             copy,
             documents: docs.to_vec(),

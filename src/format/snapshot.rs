@@ -483,8 +483,8 @@ impl Snapshot {
         footers_ahead: bool,
     ) -> Result<Opened, SnapshotError> {
         let latest = warehouse::read_latest(store, location).await?;
-        if let Some(bundle) = latest.bundle() {
-            let commit = bundle.copy.commit.clone();
+        if let Some((copy, bundle)) = latest.bundle() {
+            let commit = copy.commit.clone();
             if let Ok(folder) = warehouse::snapshot_folder(location, &commit.snapshot) {
                 let docs = Documents::from_bundle(store.as_ref(), location, bundle, footers_ahead);
                 // An error here (a document that fails its pin, a snapshot

@@ -310,7 +310,8 @@ pub async fn publish_bundle(
         footers_ahead,
     };
     let bundle = OpenBundle {
-        copy,
+        // A copy that does not serialise (never) is null: readers ignore it.
+        copy: serde_json::to_value(copy).unwrap_or_default(),
         documents,
         footers,
     };

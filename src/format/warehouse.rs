@@ -436,12 +436,13 @@ pub struct Latest {
 }
 
 impl Latest {
-    /// The bundle, when it is the copy's (the same commit and footers): the
-    /// latest commit's snapshot as a reader may open it ahead of the check
-    /// ([`is_current`]).
-    pub fn bundle(&self) -> Option<&OpenBundle> {
+    /// The copy and its bundle, when the bundle's copy parses to the same
+    /// commit and footers: the latest commit's snapshot as a reader may open
+    /// it ahead of the check ([`is_current`]).
+    pub fn bundle(&self) -> Option<(&LatestCommit, &OpenBundle)> {
         let (copy, bundle) = (self.copy.as_ref()?, self.bundle.as_ref()?);
-        (bundle.copy == *copy).then_some(bundle)
+        let theirs = LatestCommit::parse(&serde_json::to_vec(&bundle.copy).ok()?)?;
+        (theirs == *copy).then_some((copy, bundle))
     }
 }
 
@@ -1083,10 +1084,11 @@ mod tests {
             .unwrap();
         let doc = Bytes::from_static(b"{}");
         let bundle = |commit: &Commit| OpenBundle {
-            copy: LatestCommit {
+            copy: serde_json::to_value(LatestCommit {
                 commit: commit.clone(),
                 footers_ahead: vec![],
-            },
+            })
+            .unwrap(),
             documents: vec![(
                 Part {
                     path: "snapshots/a/index.json".into(),
@@ -1108,7 +1110,7 @@ mod tests {
         };
         put(bundle(&c1)).await;
         let latest = read_latest(&s, &idx).await.unwrap();
-        assert_eq!(latest.bundle().map(|b| &b.copy.commit), Some(&c1));
+        assert_eq!(latest.bundle().map(|(copy, _)| &copy.commit), Some(&c1));
         assert!(is_current(&s, &idx, &c1).await.unwrap());
         // Another commit: the copy moved, the bundle did not (a writer
         // that has not written it yet): not used.

@@ -73,7 +73,7 @@ fn bundle() -> Vec<u8> {
         })
         .collect();
     let b = OpenBundle {
-        copy,
+        copy: serde_json::from_str(LATEST_COMMIT).unwrap(),
         documents,
         footers,
     };
