@@ -197,6 +197,12 @@ impl FooterPin {
         }
     }
 
+    /// Where the pinned footer lies in its `object_size`-byte object: its
+    /// last `footer-size` bytes (`None` when the object is smaller).
+    pub fn range(&self, object_size: u64) -> Option<std::ops::Range<u64>> {
+        Some(object_size.checked_sub(self.footer_size)?..object_size)
+    }
+
     /// Check `footer` (the object's last bytes) against this pin.
     ///
     /// # Errors

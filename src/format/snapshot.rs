@@ -204,9 +204,9 @@ struct Documents<'a> {
     /// object instead), not one read from the object itself (the reader
     /// checks it, and a bad one is the object's error).
     check_footers: bool,
-    /// Every document served, in order (what the bundle of this snapshot
-    /// holds, [`Snapshot::open_recorded`]).
-    served: std::sync::Mutex<Vec<(Path, Bytes)>>,
+    /// Every document served, in order, when recorded (what the bundle of
+    /// this snapshot holds, [`Snapshot::open_recorded`]).
+    served: Option<std::sync::Mutex<Vec<(Path, Bytes)>>>,
 }
 
 impl<'a> Documents<'a> {
@@ -216,7 +216,7 @@ impl<'a> Documents<'a> {
             early: HashMap::new(),
             footers: HashMap::new(),
             check_footers: false,
-            served: Default::default(),
+            served: None,
         }
     }
 
@@ -317,7 +317,7 @@ impl<'a> Documents<'a> {
     /// the bundle, matches its pin).
     fn footer(&self, path: &Path, file: &FileEntry, pin: &FooterPin) -> Option<Bytes> {
         let (range, bytes) = self.footers.get(path)?;
-        let expected = file.size.checked_sub(pin.footer_size)?..file.size;
+        let expected = pin.range(file.size)?;
         let pinned = !self.check_footers || pin.check(path.as_ref(), bytes).is_ok();
         (*range == expected && bytes.len() as u64 == pin.footer_size && pinned)
             .then(|| bytes.clone())
@@ -340,8 +340,10 @@ impl<'a> Documents<'a> {
                     .map_err(err)?
             }
         };
-        let mut served = self.served.lock().unwrap_or_else(|e| e.into_inner());
-        served.push((path.clone(), bytes.clone()));
+        if let Some(served) = &self.served {
+            let mut served = served.lock().unwrap_or_else(|e| e.into_inner());
+            served.push((path.clone(), bytes.clone()));
+        }
         Ok(bytes)
     }
 }
@@ -573,9 +575,13 @@ impl Snapshot {
         commit: Commit,
     ) -> Result<(Snapshot, Vec<(Path, Bytes)>), SnapshotError> {
         let folder = warehouse::snapshot_folder(index, &commit.snapshot)?;
-        let docs = Documents::direct(store);
+        let docs = Documents {
+            served: Some(Default::default()),
+            ..Documents::direct(store)
+        };
         let snapshot = Self::read_docs(&docs, &folder, Some(commit)).await?;
-        let served = docs.served.into_inner().unwrap_or_else(|e| e.into_inner());
+        let served = docs.served.unwrap_or_default();
+        let served = served.into_inner().unwrap_or_else(|e| e.into_inner());
         Ok((snapshot, served))
     }
 

@@ -279,8 +279,7 @@ pub async fn publish_bundle(
         .zip(&snapshot.postings_paths)
         .zip(&snapshot.footer_pins)
         .filter_map(|((file, path), pin)| {
-            let start = file.size.checked_sub(pin.footer_size)?;
-            Some((path.clone(), relative(path)?, start..file.size))
+            Some((path.clone(), relative(path)?, pin.range(file.size)?))
         })
         .collect();
     let footer_bytes: u64 = ranges.iter().map(|(_, _, r)| r.end - r.start).sum();
