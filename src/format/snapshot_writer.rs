@@ -249,6 +249,18 @@ pub async fn publish_bundle(
         let path = path.to_string();
         move |source| SnapshotError::Store { path, source }
     };
+    let no_bundle = || async {
+        match store.delete(&at).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(store_err(&at)(e)),
+        }
+    };
+    // The documents the commit pins are read by every open: when they alone
+    // are over the bound, none is read again here.
+    let pinned: u64 = commit.pins.iter().map(|p| p.size).sum();
+    if pinned > OPEN_BUNDLE_BYTES {
+        return no_bundle().await;
+    }
     let (snapshot, served) = Snapshot::open_recorded(store.as_ref(), index, commit.clone()).await?;
     let relative = |path: &Path| -> Option<String> {
         let parts: Vec<String> = path
@@ -322,10 +334,7 @@ pub async fn publish_bundle(
                 .map_err(store_err(&at))?;
             Ok(true)
         }
-        None => match store.delete(&at).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(store_err(&at)(e)),
-        },
+        None => no_bundle().await,
     }
 }
 
@@ -390,6 +399,36 @@ mod tests {
         assert!(delete_unreferenced(&store, &unnamed).await.unwrap());
         assert!(store.head(&named.child("x").unwrap()).await.is_ok());
         assert!(store.head(&unnamed.child("x").unwrap()).await.is_err());
+    }
+
+    /// A commit whose pinned documents alone are over the bound gets no
+    /// bundle, and the last one goes, without its snapshot being read (here
+    /// it does not even exist).
+    #[tokio::test]
+    async fn a_commit_over_the_bound_gets_no_bundle_and_reads_nothing() {
+        let store = mem();
+        let index = Path::from("idx");
+        let at = warehouse::latest_bundle_path(&index);
+        store
+            .put(&at, PutPayload::from_static(b"old"))
+            .await
+            .unwrap();
+        let mut pin = Pin::of("centroids/centroids.parquet", b"");
+        pin.size = OPEN_BUNDLE_BYTES + 1;
+        let commit = Commit {
+            format_version: warehouse::COMMIT_FORMAT_VERSION,
+            version: 1,
+            snapshot: "snapshots/missing".into(),
+            parent: None,
+            committed_at_ms: 1,
+            pins: vec![pin],
+        };
+        assert!(
+            !publish_bundle(&store, &index, &commit, vec![])
+                .await
+                .unwrap()
+        );
+        assert!(store.head(&at).await.is_err(), "the last bundle is gone");
     }
 
     #[test]
