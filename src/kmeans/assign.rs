@@ -111,6 +111,84 @@ pub(crate) fn nearest2_rows_unchecked(
     top2(Kernel::detect(), data, Some(rows), centroids, dim, metric)
 }
 
+/// Rows in groups, each group with its own candidate centroids: what
+/// [`nearest_among_unchecked`] searches. Group `g` is the rows
+/// `order[starts[g]..starts[g + 1]]`, compared with the centroids
+/// `lists[g]` only (ascending ids, so ties go to the smaller id).
+pub(crate) struct Groups<'a> {
+    pub order: &'a [u32],
+    pub starts: &'a [usize],
+    pub lists: &'a [Vec<u32>],
+}
+
+/// The nearest centroid of every row of `data` among its group's candidates
+/// (`(labels, distances)`, indexed by row, as [`nearest`]; a row in no group
+/// gets label 0 at distance ∞). Groups run in parallel, each one packing its
+/// candidates once and sending its rows through the same tile kernel as a
+/// full assignment, so a group's answer is exactly the full kernel's answer
+/// over those candidates, whatever the thread count.
+pub(crate) fn nearest_among_unchecked(
+    data: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    metric: Metric,
+    groups: &Groups<'_>,
+) -> (Vec<u32>, Vec<f32>) {
+    let kernel = Kernel::detect();
+    let per_group: Vec<Vec<(u32, u32, f32)>> = groups
+        .lists
+        .par_iter()
+        .enumerate()
+        .map_init(
+            || (Vec::new(), Vec::new(), Vec::new()),
+            |(candidates, gathered, scratch): &mut (Vec<f32>, Vec<f32>, Vec<f32>), (g, list)| {
+                let rows = &groups.order[groups.starts[g]..groups.starts[g + 1]];
+                if rows.is_empty() || list.is_empty() {
+                    return Vec::new();
+                }
+                candidates.clear();
+                for &c in list {
+                    candidates.extend_from_slice(&centroids[c as usize * dim..][..dim]);
+                }
+                let prepared = Prepared::new(kernel, candidates, dim, metric);
+                if kernel == Kernel::Sgemm {
+                    scratch.resize(POINT_TILE * CENTROID_TILE.min(prepared.k), 0.0);
+                }
+                let mut out = Vec::with_capacity(rows.len());
+                let (mut l, mut d1, mut d2) = (Vec::new(), Vec::new(), Vec::new());
+                for chunk in rows.chunks(POINT_TILE) {
+                    gathered.clear();
+                    for &r in chunk {
+                        gathered.extend_from_slice(&data[r as usize * dim..][..dim]);
+                    }
+                    for v in [&mut d1, &mut d2] {
+                        v.clear();
+                        v.resize(chunk.len(), 0.0);
+                    }
+                    l.clear();
+                    l.resize(chunk.len(), 0);
+                    prepared.tile(gathered, &mut l, &mut d1, &mut d2, scratch);
+                    out.extend(
+                        chunk
+                            .iter()
+                            .zip(&l)
+                            .zip(&d1)
+                            .map(|((&r, &j), &d)| (r, list[j as usize], d)),
+                    );
+                }
+                out
+            },
+        )
+        .collect();
+    let n = data.len() / dim;
+    let (mut labels, mut dists) = (vec![0u32; n], vec![f32::INFINITY; n]);
+    for (r, label, dist) in per_group.into_iter().flatten() {
+        labels[r as usize] = label;
+        dists[r as usize] = dist;
+    }
+    (labels, dists)
+}
+
 /// Labels, best and second-best distances of every row of `data` (or of the
 /// listed `rows`), on a supported kernel.
 fn top2(
@@ -732,6 +810,44 @@ mod tests {
         let (sl, s1, s2) = nearest2_rows_unchecked(&data, &rows, &cents, dim, Metric::L2);
         for (t, &r) in rows.iter().enumerate() {
             assert_eq!((sl[t], s1[t], s2[t]), (l[r], d1[r], d2[r]), "row {r}");
+        }
+    }
+
+    #[test]
+    fn a_group_gets_the_full_kernels_answer_over_its_candidates() {
+        let mut rng = ChaCha8Rng::seed_from_u64(13);
+        let (n, k, dim) = (700, 50, 11);
+        let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        // Group 0: 300 rows (two tiles), 33 candidates (two AVX-512 panels);
+        // group 1: no rows; group 2: 399 rows, 5 candidates; row 699 in none.
+        let lists: Vec<Vec<u32>> = vec![
+            (0..k as u32).filter(|c| c % 3 != 1).take(33).collect(),
+            vec![4, 7],
+            vec![1, 2, 30, 31, 49],
+        ];
+        let order: Vec<u32> = (0..300).chain(300..699).collect();
+        let starts = vec![0, 300, 300, 699];
+        let groups = Groups {
+            order: &order,
+            starts: &starts,
+            lists: &lists,
+        };
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let (labels, dists) = nearest_among_unchecked(&data, dim, &cents, metric, &groups);
+            for (g, list) in lists.iter().enumerate() {
+                let gathered: Vec<f32> = list
+                    .iter()
+                    .flat_map(|&c| cents[c as usize * dim..][..dim].iter().copied())
+                    .collect();
+                for &r in &order[starts[g]..starts[g + 1]] {
+                    let r = r as usize;
+                    let (l, d) = nearest_unchecked(&data[r * dim..][..dim], &gathered, dim, metric);
+                    assert_eq!(labels[r], list[l[0] as usize], "{metric:?} row {r}");
+                    assert_eq!(dists[r].to_bits(), d[0].to_bits(), "{metric:?} row {r}");
+                }
+            }
+            assert_eq!((labels[699], dists[699]), (0, f32::INFINITY));
         }
     }
 

@@ -16,10 +16,13 @@
 //! by a 1e-4 relative slack on the bound), with far fewer distance
 //! computations once the centroids settle.
 
-use super::assign::{nearest_unchecked, nearest2_rows_unchecked, nearest2_unchecked};
+use super::assign::{
+    Groups, nearest_among_unchecked, nearest_unchecked, nearest2_rows_unchecked, nearest2_unchecked,
+};
 use super::error::KMeansError;
+use super::leaf_panels::LeafPanels;
 use super::sample::{init_kmeans_plus_plus, init_random, subsample};
-use crate::distance::{Metric, check_matrix, normalize_rows};
+use crate::distance::{Metric, check_matrix, normalize_rows, prefetch};
 use rand::Rng;
 use rayon::prelude::*;
 use std::borrow::Cow;
@@ -53,7 +56,18 @@ pub struct KMeansParams {
     /// (Hamerly bounds). Same result as plain Lloyd up to rounding at
     /// near-ties; default on.
     pub bounds: bool,
+    /// After the first [`FULL_ITERATIONS`] iterations, each point is compared
+    /// only with the `neighbours` centroids nearest to its current one (that
+    /// one included), instead of with all k: approximate Lloyd, whose cost
+    /// per iteration no longer grows with k. 0 (or any value ≥ k) compares
+    /// every point with every centroid in every iteration (exact Lloyd).
+    pub neighbours: usize,
 }
+
+/// Iterations that compare every point with every centroid before the
+/// `neighbours` restriction applies: the first assignment has no labels to
+/// start from, and in the second points still move far.
+pub const FULL_ITERATIONS: usize = 2;
 
 impl Default for KMeansParams {
     fn default() -> Self {
@@ -65,6 +79,7 @@ impl Default for KMeansParams {
             init: Init::Random,
             tol: 0.0,
             bounds: true,
+            neighbours: 0,
         }
     }
 }
@@ -200,14 +215,20 @@ pub(super) fn lloyd(
     let (mut splits, mut hist) = (0, vec![0usize; k]);
     let use_bounds = params.bounds && metric == Metric::L2;
     let mut bounds: Option<Bounds> = None;
-    for _ in 0..params.niter {
-        let (labels, dists) = if use_bounds {
+    let restrict = params.neighbours > 0 && params.neighbours < k;
+    let mut labels = Vec::new();
+    for it in 0..params.niter {
+        let dists;
+        (labels, dists) = if restrict && it >= FULL_ITERATIONS {
+            bounds = None;
+            assign_among_neighbours(x, dim, &centroids, &labels, params.neighbours, metric)
+        } else if use_bounds {
             assign_bounded(x, dim, &centroids, &mut bounds)
         } else {
             nearest_unchecked(x, &centroids, dim, metric)
         };
         let objective: f64 = dists.iter().map(|&d| d as f64).sum();
-        let old = use_bounds.then(|| centroids.clone());
+        let old = bounds.is_some().then(|| centroids.clone());
         hist = update_centroids(x, dim, &labels, &mut centroids);
         splits += split_empty(&mut centroids, dim, &mut hist, rng);
         if metric.is_spherical() {
@@ -231,6 +252,56 @@ pub(super) fn lloyd(
         hist,
         splits,
     }
+}
+
+/// Each point's nearest centroid among the `m` centroids nearest to its
+/// current one, `labels` (itself included): the points are grouped by label
+/// and each group goes through the assignment kernel against its own
+/// candidates ([`nearest_among_unchecked`]).
+fn assign_among_neighbours(
+    x: &[f32],
+    dim: usize,
+    centroids: &[f32],
+    labels: &[u32],
+    m: usize,
+    metric: Metric,
+) -> (Vec<u32>, Vec<f32>) {
+    let k = centroids.len() / dim;
+    let lists = neighbour_lists(centroids, dim, m);
+    let (order, starts) = group_by_label(labels, k);
+    let groups = Groups {
+        order: &order,
+        starts: &starts,
+        lists: &lists,
+    };
+    nearest_among_unchecked(x, dim, centroids, metric, &groups)
+}
+
+/// For every centroid, the ids of the `m` centroids nearest to it under L2
+/// (itself first, then by distance, ties to the smaller id), sorted by id.
+/// The spherical metrics' centroids have unit norm, so L2 ranks them as
+/// their own metric does.
+fn neighbour_lists(centroids: &[f32], dim: usize, m: usize) -> Vec<Vec<u32>> {
+    let panels = LeafPanels::new(centroids, dim);
+    let k = panels.nlist();
+    let m = m.clamp(1, k.max(1));
+    (0..k)
+        .into_par_iter()
+        .map_init(Vec::new, |d, i| {
+            panels.distances(Metric::L2, &centroids[i * dim..][..dim], 0..k, d);
+            let mut ids: Vec<u32> = (0..k as u32).collect();
+            let i = i as u32;
+            ids.select_nth_unstable_by(m - 1, |&a, &b| {
+                (a != i)
+                    .cmp(&(b != i))
+                    .then(d[a as usize].total_cmp(&d[b as usize]))
+                    .then(a.cmp(&b))
+            });
+            ids.truncate(m);
+            ids.sort_unstable();
+            ids
+        })
+        .collect()
 }
 
 /// Hamerly state per training point: its label and a lower bound on the
@@ -303,50 +374,61 @@ impl Bounds {
 /// Sets each centroid to the mean of its points (empty clusters keep their
 /// old centroid) and returns the cluster sizes.
 ///
-/// Each task owns a contiguous range of centroids and walks the points once
-/// in order, adding those of its range in f64: each centroid's sum is the
-/// same sequence of additions whatever the ranges (so the bytes do not
-/// depend on the thread count), and the points are read front to back, as
-/// the prefetcher wants, instead of cluster by cluster at scattered rows.
+/// The points are grouped by label first ([`group_by_label`], ascending
+/// point order within a cluster), then every centroid sums its own points in
+/// f64, clusters in parallel: each centroid's sum is the same sequence of
+/// additions whatever the thread count, and every point is read once.
 fn update_centroids(x: &[f32], dim: usize, labels: &[u32], centroids: &mut [f32]) -> Vec<usize> {
     let k = centroids.len() / dim;
-    let mut hist = vec![0usize; k];
-    labels.iter().for_each(|&l| hist[l as usize] += 1);
-    // Two ranges a thread, to balance uneven clusters; a range reads only
-    // its own points' rows.
-    let per = k.div_ceil((2 * rayon::current_num_threads()).clamp(1, k.max(1)));
+    let (order, starts) = group_by_label(labels, k);
     centroids
-        .par_chunks_mut(per * dim)
-        .zip(hist.par_chunks(per))
+        .par_chunks_mut(dim)
         .enumerate()
-        .for_each(|(r, (range, sizes))| {
-            let first = r * per;
-            let mut sums = vec![0f64; range.len()];
-            for (p, &l) in x.chunks_exact(dim).zip(labels) {
-                let Some(c) = (l as usize).checked_sub(first).filter(|&c| c < sizes.len()) else {
-                    continue;
-                };
-                sums[c * dim..(c + 1) * dim]
-                    .iter_mut()
-                    .zip(p)
-                    .for_each(|(a, &v)| *a += f64::from(v));
-            }
-            for ((centroid, sum), &size) in range
-                .chunks_exact_mut(dim)
-                .zip(sums.chunks_exact(dim))
-                .zip(sizes)
-            {
-                if size == 0 {
-                    continue;
+        .with_min_len(8)
+        .for_each_init(
+            || vec![0f64; dim],
+            |sum, (c, centroid)| {
+                let members = &order[starts[c]..starts[c + 1]];
+                if members.is_empty() {
+                    return;
                 }
-                let inv = 1.0 / size as f64;
+                sum.fill(0.0);
+                let row = |i: u32| &x[i as usize * dim..][..dim];
+                for (t, &i) in members.iter().enumerate() {
+                    if let Some(&ahead) = members.get(t + PREFETCH_AHEAD) {
+                        prefetch(row(ahead));
+                    }
+                    let p = row(i);
+                    sum.iter_mut().zip(p).for_each(|(a, &v)| *a += f64::from(v));
+                }
+                let inv = 1.0 / members.len() as f64;
                 centroid
                     .iter_mut()
-                    .zip(sum)
+                    .zip(sum.iter())
                     .for_each(|(c, &a)| *c = (a * inv) as f32);
-            }
-        });
-    hist
+            },
+        );
+    starts.windows(2).map(|w| w[1] - w[0]).collect()
+}
+
+/// Rows a cluster's sum prefetches ahead of the one it adds.
+const PREFETCH_AHEAD: usize = 4;
+
+/// The points grouped by label: `order[starts[c]..starts[c + 1]]` are the
+/// points labelled `c`, in ascending order (a counting sort).
+fn group_by_label(labels: &[u32], k: usize) -> (Vec<u32>, Vec<usize>) {
+    let mut starts = vec![0usize; k + 1];
+    labels.iter().for_each(|&l| starts[l as usize + 1] += 1);
+    for c in 0..k {
+        starts[c + 1] += starts[c];
+    }
+    let mut next = starts.clone();
+    let mut order = vec![0u32; labels.len()];
+    for (i, &l) in labels.iter().enumerate() {
+        order[next[l as usize]] = i as u32;
+        next[l as usize] += 1;
+    }
+    (order, starts)
 }
 
 /// FAISS's `split_clusters`: every empty cluster takes a copy of a cluster
@@ -405,6 +487,36 @@ mod tests {
         assert_eq!(c[0..2], [1.0, 2.0]);
         assert_eq!(c[2..4], [4.0 * (1.0 + SPLIT_EPS), 4.0 * (1.0 - SPLIT_EPS)]);
         assert_eq!(c[4..6], [4.0 * (1.0 - SPLIT_EPS), 4.0 * (1.0 + SPLIT_EPS)]);
+    }
+
+    #[test]
+    fn neighbour_lists_hold_each_centroid_and_its_nearest() {
+        // Centroids on a line at 0, 1, 3, 6, 10 and a duplicate of 3 (id 5).
+        let c = [0.0, 1.0, 3.0, 6.0, 10.0, 3.0];
+        let lists = neighbour_lists(&c, 1, 3);
+        assert_eq!(lists[0], vec![0, 1, 2]);
+        assert_eq!(lists[1], vec![0, 1, 2]);
+        // Its duplicate (distance 0) comes first, then 1 at 2 before 6 at 3.
+        assert_eq!(lists[2], vec![1, 2, 5]);
+        assert_eq!(lists[5], vec![1, 2, 5]);
+        assert_eq!(lists[4], vec![2, 3, 4]);
+        // Ties at distance 0 never push a centroid out of its own list.
+        let same = [2.0; 4];
+        for (i, list) in neighbour_lists(&same, 1, 2).iter().enumerate() {
+            assert!(
+                list.contains(&(i as u32)) && list.len() == 2,
+                "{i}: {list:?}"
+            );
+        }
+        // m is clamped to k.
+        assert_eq!(neighbour_lists(&c, 1, 10)[0], vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn group_by_label_is_a_stable_counting_sort() {
+        let (order, starts) = group_by_label(&[2, 0, 2, 1, 0], 4);
+        assert_eq!(order, vec![1, 4, 3, 0, 2]);
+        assert_eq!(starts, vec![0, 2, 3, 5, 5]);
     }
 
     #[test]

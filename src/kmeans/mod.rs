@@ -26,6 +26,6 @@ mod leaf_panels;
 pub mod sample;
 
 pub use error::KMeansError;
-pub use flat::{Init, KMeansParams, KMeansResult, imbalance_factor, train};
+pub use flat::{FULL_ITERATIONS, Init, KMeansParams, KMeansResult, imbalance_factor, train};
 pub use hierarchy::{AssignMode, Hierarchy, HierarchyParams, HierarchyReport, Leaves};
 pub use leaf_panels::LeafPanels;

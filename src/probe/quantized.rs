@@ -23,7 +23,7 @@ use super::ProbeError;
 use super::load::{Fetched, FileRequest};
 use super::rows::{DecodedRowGroup, FastCodes, ProbedRows};
 use super::scan::probing_queries;
-use crate::distance::Metric;
+use crate::distance::{Metric, prefetch};
 use crate::format::page_crc::checked_page;
 use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
@@ -675,21 +675,6 @@ fn rerank_in_memory(
             top
         })
         .collect()
-}
-
-/// Hints the CPU to bring `values` into its caches (nothing elsewhere than
-/// x86-64).
-#[inline]
-fn prefetch<T>(values: &[T]) {
-    #[cfg(target_arch = "x86_64")]
-    for line in values.chunks(64 / size_of::<T>().max(1)) {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of x86-64; a prefetch reads nothing and
-        // cannot fault, and the address is inside `values`.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = values;
 }
 
 /// The `k` best of each query's candidates by their estimated distances

@@ -374,6 +374,58 @@ fn hamerly_bounds_reproduce_plain_lloyd() {
 }
 
 #[test]
+fn neighbour_restricted_lloyd_tracks_exact_lloyd_and_is_deterministic() {
+    // Overlapping blobs, k = 128: points keep moving between neighbouring
+    // clusters after the full iterations, which the restriction must follow.
+    let (dim, k) = (12, 128);
+    let data = blobs(20_000, dim, 160, 21);
+    let run = |neighbours: usize, threads: usize| {
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build()
+            .unwrap();
+        pool.install(|| {
+            kmeans::train(
+                &data,
+                dim,
+                &KMeansParams {
+                    neighbours,
+                    niter: 12,
+                    ..params(k)
+                },
+                Metric::L2,
+                &mut ChaCha8Rng::seed_from_u64(8),
+            )
+            .unwrap()
+        })
+    };
+    let bits =
+        |r: &kmeans::KMeansResult| r.centroids.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+    let exact = run(0, 2);
+    let restricted = run(16, 2);
+    // The first iterations are the exact ones, bit for bit.
+    let full = kmeans::FULL_ITERATIONS;
+    assert_eq!(
+        exact.objective_history[..full],
+        restricted.objective_history[..full]
+    );
+    // Each restricted assignment keeps the point's own centroid among its
+    // candidates, so the objective never rises (no empty cluster here).
+    for w in restricted.objective_history.windows(2) {
+        assert!(w[1] <= w[0] * (1.0 + 1e-6), "objective rose: {w:?}");
+    }
+    let (e, r) = (exact.objective, restricted.objective);
+    assert!(r <= e * 1.01, "restricted objective {r} vs exact {e}");
+    assert_eq!(
+        bits(&restricted),
+        bits(&run(16, 1)),
+        "thread count changed the bytes"
+    );
+    // Candidates covering every centroid are exact Lloyd.
+    assert_eq!(bits(&exact), bits(&run(k, 2)));
+}
+
+#[test]
 fn polish_lowers_the_objective_keeps_ownership_and_is_deterministic() {
     let dim = 8;
     let data = blobs(6000, dim, 60, 11);
