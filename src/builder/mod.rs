@@ -26,4 +26,4 @@ pub use source::{
     ArraySource, ParquetSource, ParquetSourceOptions, SourceDefinition, SourceSpec, VectorBatch,
     VectorSource, open_source,
 };
-pub use stages::{BuildParams, DEFAULT_CODES, DEFAULT_POLISH, DEFAULT_SEED};
+pub use stages::{BuildParams, DEFAULT_CODES, DEFAULT_NEIGHBOURS, DEFAULT_POLISH, DEFAULT_SEED};

@@ -27,8 +27,10 @@ use std::sync::Arc;
 use object_store::ObjectStore;
 use object_store::path::Path;
 
+use arrow::array::UInt32Array;
 use arrow::compute::{
-    SortColumn, SortOptions, concat_batches, lexsort_to_indices, take_record_batch,
+    SortColumn, SortOptions, concat_batches, interleave_record_batch, lexsort_to_indices,
+    take_record_batch,
 };
 use arrow::datatypes::SchemaRef;
 use arrow::ipc::reader::StreamReader;
@@ -221,7 +223,8 @@ impl TakenBucket {
 
 /// One bucket's rows, from batches of `schema` in any split and order, as a
 /// single batch sorted by (cid, `sort_by`, rowid) ([`sort_postings`]);
-/// `None` when there are none.
+/// `None` when there are none. Only the key columns are concatenated to
+/// sort; every row is then copied once, straight from its batch into place.
 ///
 /// # Errors
 /// [`BuildError::Arrow`] when a batch does not match `schema` or lacks the
@@ -231,12 +234,44 @@ pub fn sort_run(
     batches: Vec<RecordBatch>,
     sort_by: Option<&str>,
 ) -> Result<Option<RecordBatch>, BuildError> {
-    if batches.is_empty() {
-        return Ok(None);
+    let arrow = |e: arrow::error::ArrowError| BuildError::Arrow(e.to_string());
+    match batches.len() {
+        0 => return Ok(None),
+        1 => return sort_postings(&batches[0], sort_by).map(Some),
+        _ => {}
     }
-    let all = concat_batches(schema, &batches).map_err(|e| BuildError::Arrow(e.to_string()))?;
-    drop(batches);
-    sort_postings(&all, sort_by).map(Some)
+    let key_names: Vec<&str> = [Some(CID_COLUMN), sort_by, Some(ROWID_COLUMN)]
+        .into_iter()
+        .flatten()
+        .collect();
+    let key_indices = key_names
+        .iter()
+        .map(|name| {
+            schema
+                .index_of(name)
+                .map_err(|_| BuildError::Arrow(format!("postings batch has no column {name}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let keys = batches
+        .iter()
+        .map(|b| b.project(&key_indices))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(arrow)?;
+    let keys = concat_batches(
+        &Arc::new(schema.project(&key_indices).map_err(arrow)?),
+        &keys,
+    )
+    .map_err(arrow)?;
+    let order = sort_order(&keys, sort_by)?;
+    let mut at = Vec::with_capacity(batches.len());
+    for (b, batch) in batches.iter().enumerate() {
+        at.extend((0..batch.num_rows()).map(|r| (b, r)));
+    }
+    let indices: Vec<(usize, usize)> = order.values().iter().map(|&i| at[i as usize]).collect();
+    let refs: Vec<&RecordBatch> = batches.iter().collect();
+    interleave_record_batch(&refs, &indices)
+        .map(Some)
+        .map_err(arrow)
 }
 
 /// Work folders are `$TMPDIR/parqivf-build-<random>`.
@@ -439,6 +474,21 @@ pub fn sort_postings(
     batch: &RecordBatch,
     sort_by: Option<&str>,
 ) -> Result<RecordBatch, BuildError> {
+    let order = sort_order(batch, sort_by)?;
+    if order
+        .values()
+        .iter()
+        .enumerate()
+        .all(|(i, &j)| i as u32 == j)
+    {
+        return Ok(batch.clone());
+    }
+    take_record_batch(batch, &order).map_err(|e| BuildError::Arrow(e.to_string()))
+}
+
+/// The row order of [`sort_postings`]: indices of `batch`'s rows by (cid,
+/// `sort_by`, rowid).
+fn sort_order(batch: &RecordBatch, sort_by: Option<&str>) -> Result<UInt32Array, BuildError> {
     let col = |name: &str| {
         batch
             .column_by_name(name)
@@ -457,22 +507,13 @@ pub fn sort_postings(
         keys.push(key(col(column)?));
     }
     keys.push(key(col(ROWID_COLUMN)?));
-    let order = lexsort_to_indices(&keys, None).map_err(|e| BuildError::Arrow(e.to_string()))?;
-    if order
-        .values()
-        .iter()
-        .enumerate()
-        .all(|(i, &j)| i as u32 == j)
-    {
-        return Ok(batch.clone());
-    }
-    take_record_batch(batch, &order).map_err(|e| BuildError::Arrow(e.to_string()))
+    lexsort_to_indices(&keys, None).map_err(|e| BuildError::Arrow(e.to_string()))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use arrow::array::{FixedSizeBinaryArray, Int32Array, Int64Array};
+    use arrow::array::{AsArray, FixedSizeBinaryArray, Int32Array, Int64Array};
     use arrow::datatypes::{DataType, Field, Schema};
     use std::sync::Arc;
 
@@ -504,11 +545,17 @@ mod tests {
         .unwrap()
     }
 
+    /// The (cid, rowid) of each row, checking that its vector (its rowid as
+    /// f32) moved with it.
     fn pairs(b: &RecordBatch) -> Vec<(i32, i64)> {
         let c = b.column(0).as_any().downcast_ref::<Int32Array>().unwrap();
         let r = b.column(1).as_any().downcast_ref::<Int64Array>().unwrap();
+        let v = b.column(2).as_fixed_size_binary();
         (0..b.num_rows())
-            .map(|i| (c.value(i), r.value(i)))
+            .map(|i| {
+                assert_eq!(v.value(i), (r.value(i) as f32).to_le_bytes(), "row {i}");
+                (c.value(i), r.value(i))
+            })
             .collect()
     }
 

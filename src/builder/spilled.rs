@@ -142,16 +142,47 @@ pub async fn write_all(
     params: &BuildParams,
     on_bucket: impl Fn(u64),
 ) -> Result<Vec<crate::format::manifest::FileEntry>, BuildError> {
-    let mut files = Vec::new();
-    for bucket in 0..spill.buckets() {
-        let (taken, sort_by) = (spill.take(bucket), params.sort_by.clone());
-        // Reading the spill file back and sorting: off the async workers.
-        if let Some(sorted) = blocking(move || taken.sorted(sort_by.as_deref())).await? {
-            files.extend(stages::write_bucket(store, target, bucket as u32, sorted).await?);
+    use futures::StreamExt;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let handle = tokio::runtime::Handle::current();
+    let failed = Arc::new(AtomicBool::new(false));
+    // Sorting a bucket and encoding its files is CPU work: each bucket runs
+    // on a blocking thread, its uploads driven from there, as many buckets
+    // at a time as the build has threads; the files come back in bucket
+    // order.
+    let mut written = futures::stream::iter(0..spill.buckets())
+        .map(|bucket| {
+            let (taken, sort_by) = (spill.take(bucket), params.sort_by.clone());
+            let (store, target, handle) = (store.clone(), target.clone(), handle.clone());
+            let failed = failed.clone();
+            blocking(move || {
+                // After a failure nothing more starts; the buckets in
+                // flight finish before the error is returned.
+                if failed.load(Ordering::Relaxed) {
+                    return Ok(Vec::new());
+                }
+                let Some(sorted) = taken.sorted(sort_by.as_deref())? else {
+                    return Ok(Vec::new());
+                };
+                handle.block_on(stages::write_bucket(&store, &target, bucket as u32, sorted))
+            })
+        })
+        .buffered(rayon::current_num_threads().max(1));
+    let (mut files, mut first_error) = (Vec::new(), None);
+    while let Some(result) = written.next().await {
+        match result {
+            Ok(entries) => files.extend(entries),
+            Err(e) => {
+                failed.store(true, Ordering::Relaxed);
+                first_error.get_or_insert(e);
+            }
         }
         on_bucket(1);
     }
-    Ok(files)
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(files),
+    }
 }
 
 /// [`write_all`] for a small table: every bucket of `spill`, sorted, as

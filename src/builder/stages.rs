@@ -75,6 +75,9 @@ pub struct BuildParams {
     pub polish: usize,
     pub metric: Metric,
     pub niter: usize,
+    /// Candidate centroids per point in the later Lloyd iterations
+    /// ([`crate::kmeans::KMeansParams::neighbours`]; 0: exact Lloyd).
+    pub neighbours: usize,
     pub max_points_per_centroid: usize,
     pub seed: u64,
     /// How rows are assigned to leaves.
@@ -110,6 +113,10 @@ pub const DEFAULT_CODES: Option<Scheme> = Some(Scheme::RaBitQ4);
 /// (`docs/benchmarks.md`).
 pub const DEFAULT_POLISH: usize = 4;
 
+/// Candidate centroids per point in the Lloyd iterations after the first
+/// [`crate::kmeans::FULL_ITERATIONS`], by default.
+pub const DEFAULT_NEIGHBOURS: usize = 64;
+
 /// The most lists whose leaves are trained flat by default. Flat leaves
 /// reach FAISS IVF-Flat's recall at equal nlist and nprobe on both measured
 /// sets, where the per-root leaves fall behind on sentence embeddings even
@@ -126,6 +133,7 @@ impl Default for BuildParams {
             polish: DEFAULT_POLISH,
             metric: Metric::L2,
             niter: 20,
+            neighbours: DEFAULT_NEIGHBOURS,
             max_points_per_centroid: 256,
             seed: DEFAULT_SEED,
             assign: AssignMode::Exact,
@@ -360,6 +368,7 @@ pub fn train(
         metric: params.metric,
         kmeans: KMeansParams {
             niter: params.niter,
+            neighbours: params.neighbours,
             max_points_per_centroid: params.max_points_per_centroid,
             ..KMeansParams::default()
         },
@@ -594,11 +603,7 @@ pub fn assign(
                 .map_err(|e| BuildError::Arrow(e.to_string()))
         })
         .transpose()?;
-    let mut bytes = Vec::with_capacity(batch.vectors.len() * 4);
-    for v in &batch.vectors {
-        bytes.extend_from_slice(&v.to_le_bytes());
-    }
-    let vectors = FixedSizeBinaryArray::try_new((dim * 4) as i32, bytes.into(), None)
+    let vectors = FixedSizeBinaryArray::try_new((dim * 4) as i32, le_bytes(batch.vectors), None)
         .map_err(|e| BuildError::Arrow(e.to_string()))?;
     let mut columns: Vec<ArrayRef> = vec![
         Arc::new(Int32Array::from_iter_values(cids.iter().map(|&c| c as i32))),
@@ -612,6 +617,20 @@ pub fn assign(
         columns.extend(p.columns().iter().cloned());
     }
     RecordBatch::try_new(schema.clone(), columns).map_err(|e| BuildError::Arrow(e.to_string()))
+}
+
+/// The little-endian bytes of `values`, as the `vector` column stores them:
+/// the vector's own allocation on a little-endian machine, no copy.
+fn le_bytes(values: Vec<f32>) -> arrow::buffer::Buffer {
+    if cfg!(target_endian = "little") {
+        arrow::buffer::Buffer::from_vec(values)
+    } else {
+        values
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect::<Vec<u8>>()
+            .into()
+    }
 }
 
 /// The sum over assigned `rows` (the postings schema: `cid`, `rowid`,

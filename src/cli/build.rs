@@ -70,6 +70,11 @@ pub struct Args {
     pub metric: Metric,
     #[arg(long, default_value_t = 20)]
     pub niter: usize,
+    /// Candidate centroids per point after the first two Lloyd iterations
+    /// (approximate Lloyd: each point is compared with the centroids nearest
+    /// to its own); 0 compares every point with every centroid.
+    #[arg(long, default_value_t = parqivf::builder::DEFAULT_NEIGHBOURS)]
+    pub neighbours: usize,
     #[arg(long, default_value_t = 256)]
     pub max_points_per_centroid: usize,
     /// Seed for sampling and training (builds are reproducible by seed and thread count).
@@ -144,6 +149,7 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
             polish: args.polish,
             metric: args.metric,
             niter: args.niter,
+            neighbours: args.neighbours,
             max_points_per_centroid: args.max_points_per_centroid,
             seed: args.seed,
             assign: args.assign,
