@@ -54,6 +54,7 @@ def build(
     polish: int = 4,
     metric: Literal["l2", "ip", "cosine"] = "l2",
     niter: int = 20,
+    neighbours: int = 64,
     max_points_per_centroid: int = 256,
     seed: int = 1234,
     assign: str = "exact",

@@ -238,6 +238,7 @@ fn build_args(source: String, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Bu
             "polish" => params.polish = value.extract()?,
             "metric" => params.metric = parsed(&key, text()?.parse())?,
             "niter" => params.niter = value.extract()?,
+            "neighbours" => params.neighbours = value.extract()?,
             "max_points_per_centroid" => params.max_points_per_centroid = value.extract()?,
             "seed" => params.seed = value.extract()?,
             "assign" => params.assign = parsed(&key, text()?.parse())?,

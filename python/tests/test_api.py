@@ -186,7 +186,8 @@ def test_target_recall_and_its_estimate(coded_index, table, tmp_path, data):
     with pytest.raises(parqivf.InvalidArgument, match="outside"):
         idx.search(queries[:1], target_recall=0.0)
     plain = tmp_path / "plain"
-    parqivf.build(str(table), str(plain), nlist=NLIST, calibration_queries=0)
+    # Exact Lloyd (`neighbours=0`) as the CLI's `--neighbours 0`.
+    parqivf.build(str(table), str(plain), nlist=NLIST, calibration_queries=0, neighbours=0)
     bare = parqivf.Index.open(str(plain))
     assert bare.info["calibration"] is None
     with pytest.raises(parqivf.InvalidArgument, match="calibration"):

@@ -18,10 +18,11 @@
 //! round: the leaves are flat k-means over all of the sample (as FAISS's
 //! IVF), then the roots are k-means over the leaf centroids and each leaf
 //! goes to its nearest root. The leaves are exactly as good as flat k-means;
-//! every iteration is a full nlist-wide pass over a sample of 256·nlist
-//! points, so the cost grows with nlist² (the top-down training's per-root
-//! iterations with nlist^1.5, plus its few polish passes), and it suits the
-//! nlist a flat training can afford
+//! its full iterations (all of them with `neighbours` 0, the first
+//! [`super::FULL_ITERATIONS`] otherwise) are nlist-wide passes over a sample
+//! of 256·nlist points, so their cost grows with nlist² (the top-down
+//! training's per-root iterations with nlist^1.5, plus its few polish
+//! passes), and it suits the nlist a flat training can afford
 //! (`docs/partitions-report.md` has the measurements).
 
 use super::assign::nearest_unchecked;
