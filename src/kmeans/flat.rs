@@ -2,10 +2,14 @@
 //! empty-cluster split and the spherical variant for inner product / cosine.
 //!
 //! One iteration: assign every sample point with the blocked-GEMM kernel,
-//! recompute each centroid as the mean of its points (summed in f64, in point
-//! order, a range of clusters per task, so the bytes do not depend on the
-//! thread count), split a large cluster into every empty one, and normalise the
-//! centroids in spherical mode.
+//! group the points by label, recompute each centroid as the mean of its
+//! points (summed in f64, in point order, a cluster per task, so the bytes do
+//! not depend on the thread count), split a large cluster into every empty
+//! one, and normalise the centroids in spherical mode.
+//!
+//! With [`KMeansParams::neighbours`], the iterations after the first
+//! [`FULL_ITERATIONS`] compare each group's points only with the centroids
+//! nearest to the group's own (approximate Lloyd).
 //!
 //! For L2 the assignment skips points whose nearest centroid provably did not
 //! change (Hamerly's bounds): each point keeps a lower bound on its distance
@@ -216,12 +220,13 @@ pub(super) fn lloyd(
     let use_bounds = params.bounds && metric == Metric::L2;
     let mut bounds: Option<Bounds> = None;
     let restrict = params.neighbours > 0 && params.neighbours < k;
-    let mut labels = Vec::new();
+    // The points grouped by the last assignment's labels: the update's
+    // input, and the next restricted assignment's.
+    let mut clusters = (Vec::new(), Vec::new());
     for it in 0..params.niter {
-        let dists;
-        (labels, dists) = if restrict && it >= FULL_ITERATIONS {
+        let (labels, dists) = if restrict && it >= FULL_ITERATIONS {
             bounds = None;
-            assign_among_neighbours(x, dim, &centroids, &labels, params.neighbours, metric)
+            assign_among_neighbours(x, dim, &centroids, &clusters, params.neighbours, metric)
         } else if use_bounds {
             assign_bounded(x, dim, &centroids, &mut bounds)
         } else {
@@ -229,7 +234,8 @@ pub(super) fn lloyd(
         };
         let objective: f64 = dists.iter().map(|&d| d as f64).sum();
         let old = bounds.is_some().then(|| centroids.clone());
-        hist = update_centroids(x, dim, &labels, &mut centroids);
+        clusters = group_by_label(&labels, k);
+        hist = update_centroids(x, dim, &clusters, &mut centroids);
         splits += split_empty(&mut centroids, dim, &mut hist, rng);
         if metric.is_spherical() {
             normalize_rows(&mut centroids, dim);
@@ -255,23 +261,21 @@ pub(super) fn lloyd(
 }
 
 /// Each point's nearest centroid among the `m` centroids nearest to its
-/// current one, `labels` (itself included): the points are grouped by label
-/// and each group goes through the assignment kernel against its own
-/// candidates ([`nearest_among_unchecked`]).
+/// current one (itself included): each group of `clusters` (the points by
+/// current label, [`group_by_label`]) goes through the assignment kernel
+/// against its own candidates ([`nearest_among_unchecked`]).
 fn assign_among_neighbours(
     x: &[f32],
     dim: usize,
     centroids: &[f32],
-    labels: &[u32],
+    (order, starts): &(Vec<u32>, Vec<usize>),
     m: usize,
     metric: Metric,
 ) -> (Vec<u32>, Vec<f32>) {
-    let k = centroids.len() / dim;
     let lists = neighbour_lists(centroids, dim, m);
-    let (order, starts) = group_by_label(labels, k);
     let groups = Groups {
-        order: &order,
-        starts: &starts,
+        order,
+        starts,
         lists: &lists,
     };
     nearest_among_unchecked(x, dim, centroids, metric, &groups)
@@ -374,13 +378,16 @@ impl Bounds {
 /// Sets each centroid to the mean of its points (empty clusters keep their
 /// old centroid) and returns the cluster sizes.
 ///
-/// The points are grouped by label first ([`group_by_label`], ascending
-/// point order within a cluster), then every centroid sums its own points in
+/// `clusters` are the points grouped by label ([`group_by_label`], ascending
+/// point order within a cluster); every centroid sums its own points in
 /// f64, clusters in parallel: each centroid's sum is the same sequence of
 /// additions whatever the thread count, and every point is read once.
-fn update_centroids(x: &[f32], dim: usize, labels: &[u32], centroids: &mut [f32]) -> Vec<usize> {
-    let k = centroids.len() / dim;
-    let (order, starts) = group_by_label(labels, k);
+fn update_centroids(
+    x: &[f32],
+    dim: usize,
+    (order, starts): &(Vec<u32>, Vec<usize>),
+    centroids: &mut [f32],
+) -> Vec<usize> {
     centroids
         .par_chunks_mut(dim)
         .enumerate()
@@ -523,7 +530,7 @@ mod tests {
     fn update_takes_means_and_keeps_empty_centroids() {
         let x = [0.0, 2.0, 4.0, 10.0];
         let mut c = vec![0.0, 5.0, 7.0];
-        let hist = update_centroids(&x, 1, &[0, 0, 0, 2], &mut c);
+        let hist = update_centroids(&x, 1, &group_by_label(&[0, 0, 0, 2], 3), &mut c);
         assert_eq!(hist, vec![3, 0, 1]);
         assert_eq!(c, vec![2.0, 5.0, 10.0]);
     }

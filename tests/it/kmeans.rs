@@ -24,6 +24,15 @@ fn blobs(n: usize, dim: usize, centers: usize, seed: u64) -> Vec<f32> {
         .collect()
 }
 
+/// `f` on a rayon pool of `threads` threads.
+fn on_threads<T: Send>(threads: usize, f: impl FnOnce() -> T + Send) -> T {
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .unwrap()
+        .install(f)
+}
+
 fn params(k: usize) -> KMeansParams {
     KMeansParams {
         k,
@@ -35,11 +44,7 @@ fn params(k: usize) -> KMeansParams {
 fn same_seed_gives_identical_bytes_for_any_thread_count() {
     let data = blobs(3000, 17, 12, 1);
     let run = |threads: usize, seed: u64| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             kmeans::train(
                 &data,
                 17,
@@ -328,11 +333,7 @@ fn hierarchy_is_deterministic_across_thread_counts() {
         ..HierarchyParams::default()
     };
     let run = |threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             Hierarchy::train(&data, 5, &hp, &mut ChaCha8Rng::seed_from_u64(11))
                 .unwrap()
                 .0
@@ -380,11 +381,7 @@ fn neighbour_restricted_lloyd_tracks_exact_lloyd_and_is_deterministic() {
     let (dim, k) = (12, 128);
     let data = blobs(20_000, dim, 160, 21);
     let run = |neighbours: usize, threads: usize| {
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .build()
-            .unwrap();
-        pool.install(|| {
+        on_threads(threads, || {
             kmeans::train(
                 &data,
                 dim,
