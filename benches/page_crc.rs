@@ -85,7 +85,7 @@ fn bench(c: &mut Criterion) {
     for nprobe in [16, nlist] {
         let params = SearchParams {
             k: 10,
-            nprobe,
+            nprobe: Some(nprobe),
             ..SearchParams::default()
         };
         group.bench_function(

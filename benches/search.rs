@@ -50,7 +50,7 @@ fn bench(c: &mut Criterion) {
             for &nprobe in nprobes {
                 let params = SearchParams {
                     k: 10,
-                    nprobe,
+                    nprobe: Some(nprobe),
                     ..SearchParams::default()
                 };
                 // One iteration = one batch of QUERIES queries.
@@ -80,7 +80,7 @@ fn latency(c: &mut Criterion) {
     let store: Arc<dyn ObjectStore> = Arc::new(CountingStore::new(mem).with_latency(delay));
     let params = SearchParams {
         k: 10,
-        nprobe,
+        nprobe: Some(nprobe),
         ..SearchParams::default()
     };
     let mut group = c.benchmark_group("latency");

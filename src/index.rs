@@ -29,7 +29,10 @@ use crate::probe::ProbeError;
 use crate::probe::engine::Engine;
 pub use crate::probe::engine::{CodeMismatch, Explain, Preload};
 pub use crate::probe::load::{IndexOptions, PostingsReader};
-pub use crate::probe::query::{DEFAULT_RERANK, Hit, QueryError, SearchParams, SearchResult};
+pub use crate::probe::query::{
+    DEFAULT_NPROBE, DEFAULT_RERANK, DEFAULT_TARGET_RECALL, Hit, ProbeDepth, QueryError,
+    SearchParams, SearchResult,
+};
 use crate::probe::query::{IndexShape, QueryPlan};
 use crate::probe::stats::micros;
 pub use crate::probe::stats::{FilterPlan, OpenStats, Scoring, SearchStats};
@@ -429,6 +432,16 @@ impl Index {
             plan.filter = Some(Arc::new(self.filter(text).await?));
         }
         Ok(plan)
+    }
+
+    /// How `params` choose each query's lists in this index: the
+    /// `nprobe` or target recall they name, or the index's default
+    /// ([`SearchParams::probe`]).
+    ///
+    /// # Errors
+    /// [`QueryError::NprobeAndTarget`], [`QueryError::NotCalibrated`].
+    pub fn probe_depth(&self, params: &SearchParams) -> Result<ProbeDepth, QueryError> {
+        params.probe(self.shape())
     }
 
     /// What a query plan is checked against.

@@ -17,7 +17,7 @@ use serde::Serialize;
 
 use crate::builder::{BuildParams, ParquetSource, ParquetSourceOptions, ProgressMode};
 use crate::distance::Metric;
-use crate::index::{Index, SearchParams};
+use crate::index::{Index, ProbeDepth, SearchParams};
 use crate::topk::TopK;
 
 /// The embedded default: sizes that build and query in seconds on two cores.
@@ -32,7 +32,9 @@ pub struct QuickstartConfig {
     pub nlist: u32,
     pub queries: usize,
     pub k: usize,
-    pub nprobe: usize,
+    /// Lists probed per query; `None`, the index's default (a target
+    /// recall: the build calibrates).
+    pub nprobe: Option<usize>,
     pub seed: u64,
     pub progress: ProgressMode,
 }
@@ -48,7 +50,7 @@ impl Default for QuickstartConfig {
             nlist: 256,
             queries: 1_000,
             k: 10,
-            nprobe: 16,
+            nprobe: None,
             seed: 1234,
             progress: ProgressMode::Auto,
         }
@@ -64,7 +66,9 @@ pub struct QuickstartReport {
     pub rows: usize,
     pub dim: usize,
     pub nlist: u32,
-    pub nprobe: usize,
+    /// How each query chose its lists.
+    pub probe: ProbeDepth,
+    pub mean_lists_probed: f64,
     pub k: usize,
     pub queries: usize,
     pub build_seconds: f64,
@@ -145,6 +149,9 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
         nprobe: cfg.nprobe,
         ..SearchParams::default()
     };
+    let probe = index
+        .probe_depth(&sp)
+        .map_err(crate::index::IndexError::from)?;
     let t = Instant::now();
     let results = index.search_batch(queries, &sp).await?;
     let search_seconds = t.elapsed().as_secs_f64();
@@ -175,7 +182,12 @@ pub async fn run(cfg: &QuickstartConfig) -> crate::Result<QuickstartReport> {
         rows: cfg.rows,
         dim,
         nlist: cfg.nlist,
-        nprobe: cfg.nprobe,
+        probe,
+        mean_lists_probed: results
+            .iter()
+            .map(|r| r.stats.lists_probed as f64)
+            .sum::<f64>()
+            / results.len().max(1) as f64,
         k: cfg.k,
         queries: cfg.queries,
         build_seconds,

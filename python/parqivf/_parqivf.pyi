@@ -166,7 +166,7 @@ class Index:
         self,
         queries: npt.NDArray[np.float32],
         k: int = 10,
-        nprobe: int = 16,
+        nprobe: Optional[int] = None,
         filter: Optional[str] = None,
         max_nprobe: Optional[int] = None,
         rerank: Optional[int] = None,
@@ -180,16 +180,18 @@ class Index:
         until ``k`` rows match or ``max_nprobe`` lists are probed.
         ``rerank`` (default 4) re-ranks ``rerank × k`` code candidates
         exactly; 0 returns the codes' estimates. ``target_recall`` (in
-        (0, 1]) replaces ``nprobe``: each query probes its nearest lists until
-        the build's calibration predicts that share of its exact neighbours
-        (``last_stats["estimated_recall"]``). Raises ``DimensionMismatch``,
+        (0, 1]) instead of ``nprobe``: each query probes its nearest lists
+        until the build's calibration predicts that share of its exact
+        neighbours (``last_stats["estimated_recall"]``). With neither, the
+        index's default: recall 0.95 where it has a calibration (the build
+        makes one), else 16 lists. Raises ``DimensionMismatch``,
         ``InvalidFilter``, ``InvalidArgument``, ``CorruptIndex``, ``StorageError``."""
 
     def search_table(
         self,
         queries: npt.NDArray[np.float32],
         k: int = 10,
-        nprobe: int = 16,
+        nprobe: Optional[int] = None,
         filter: Optional[str] = None,
         max_nprobe: Optional[int] = None,
         rerank: Optional[int] = None,

@@ -529,7 +529,7 @@ impl Index {
     /// The search parameters of `search` and `search_table` (without the payload).
     fn params(
         k: usize,
-        nprobe: usize,
+        nprobe: Option<usize>,
         filter: Option<String>,
         max_nprobe: Option<usize>,
         rerank: Option<usize>,
@@ -640,14 +640,16 @@ impl Index {
     /// With `target_recall` (in (0, 1]) each query probes its nearest lists
     /// until the build's calibration predicts that share of its exact
     /// neighbours, instead of `nprobe` lists (`last_stats` has the estimate).
-    #[pyo3(signature = (queries, k=10, nprobe=16, filter=None, max_nprobe=None, rerank=None, target_recall=None))]
+    /// With neither, the index's default: recall 0.95 where it has a
+    /// calibration (the build makes one), else 16 lists.
+    #[pyo3(signature = (queries, k=10, nprobe=None, filter=None, max_nprobe=None, rerank=None, target_recall=None))]
     #[allow(clippy::too_many_arguments, clippy::type_complexity)]
     fn search<'py>(
         &self,
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
         k: usize,
-        nprobe: usize,
+        nprobe: Option<usize>,
         filter: Option<String>,
         max_nprobe: Option<usize>,
         rerank: Option<usize>,
@@ -673,14 +675,14 @@ impl Index {
 
     /// The hits of each query as one `pyarrow.Table`: `query`, `rank`,
     /// `rowid`, `distance`, then the payload columns (with `payload=True`).
-    #[pyo3(signature = (queries, k=10, nprobe=16, filter=None, max_nprobe=None, rerank=None, payload=true, target_recall=None))]
+    #[pyo3(signature = (queries, k=10, nprobe=None, filter=None, max_nprobe=None, rerank=None, payload=true, target_recall=None))]
     #[allow(clippy::too_many_arguments)]
     fn search_table<'py>(
         &self,
         py: Python<'py>,
         queries: &Bound<'py, PyAny>,
         k: usize,
-        nprobe: usize,
+        nprobe: Option<usize>,
         filter: Option<String>,
         max_nprobe: Option<usize>,
         rerank: Option<usize>,

@@ -192,6 +192,15 @@ def test_target_recall_and_its_estimate(coded_index, table, tmp_path, data):
     assert bare.info["calibration"] is None
     with pytest.raises(parqivf.InvalidArgument, match="calibration"):
         bare.search(queries[:1], target_recall=0.9)
+    # Naming neither: recall 0.95 where calibrated, 16 lists (at most nlist) where not.
+    default_ids, _ = idx.search(queries)
+    assert idx.stats["last_search"]["estimated_recall"] == pytest.approx(0.95, abs=0.02)
+    named_ids, _ = idx.search(queries, target_recall=0.95)
+    assert np.array_equal(default_ids, named_ids)
+    bare.search(queries[:1])
+    assert bare.stats["last_search"]["lists_probed"] == min(16, NLIST)
+    with pytest.raises(parqivf.InvalidArgument, match="both choose the lists"):
+        idx.search(queries[:1], nprobe=4, target_recall=0.9)
 
 
 def test_errors_are_typed_and_name_the_numbers(index, tmp_path, table):

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use anyhow::Context;
+use parqivf::index::ProbeDepth;
 use parqivf::quickstart::{QuickstartConfig, run as run_quickstart};
 
 #[derive(Debug, clap::Args)]
@@ -39,9 +40,13 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             r.index, r.version, r.nlist
         );
         println!("build        : {:.2} s", r.build_seconds);
+        let probe = match r.probe {
+            ProbeDepth::Recall(target) => format!("target recall {target}"),
+            ProbeDepth::Lists(nprobe) => format!("nprobe {nprobe}"),
+        };
         println!(
-            "search       : {} queries, k={}, nprobe={}: {:.0} QPS",
-            r.queries, r.k, r.nprobe, r.qps
+            "search       : {} queries, k={}, {probe} ({:.1} lists on average): {:.0} QPS",
+            r.queries, r.k, r.mean_lists_probed, r.qps
         );
         println!(
             "recall@{}    : {:.4} (against brute force)",

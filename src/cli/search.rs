@@ -16,7 +16,7 @@
 
 use anyhow::{Context, bail};
 use parqivf::catalog::vector_column::to_f32_rows;
-use parqivf::index::{Index, Pending, Preload, SearchParams, SearchResult};
+use parqivf::index::{Index, Pending, Preload, ProbeDepth, SearchParams, SearchResult};
 use parqivf::probe::offload::drive_on_rayon;
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -38,9 +38,11 @@ pub struct Args {
     /// Neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// Leaf lists probed per query (1..=nlist).
-    #[arg(long, default_value_t = 16)]
-    pub nprobe: usize,
+    /// Leaf lists probed per query (1..=nlist), instead of a target recall.
+    /// Default: the index's own, `--target-recall 0.95` where it has a
+    /// calibration (the build makes one), else 16 lists.
+    #[arg(long)]
+    pub nprobe: Option<usize>,
     /// Roots are visited nearest first until they own `root_factor × nprobe`
     /// leaves; the nearest `nprobe` of those are probed.
     #[arg(long, default_value_t = parqivf::probe::select::DEFAULT_ROOT_FACTOR)]
@@ -74,7 +76,7 @@ pub struct Args {
     /// probes its nearest lists until the build's calibration predicts it
     /// has found this share of its exact neighbours. Easy queries stop
     /// early, hard ones go further; `--stats` shows each estimate.
-    #[arg(long, value_name = "R")]
+    #[arg(long, value_name = "R", conflicts_with = "nprobe")]
     pub target_recall: Option<f64>,
     /// Exact neighbours (`.ivecs` or `.npy` of int rows, padded with -1
     /// where fewer than k rows match a filter): print recall@k and QPS.
@@ -465,10 +467,14 @@ async fn benchmark(
             .context(confirmed)?;
         best = best.min(t.as_secs_f64());
     }
+    let (nprobe, target) = match index.probe_depth(params)? {
+        ProbeDepth::Lists(nprobe) => (Some(nprobe), None),
+        ProbeDepth::Recall(target) => (None, Some(target)),
+    };
     let summary = serde_json::json!({
         "queries": nq,
         "k": args.k,
-        "nprobe": args.nprobe,
+        "nprobe": nprobe,
         "root-factor": args.root_factor,
         "threads": rayon::current_num_threads(),
         "preload": args.preload,
@@ -477,10 +483,10 @@ async fn benchmark(
         "seconds": best,
         "qps": nq as f64 / best,
         "recall": hits as f64 / expected.max(1) as f64,
-        "target-recall": args.target_recall,
+        "target-recall": target,
         "mean-estimated-recall": (estimates > 0).then(|| estimated / estimates as f64),
         // The share of queries whose recall is at least the target's minus 0.1.
-        "within-0.1-of-target": args.target_recall.map(|t| {
+        "within-0.1-of-target": target.map(|t| {
             recalls.iter().filter(|&&r| r >= t - 0.1 - 1e-9).count() as f64 / recalls.len().max(1) as f64
         }),
         "full-answers": full as f64 / nq.max(1) as f64,

@@ -58,9 +58,15 @@ pub struct Args {
     /// Largest accepted k.
     #[arg(long, default_value_t = Limits::default().max_k)]
     pub max_k: usize,
-    /// nprobe when a request omits it (clamped to the index's nlist).
-    #[arg(long, default_value_t = Limits::default().default_nprobe)]
-    pub nprobe: usize,
+    /// Lists probed by a request that names neither `nprobe` nor
+    /// `target_recall` (at most the index's nlist). Default: the index's
+    /// own, recall 0.95 where it has a calibration, else 16 lists.
+    #[arg(long)]
+    pub nprobe: Option<usize>,
+    /// The recall probed for by a request that names neither (in (0, 1];
+    /// the index needs its calibration).
+    #[arg(long, value_name = "R", conflicts_with = "nprobe")]
+    pub target_recall: Option<f64>,
     /// Queries admitted at once (running or waiting); beyond this, 429.
     #[arg(long, default_value_t = ServerConfig::default().queue)]
     pub queue: usize,
@@ -146,6 +152,7 @@ fn config(args: &Args, auth_token: Option<AuthToken>) -> ServerConfig {
             max_batch: args.max_batch,
             max_k: args.max_k,
             default_nprobe: args.nprobe,
+            default_target_recall: args.target_recall,
             ..Limits::default()
         },
         queue: args.queue,

@@ -107,7 +107,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
             .into_iter()
             .map(|nprobe| SearchParams {
                 k: args.k,
-                nprobe,
+                nprobe: Some(nprobe),
                 ..SearchParams::default()
             })
             .collect();
@@ -210,7 +210,7 @@ fn read_truth(path: &std::path::Path, n: usize, k: usize) -> anyhow::Result<Vec<
 async fn exhaustive_truth(index: &Index, q: &Queries, k: usize) -> anyhow::Result<Vec<Vec<i64>>> {
     let params = SearchParams {
         k: k + 1,
-        nprobe: index.manifest().nlist as usize,
+        nprobe: Some(index.manifest().nlist as usize),
         rerank: TRUTH_RERANK,
         ..SearchParams::default()
     };
@@ -263,11 +263,12 @@ async fn measure(
     let seconds = t.elapsed().as_secs_f64();
     let n = q.own.len().max(1) as f64;
     Ok(Point {
-        setting: match params.target_recall {
-            Some(t) => format!("target {t}"),
-            None => format!("nprobe {}", params.nprobe),
+        setting: match (params.nprobe, params.target_recall) {
+            (Some(nprobe), _) => format!("nprobe {nprobe}"),
+            (None, Some(t)) => format!("target {t}"),
+            (None, None) => "the index's default".into(),
         },
-        nprobe: params.target_recall.is_none().then_some(params.nprobe),
+        nprobe: params.nprobe,
         target_recall: params.target_recall,
         recall: found as f64 / expected.max(1) as f64,
         qps: n / seconds.max(f64::MIN_POSITIVE),

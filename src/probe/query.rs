@@ -49,6 +49,12 @@ pub enum QueryError {
         "target_recall needs the index's recall calibration (calibration.json), which this index does not have: build it again (calibration is on by default) or give nprobe"
     )]
     NotCalibrated,
+    /// A fixed list count and a target recall both choose the lists: one
+    /// of them, or neither for the index's default.
+    #[error(
+        "nprobe = {nprobe} and target_recall = {target} both choose the lists: give one, or neither for the index's default"
+    )]
+    NprobeAndTarget { nprobe: usize, target: f64 },
     #[error("max_nprobe = {max_nprobe} is outside {nprobe}..={nlist} (nprobe..=nlist)")]
     InvalidMaxNprobe {
         max_nprobe: usize,
@@ -71,6 +77,7 @@ impl QueryError {
             QueryError::InvalidMaxNprobe { .. } => "max_nprobe_out_of_range",
             QueryError::InvalidTargetRecall { .. } => "target_recall_out_of_range",
             QueryError::NotCalibrated => "not_calibrated",
+            QueryError::NprobeAndTarget { .. } => "nprobe_and_target_recall",
         }
     }
 }
@@ -80,8 +87,9 @@ impl QueryError {
 pub struct SearchParams {
     /// Neighbours to return (≥ 1). Default 10.
     pub k: usize,
-    /// Leaf lists to probe (1..=nlist). Default 16.
-    pub nprobe: usize,
+    /// Leaf lists to probe (1..=nlist), instead of a target recall.
+    /// Neither (the default): the index's default ([`SearchParams::probe`]).
+    pub nprobe: Option<usize>,
     /// Roots are visited nearest first until they own `root_factor × nprobe`
     /// leaves (0, the default, visits every root: exact leaf selection); the
     /// nearest `nprobe` leaves among them are probed. At most nlist.
@@ -109,7 +117,7 @@ pub struct SearchParams {
     /// its nearest lists until the build's calibration predicts it has
     /// found this share of its exact top-k (in `(0, 1]`;
     /// [`super::target`]), so an easy query stops early and a hard one goes
-    /// further. Replaces `nprobe`; with a filter, the filter widens from
+    /// further. Instead of `nprobe`; with a filter, the filter widens from
     /// there. Needs an index with a calibration.
     pub target_recall: Option<f64>,
 }
@@ -117,11 +125,31 @@ pub struct SearchParams {
 /// Re-rank factor by default (see `docs/benchmarks.md`).
 pub const DEFAULT_RERANK: usize = 4;
 
+/// The recall a query probes for when it names neither `nprobe` nor a
+/// target, in an index with a calibration (built by default): the recall
+/// FAISS users tune `nprobe` for, reached with fewer lists on average than
+/// any one `nprobe` that reaches it (`docs/benchmarks.md`).
+pub const DEFAULT_TARGET_RECALL: f64 = 0.95;
+
+/// The lists a query probes when it names neither, in an index without a
+/// calibration (at most the index's nlist).
+pub const DEFAULT_NPROBE: usize = 16;
+
+/// How a query chooses its lists.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeDepth {
+    /// Its nearest `n` lists.
+    Lists(usize),
+    /// Its nearest lists until the calibration predicts this recall.
+    Recall(f64),
+}
+
 impl Default for SearchParams {
     fn default() -> Self {
         Self {
             k: 10,
-            nprobe: 16,
+            nprobe: None,
             root_factor: DEFAULT_ROOT_FACTOR,
             include_payload: false,
             rerank: DEFAULT_RERANK,
@@ -133,23 +161,43 @@ impl Default for SearchParams {
 }
 
 impl SearchParams {
-    /// Check the parameters against an index of `nlist` lists.
+    /// How these parameters choose the lists in `index`: the `nprobe` or
+    /// target recall given; neither, [`DEFAULT_TARGET_RECALL`] where the
+    /// index has a calibration and [`DEFAULT_NPROBE`] (at most nlist)
+    /// where it has none.
+    ///
+    /// # Errors
+    /// [`QueryError::NprobeAndTarget`] for both,
+    /// [`QueryError::NotCalibrated`] for a target without a calibration.
+    pub fn probe(&self, index: IndexShape) -> Result<ProbeDepth, QueryError> {
+        match (self.nprobe, self.target_recall) {
+            (Some(nprobe), Some(target)) => Err(QueryError::NprobeAndTarget { nprobe, target }),
+            (Some(nprobe), None) => Ok(ProbeDepth::Lists(nprobe)),
+            (None, Some(_)) if !index.calibrated => Err(QueryError::NotCalibrated),
+            (None, Some(target)) => Ok(ProbeDepth::Recall(target)),
+            (None, None) if index.calibrated => Ok(ProbeDepth::Recall(DEFAULT_TARGET_RECALL)),
+            (None, None) => Ok(ProbeDepth::Lists(DEFAULT_NPROBE.min(index.nlist))),
+        }
+    }
+
+    /// Check the parameters against `index` and resolve its [`ProbeDepth`].
     ///
     /// # Errors
     /// [`QueryError::InvalidK`], [`QueryError::InvalidNprobe`],
     /// [`QueryError::InvalidRootFactor`], [`QueryError::InvalidMaxNprobe`],
-    /// [`QueryError::InvalidTargetRecall`].
-    pub fn check(&self, nlist: usize) -> Result<(), QueryError> {
+    /// [`QueryError::InvalidTargetRecall`], and [`SearchParams::probe`]'s.
+    fn check(&self, index: IndexShape) -> Result<ProbeDepth, QueryError> {
+        let nlist = index.nlist;
         if let Some(target) = self.target_recall
             && !(target > 0.0 && target <= 1.0)
         {
             return Err(QueryError::InvalidTargetRecall { target });
         }
-        // Under a target recall, nprobe is not used: max_nprobe may be any list count.
-        let nprobe = if self.target_recall.is_some() {
-            1
-        } else {
-            self.nprobe
+        let probe = self.probe(index)?;
+        // Under a target recall, max_nprobe may be any list count.
+        let nprobe = match probe {
+            ProbeDepth::Lists(nprobe) => nprobe,
+            ProbeDepth::Recall(_) => 1,
         };
         if self.k == 0 {
             return Err(QueryError::InvalidK);
@@ -169,7 +217,7 @@ impl SearchParams {
                     nlist,
                 })
             }
-            _ => Ok(()),
+            _ => Ok(probe),
         }
     }
 }
@@ -243,10 +291,7 @@ impl QueryPlan {
         params: &SearchParams,
         index: IndexShape,
     ) -> Result<QueryPlan, QueryError> {
-        params.check(index.nlist)?;
-        if params.target_recall.is_some() && !index.calibrated {
-            return Err(QueryError::NotCalibrated);
-        }
+        let probe = params.check(index)?;
         let queries = prepare_queries(index.metric, queries, index.dim)?;
         let rank = if index.has_codes {
             RankMode::Codes {
@@ -258,8 +303,14 @@ impl QueryPlan {
         Ok(QueryPlan {
             queries: queries.into(),
             k: params.k,
-            nprobe: params.nprobe,
-            target: params.target_recall,
+            nprobe: match probe {
+                ProbeDepth::Lists(nprobe) => nprobe,
+                ProbeDepth::Recall(_) => DEFAULT_NPROBE.min(index.nlist),
+            },
+            target: match probe {
+                ProbeDepth::Lists(_) => None,
+                ProbeDepth::Recall(target) => Some(target),
+            },
             root_factor: params.root_factor,
             filter: None,
             cap: params.max_nprobe.unwrap_or(index.nlist).min(index.nlist),
@@ -339,7 +390,7 @@ mod tests {
         let plan = |q: &[f32], p: &SearchParams| QueryPlan::new(q, p, shape()).map(|_| ());
         let with = |f: fn(&mut SearchParams)| {
             let mut p = SearchParams {
-                nprobe: 4,
+                nprobe: Some(4),
                 ..ok.clone()
             };
             f(&mut p);
@@ -370,11 +421,11 @@ mod tests {
         let q = [1.0, 0.0];
         assert_eq!(plan(&q, &with(|p| p.k = 0)), Err(QueryError::InvalidK));
         assert_eq!(
-            plan(&q, &with(|p| p.nprobe = 9)).map_err(|e| e.code()),
+            plan(&q, &with(|p| p.nprobe = Some(9))).map_err(|e| e.code()),
             Err("nprobe_out_of_range")
         );
         assert_eq!(
-            plan(&q, &with(|p| p.nprobe = 0)).map_err(|e| e.code()),
+            plan(&q, &with(|p| p.nprobe = Some(0))).map_err(|e| e.code()),
             Err("nprobe_out_of_range")
         );
         assert_eq!(
@@ -400,15 +451,65 @@ mod tests {
                 "{bad}"
             );
         }
-        // A target needs a calibration; under one, max_nprobe may be below nprobe.
+        // A target needs a calibration; under one, max_nprobe may be below
+        // nprobe's default.
         let mut target = with(|p| p.max_nprobe = Some(2));
         target.target_recall = Some(0.9);
+        assert_eq!(
+            plan(&q, &target),
+            Err(QueryError::NprobeAndTarget {
+                nprobe: 4,
+                target: 0.9
+            })
+        );
+        target.nprobe = None;
         assert_eq!(plan(&q, &target), Err(QueryError::NotCalibrated));
         let calibrated = IndexShape {
             calibrated: true,
             ..shape()
         };
         assert!(QueryPlan::new(&q, &target, calibrated).is_ok());
+    }
+
+    #[test]
+    fn naming_neither_probes_for_the_default_recall_where_the_index_is_calibrated() {
+        let q = [1.0, 0.0];
+        let neither = SearchParams::default();
+        let calibrated = IndexShape {
+            calibrated: true,
+            ..shape()
+        };
+        let resolved = |p: &SearchParams, s: IndexShape| {
+            let plan = QueryPlan::new(&q, p, s).unwrap();
+            (plan.nprobe, plan.target)
+        };
+        assert_eq!(
+            neither.probe(calibrated),
+            Ok(ProbeDepth::Recall(DEFAULT_TARGET_RECALL))
+        );
+        assert_eq!(
+            resolved(&neither, calibrated),
+            (8, Some(DEFAULT_TARGET_RECALL))
+        );
+        // Without a calibration: DEFAULT_NPROBE lists, at most nlist (8 here).
+        assert_eq!(neither.probe(shape()), Ok(ProbeDepth::Lists(8)));
+        assert_eq!(resolved(&neither, shape()), (8, None));
+        let wide = IndexShape {
+            nlist: 1000,
+            ..shape()
+        };
+        assert_eq!(resolved(&neither, wide), (DEFAULT_NPROBE, None));
+        // Either one named is what is used.
+        let lists = SearchParams {
+            nprobe: Some(3),
+            ..neither.clone()
+        };
+        assert_eq!(resolved(&lists, calibrated), (3, None));
+        let target = SearchParams {
+            target_recall: Some(0.8),
+            ..neither
+        };
+        assert_eq!(resolved(&target, calibrated), (8, Some(0.8)));
     }
 
     #[test]

@@ -27,7 +27,7 @@ use tokio::sync::Semaphore;
 use super::api_error::ApiError;
 
 /// Limits on one request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
     /// Largest accepted request body; larger bodies get 413.
     pub max_body_bytes: usize,
@@ -37,8 +37,12 @@ pub struct Limits {
     pub max_k: usize,
     /// `k` when the request omits it.
     pub default_k: usize,
-    /// `nprobe` when the request omits it (clamped to the index's `nlist`).
-    pub default_nprobe: usize,
+    /// `nprobe` of a request that names neither `nprobe` nor
+    /// `target_recall` (at most the index's `nlist`).
+    pub default_nprobe: Option<usize>,
+    /// `target_recall` of a request that names neither. Neither default:
+    /// the index's own ([`crate::index::SearchParams::probe`]).
+    pub default_target_recall: Option<f64>,
 }
 
 impl Default for Limits {
@@ -48,7 +52,8 @@ impl Default for Limits {
             max_batch: 256,
             max_k: 1000,
             default_k: 10,
-            default_nprobe: 16,
+            default_nprobe: None,
+            default_target_recall: None,
         }
     }
 }

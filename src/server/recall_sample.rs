@@ -122,7 +122,7 @@ async fn worker(mut rx: mpsc::Receiver<Sample>, cpu_share: f64, metrics: Arc<Met
         let t = Instant::now();
         let nlist = s.backend.info().nlist;
         let params = SearchParams {
-            nprobe: nlist.max(1),
+            nprobe: Some(nlist.max(1)),
             target_recall: None,
             max_nprobe: None,
             rerank: REFERENCE_RERANK,

@@ -145,9 +145,14 @@ pub fn validate(
             format!("k = {k} exceeds the limit {}", limits.max_k),
         ));
     }
-    let nprobe = body
-        .nprobe
-        .unwrap_or(limits.default_nprobe.min(info.nlist) as u64);
+    // A request that names neither takes the server's default, if any.
+    let (nprobe, target_recall) = match (body.nprobe, body.target_recall) {
+        (None, None) => (
+            limits.default_nprobe.map(|n| n.min(info.nlist) as u64),
+            limits.default_target_recall,
+        ),
+        named => named,
+    };
     let root_factor = body.root_factor.unwrap_or(0);
     let rerank = body.rerank.unwrap_or(crate::index::DEFAULT_RERANK as u64);
     if rerank > MAX_RERANK {
@@ -190,7 +195,7 @@ pub fn validate(
             // k and rerank are bounded by the limits above; the others are
             // the index's to check (a u64 beyond usize is out of range too).
             k: k as usize,
-            nprobe: usize::try_from(nprobe).unwrap_or(usize::MAX),
+            nprobe: nprobe.map(|n| usize::try_from(n).unwrap_or(usize::MAX)),
             root_factor: usize::try_from(root_factor).unwrap_or(usize::MAX),
             include_payload: body.include_payload.unwrap_or(false)
                 || body.include.contains(&Include::Payload),
@@ -199,7 +204,7 @@ pub fn validate(
             max_nprobe: body
                 .max_nprobe
                 .map(|m| usize::try_from(m).unwrap_or(usize::MAX)),
-            target_recall: body.target_recall,
+            target_recall,
         },
         include_stats: body.include.contains(&Include::Stats),
     })
@@ -656,11 +661,15 @@ mod tests {
     }
 
     fn check(body: &str) -> Result<ValidSearch, &'static str> {
+        check_with(body, Limits::default())
+    }
+
+    fn check_with(body: &str, limits: Limits) -> Result<ValidSearch, &'static str> {
         let limits = Limits {
             max_batch: 2,
             max_k: 5,
             default_k: 3,
-            ..Limits::default()
+            ..limits
         };
         parse_body::<SearchBody>(body.as_bytes())
             .and_then(|b| validate(b, &info(), &limits))
@@ -675,7 +684,8 @@ mod tests {
             one.params,
             SearchParams {
                 k: 3,
-                nprobe: 4,
+                // Neither named: the index's default, resolved when planned.
+                nprobe: None,
                 root_factor: 0,
                 include_payload: false,
                 rerank: crate::index::DEFAULT_RERANK,
@@ -687,12 +697,48 @@ mod tests {
         let two =
             check(r#"{"vectors":[[1,2],[3,4]],"k":5,"nprobe":1,"include":["payload","stats"]}"#)
                 .unwrap();
-        assert_eq!((two.count, two.params.k, two.params.nprobe), (2, 5, 1));
+        assert_eq!(
+            (two.count, two.params.k, two.params.nprobe),
+            (2, 5, Some(1))
+        );
         assert!(two.params.include_payload && two.include_stats);
         let named = check(r#"{"vector":[1,2],"root_factor":4,"include_payload":true}"#).unwrap();
         assert_eq!(
             (named.params.root_factor, named.params.include_payload),
             (4, true)
+        );
+    }
+
+    #[test]
+    fn a_request_naming_neither_takes_the_servers_default() {
+        let probe = |body: &str, limits: Limits| {
+            let p = check_with(body, limits).unwrap().params;
+            (p.nprobe, p.target_recall)
+        };
+        let lists = Limits {
+            default_nprobe: Some(16),
+            ..Limits::default()
+        };
+        let target = Limits {
+            default_target_recall: Some(0.9),
+            ..Limits::default()
+        };
+        // Clamped to the index's nlist (4).
+        assert_eq!(probe(r#"{"vector":[1,2]}"#, lists), (Some(4), None));
+        assert_eq!(probe(r#"{"vector":[1,2]}"#, target), (None, Some(0.9)));
+        // A request naming either keeps it, whatever the server's default.
+        assert_eq!(
+            probe(r#"{"vector":[1,2],"nprobe":2}"#, target),
+            (Some(2), None)
+        );
+        assert_eq!(
+            probe(r#"{"vector":[1,2],"target_recall":0.8}"#, lists),
+            (None, Some(0.8))
+        );
+        // Both named go on to the index, which refuses them.
+        assert_eq!(
+            probe(r#"{"vector":[1,2],"nprobe":2,"target_recall":0.8}"#, lists),
+            (Some(2), Some(0.8))
         );
     }
 

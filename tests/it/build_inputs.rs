@@ -164,7 +164,7 @@ async fn uint64_ids_above_i64_max_are_out_of_range_not_null() {
                 &q,
                 &SearchParams {
                     k: 10,
-                    nprobe: 1,
+                    nprobe: Some(1),
                     ..SearchParams::default()
                 },
             )
@@ -242,7 +242,7 @@ async fn skip_invalid_skips_and_counts_for_arrays_and_parquet() {
             &data[18 * DIM..19 * DIM],
             &SearchParams {
                 k: 1,
-                nprobe: 2,
+                nprobe: Some(2),
                 ..SearchParams::default()
             },
         )
@@ -368,7 +368,7 @@ async fn fewer_distinct_rows_than_lists_is_refused_not_silently_empty() {
             &[-5.0, 2.0, 0.0, 1.0],
             &SearchParams {
                 k: 10,
-                nprobe: 1,
+                nprobe: Some(1),
                 ..SearchParams::default()
             },
         )

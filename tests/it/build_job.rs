@@ -375,7 +375,7 @@ for f in range(3):
     let queries = &base[..50 * 16];
     let sp = SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     let res = index.search_batch(queries, &sp).await.unwrap();

@@ -173,7 +173,7 @@ async fn stages_called_by_hand_publish_what_build_publishes() {
     let queries = support::fixtures::random_vectors(20, DIM, 99);
     let sp = SearchParams {
         k: 10,
-        nprobe: 4,
+        nprobe: Some(4),
         ..SearchParams::default()
     };
     let ra = ia.search_batch(&queries, &sp).await.unwrap();

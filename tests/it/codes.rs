@@ -68,7 +68,7 @@ async fn full_probe_and_full_rerank_equal_brute_force_in_every_mode() {
             // rerank × k ≥ n: every candidate is ranked exactly.
             let sp = SearchParams {
                 k: 10,
-                nprobe: nlist as usize,
+                nprobe: Some(nlist as usize),
                 rerank: n.div_ceil(10),
                 ..SearchParams::default()
             };
@@ -108,7 +108,7 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
     let q = queries(&data, dim, &[10]);
     let sp = SearchParams {
         k: 5,
-        nprobe: 2,
+        nprobe: Some(2),
         rerank: 3,
         ..SearchParams::default()
     };
@@ -168,7 +168,7 @@ async fn a_probed_lists_keys_and_codes_are_one_ranged_read() {
             // rerank 0: no offset index, no page; the codes round alone.
             let sp = SearchParams {
                 k: 5,
-                nprobe,
+                nprobe: Some(nprobe),
                 rerank: 0,
                 ..SearchParams::default()
             };
@@ -202,7 +202,7 @@ async fn recall_of_the_default_codes_with_the_default_rerank() {
     let q = queries(&data, dim, &rows);
     let sp = SearchParams {
         k: 10,
-        nprobe: nlist as usize,
+        nprobe: Some(nlist as usize),
         ..SearchParams::default()
     };
     let got = index.search_batch(&q, &sp).await.unwrap();
@@ -256,7 +256,7 @@ async fn a_corrupted_code_or_vector_page_is_a_typed_error_for(scheme: Scheme) {
     .unwrap();
     let sp = SearchParams {
         k: 3,
-        nprobe: nlist as usize,
+        nprobe: Some(nlist as usize),
         rerank: 1000,
         ..SearchParams::default()
     };

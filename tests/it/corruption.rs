@@ -106,7 +106,7 @@ async fn answer(
     let index = Index::open_current(store.clone(), index).await?;
     let params = SearchParams {
         k: 10,
-        nprobe: NLIST,
+        nprobe: Some(NLIST),
         ..SearchParams::default()
     };
     let results = index.search_batch(queries, &params).await?;

@@ -63,7 +63,7 @@ async fn tiny_and_huge_rows_keep_their_direction_and_full_probe_equals_brute_for
     let index = built(data.clone()).await;
     let full = SearchParams {
         k: 10,
-        nprobe: NLIST as usize,
+        nprobe: Some(NLIST as usize),
         ..SearchParams::default()
     };
     // The scan's `1 − dot` on unit vectors against the f64 cosine on raw
@@ -202,7 +202,7 @@ async fn with_skip_invalid_a_zero_row_is_skipped_and_counted() {
     let index = Index::open_current(store, &idx).await.unwrap();
     let all = SearchParams {
         k: 500,
-        nprobe: NLIST as usize,
+        nprobe: Some(NLIST as usize),
         ..SearchParams::default()
     };
     let hits = index.search(&data[..DIM], &all).await.unwrap().hits;

@@ -48,7 +48,7 @@ async fn index_of(dir: &std::path::Path, shift: i64) -> Vec<f32> {
 fn params() -> SearchParams {
     SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     }
 }
@@ -217,7 +217,7 @@ async fn warm_copies_every_postings_object_into_the_disk_tier() {
     );
     let before = counting.counts();
     let p = SearchParams {
-        nprobe: 32,
+        nprobe: Some(32),
         ..params()
     };
     let all = index.search_batch(&data[..50 * DIM], &p).await.unwrap();

@@ -171,7 +171,7 @@ fn pairs(r: &SearchResult) -> Vec<(i64, f32)> {
 fn filtered(filter: &str, nprobe: usize) -> SearchParams {
     SearchParams {
         k: 10,
-        nprobe,
+        nprobe: Some(nprobe),
         // Re-rank every candidate: exact at full probe.
         rerank: N,
         filter: Some(filter.into()),
@@ -299,7 +299,7 @@ async fn selective_filters_are_exact_from_storage_reading_their_columns_and_page
             // The default re-rank and a small nprobe: exact all the same.
             let params = SearchParams {
                 k: 10,
-                nprobe: 2,
+                nprobe: Some(2),
                 filter: Some(filter.into()),
                 ..SearchParams::default()
             };
@@ -505,7 +505,7 @@ async fn statistics_prune_row_groups_and_the_rerank_skips_pages_without_matches(
         .search(
             q,
             &SearchParams {
-                nprobe: all,
+                nprobe: Some(all),
                 ..filtered("region >= 0", all)
             },
         )

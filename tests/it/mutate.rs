@@ -101,7 +101,7 @@ async fn exhaustive(store: &Arc<dyn ObjectStore>, index: &Path, q: &[f32], k: us
     let idx = Index::open_current(store.clone(), index).await.unwrap();
     let p = SearchParams {
         k,
-        nprobe: NLIST as usize,
+        nprobe: Some(NLIST as usize),
         ..SearchParams::default()
     };
     idx.search(q, &p)
@@ -777,7 +777,7 @@ async fn five_small_deltas_cost_a_cold_query_at_most_a_quarter_more_requests() {
                 let idx = Index::open_current(s, &index).await.unwrap();
                 let params = SearchParams {
                     k: 10,
-                    nprobe: 16,
+                    nprobe: Some(16),
                     ..SearchParams::default()
                 };
                 idx.search(q, &params).await.unwrap();
@@ -810,7 +810,7 @@ async fn five_small_deltas_cost_a_cold_query_at_most_a_quarter_more_requests() {
     );
     let params = SearchParams {
         k: 10,
-        nprobe: 16,
+        nprobe: Some(16),
         ..SearchParams::default()
     };
     let (got, current) = futures::join!(

@@ -60,7 +60,7 @@ async fn open_and_search_io_is_bounded() {
     let q = &data[100 * DIM..101 * DIM];
     let params = SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     let r = index.search(q, &params).await.unwrap();
@@ -108,7 +108,7 @@ async fn cold_query_over_many_files_is_two_rounds_and_warm_is_one() {
     let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
     let params = SearchParams {
         k: 10,
-        nprobe: 24,
+        nprobe: Some(24),
         ..SearchParams::default()
     };
     let q = &data[7 * DIM..8 * DIM];
@@ -151,7 +151,7 @@ async fn postings_cache_and_preload_remove_row_group_io() {
     assert_eq!(pre.row_groups_read, pre.planned_row_groups);
     let before = counting.counts();
     let params = SearchParams {
-        nprobe: NLIST,
+        nprobe: Some(NLIST),
         ..SearchParams::default()
     };
     let r = index.search(&data[..DIM], &params).await.unwrap();
@@ -255,7 +255,7 @@ async fn assert_corrupt_row(
 ) {
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
-        nprobe: NLIST,
+        nprobe: Some(NLIST),
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
@@ -281,7 +281,7 @@ async fn plain_key_columns_of_older_indexes() {
     let (mem, manifest, data) = fixture().await;
     let index = Index::open(mem.clone(), &Path::from("idx")).await.unwrap();
     let params = SearchParams {
-        nprobe: NLIST,
+        nprobe: Some(NLIST),
         ..SearchParams::default()
     };
     let before = index.search(&data[..DIM], &params).await.unwrap();
@@ -376,7 +376,7 @@ async fn missing_postings_object_is_named_and_orphans_are_never_read() {
         .unwrap();
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
-        nprobe: NLIST,
+        nprobe: Some(NLIST),
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
@@ -409,7 +409,7 @@ async fn footer_larger_than_prefetch_hint_is_still_one_get() {
         .await
         .unwrap();
     let params = SearchParams {
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     let q = &data[..DIM];
@@ -441,7 +441,7 @@ async fn row_group_with_two_cids_is_refused() {
     support::store::put_json(mem.as_ref(), "idx/postings/manifest.json", &manifest).await;
     let index = Index::open(mem, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
-        nprobe: NLIST,
+        nprobe: Some(NLIST),
         ..SearchParams::default()
     };
     match index.search(&data[..DIM], &params).await {
@@ -532,7 +532,7 @@ async fn opening_a_committed_index_is_two_rounds() {
     let q = &data[7 * DIM..8 * DIM];
     let params = SearchParams {
         k: 5,
-        nprobe: 16,
+        nprobe: Some(16),
         ..SearchParams::default()
     };
     let before = counting.counts();
@@ -616,7 +616,7 @@ async fn footers_read_ahead_are_checked_like_any_footer() {
     let q = &data[3 * DIM..4 * DIM];
     let search = SearchParams {
         k: 5,
-        nprobe: 16,
+        nprobe: Some(16),
         ..SearchParams::default()
     };
     let index = Index::open_current(Arc::clone(&mem), &Path::from("idx"))
@@ -699,7 +699,7 @@ async fn a_new_process_opens_from_the_bundle_and_checks_it_alongside_its_first_q
     let q = &data[5 * DIM..6 * DIM];
     let params = SearchParams {
         k: 5,
-        nprobe: 16,
+        nprobe: Some(16),
         ..SearchParams::default()
     };
     let idx = Path::from("idx");
@@ -796,7 +796,7 @@ async fn a_bundle_that_fails_its_pins_is_read_around() {
     let q = &data[9 * DIM..10 * DIM];
     let params = SearchParams {
         k: 5,
-        nprobe: 16,
+        nprobe: Some(16),
         ..SearchParams::default()
     };
     let idx = Path::from("idx");

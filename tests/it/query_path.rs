@@ -59,7 +59,7 @@ fn search_leaves_a_current_thread_runtime_free_while_it_computes() {
     let queries = vectors(1500, 7);
     let params = SearchParams {
         k: 10,
-        nprobe: NLIST as usize,
+        nprobe: Some(NLIST as usize),
         ..SearchParams::default()
     };
     let expected = multi.block_on(async {
@@ -159,7 +159,7 @@ async fn http_sets_every_search_parameter_and_returns_the_library_stats() {
         for root_factor in [0, 1] {
             let sp = SearchParams {
                 k: 5,
-                nprobe: 2,
+                nprobe: Some(2),
                 root_factor,
                 include_payload: true,
                 ..SearchParams::default()
@@ -180,7 +180,7 @@ async fn http_sets_every_search_parameter_and_returns_the_library_stats() {
         }
         let exact = SearchParams {
             k: 5,
-            nprobe: 2,
+            nprobe: Some(2),
             ..SearchParams::default()
         };
         let pruned = SearchParams {

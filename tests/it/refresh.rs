@@ -211,7 +211,7 @@ async fn refresh_follows_files_gained_lost_and_changed_then_compact_restores_one
             &query(9),
             &SearchParams {
                 k: 5,
-                nprobe: 2,
+                nprobe: Some(2),
                 ..SearchParams::default()
             },
         )
@@ -553,7 +553,7 @@ async fn an_appended_file_repeating_an_indexed_id_is_a_typed_error() {
                 &query(7),
                 &SearchParams {
                     k: 300,
-                    nprobe: NLIST as usize,
+                    nprobe: Some(NLIST as usize),
                     ..SearchParams::default()
                 },
             )

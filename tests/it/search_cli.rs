@@ -68,7 +68,7 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
         k: 5,
-        nprobe: 4,
+        nprobe: Some(4),
         ..SearchParams::default()
     };
     let expected = index.search_batch(&queries, &params).await.unwrap();
@@ -230,7 +230,7 @@ async fn a_search_process_answers_from_the_current_commit_when_the_bundle_is_sta
     assert_eq!(current.commit().map(|c| c.version), Some(2));
     let sp = SearchParams {
         k: 5,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     let mut expected = Vec::new();

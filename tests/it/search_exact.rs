@@ -29,7 +29,7 @@ async fn nprobe_nlist_equals_brute_force_with_ties_by_rowid() {
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
         k: 10,
-        nprobe: 32,
+        nprobe: Some(32),
         ..SearchParams::default()
     };
     // Queries: dataset rows (row 42 has an exact duplicate, row 49: a tie at
@@ -64,7 +64,7 @@ async fn recall_at_10_on_a_small_clustered_set() {
     let index = Index::open(store, &Path::from("idx")).await.unwrap();
     let params = SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     let queries: Vec<f32> = (0..50)
@@ -157,7 +157,7 @@ async fn bad_queries_are_typed_errors() {
             .search(
                 &q,
                 &SearchParams {
-                    nprobe: 33,
+                    nprobe: Some(33),
                     ..p.clone()
                 }
             )

@@ -27,7 +27,8 @@ fn config() -> ServerConfig {
             max_batch: 4,
             max_k: 20,
             default_k: 5,
-            default_nprobe: 16,
+            default_nprobe: Some(16),
+            ..Limits::default()
         },
         queue: 8,
         workers: 2,
@@ -135,7 +136,7 @@ async fn search_single_and_batch_equal_direct_results() {
     );
     let params = SearchParams {
         k: 7,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: false,
         ..SearchParams::default()
     };
@@ -160,7 +161,7 @@ async fn search_single_and_batch_equal_direct_results() {
     assert_eq!(results.len(), 3);
     let defaults = SearchParams {
         k: 5,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: true,
         ..SearchParams::default()
     };
@@ -627,7 +628,7 @@ async fn graceful_shutdown_lets_in_flight_requests_finish() {
     assert_eq!(status, StatusCode::OK);
     let params = SearchParams {
         k: 5,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: false,
         ..SearchParams::default()
     };

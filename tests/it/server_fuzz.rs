@@ -91,7 +91,8 @@ async fn no_request_body_makes_the_server_fail() {
             max_batch: 4,
             max_k: 20,
             default_k: 5,
-            default_nprobe: 16,
+            default_nprobe: Some(16),
+            ..Limits::default()
         },
         queue: 64,
         workers: 2,

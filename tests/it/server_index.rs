@@ -72,7 +72,7 @@ async fn http_answers_equal_the_library_and_reload_picks_up_new_versions() {
     let library = Index::open_current(store.clone(), &idx).await.unwrap();
     let sp = SearchParams {
         k: 5,
-        nprobe: 4,
+        nprobe: Some(4),
         ..SearchParams::default()
     };
     let ask = |q: Vec<f32>| {

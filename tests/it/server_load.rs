@@ -51,7 +51,7 @@ async fn load(n: usize) {
     );
     let params = SearchParams {
         k: K,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: false,
         ..SearchParams::default()
     };

@@ -66,7 +66,7 @@ async fn swaps_under_load_never_fail_or_mix_snapshots() {
     let stop = Arc::new(AtomicBool::new(false));
     let params = SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: false,
         ..SearchParams::default()
     };
@@ -180,7 +180,7 @@ async fn in_flight_request_finishes_on_the_old_snapshot() {
 
     let params = SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: false,
         ..SearchParams::default()
     };

@@ -110,7 +110,7 @@ async fn build_and_search(dir: &std::path::Path, shape: &str) -> Vec<Vec<(i64, u
                 &query,
                 &SearchParams {
                     k: 10,
-                    nprobe: 4,
+                    nprobe: Some(4),
                     ..SearchParams::default()
                 },
             )

@@ -134,7 +134,7 @@ async fn same_bytes_and_answers_on_every_backend() {
         let index = Index::open_current(b.store.clone(), &idx).await.unwrap();
         let sp = SearchParams {
             k: 10,
-            nprobe: 8,
+            nprobe: Some(8),
             ..SearchParams::default()
         };
         let answers: Vec<Vec<(i64, f32)>> = index
@@ -223,7 +223,7 @@ async fn cold_and_warm_query_io_on_every_backend() {
     };
     let sp = SearchParams {
         k: 10,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     for b in backends() {
@@ -308,7 +308,7 @@ async fn orphans_unread_and_missing_object_named_on_every_backend() {
     };
     let all = SearchParams {
         k: 10,
-        nprobe: 32,
+        nprobe: Some(32),
         ..SearchParams::default()
     };
     for b in backends() {

@@ -16,7 +16,9 @@ use parqivf::builder::mutate::{UpsertRows, upsert};
 use parqivf::builder::refresh::{CompactPolicy, compact};
 use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
 use parqivf::distance::Metric;
-use parqivf::index::{Index, QueryError, SearchParams};
+use parqivf::index::{
+    DEFAULT_NPROBE, DEFAULT_TARGET_RECALL, Index, ProbeDepth, QueryError, SearchParams,
+};
 use parqivf::probe::target::STALE_CHANGE;
 
 const DIM: usize = 16;
@@ -153,7 +155,7 @@ async fn a_target_is_met_on_average_with_each_query_probing_its_own_lists() {
     }
     // A fixed nprobe is estimated by the calibration's curve, and measures close to it.
     let fixed = SearchParams {
-        nprobe: 4,
+        nprobe: Some(4),
         ..SearchParams::default()
     };
     let (recall, _, estimate, _) = measure(&index, &base, &queries, &fixed).await;
@@ -178,6 +180,39 @@ async fn a_target_is_met_on_average_with_each_query_probing_its_own_lists() {
     };
     let (_, _, _, (_, most)) = measure(&index, &base, &queries, &capped).await;
     assert_eq!(most, 2);
+    // Naming neither is the default target, answer for answer.
+    let neither = SearchParams::default();
+    assert_eq!(
+        index.probe_depth(&neither),
+        Ok(ProbeDepth::Recall(DEFAULT_TARGET_RECALL))
+    );
+    let by_default = index.search_batch(&queries, &neither).await.unwrap();
+    let named = index
+        .search_batch(&queries, &target(DEFAULT_TARGET_RECALL))
+        .await
+        .unwrap();
+    let answers = |r: &[parqivf::index::SearchResult]| -> Vec<(Vec<i64>, u64)> {
+        r.iter()
+            .map(|r| {
+                let ids = r.hits.iter().map(|h| h.rowid).collect();
+                (ids, r.stats.lists_probed)
+            })
+            .collect()
+    };
+    assert_eq!(answers(&by_default), answers(&named));
+    // Both named is an error naming both.
+    let both = SearchParams {
+        nprobe: Some(4),
+        ..target(0.9)
+    };
+    let err = index.search(&queries[..DIM], &both).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            parqivf::index::IndexError::Query(QueryError::NprobeAndTarget { nprobe: 4, .. })
+        ),
+        "{err}"
+    );
 }
 
 #[tokio::test]
@@ -196,11 +231,17 @@ async fn an_index_without_a_calibration_refuses_a_target_and_estimates_nothing()
         ),
         "{err}"
     );
+    // Naming neither probes DEFAULT_NPROBE lists here.
     let r = index
         .search(&queries[..DIM], &SearchParams::default())
         .await
         .unwrap();
     assert_eq!(r.stats.estimated_recall, None);
+    assert_eq!(r.stats.lists_probed, DEFAULT_NPROBE as u64);
+    assert_eq!(
+        index.probe_depth(&SearchParams::default()),
+        Ok(ProbeDepth::Lists(DEFAULT_NPROBE))
+    );
     let out_of_range = index
         .search(&queries[..DIM], &target(1.5))
         .await
@@ -406,6 +447,38 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
         (measured - offline).abs() <= 0.01,
         "sampled {measured}, offline {offline}"
     );
+    // (After the sampled queries: these would be sampled too.) A request
+    // naming neither gets each index's default: the target on
+    // the calibrated one, DEFAULT_NPROBE lists on the other; both named is
+    // a 400.
+    for (name, lists) in [("a", None), ("b", Some(DEFAULT_NPROBE as u64))] {
+        let body: serde_json::Value = client
+            .post(format!("{url}/v1/indexes/{name}/search"))
+            .json(&serde_json::json!({ "vector": &queries[..DIM], "include": ["stats"] }))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let stats = &body["results"][0]["stats"];
+        match lists {
+            Some(lists) => assert_eq!(stats["lists_probed"], lists, "{body}"),
+            None => {
+                let e = stats["estimated_recall"].as_f64().unwrap();
+                assert!(e >= DEFAULT_TARGET_RECALL - 0.01, "{body}");
+            }
+        }
+    }
+    let r = client
+        .post(format!("{url}/v1/indexes/a/search"))
+        .json(&serde_json::json!({ "vector": &queries[..DIM], "nprobe": 4, "target_recall": 0.9 }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let body: serde_json::Value = r.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "nprobe_and_target_recall", "{body}");
     let _ = stop.send(());
     running.await.unwrap().unwrap();
 }

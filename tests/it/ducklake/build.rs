@@ -84,7 +84,7 @@ async fn docs_index_returns_duckdb_rowids(kind: Kind) {
     let index = Index::open_current(out, &idx).await.unwrap();
     let sp = SearchParams {
         k: 3,
-        nprobe: 8,
+        nprobe: Some(8),
         ..SearchParams::default()
     };
     // Equal embeddings tie; the smaller rowid wins. Count duplicates first.
@@ -157,7 +157,7 @@ async fn lake_columns_carried_as_payload_filter_the_search(kind: Kind) {
         .collect();
     let sp = SearchParams {
         k: 500,
-        nprobe: 8,
+        nprobe: Some(8),
         include_payload: true,
         filter: Some("title LIKE 'doc 1%' AND id < 150".into()),
         ..SearchParams::default()

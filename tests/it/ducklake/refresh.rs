@@ -62,7 +62,7 @@ async fn everything(store: &Arc<dyn ObjectStore>, at: &Path) -> Vec<Vec<(i64, u3
                 &query,
                 &SearchParams {
                     k: 10_000,
-                    nprobe: NLIST as usize,
+                    nprobe: Some(NLIST as usize),
                     ..SearchParams::default()
                 },
             )

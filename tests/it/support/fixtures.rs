@@ -326,7 +326,7 @@ pub async fn exhaustive_ids(
         .unwrap();
     let params = parqivf::index::SearchParams {
         k,
-        nprobe: idx.manifest().nlist as usize,
+        nprobe: Some(idx.manifest().nlist as usize),
         include_payload: true,
         ..parqivf::index::SearchParams::default()
     };
