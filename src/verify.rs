@@ -13,9 +13,11 @@
 use crate::format::definition::{INDEX_DEFINITION_FILE, POSTINGS_LOCATION};
 use crate::format::footers::{FOOTERS_FILE, FooterPin, Footers, read_footer_bytes};
 use crate::format::manifest::{FileEntry, Manifest, ManifestError};
+use crate::format::open_bundle::{OPEN_BUNDLE_BYTES, OpenBundle, Part};
 use crate::format::postings_table::{FooterViolation, MANIFEST_FILE, check_footer};
 use crate::format::snapshot::Snapshot;
-use crate::format::warehouse;
+use crate::format::snapshot_writer;
+use crate::format::warehouse::{self, Commit, LatestCommit};
 use crate::postings::PostingsError;
 use crate::probe::ProbeError;
 use crate::probe::engine::Engine;
@@ -55,10 +57,14 @@ pub struct VerifyReport {
     /// Manifest entries whose objects were checked.
     pub files_checked: usize,
     pub violations: Vec<Violation>,
+    /// What costs readers time but never an answer: advisory objects that
+    /// differ from what their writer writes now ([`Violation::OpenAheadStale`]).
+    /// They do not fail the check.
+    pub advisories: Vec<Violation>,
 }
 
 impl VerifyReport {
-    /// True when no rule is broken.
+    /// True when no rule is broken (advisories aside).
     pub fn is_ok(&self) -> bool {
         self.violations.is_empty()
     }
@@ -139,6 +145,14 @@ pub enum Violation {
         row: usize,
         rowid: i64,
     },
+    /// The latest commit's copy or bundle differs from what the snapshot
+    /// writer writes for the current commit (a writer that stopped between
+    /// its commit and them, or an edit). Both are advisory: readers check
+    /// them and fall back, so no answer is wrong, but every open pays the
+    /// rounds they were written to save until the next commit rewrites
+    /// them. Reported in [`VerifyReport::advisories`].
+    #[error("{path}: {error}; readers pay the rounds it saves until the next commit rewrites it")]
+    OpenAheadStale { path: String, error: String },
     /// A rule of the postings footer contract
     /// ([`crate::format::postings_table::check_footer`]).
     #[error(transparent)]
@@ -165,6 +179,7 @@ pub async fn verify(
         table_root: table_root.to_string(),
         files_checked: 0,
         violations: Vec::new(),
+        advisories: Vec::new(),
     };
     let manifest_path = table_root.clone().join(MANIFEST_FILE);
     let bytes = match store.get(&manifest_path).await {
@@ -361,7 +376,8 @@ async fn reader_violations(reader: &PostingsReader, codes: bool) -> Vec<Violatio
 /// cid-offsets, code width; every pin) and every footer's reader validation;
 /// in an index with codes, the vectors of a sample of lists re-encoded to
 /// their stored codes; then [`verify`] of its postings table, and of every
-/// delta table of a refreshed snapshot. With [`VerifyOptions::orphans`] on an index, also LISTs
+/// delta table of a refreshed snapshot. For an index, also its latest
+/// commit's copy and bundle ([`Violation::OpenAheadStale`]). With [`VerifyOptions::orphans`] on an index, also LISTs
 /// `snapshots/` for folders no version names.
 ///
 /// # Errors
@@ -398,6 +414,10 @@ pub async fn verify_location(
         Err(source) => return Err(store_error(&definition, source)),
     };
     let mut tables = vec![folder.clone()];
+    let advisories = match &commit {
+        Some(commit) => open_ahead_violations(&store, location, commit).await?,
+        None => Vec::new(),
+    };
     if has_definition {
         let opened = match commit {
             Some(commit) => Snapshot::open_commit(store.as_ref(), location, commit).await,
@@ -457,6 +477,7 @@ pub async fn verify_location(
         early.append(&mut delta.violations);
     }
     report.violations = early;
+    report.advisories = advisories;
     if options.orphans && is_index {
         match warehouse::unreferenced_snapshots(&store, location).await {
             Ok(folders) => {
@@ -473,6 +494,121 @@ pub async fn verify_location(
         }
     }
     Ok(report)
+}
+
+/// The latest commit's copy (`versions/latest-commit.json`) and bundle
+/// (`versions/latest-bundle.bin`) of the index at `location`, whose current
+/// commit is `commit`, against what the snapshot writer writes for it
+/// ([`warehouse::snapshot_pins`]' footers ahead,
+/// [`snapshot_writer::bundle_bytes`]). A missing one is no violation: older
+/// writers wrote none, and a snapshot too large for a bundle has none. A
+/// snapshot that does not open is reported by the checks after this one.
+///
+/// # Errors
+/// Storage failures other than a missing object.
+async fn open_ahead_violations(
+    store: &Arc<dyn ObjectStore>,
+    location: &Path,
+    commit: &Commit,
+) -> Result<Vec<Violation>, PostingsError> {
+    let mut found = Vec::new();
+    let Ok(folder) = warehouse::snapshot_folder(location, &commit.snapshot) else {
+        return Ok(found);
+    };
+    let Ok(expected) = warehouse::snapshot_pins(store, &folder).await else {
+        return Ok(found);
+    };
+    let version = commit.version;
+    let copy_path = warehouse::latest_commit_path(location);
+    let mut stale = |path: &Path, error: String| {
+        found.push(Violation::OpenAheadStale {
+            path: path.to_string(),
+            error,
+        })
+    };
+    if let Some(bytes) = get_opt(store.as_ref(), &copy_path).await? {
+        match LatestCommit::parse(&bytes) {
+            None => stale(&copy_path, "it is not a commit document".into()),
+            Some(copy) if copy.commit != *commit => stale(
+                &copy_path,
+                format!(
+                    "it holds version {} ({}), the current commit is version {version} ({})",
+                    copy.commit.version, copy.commit.snapshot, commit.snapshot
+                ),
+            ),
+            Some(copy) if copy.footers_ahead != expected.footers_ahead => stale(
+                &copy_path,
+                format!(
+                    "its footers-ahead list {} footers, not the {} where the snapshot's footers lie",
+                    copy.footers_ahead.len(),
+                    expected.footers_ahead.len()
+                ),
+            ),
+            Some(_) => {}
+        }
+    }
+    let bundle_path = warehouse::latest_bundle_path(location);
+    if let Some(bytes) = get_opt(store.as_ref(), &bundle_path).await? {
+        let Ok(want) =
+            snapshot_writer::bundle_bytes(store, location, commit, expected.footers_ahead).await
+        else {
+            return Ok(found);
+        };
+        let same = |want: &bytes::Bytes, theirs: &OpenBundle| {
+            OpenBundle::parse(want).is_some_and(|want| same_bundle(&want, theirs))
+        };
+        let error = match (want, OpenBundle::parse(&bytes)) {
+            (_, None) => Some(format!("its {} bytes are not a bundle", bytes.len())),
+            (Some(want), Some(theirs)) if same(&want, &theirs) => None,
+            (None, Some(_)) => Some(format!(
+                "version {version}'s documents and footers are over {OPEN_BUNDLE_BYTES} bytes: it has no bundle"
+            )),
+            (Some(_), Some(theirs)) => Some(
+                match LatestCommit::parse(&serde_json::to_vec(&theirs.copy).unwrap_or_default()) {
+                    Some(copy) if copy.commit != *commit => format!(
+                        "it is the bundle of version {}, the current commit is version {version}",
+                        copy.commit.version
+                    ),
+                    _ => format!(
+                        "it differs from the bundle of version {version} (a document, a footer or the copy it holds)"
+                    ),
+                },
+            ),
+        };
+        if let Some(error) = error {
+            stale(&bundle_path, error);
+        }
+    }
+    Ok(found)
+}
+
+/// Whether two bundles hold the same copy and the same parts (in any
+/// order: an open reads its documents concurrently, so the order of a
+/// bundle's parts is the order they arrived in).
+fn same_bundle(a: &OpenBundle, b: &OpenBundle) -> bool {
+    let sorted = |parts: &[(Part, bytes::Bytes)]| {
+        let mut parts = parts.to_vec();
+        parts.sort_by(|x, y| (&x.0.path, x.0.offset).cmp(&(&y.0.path, y.0.offset)));
+        parts
+    };
+    a.copy == b.copy
+        && sorted(&a.documents) == sorted(&b.documents)
+        && sorted(&a.footers) == sorted(&b.footers)
+}
+
+/// The object at `path`, `None` when it does not exist.
+async fn get_opt(
+    store: &dyn ObjectStore,
+    path: &Path,
+) -> Result<Option<bytes::Bytes>, PostingsError> {
+    match store.get(path).await {
+        Ok(got) => got.bytes().await.map(Some),
+        Err(e) => Err(e),
+    }
+    .or_else(|e| match e {
+        object_store::Error::NotFound { .. } => Ok(None),
+        source => Err(store_error(path, source)),
+    })
 }
 
 /// LISTs the table prefix (only on request) for objects no entry names.

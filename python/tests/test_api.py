@@ -155,6 +155,13 @@ def test_info_and_stats(coded_index):
 def test_verify(coded_index, tmp_path):
     report = parqivf.verify(str(coded_index))
     assert report["ok"] and report["violations"] == [] and report["files-checked"] > 0
+    assert report["advisories"] == []
+    # A bundle left by another commit costs rounds, not answers: an advisory.
+    stale = tmp_path / "stale"
+    shutil.copytree(coded_index, stale)
+    (stale / "versions" / "latest-bundle.bin").write_bytes(b"PQVFOB01")
+    report = parqivf.verify(str(stale))
+    assert report["ok"] and [a["kind"] for a in report["advisories"]] == ["open-ahead-stale"]
     broken = tmp_path / "broken"
     shutil.copytree(coded_index, broken)
     victim = sorted(broken.glob("snapshots/*/postings/*/part-*.parquet"))[0]

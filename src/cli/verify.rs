@@ -6,6 +6,9 @@
 //! names and snapshots no version names. Prints each violation with its path
 //! and numbers (or the whole report as JSON with `--json`).
 //!
+//! Advisories (a stale or edited copy or bundle of the latest commit: time
+//! lost, never an answer) are printed but do not fail the check.
+//!
 //! Exit codes: 0 the table is valid, 1 violations were found, 2 the check
 //! could not run (no such folder, IO failure).
 
@@ -57,11 +60,15 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         for violation in &report.violations {
             println!("{violation}");
         }
+        for advisory in &report.advisories {
+            println!("advisory: {advisory}");
+        }
         println!(
-            "{}: {} files checked, {} violations",
+            "{}: {} files checked, {} violations, {} advisories",
             folder,
             report.files_checked,
-            report.violations.len()
+            report.violations.len(),
+            report.advisories.len()
         );
     }
     Ok(if report.is_ok() {

@@ -226,40 +226,63 @@ impl SnapshotWriter {
 }
 
 /// Write the bundle of `commit` (`versions/latest-bundle.bin`,
-/// [`OpenBundle`]): every document an open of its snapshot reads (the
-/// snapshot opened here, [`Snapshot::open_recorded`]) and every postings
-/// footer, headed by the copy `latest-commit.json` holds (`commit` and
-/// `footers_ahead`). Footers that would take the bundle over
-/// [`OPEN_BUNDLE_BYTES`] are left out, then the documents too: without a
-/// bundle, the last one (another commit's) is deleted. Returns whether one
-/// was written.
+/// [`bundle_bytes`]); without one, the last one (another commit's) is
+/// deleted. Returns whether one was written.
 ///
 /// # Errors
-/// The snapshot does not open, a footer cannot be read, or the store
-/// refuses the write.
+/// As [`bundle_bytes`], and the store refusing the write.
 pub async fn publish_bundle(
     store: &Arc<dyn ObjectStore>,
     index: &Path,
     commit: &Commit,
     footers_ahead: Vec<FooterAhead>,
 ) -> Result<bool, SnapshotError> {
-    use futures::{StreamExt, TryStreamExt};
     let at = warehouse::latest_bundle_path(index);
+    let store_err = |source| SnapshotError::Store {
+        path: at.to_string(),
+        source,
+    };
+    match bundle_bytes(store, index, commit, footers_ahead).await? {
+        Some(bytes) => {
+            store
+                .put(&at, PutPayload::from(bytes))
+                .await
+                .map_err(store_err)?;
+            Ok(true)
+        }
+        None => match store.delete(&at).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(false),
+            Err(e) => Err(store_err(e)),
+        },
+    }
+}
+
+/// The bytes of the bundle of `commit` ([`OpenBundle`]): every document an
+/// open of its snapshot reads (the snapshot opened here,
+/// [`Snapshot::open_recorded`]) and every postings footer, headed by the
+/// copy `latest-commit.json` holds (`commit` and `footers_ahead`). Footers
+/// that would take the bundle over [`OPEN_BUNDLE_BYTES`] are left out, then
+/// the documents too: `None`, no bundle. What the snapshot writer publishes
+/// and `verify` compares with what is published.
+///
+/// # Errors
+/// The snapshot does not open, or a footer cannot be read.
+pub async fn bundle_bytes(
+    store: &Arc<dyn ObjectStore>,
+    index: &Path,
+    commit: &Commit,
+    footers_ahead: Vec<FooterAhead>,
+) -> Result<Option<Bytes>, SnapshotError> {
+    use futures::{StreamExt, TryStreamExt};
     let store_err = |path: &Path| {
         let path = path.to_string();
         move |source| SnapshotError::Store { path, source }
-    };
-    let no_bundle = || async {
-        match store.delete(&at).await {
-            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(false),
-            Err(e) => Err(store_err(&at)(e)),
-        }
     };
     // The documents the commit pins are read by every open: when they alone
     // are over the bound, none is read again here.
     let pinned: u64 = commit.pins.iter().map(|p| p.size).sum();
     if pinned > OPEN_BUNDLE_BYTES {
-        return no_bundle().await;
+        return Ok(None);
     }
     let (snapshot, served) = Snapshot::open_recorded(store.as_ref(), index, commit.clone()).await?;
     let relative = |path: &Path| -> Option<String> {
@@ -326,16 +349,7 @@ pub async fn publish_bundle(
         documents,
         footers,
     };
-    match bundle.encode() {
-        Some(bytes) => {
-            store
-                .put(&at, PutPayload::from(bytes))
-                .await
-                .map_err(store_err(&at))?;
-            Ok(true)
-        }
-        None => no_bundle().await,
-    }
+    Ok(bundle.encode())
 }
 
 /// Delete the snapshot folder `folder` unless a version of its index names

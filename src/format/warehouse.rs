@@ -352,7 +352,8 @@ fn hint_path(index: &Path) -> Path {
     versions_dir(index).join("latest-hint.json")
 }
 
-fn latest_commit_path(index: &Path) -> Path {
+/// The path of the latest commit's copy ([`LatestCommit`]).
+pub fn latest_commit_path(index: &Path) -> Path {
     versions_dir(index).join("latest-commit.json")
 }
 

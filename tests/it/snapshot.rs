@@ -188,3 +188,117 @@ async fn a_future_version_is_reported_before_an_unknown_key() {
         other => panic!("unexpected {other:?}"),
     }
 }
+
+/// `verify` compares the latest commit's copy and bundle with what the
+/// snapshot writer writes for the current commit. Each way they go stale
+/// or are edited is an advisory naming the object and the versions, which
+/// does not fail the check (readers fall back: time lost, never an
+/// answer); a missing one is nothing (older writers wrote none). Readers
+/// answer from the current commit throughout.
+#[tokio::test]
+async fn verify_reports_a_stale_or_edited_copy_and_bundle() {
+    use parqivf::verify::{VerifyOptions, Violation, verify_location};
+    let location = "memory://verify-open-ahead/idx";
+    let (store, idx) = publish(location, 5).await;
+    let versions = idx.clone().join("versions");
+    let copy_at = versions.clone().join("latest-commit.json");
+    let bundle_at = versions.join("latest-bundle.bin");
+    let get = |path: &Path| {
+        let (store, path) = (Arc::clone(&store), path.clone());
+        async move { store.get(&path).await.unwrap().bytes().await.unwrap() }
+    };
+    let put = |path: &Path, bytes: Vec<u8>| {
+        let (store, path) = (Arc::clone(&store), path.clone());
+        async move { store.put(&path, PutPayload::from(bytes)).await.unwrap() }
+    };
+    let stale = || async {
+        let report = verify_location(Arc::clone(&store), &idx, VerifyOptions::default())
+            .await
+            .unwrap();
+        assert!(report.is_ok(), "{:?}", report.violations);
+        let mut found = Vec::new();
+        for v in report.advisories {
+            match v {
+                Violation::OpenAheadStale { path, error } => found.push((path, error)),
+                other => panic!("unexpected {other}"),
+            }
+        }
+        found
+    };
+    let (copy_v1, bundle_v1) = (get(&copy_at).await, get(&bundle_at).await);
+    assert_eq!(stale().await, vec![]);
+    publish(location, 6).await;
+    assert_eq!(stale().await, vec![]);
+    let (copy_v2, bundle_v2) = (get(&copy_at).await, get(&bundle_at).await);
+
+    // Version 1's copy and bundle, as a writer that died between its
+    // commit and them would leave them.
+    put(&copy_at, copy_v1.to_vec()).await;
+    put(&bundle_at, bundle_v1.to_vec()).await;
+    let found = stale().await;
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert_eq!(found[0].0, copy_at.to_string());
+    assert!(
+        found[0].1.contains("holds version 1")
+            && found[0].1.contains("current commit is version 2"),
+        "{}",
+        found[0].1
+    );
+    assert_eq!(found[1].0, bundle_at.to_string());
+    assert!(
+        found[1]
+            .1
+            .contains("the bundle of version 1, the current commit is version 2"),
+        "{}",
+        found[1].1
+    );
+    let opened = Snapshot::open_current(&store, &idx).await.unwrap();
+    assert_eq!(opened.version(), Some(2));
+
+    // Version 2's, with one byte of the last footer changed.
+    put(&copy_at, copy_v2.to_vec()).await;
+    let mut edited = bundle_v2.to_vec();
+    *edited.last_mut().unwrap() ^= 0xff;
+    put(&bundle_at, edited).await;
+    let found = stale().await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].1.contains("differs from the bundle of version 2"),
+        "{}",
+        found[0].1
+    );
+    // Not a bundle at all.
+    put(&bundle_at, b"PQVF".to_vec()).await;
+    assert!(stale().await[0].1.contains("are not a bundle"));
+
+    // A copy whose footers-ahead lost an entry.
+    put(&bundle_at, bundle_v2.to_vec()).await;
+    let mut copy: serde_json::Value = serde_json::from_slice(&copy_v2).unwrap();
+    let ahead = copy["footers-ahead"].as_array_mut().unwrap();
+    let listed = ahead.len();
+    assert!(listed >= 1);
+    ahead.pop();
+    put(&copy_at, serde_json::to_vec(&copy).unwrap()).await;
+    let found = stale().await;
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(
+        found[0].1.contains(&format!(
+            "footers-ahead list {} footers, not the {listed}",
+            listed - 1
+        )),
+        "{}",
+        found[0].1
+    );
+    assert_eq!(
+        Snapshot::open_current(&store, &idx)
+            .await
+            .unwrap()
+            .version(),
+        Some(2)
+    );
+
+    // Neither: nothing to report.
+    store.delete(&copy_at).await.unwrap();
+    store.delete(&bundle_at).await.unwrap();
+    assert_eq!(stale().await, vec![]);
+}
