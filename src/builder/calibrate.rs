@@ -31,8 +31,10 @@ pub const MIN_QUERIES: usize = 300;
 pub const GAP_QUANTILES: usize = 1000;
 /// The recall@k measured.
 pub const CALIBRATION_K: usize = 10;
-/// Queries per rayon task: one SGEMM of a row tile against them (large,
-/// so that each row tile is packed for few of them).
+/// Most queries per rayon task: one SGEMM of a row tile against them (large,
+/// so that each row tile is packed for few of them). Fewer where that
+/// spreads the queries evenly over the pool's threads
+/// ([`GroundTruth::observe`]).
 const QUERY_CHUNK: usize = 256;
 /// Rows per SGEMM.
 const ROW_TILE: usize = 512;
@@ -92,53 +94,51 @@ struct Tile<'a> {
 }
 
 impl Tile<'_> {
-    /// Offers row i of the tile to query j at `distance(i, j, dots[i][j])`.
-    /// Most rows are beyond every query's bound: a row's distances are
-    /// computed and compared 16 queries at a time without a branch (so
-    /// that it vectorises), and only a group with a row inside a bound is
-    /// offered one by one. A row enters below the bound only: never at a
-    /// NaN or infinite distance.
+    /// Offers row i of the tile to query j at `distance(xnorms[i],
+    /// qnorms[j], dots[i][j])`. Most rows are beyond every query's bound: a
+    /// row's distances to all the queries are computed and compared in one
+    /// pass over slices, without a branch or an index check (so that it
+    /// vectorises), and only a row inside some bound is offered query by
+    /// query. A row enters below the bound only: never at a NaN or infinite
+    /// distance.
     fn offer(
         &self,
         dots: &[f32],
+        norms: (&[f32], &[f32]),
         best: &mut [Best],
         bound: &mut [f32],
-        distance: impl Fn(usize, usize, f32) -> f32,
+        distance: impl Fn(f32, f32, f32) -> f32,
     ) {
-        const GROUP: usize = 16;
         let (dim, k, nq) = (self.dim, self.k, best.len());
-        for (i, row) in dots.chunks_exact(nq).enumerate() {
-            for (g, group) in row.chunks(GROUP).enumerate() {
-                let first = g * GROUP;
-                let inside = group
-                    .iter()
-                    .zip(&bound[first..])
-                    .enumerate()
-                    .fold(false, |any, (j, (&dot, &b))| {
-                        any | (distance(i, first + j, dot) < b)
-                    });
-                if !inside {
+        let (xnorms, qnorms) = norms;
+        for ((i, row), &xn) in dots.chunks_exact(nq).enumerate().zip(xnorms) {
+            let inside = row
+                .iter()
+                .zip(qnorms)
+                .zip(bound.iter())
+                .fold(false, |any, ((&dot, &qn), &b)| {
+                    any | (distance(xn, qn, dot) < b)
+                });
+            if !inside {
+                continue;
+            }
+            for (j, (&dot, &qn)) in row.iter().zip(qnorms).enumerate() {
+                let d = distance(xn, qn, dot);
+                if d.is_nan() || d >= bound[j] {
                     continue;
                 }
-                for (j, &dot) in (first..).zip(group) {
-                    let d = distance(i, j, dot);
-                    if d.is_nan() || d >= bound[j] {
-                        continue;
-                    }
-                    let b = &mut best[j];
-                    // The query's own row (bit-identical) is left out once.
-                    if !b.own_seen
-                        && self.vectors[i * dim..(i + 1) * dim]
-                            == self.queries[j * dim..(j + 1) * dim]
-                    {
-                        b.own_seen = true;
-                        continue;
-                    }
-                    let at = b.top.partition_point(|e| e.0 <= d);
-                    b.top.insert(at, (d, self.lists[i]));
-                    b.top.truncate(k);
-                    bound[j] = b.bound(k);
+                let b = &mut best[j];
+                // The query's own row (bit-identical) is left out once.
+                if !b.own_seen
+                    && self.vectors[i * dim..(i + 1) * dim] == self.queries[j * dim..(j + 1) * dim]
+                {
+                    b.own_seen = true;
+                    continue;
                 }
+                let at = b.top.partition_point(|e| e.0 <= d);
+                b.top.insert(at, (d, self.lists[i]));
+                b.top.truncate(k);
+                bound[j] = b.bound(k);
             }
         }
     }
@@ -183,16 +183,28 @@ impl GroundTruth {
         self.best.is_empty()
     }
 
-    /// Take rows `vectors` (prepared, row-major), assigned to `lists`.
+    /// Take rows `vectors` (prepared, row-major), assigned to `lists`. The
+    /// queries are split evenly over the pool's threads (312 queries on 2
+    /// threads: 156 each, where chunks of 256 left one thread 56), at most
+    /// [`QUERY_CHUNK`] a task. The answer does not depend on the split: each
+    /// query takes the rows in order, and SGEMM sums each dot product along
+    /// the dimensions in the same order whatever the number of columns.
     pub fn observe(&mut self, vectors: &[f32], lists: &[u32]) {
+        let threads = rayon::current_num_threads().max(1);
+        let chunk = self.best.len().div_ceil(threads).clamp(1, QUERY_CHUNK);
+        self.observe_in_chunks(vectors, lists, chunk);
+    }
+
+    /// [`GroundTruth::observe`] with `chunk` queries a task.
+    fn observe_in_chunks(&mut self, vectors: &[f32], lists: &[u32], chunk: usize) {
         let dim = self.dim;
         self.rows += lists.len() as u64;
         let xnorms = squared_norms(vectors, dim);
         let (metric, k) = (self.metric, self.k);
         self.best
-            .par_chunks_mut(QUERY_CHUNK)
-            .zip(self.queries.par_chunks(QUERY_CHUNK * dim))
-            .zip(self.norms.par_chunks(QUERY_CHUNK))
+            .par_chunks_mut(chunk)
+            .zip(self.queries.par_chunks(chunk * dim))
+            .zip(self.norms.par_chunks(chunk))
             .for_each(|((best, q), qnorms)| {
                 let nq = best.len();
                 let mut out = vec![0f32; ROW_TILE * nq];
@@ -233,12 +245,17 @@ impl GroundTruth {
                         dim,
                         k,
                     };
+                    let norms = (xn, qnorms);
                     match metric {
-                        Metric::L2 => tile.offer(out, best, &mut bound, |i, j, dot| {
-                            (xn[i] + qnorms[j] - 2.0 * dot).max(0.0)
+                        Metric::L2 => tile.offer(out, norms, best, &mut bound, |xn, qn, dot| {
+                            (xn + qn - 2.0 * dot).max(0.0)
                         }),
-                        Metric::InnerProduct => tile.offer(out, best, &mut bound, |_, _, dot| -dot),
-                        Metric::Cosine => tile.offer(out, best, &mut bound, |_, _, dot| 1.0 - dot),
+                        Metric::InnerProduct => {
+                            tile.offer(out, norms, best, &mut bound, |_, _, dot| -dot)
+                        }
+                        Metric::Cosine => {
+                            tile.offer(out, norms, best, &mut bound, |_, _, dot| 1.0 - dot)
+                        }
                     }
                 }
             });
@@ -362,6 +379,32 @@ mod tests {
         // Every neighbour is in its query's nearest list: gap 0, recall 1 at nprobe 1.
         assert_eq!(c.neighbour_gaps.last(), Some(&0.0));
         assert_eq!(c.recall_by_nprobe[0].recall, 1.0);
+    }
+
+    #[test]
+    fn the_answer_does_not_depend_on_how_the_queries_are_split() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let dim = 37;
+        let data: Vec<f32> = (0..3000 * dim)
+            .map(|_| rng.random_range(-1.0..1.0))
+            .collect();
+        let lists: Vec<u32> = (0..3000).map(|i| i % 7).collect();
+        for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+            let queries = pick_queries(&data, dim, 301);
+            let run = |chunk: usize| {
+                let mut gt = GroundTruth::new(queries.clone(), dim, 10, metric);
+                // Two batches, the second across row tiles.
+                gt.observe_in_chunks(&data[..700 * dim], &lists[..700], chunk);
+                gt.observe_in_chunks(&data[700 * dim..], &lists[700..], chunk);
+                gt.best.iter().map(|b| b.top.clone()).collect::<Vec<_>>()
+            };
+            let whole = run(QUERY_CHUNK);
+            assert!(whole.iter().all(|t| t.len() == 10));
+            for chunk in [1, 7, 151] {
+                assert_eq!(run(chunk), whole, "{metric:?}, {chunk} queries a task");
+            }
+        }
     }
 
     #[test]
