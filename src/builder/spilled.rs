@@ -148,9 +148,12 @@ pub async fn write_all(
     let failed = Arc::new(AtomicBool::new(false));
     // Sorting a bucket and encoding its files is CPU work: each bucket runs
     // on a blocking thread, its uploads driven from there, as many buckets
-    // at a time as the build has threads; the files come back in bucket
-    // order.
-    let mut written = futures::stream::iter(0..spill.buckets())
+    // at a time as the build has threads, the largest first so that the
+    // small ones fill in around it; the files come back in bucket order.
+    let rows = spill.bucket_rows();
+    let mut order: Vec<usize> = (0..spill.buckets()).collect();
+    order.sort_by_key(|&b| std::cmp::Reverse(rows.get(b).copied().unwrap_or(0)));
+    let mut written = futures::stream::iter(order)
         .map(|bucket| {
             let (taken, sort_by) = (spill.take(bucket), params.sort_by.clone());
             let (store, target, handle) = (store.clone(), target.clone(), handle.clone());
@@ -179,6 +182,7 @@ pub async fn write_all(
         }
         on_bucket(1);
     }
+    files.sort_by(|a, b| (a.cid_bucket, &a.path).cmp(&(b.cid_bucket, &b.path)));
     match first_error {
         Some(e) => Err(e),
         None => Ok(files),

@@ -818,8 +818,11 @@ impl PostingsTarget {
 
 /// Writes root bucket `bucket`'s rows, sorted by (cid, rowid)
 /// ([`sort_run`]), as its postings files below `target.root`, and returns
-/// their manifest entries. The bytes and paths depend only on the input: a
-/// retried bucket overwrites its files with the same bytes.
+/// their manifest entries. The files are planned first
+/// ([`crate::postings::writer::file_plan`]) and each is encoded on its own
+/// blocking thread, so one large bucket does not hold the write stage on
+/// one core. The bytes and paths depend only on the input: a retried
+/// bucket overwrites its files with the same bytes.
 ///
 /// # Errors
 /// The postings writer's errors (unsorted input, CIDs outside the bucket…)
@@ -830,16 +833,41 @@ pub async fn write_bucket(
     bucket: u32,
     sorted: RecordBatch,
 ) -> Result<Vec<FileEntry>, BuildError> {
-    let mut writer = PostingsWriter::new(
-        store.clone(),
-        target.root.clone(),
-        target.dim,
-        target.code_bytes,
-        target.payload_fields.clone(),
-        target.options.clone(),
-    )?;
-    writer.write_bucket(bucket, vec![sorted]).await?;
-    Ok(writer.files().to_vec())
+    let bytes = sorted.get_array_memory_size() as u64;
+    let plan = match sorted.column(0).as_primitive_opt::<Int32Type>() {
+        Some(cids) => crate::postings::writer::file_plan(cids.values(), bytes, &target.options),
+        // Not the postings schema: one writer, which says what is wrong.
+        None => std::iter::once(0..sorted.num_rows()).collect(),
+    };
+    // A planned file is written whole: the writer's own cap does not cut it again.
+    let options = WriterOptions {
+        max_file_bytes: u64::MAX,
+        ..target.options.clone()
+    };
+    let handle = tokio::runtime::Handle::current();
+    let files = plan.into_iter().enumerate().map(|(part, rows)| {
+        let batch = sorted.slice(rows.start, rows.len());
+        let (store, target, options, handle) = (
+            store.clone(),
+            target.clone(),
+            options.clone(),
+            handle.clone(),
+        );
+        super::offload::blocking(move || {
+            let mut writer = PostingsWriter::new(
+                store,
+                target.root.clone(),
+                target.dim,
+                target.code_bytes,
+                target.payload_fields.clone(),
+                options,
+            )?;
+            let part = u32::try_from(part).unwrap_or(u32::MAX);
+            handle.block_on(writer.write_bucket_from(bucket, part, vec![batch]))?;
+            Ok(writer.files().to_vec())
+        })
+    });
+    Ok(futures::future::try_join_all(files).await?.concat())
 }
 
 /// What training made, and every stage after it reads: the centroid

@@ -52,7 +52,8 @@ pub struct WriterOptions {
     pub max_rows_per_row_group: usize,
     /// A file is closed after the row group that brings it to this many bytes
     /// (default 256 MiB), so a file exceeds it by at most one row group plus
-    /// the footer. Must be at least 1.
+    /// the footer. The build plans a bucket's files by the same cap before
+    /// writing them at once ([`file_plan`]). Must be at least 1.
     pub max_file_bytes: u64,
     /// Bytes buffered per object before switching to a multipart upload, and
     /// the part size of that upload (default 10 MiB; S3 needs at least 5 MiB
@@ -94,6 +95,36 @@ impl Default for WriterOptions {
             vector_page_rows: None,
         }
     }
+}
+
+/// The rows of each postings file of one bucket, sorted by cid: its row
+/// groups (a run of one cid, at most `max_rows_per_row_group` rows) cut into
+/// `n = ⌈bytes / max_file_bytes⌉` files of about `rows / n` rows each (file
+/// `f` ends at the first row-group end past `(f + 1)·rows / n`), where
+/// `bytes` is the rows' Arrow
+/// size (their plain encoding, so close to the file's). So the files of a
+/// bucket are known before any is encoded, and are written at once; a file
+/// exceeds its share by at most one row group. Pure.
+pub fn file_plan(cids: &[i32], bytes: u64, options: &WriterOptions) -> Vec<std::ops::Range<usize>> {
+    let rows = cids.len();
+    let files = bytes.div_ceil(options.max_file_bytes.max(1)).max(1) as usize;
+    let max_rows = options.max_rows_per_row_group.max(1);
+    let mut plan = Vec::with_capacity(files);
+    let (mut start, mut at) = (0, 0);
+    while at < rows {
+        // The end of the row group starting at `at`.
+        let run = cids[at..].iter().take_while(|&&c| c == cids[at]).count();
+        at += run.min(max_rows);
+        let share = (plan.len() + 1) * rows / files;
+        if at >= share && at < rows {
+            plan.push(start..at);
+            start = at;
+        }
+    }
+    if start < rows {
+        plan.push(start..rows);
+    }
+    plan
 }
 
 /// Writes postings files bucket by bucket and collects their manifest entries.
@@ -177,6 +208,21 @@ impl PostingsWriter {
         bucket: u32,
         batches: Vec<RecordBatch>,
     ) -> Result<(), PostingsError> {
+        self.write_bucket_from(bucket, 0, batches).await
+    }
+
+    /// [`Self::write_bucket`], its first file numbered `first_part` (the
+    /// files of one bucket written by several writers at once,
+    /// [`file_plan`]).
+    ///
+    /// # Errors
+    /// As [`Self::write_bucket`].
+    pub async fn write_bucket_from(
+        &mut self,
+        bucket: u32,
+        first_part: u32,
+        batches: Vec<RecordBatch>,
+    ) -> Result<(), PostingsError> {
         if bucket > MAX_BUCKET {
             return Err(PostingsError::BucketOutOfRange { bucket });
         }
@@ -187,7 +233,7 @@ impl PostingsWriter {
         let mut state = BucketState {
             bucket,
             open: None,
-            next_part: 0,
+            next_part: first_part,
             rg_cid: None,
             rg_rows: 0,
             last_cid: None,
@@ -573,8 +619,7 @@ impl OpenFile {
     /// buffers its output, so a drain may end inside a page: the rest waits
     /// in `pending` for the next one.
     async fn drain(&mut self) -> Result<(), PostingsError> {
-        let buf = std::mem::take(self.writer.inner_mut());
-        self.pending.extend_from_slice(&buf);
+        self.take_encoded();
         if !self.take_magic().await? {
             return Ok(());
         }
@@ -585,6 +630,20 @@ impl OpenFile {
             )))
         })?;
         self.push_pages(rewritten, consumed).await
+    }
+
+    /// Move what parquet encoded into `pending`, keeping both buffers'
+    /// allocations: parquet's buffer grows to a row group once, not once a
+    /// row group, and a drain that left nothing pending takes the bytes
+    /// without copying them.
+    fn take_encoded(&mut self) {
+        let encoded = self.writer.inner_mut();
+        if self.pending.is_empty() {
+            std::mem::swap(&mut self.pending, encoded);
+        } else {
+            self.pending.extend_from_slice(encoded);
+        }
+        encoded.clear();
     }
 
     /// Upload the file's leading magic once it is out of parquet's buffer;
@@ -627,8 +686,7 @@ impl OpenFile {
         // Everything is out of parquet's buffer now: the pages up to the end
         // of the last column chunk, then the footer parquet wrote (dropped:
         // it is rebuilt below with the new offsets).
-        let rest = std::mem::take(self.writer.inner_mut());
-        self.pending.extend_from_slice(&rest);
+        self.take_encoded();
         self.take_magic().await?;
         let data_end = metadata
             .row_groups()
@@ -696,5 +754,63 @@ impl HashingUpload {
             path: self.path.clone(),
             source: ParquetError::External(Box::new(e)),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(max_rows: usize, max_file_bytes: u64) -> WriterOptions {
+        WriterOptions {
+            max_rows_per_row_group: max_rows,
+            max_file_bytes,
+            ..WriterOptions::default()
+        }
+    }
+
+    /// Every row once, in order, in whole row groups.
+    fn check(plan: &[std::ops::Range<usize>], cids: &[i32], max_rows: usize) {
+        assert_eq!(plan.first().map(|r| r.start), Some(0));
+        assert_eq!(plan.last().map(|r| r.end), Some(cids.len()));
+        for w in plan.windows(2) {
+            assert_eq!(w[0].end, w[1].start);
+            // A cut is a row-group end: the cid changes, or a full group of one cid.
+            let cut = w[0].end;
+            let run = cids[..cut]
+                .iter()
+                .rev()
+                .take_while(|&&c| c == cids[cut])
+                .count();
+            assert!(
+                cids[cut - 1] != cids[cut] || run.is_multiple_of(max_rows),
+                "{plan:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_bucket_is_cut_into_even_files_at_row_group_ends() {
+        // 10 cids of 100 rows: 1000 rows.
+        let cids: Vec<i32> = (0..1000).map(|r| r / 100).collect();
+        // Under the cap: one file.
+        assert_eq!(file_plan(&cids, 999, &options(1000, 1000)), vec![0..1000]);
+        // 2.5 caps: three files of about a third, cut where a cid ends.
+        let plan = file_plan(&cids, 2500, &options(1000, 1000));
+        assert_eq!(plan, vec![0..400, 400..700, 700..1000]);
+        check(&plan, &cids, 1000);
+        // One cid larger than a file: cut inside it at a row-group end (every 64 rows).
+        let one: Vec<i32> = vec![7; 1000];
+        let plan = file_plan(&one, 4000, &options(64, 1000));
+        assert_eq!(plan.len(), 4);
+        check(&plan, &one, 64);
+        // Each file ends at the first row-group end past its share of 250.
+        assert_eq!(plan, vec![0..256, 256..512, 512..768, 768..1000]);
+        // More files asked than row groups: one file a row group at most.
+        let plan = file_plan(&cids, 1_000_000, &options(1000, 1));
+        assert_eq!(plan.len(), 10);
+        check(&plan, &cids, 1000);
+        // No rows, no file.
+        assert!(file_plan(&[], 0, &options(10, 10)).is_empty());
     }
 }

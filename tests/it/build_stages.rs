@@ -295,3 +295,84 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
             .is_empty()
     );
 }
+
+/// A bucket over `max_file_bytes` is planned into even files, written at
+/// once (`postings::writer::file_plan`): numbered from 0 in cid order, each
+/// ending at the first row-group end past its share of the bucket's rows,
+/// valid for `verify`, and an exhaustive search over them is exact.
+#[tokio::test]
+async fn a_bucket_over_the_file_cap_is_written_as_even_files_that_search_exactly() {
+    use parqivf::distance::Metric;
+    use parqivf::postings::writer::WriterOptions;
+    let max_rows = 64;
+    let p = BuildParams {
+        writer: WriterOptions {
+            max_rows_per_row_group: max_rows,
+            max_file_bytes: 24 * 1024,
+            ..WriterOptions::default()
+        },
+        ..params()
+    };
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let idx = Path::from("idx");
+    build(Arc::new(source()), store.clone(), &idx, &p)
+        .await
+        .unwrap();
+    let report = parqivf::verify::verify_location(store.clone(), &idx, Default::default())
+        .await
+        .unwrap();
+    assert!(report.is_ok(), "{:?}", report.violations);
+    let index = Index::open_current(store.clone(), &idx).await.unwrap();
+    let files = &index.manifest().files;
+    let mut split = 0;
+    for bucket in 0..index.manifest().cid_offsets.len() as u32 - 1 {
+        let of: Vec<&FileEntry> = files.iter().filter(|f| f.cid_bucket == bucket).collect();
+        for (part, f) in of.iter().enumerate() {
+            assert_eq!(
+                f.path,
+                format!("cid_bucket={bucket:06}/part-{part:05}.parquet")
+            );
+        }
+        if of.len() < 2 {
+            continue;
+        }
+        split += 1;
+        // File f ends at the first row-group end past (f + 1) shares.
+        let (rows, n) = (of.iter().map(|f| f.rows).sum::<u64>(), of.len() as u64);
+        let mut end = 0;
+        for (f, file) in (1..).zip(&of[..of.len() - 1]) {
+            end += file.rows;
+            let share = f * rows / n;
+            assert!(
+                end >= share && end < share + max_rows as u64,
+                "bucket {bucket}: file {f} ends at row {end}, its share at {share}"
+            );
+        }
+        assert!(of.windows(2).all(|w| w[0].max_cid <= w[1].min_cid));
+    }
+    assert!(split >= 2, "{split} buckets over the cap");
+    // Exact at nprobe = nlist.
+    let data = support::fixtures::random_vectors(3000, DIM, 11);
+    let ids: Vec<i64> = (0..3000).collect();
+    let exhaustive = SearchParams {
+        k: 10,
+        nprobe: Some(16),
+        rerank: 1000,
+        ..SearchParams::default()
+    };
+    for q in data.chunks_exact(DIM).step_by(397) {
+        let got: Vec<i64> = index
+            .search(q, &exhaustive)
+            .await
+            .unwrap()
+            .hits
+            .iter()
+            .map(|h| h.rowid)
+            .collect();
+        let want: Vec<i64> = support::fixtures::brute_force(Metric::L2, DIM, &data, &ids, q, 10)
+            .into_iter()
+            .map(|(r, _)| r)
+            .collect();
+        assert_eq!(got, want);
+    }
+}
