@@ -333,26 +333,13 @@ impl ArraySource {
         let start = (part * self.part_size).min(self.rows());
         start..(start + self.part_size).min(self.rows())
     }
-}
 
-#[async_trait]
-impl VectorSource for ArraySource {
-    fn dim(&self) -> usize {
-        self.dim
-    }
-
-    fn parts(&self) -> usize {
-        self.rows().div_ceil(self.part_size)
-    }
-
-    async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
-        Ok(self.range(part).len() as u64)
-    }
-
-    async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
+    /// [`VectorSource::read_part`]'s batch: its rows copied, the invalid
+    /// ones (a non-finite value) skipped or refused, in one pass.
+    fn part(&self, part: usize) -> Result<VectorBatch, BuildError> {
         let r = self.range(part);
+        let all = &self.vectors[r.start * self.dim..r.end * self.dim];
         let dim = self.dim;
-        let all = &self.vectors[r.start * dim..r.end * dim];
         let mut rowids = Vec::with_capacity(r.len());
         let mut vectors = Vec::with_capacity(all.len());
         let mut kept: Vec<u32> = Vec::with_capacity(r.len());
@@ -383,6 +370,29 @@ impl VectorSource for ArraySource {
             vectors,
             payload,
         })
+    }
+}
+
+#[async_trait]
+impl VectorSource for ArraySource {
+    fn dim(&self) -> usize {
+        self.dim
+    }
+
+    fn parts(&self) -> usize {
+        self.rows().div_ceil(self.part_size)
+    }
+
+    async fn part_rows(&self, part: usize) -> Result<u64, BuildError> {
+        Ok(self.range(part).len() as u64)
+    }
+
+    async fn read_part(&self, part: usize) -> Result<VectorBatch, BuildError> {
+        // Copying and checking a part is CPU work: not on a tokio worker.
+        let source = self.clone();
+        tokio::task::spawn_blocking(move || source.part(part))
+            .await
+            .map_err(|e| BuildError::Internal(format!("worker task failed: {e}")))?
     }
 
     fn ids_may_repeat(&self) -> bool {
