@@ -539,7 +539,7 @@ async fn open_ahead_violations(
             Some(copy) if copy.footers_ahead != expected.footers_ahead => stale(
                 &copy_path,
                 format!(
-                    "its footers-ahead list {} footers, not the {} where the snapshot's footers lie",
+                    "its footers-ahead ({} entries) are not where the snapshot's {} footers lie",
                     copy.footers_ahead.len(),
                     expected.footers_ahead.len()
                 ),

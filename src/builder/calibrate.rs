@@ -186,7 +186,7 @@ impl GroundTruth {
     /// Take rows `vectors` (prepared, row-major), assigned to `lists`. The
     /// queries are split evenly over the pool's threads (312 queries on 2
     /// threads: 156 each, where chunks of 256 left one thread 56), at most
-    /// [`QUERY_CHUNK`] a task. The answer does not depend on the split: each
+    /// `QUERY_CHUNK` (256) a task. The answer does not depend on the split: each
     /// query takes the rows in order, and SGEMM sums each dot product along
     /// the dimensions in the same order whatever the number of columns.
     pub fn observe(&mut self, vectors: &[f32], lists: &[u32]) {

@@ -283,7 +283,7 @@ async fn verify_reports_a_stale_or_edited_copy_and_bundle() {
     assert_eq!(found.len(), 1, "{found:?}");
     assert!(
         found[0].1.contains(&format!(
-            "footers-ahead list {} footers, not the {listed}",
+            "footers-ahead ({} entries) are not where the snapshot's {listed} footers lie",
             listed - 1
         )),
         "{}",
