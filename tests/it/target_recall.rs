@@ -359,12 +359,18 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
         .unwrap();
     assert_eq!(info["calibration"]["calibrated_rows"], 10_000, "{info}");
     assert_eq!(info["calibration"]["stale"], false);
-    let r = client
-        .post(format!("{url}/v1/indexes/b/search"))
-        .json(&serde_json::json!({ "vector": &queries[..DIM], "target_recall": 0.9 }))
-        .send()
-        .await
-        .unwrap();
+    // POST `body` to index `name`'s search.
+    let search = |name: &str, body: serde_json::Value| {
+        let request = client
+            .post(format!("{url}/v1/indexes/{name}/search"))
+            .json(&body);
+        async move { request.send().await.unwrap() }
+    };
+    let r = search(
+        "b",
+        serde_json::json!({ "vector": &queries[..DIM], "target_recall": 0.9 }),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "not_calibrated", "{body}");
@@ -410,15 +416,14 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
         if i % 32 == 0 {
             caught_up(i).await;
         }
-        let body: serde_json::Value = client
-            .post(format!("{url}/v1/indexes/a/search"))
-            .json(&serde_json::json!({ "vector": q, "k": 10, "target_recall": 0.9, "include": ["stats"] }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body: serde_json::Value = search(
+            "a",
+            serde_json::json!({ "vector": q, "k": 10, "target_recall": 0.9, "include": ["stats"] }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
         let result = &body["results"][0];
         let e = result["stats"]["estimated_recall"].as_f64().unwrap();
         assert!((0.0..=1.0).contains(&e));
@@ -452,15 +457,14 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
     // the calibrated one, DEFAULT_NPROBE lists on the other; both named is
     // a 400.
     for (name, lists) in [("a", None), ("b", Some(DEFAULT_NPROBE as u64))] {
-        let body: serde_json::Value = client
-            .post(format!("{url}/v1/indexes/{name}/search"))
-            .json(&serde_json::json!({ "vector": &queries[..DIM], "include": ["stats"] }))
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let body: serde_json::Value = search(
+            name,
+            serde_json::json!({ "vector": &queries[..DIM], "include": ["stats"] }),
+        )
+        .await
+        .json()
+        .await
+        .unwrap();
         let stats = &body["results"][0]["stats"];
         match lists {
             Some(lists) => assert_eq!(stats["lists_probed"], lists, "{body}"),
@@ -470,12 +474,11 @@ async fn http_takes_a_target_and_recall_sampling_measures_what_offline_measures(
             }
         }
     }
-    let r = client
-        .post(format!("{url}/v1/indexes/a/search"))
-        .json(&serde_json::json!({ "vector": &queries[..DIM], "nprobe": 4, "target_recall": 0.9 }))
-        .send()
-        .await
-        .unwrap();
+    let r = search(
+        "a",
+        serde_json::json!({ "vector": &queries[..DIM], "nprobe": 4, "target_recall": 0.9 }),
+    )
+    .await;
     assert_eq!(r.status(), 400);
     let body: serde_json::Value = r.json().await.unwrap();
     assert_eq!(body["error"]["code"], "nprobe_and_target_recall", "{body}");
