@@ -708,6 +708,11 @@ mod tests {
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;
 
+    /// `len` values uniform in [-1, 1).
+    fn uniform(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {
+        (0..len).map(|_| rng.random_range(-1.0..1.0)).collect()
+    }
+
     fn brute(data: &[f32], cents: &[f32], dim: usize, metric: Metric) -> Vec<(u32, f32)> {
         data.chunks_exact(dim)
             .map(|x| {
@@ -750,8 +755,7 @@ mod tests {
         let mut rng = ChaCha8Rng::seed_from_u64(3);
         // Sizes straddle the tile edges: 600 points (3 tiles), 1100 centroids (2 tiles).
         for (n, k, dim) in [(600, 1100, 17), (5, 3, 1), (300, 7, 128)] {
-            let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
-            let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+            let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
             for (metric, kernel) in [Metric::L2, Metric::InnerProduct, Metric::Cosine]
                 .into_iter()
                 .flat_map(|m| KERNELS.map(|k| (m, k)))
@@ -802,8 +806,7 @@ mod tests {
     fn a_row_subset_gets_the_same_answers_as_the_full_matrix() {
         let mut rng = ChaCha8Rng::seed_from_u64(11);
         let (n, k, dim) = (700, 40, 9);
-        let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
-        let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
         // Spans more than two tiles, out of order, with a repeat.
         let rows: Vec<usize> = (0..n).rev().step_by(2).chain([3, 3]).collect();
         let (l, d1, d2) = nearest2_unchecked(&data, &cents, dim, Metric::L2);
@@ -817,8 +820,7 @@ mod tests {
     fn a_group_gets_the_full_kernels_answer_over_its_candidates() {
         let mut rng = ChaCha8Rng::seed_from_u64(13);
         let (n, k, dim) = (700, 50, 11);
-        let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
-        let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
         // Group 0: 300 rows (two tiles), 33 candidates (two AVX-512 panels);
         // group 1: no rows; group 2: 399 rows, 5 candidates; row 699 in none.
         let lists: Vec<Vec<u32>> = vec![
@@ -855,8 +857,7 @@ mod tests {
     fn second_nearest_matches_a_sorted_scan() {
         let mut rng = ChaCha8Rng::seed_from_u64(9);
         let (n, k, dim) = (37, 53, 24);
-        let data: Vec<f32> = (0..n * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
-        let cents: Vec<f32> = (0..k * dim).map(|_| rng.random_range(-1.0..1.0)).collect();
+        let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
         for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {
             let (_, d1, d2) = top2(kernel, &data, None, &cents, dim, Metric::L2);
             for (i, x) in data.chunks_exact(dim).enumerate() {
