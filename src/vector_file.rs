@@ -80,14 +80,96 @@ pub enum VectorFileError {
 /// errors of [`parse_npy`] / [`parse_fvecs`].
 pub fn read_vectors(path: &Path) -> Result<Vectors<f32>, VectorFileError> {
     let name = path.display().to_string();
+    let extension = path.extension().and_then(|e| e.to_str());
+    if !matches!(extension, Some("npy" | "fvecs")) {
+        return Err(VectorFileError::UnknownFormat { path: name });
+    }
+    if extension == Some("npy")
+        && let Some(vectors) = read_npy_f32_in_place(path, &name)?
+    {
+        return Ok(vectors);
+    }
     let bytes = std::fs::read(path).map_err(|source| VectorFileError::Io {
         path: name.clone(),
         source,
     })?;
-    match path.extension().and_then(|e| e.to_str()) {
+    match extension {
         Some("npy") => parse_npy(&bytes, &name),
-        Some("fvecs") => parse_fvecs(&bytes, &name),
-        _ => Err(VectorFileError::UnknownFormat { path: name }),
+        _ => parse_fvecs(&bytes, &name),
+    }
+}
+
+/// Bytes of the `.npy` body one task of [`read_npy_f32_in_place`] reads.
+#[cfg_attr(not(all(unix, target_endian = "little")), allow(dead_code))]
+const READ_CHUNK: usize = 8 << 20;
+
+/// A `<f4` `.npy` file read straight into its `Vec<f32>`, the body in
+/// [`READ_CHUNK`] ranges on the rayon pool's threads: one copy out of the
+/// page cache instead of a read then a conversion (a 512 MB file took 0.49 s
+/// on one core that way). `None` where this fast path does not apply (a
+/// header this function does not recognise, another dtype, a big-endian or
+/// non-Unix machine): [`parse_npy`] then reads the file and gives the error
+/// if there is one. The length check and errors are [`parse_npy`]'s.
+fn read_npy_f32_in_place(path: &Path, name: &str) -> Result<Option<Vectors<f32>>, VectorFileError> {
+    #[cfg(all(unix, target_endian = "little"))]
+    {
+        use rayon::prelude::*;
+        use std::os::unix::fs::FileExt;
+        let io = |source| VectorFileError::Io {
+            path: name.to_string(),
+            source,
+        };
+        let file = std::fs::File::open(path).map_err(io)?;
+        let len = file.metadata().map_err(io)?.len();
+        // Magic (6 bytes), version (2), then the header's length: 2 bytes
+        // little-endian in version 1, 4 in versions 2 and 3.
+        let mut start = [0u8; 12];
+        if len < 12 || file.read_exact_at(&mut start, 0).is_err() || &start[..6] != b"\x93NUMPY" {
+            return Ok(None);
+        }
+        let data_offset = match start[6] {
+            1 => 10 + u64::from(u16::from_le_bytes([start[8], start[9]])),
+            2 | 3 => {
+                12 + u64::from(u32::from_le_bytes([
+                    start[8], start[9], start[10], start[11],
+                ]))
+            }
+            _ => return Ok(None),
+        };
+        if data_offset > len {
+            return Ok(None);
+        }
+        let mut header = vec![0u8; data_offset as usize];
+        file.read_exact_at(&mut header, 0).map_err(io)?;
+        let mut rest = &header[..];
+        let array = NpyArray::read(&mut rest, name)?;
+        if !rest.is_empty() || array.element(&[Element::F4], name).is_err() {
+            return Ok(None);
+        }
+        array.check_len(Element::F4, (len - data_offset) as usize, name)?;
+        let mut data = vec![0.0f32; array.n * array.dim];
+        // SAFETY: every bit pattern is a valid f32, and the byte view covers
+        // exactly `data`'s initialised values, which it borrows mutably.
+        let bytes = unsafe {
+            std::slice::from_raw_parts_mut(data.as_mut_ptr().cast::<u8>(), data.len() * 4)
+        };
+        bytes
+            .par_chunks_mut(READ_CHUNK)
+            .enumerate()
+            .try_for_each(|(i, chunk)| {
+                file.read_exact_at(chunk, data_offset + (i * READ_CHUNK) as u64)
+            })
+            .map_err(io)?;
+        Ok(Some(Vectors {
+            data,
+            n: array.n,
+            dim: array.dim,
+        }))
+    }
+    #[cfg(not(all(unix, target_endian = "little")))]
+    {
+        let _ = (path, name);
+        Ok(None)
     }
 }
 
@@ -635,6 +717,60 @@ mod tests {
             .collect();
         let v = parse_npy(&npy("<f8", "False", "(2, 3)", &body), "a.npy").unwrap();
         assert_eq!((v.n, v.dim, v.data.as_slice()), (2, 3, &vals[..]));
+    }
+
+    /// `read_vectors` on a `.npy` file gives what `parse_npy` gives on its
+    /// bytes: through the in-place path (`<f4`, header versions 1 and 2, a
+    /// body of several read chunks) and through the fallback (`<f8`, a
+    /// header it does not recognise), with the same typed errors for a
+    /// short or long body, a Fortran array and another dtype.
+    #[test]
+    fn npy_files_read_in_place_equal_the_parsed_bytes() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.npy");
+        let check = |bytes: &[u8]| {
+            std::fs::write(&path, bytes).unwrap();
+            let (read, parsed) = (
+                read_vectors(&path),
+                parse_npy(bytes, &path.display().to_string()),
+            );
+            match (read, parsed) {
+                (Ok(a), Ok(b)) => assert_eq!(a, b),
+                (Err(a), Err(b)) => assert_eq!(a.to_string(), b.to_string()),
+                (a, b) => panic!("read {a:?}, parsed {b:?}"),
+            }
+        };
+        // Three chunks and a partial one: every chunk lands at its offset.
+        let dim = 16;
+        let n = (2 * READ_CHUNK + READ_CHUNK / 2) / (4 * dim) + 1;
+        let vals: Vec<f32> = (0..n * dim).map(|i| i as f32 * 0.25 - 7.0).collect();
+        let body: Vec<u8> = vals.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let v1 = npy("<f4", "False", &format!("({n}, {dim})"), &body);
+        check(&v1);
+        std::fs::write(&path, &v1).unwrap();
+        assert_eq!(read_vectors(&path).unwrap().data, vals);
+        // Version 2: a 4-byte header length.
+        let mut v2 = b"\x93NUMPY\x02\x00".to_vec();
+        let header = &v1[10..10 + usize::from(u16::from_le_bytes([v1[8], v1[9]]))];
+        v2.extend_from_slice(&(header.len() as u32).to_le_bytes());
+        v2.extend_from_slice(header);
+        v2.extend_from_slice(&body);
+        check(&v2);
+        let small: Vec<u8> = [1.5f64, -2.0]
+            .iter()
+            .flat_map(|v| v.to_le_bytes())
+            .collect();
+        check(&npy("<f8", "False", "(1, 2)", &small));
+        check(&npy("<f4", "False", "(3, 2)", &[0u8; 20]));
+        check(&npy("<f4", "False", "(3, 2)", &[0u8; 28]));
+        check(&npy("<f4", "True", "(3, 2)", &[0u8; 24]));
+        check(&npy("<i4", "False", "(3, 2)", &[0u8; 24]));
+        check(b"\x93NUMPY\x09\x00garbage");
+        check(b"\x93NUMPY\x01\x00\xff\xff{");
+        assert!(matches!(
+            read_vectors(&dir.path().join("missing.npy")),
+            Err(VectorFileError::Io { .. })
+        ));
     }
 
     #[test]

@@ -255,6 +255,12 @@ pub fn sample_positions(total: u64, params: &BuildParams) -> Vec<u64> {
     chosen
 }
 
+/// Parts [`sample`] reads at once: the next part's read (its copy, checks
+/// and, under cosine, normalisation, all on blocking threads) overlaps this
+/// one's, so a build with two or more threads does not read on one core.
+/// At most this many parts beyond the kept ones are in memory.
+const SAMPLE_READ_AHEAD: usize = 2;
+
 /// Reads every part (prepared for `params.metric`, see [`read_part`]) and
 /// gathers the rows at [`sample_positions`], in row order, so the sample does
 /// not depend on timing or thread count. Each part is handed to `keep` with
@@ -272,15 +278,22 @@ pub async fn sample(
     params: &BuildParams,
     mut keep: impl FnMut(usize, u64, VectorBatch) + Send,
 ) -> Result<Sample, BuildError> {
+    use futures::StreamExt;
     let chosen = sample_positions(part_rows.iter().sum(), params);
     let skip_invalid = source.definition().skip_invalid;
     let mut parts = Vec::with_capacity(part_rows.len());
     let mut base = 0u64;
-    for (p, &declared) in part_rows.iter().enumerate() {
-        let batch = read_part(source, p, params.metric, skip_invalid).await?;
+    let mut reads = futures::stream::iter(0..part_rows.len())
+        .map(|p| read_part(source, p, params.metric, skip_invalid))
+        .buffered(SAMPLE_READ_AHEAD);
+    for &declared in part_rows {
+        let batch = reads
+            .next()
+            .await
+            .expect("the stream yields one batch a part")?;
         parts.push(part_sample(&chosen, base, declared, source.dim(), &batch));
         base += declared;
-        keep(p, declared, batch);
+        keep(parts.len() - 1, declared, batch);
     }
     Ok(Sample::from_parts(source.dim(), part_rows, parts))
 }

@@ -11,7 +11,6 @@
 
 use super::header::HEADER_BYTES;
 
-/// Whether the AVX2 kernels run on this CPU (`sq8` also needs FMA).
 /// Whether the AVX2 encoding kernels run on this CPU. They need AVX2 only:
 /// they must not fuse multiply-adds, so they never enable FMA.
 #[cfg(target_arch = "x86_64")]
@@ -19,6 +18,16 @@ pub(crate) fn avx2_encode_available() -> bool {
     is_x86_feature_detected!("avx2")
 }
 
+/// Whether the AVX-512 encoding kernels run on this CPU: AVX-512F (with the
+/// AVX2 it implies), again without FMA. The same code as the AVX2 build,
+/// with 16-lane registers: twice the values an instruction, the same
+/// operations on each value.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn avx512_encode_available() -> bool {
+    is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2")
+}
+
+/// Whether the AVX2 kernels run on this CPU (`sq8` also needs FMA).
 pub(crate) fn avx2_available() -> bool {
     #[cfg(target_arch = "x86_64")]
     {

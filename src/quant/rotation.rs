@@ -23,8 +23,8 @@
 //! order for every output i, starting from 0.0 (product rounded, then sum
 //! rounded: Rust never fuses, and FMA is never enabled). P is stored in panels
 //! of 16 rows, column by column within a panel; the kernel holds 16 outputs of
-//! each of 2 (portable build) or 4 (AVX2 build, chosen at run time) vectors in
-//! accumulators and walks the panel's columns, so LLVM vectorises it across
+//! each of 2 (portable build), 4 (AVX2 build) or 8 (AVX-512 build, the build
+//! chosen at run time) vectors in accumulators and walks the panel's columns, so LLVM vectorises it across
 //! outputs, which changes no rounding: every build, every x86-64 or ARM CPU,
 //! and one vector or a batch give the same bits.
 
@@ -43,6 +43,10 @@ const PORTABLE_GROUP: usize = 2;
 /// Vectors one pass of the AVX2 kernel rotates (8 ymm accumulators).
 #[cfg(target_arch = "x86_64")]
 const AVX2_GROUP: usize = 4;
+/// Vectors one pass of the AVX-512 kernel rotates (8 zmm accumulators, a
+/// panel's 16 outputs in one register).
+#[cfg(target_arch = "x86_64")]
+const AVX512_GROUP: usize = 8;
 
 /// A dim×dim orthogonal matrix P, shared by clones.
 #[derive(Clone)]
@@ -134,6 +138,12 @@ impl Rotation {
     /// module comment), so the bits do not depend on the kernel.
     pub(crate) fn apply_many(&self, vectors: &[f32], out: &mut [f32]) {
         #[cfg(target_arch = "x86_64")]
+        if super::kernels::avx512_encode_available() {
+            // SAFETY: AVX-512F and AVX2 were detected on this CPU just above.
+            unsafe { self.apply_many_avx512(vectors, out) };
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
         if super::kernels::avx2_encode_available() {
             // SAFETY: AVX2 was detected on this CPU just above.
             unsafe { self.apply_many_avx2(vectors, out) };
@@ -156,6 +166,16 @@ impl Rotation {
     #[target_feature(enable = "avx2")]
     pub(crate) unsafe fn apply_many_avx2(&self, vectors: &[f32], out: &mut [f32]) {
         self.apply_many_inline::<AVX2_GROUP>(vectors, out);
+    }
+
+    /// [`Rotation::apply_many`] compiled with AVX-512F (again without FMA).
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F and AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f")]
+    pub(crate) unsafe fn apply_many_avx512(&self, vectors: &[f32], out: &mut [f32]) {
+        self.apply_many_inline::<AVX512_GROUP>(vectors, out);
     }
 
     /// The kernel, inlined into its caller so that it is compiled for the

@@ -621,10 +621,11 @@ fn reference_rabitq4_code(rotation: &Rotation, r: &[f32]) -> Vec<u8> {
 }
 
 /// The fast encoding paths (the dispatched one, the portable build and, where
-/// the CPU has it, the AVX2 build) against the plain scalar reference above:
+/// the CPU has them, the AVX2 and AVX-512 builds) against the plain scalar reference above:
 /// the rotated values bit for bit and the codes byte for byte, on random
 /// residuals of three shapes plus a zero, a tiny, a huge and a subnormal one, for batch
-/// sizes that leave remainders after the 32-vector blocks and 4-vector groups.
+/// sizes that leave remainders after the 32-vector blocks and 4- or 8-vector
+/// groups. It prints which builds ran.
 #[test]
 fn fast_encoding_equals_scalar_reference_byte_for_byte() {
     for dim in [1, 5, 63, 64, 100, 128, 384] {
@@ -699,6 +700,23 @@ fn fast_encoding_equals_scalar_reference_byte_for_byte() {
             // SAFETY: AVX2 was detected just above.
             unsafe { encode_rabitq_batch_avx2(rotation, &data, &mut codes) };
             assert_eq!(codes, expected, "AVX2 encode_batch, dim {dim}");
+            println!("rabitq4 encode: the AVX2 kernels ran, dim {dim}");
+        }
+        #[cfg(target_arch = "x86_64")]
+        if kernels::avx512_encode_available() {
+            rotated.fill(0.0);
+            // SAFETY: AVX-512F and AVX2 were detected just above.
+            unsafe { rotation.apply_many_avx512(&data, &mut rotated) };
+            assert_eq!(
+                bits(&rotated),
+                expected_rotated,
+                "AVX-512 rotation, dim {dim}"
+            );
+            codes.fill(0);
+            // SAFETY: AVX-512F and AVX2 were detected just above.
+            unsafe { encode_rabitq_batch_avx512(rotation, &data, &mut codes) };
+            assert_eq!(codes, expected, "AVX-512 encode_batch, dim {dim}");
+            println!("rabitq4 encode: the AVX-512 kernels ran, dim {dim}");
         }
     }
 }
