@@ -399,15 +399,7 @@ fn update_centroids(
                 if members.is_empty() {
                     return;
                 }
-                sum.fill(0.0);
-                let row = |i: u32| &x[i as usize * dim..][..dim];
-                for (t, &i) in members.iter().enumerate() {
-                    if let Some(&ahead) = members.get(t + PREFETCH_AHEAD) {
-                        prefetch(row(ahead));
-                    }
-                    let p = row(i);
-                    sum.iter_mut().zip(p).for_each(|(a, &v)| *a += f64::from(v));
-                }
+                sum_rows(x, dim, members, sum);
                 let inv = 1.0 / members.len() as f64;
                 centroid
                     .iter_mut()
@@ -420,6 +412,54 @@ fn update_centroids(
 
 /// Rows a cluster's sum prefetches ahead of the one it adds.
 const PREFETCH_AHEAD: usize = 4;
+
+/// `sum = Σ x[i]` over the `members` rows, in f64, row by row in order, with
+/// the widest vectors this CPU has (chosen at run time). Each element's sum
+/// is the same sequence of additions at every width (vectors run across
+/// the dimensions, and an f32 → f64 conversion is exact), so the centroids
+/// are the same bits on every CPU.
+fn sum_rows(x: &[f32], dim: usize, members: &[u32], sum: &mut [f64]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        if is_x86_feature_detected!("avx512f") {
+            // SAFETY: the CPU has AVX-512F (checked just above).
+            return unsafe { sum_rows_avx512(x, dim, members, sum) };
+        }
+        if is_x86_feature_detected!("avx2") {
+            // SAFETY: the CPU has AVX2 (checked just above).
+            return unsafe { sum_rows_avx2(x, dim, members, sum) };
+        }
+    }
+    sum_rows_inline(x, dim, members, sum);
+}
+
+/// [`sum_rows`] compiled with AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f")]
+unsafe fn sum_rows_avx512(x: &[f32], dim: usize, members: &[u32], sum: &mut [f64]) {
+    sum_rows_inline(x, dim, members, sum);
+}
+
+/// [`sum_rows`] compiled with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn sum_rows_avx2(x: &[f32], dim: usize, members: &[u32], sum: &mut [f64]) {
+    sum_rows_inline(x, dim, members, sum);
+}
+
+/// [`sum_rows`]' body, inlined into each build.
+#[inline(always)]
+fn sum_rows_inline(x: &[f32], dim: usize, members: &[u32], sum: &mut [f64]) {
+    sum.fill(0.0);
+    let row = |i: u32| &x[i as usize * dim..][..dim];
+    for (t, &i) in members.iter().enumerate() {
+        if let Some(&ahead) = members.get(t + PREFETCH_AHEAD) {
+            prefetch(row(ahead));
+        }
+        let p = row(i);
+        sum.iter_mut().zip(p).for_each(|(a, &v)| *a += f64::from(v));
+    }
+}
 
 /// The points grouped by label: `order[starts[c]..starts[c + 1]]` are the
 /// points labelled `c`, in ascending order (a counting sort).
@@ -483,6 +523,50 @@ mod tests {
     use super::*;
     use rand::SeedableRng;
     use rand_chacha::ChaCha8Rng;
+
+    /// Every build of the centroid sums gives the plain loop's bits, on
+    /// widths that leave remainders, and prints which builds ran.
+    #[test]
+    fn row_sums_are_the_same_bits_on_every_path() {
+        let mut rng = ChaCha8Rng::seed_from_u64(5);
+        for dim in [1, 7, 8, 33, 128, 385] {
+            let n = 50;
+            let x: Vec<f32> = (0..n * dim)
+                .map(|_| rng.random_range(-1e3f32..1e3) * rng.random_range(0.0f32..1.0).powi(8))
+                .collect();
+            let members: Vec<u32> = (0..n as u32).filter(|i| i % 3 != 1).collect();
+            let mut expected = vec![0f64; dim];
+            for &i in &members {
+                for (e, &v) in expected.iter_mut().zip(&x[i as usize * dim..][..dim]) {
+                    *e += f64::from(v);
+                }
+            }
+            let bits = |v: &[f64]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            let mut sum = vec![f64::NAN; dim];
+            sum_rows(&x, dim, &members, &mut sum);
+            assert_eq!(bits(&sum), bits(&expected), "dispatched, dim {dim}");
+            sum.fill(f64::NAN);
+            sum_rows_inline(&x, dim, &members, &mut sum);
+            assert_eq!(bits(&sum), bits(&expected), "baseline, dim {dim}");
+            #[cfg(target_arch = "x86_64")]
+            {
+                if is_x86_feature_detected!("avx2") {
+                    sum.fill(f64::NAN);
+                    // SAFETY: AVX2 was detected just above.
+                    unsafe { sum_rows_avx2(&x, dim, &members, &mut sum) };
+                    assert_eq!(bits(&sum), bits(&expected), "AVX2, dim {dim}");
+                    println!("centroid sums: the AVX2 build ran, dim {dim}");
+                }
+                if is_x86_feature_detected!("avx512f") {
+                    sum.fill(f64::NAN);
+                    // SAFETY: AVX-512F was detected just above.
+                    unsafe { sum_rows_avx512(&x, dim, &members, &mut sum) };
+                    assert_eq!(bits(&sum), bits(&expected), "AVX-512, dim {dim}");
+                    println!("centroid sums: the AVX-512 build ran, dim {dim}");
+                }
+            }
+        }
+    }
 
     #[test]
     fn split_copies_a_cluster_with_at_least_two_points_and_halves_it() {
