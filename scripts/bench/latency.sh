@@ -20,7 +20,9 @@
 #   warm mode, 20 cold; TTFBS "0 30 60" (ms).
 #   env: PY (python3 with numpy), BIN (target/release/parqivf), PORT (18791),
 #        HEDGE (--hedge-after: auto, the default, off or a duration), MODES
-#        ("storage disk ram codes"), TAILS ("none 1%": without and with the tail)
+#        ("storage disk ram codes"), TAILS ("none 1%": without and with the tail),
+#        JITTER (0.2: each request's time to first byte drawn uniformly within
+#        ± that share; 0 for a fixed one)
 #   INDEX may be an s3:// location (AWS_* in the environment, e.g. s3s-fs:
 #   scripts/bench/lance_vs_parqivf.sh starts one); the emulated latency is
 #   then in front of the S3 client.
@@ -29,6 +31,7 @@ cd "$(dirname "$0")/../.."
 INDEX="$1"; DATA="$2"; NPROBE="$3"; NQ="${4:-100}"; TTFBS="${5:-0 30 60}"
 PY="${PY:-python3}"; BIN="${BIN:-target/release/parqivf}"; PORT="${PORT:-18791}"
 HEDGE="${HEDGE:-auto}"; MODES="${MODES:-storage disk ram codes}"; TAILS="${TAILS:-none 1%}"
+JITTER="${JITTER:-0.2}"
 TOKEN="latency-bench-token-0123456789"
 WORK="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -56,8 +59,8 @@ for ttfb in $TTFBS; do
   for t in $TAILS; do
     tail=""; [ "$t" = "1%" ] && tail=",tail=0.01@500ms"
     spec=""
-    [ "$ttfb" != 0 ] || [ -n "$tail" ] && spec="ttfb=${ttfb}ms,jitter=0.2$tail,seed=1"
-    label="ttfb=${ttfb}ms${tail:+ tail 1%@500ms} hedge=$HEDGE"
+    [ "$ttfb" != 0 ] || [ -n "$tail" ] && spec="ttfb=${ttfb}ms,jitter=$JITTER$tail,seed=1"
+    label="ttfb=${ttfb}ms jitter=$JITTER${tail:+ tail 1%@500ms} hedge=$HEDGE"
     for mode in $MODES; do
       case "$mode" in
         storage) serve "$spec" --warm --postings-cache-size 0 ;;
