@@ -407,13 +407,14 @@ async fn benchmark(
     // Each query's recall, and the sum of the estimates.
     let (mut recalls, mut estimated, mut estimates) = (Vec::new(), 0f64, 0usize);
     // IO fields are a batch's (shared by its queries): counted once a batch.
-    let (mut bytes, mut rounds) = (0u64, 0u64);
+    let (mut bytes, mut minimum, mut rounds) = (0u64, 0u64, 0u64);
     // Of the bytes: payload, codes, whole vector chunks and vector pages.
     let mut kinds = [0u64; 4];
     let streamed = stream(index, args, params, None, |first, results| {
         if let Some(r) = results.first() {
             let s = &r.stats;
             bytes += s.bytes;
+            minimum += s.minimum_bytes;
             rounds = rounds.max(s.rounds);
             let of = [s.payload_bytes, s.code_bytes, s.vector_bytes, s.page_bytes];
             kinds.iter_mut().zip(of).for_each(|(k, b)| *k += b);
@@ -495,6 +496,7 @@ async fn benchmark(
         "mean-lists-probed": lists as f64 / nq.max(1) as f64,
         "capped": capped,
         "bytes-per-query": bytes as f64 / nq.max(1) as f64,
+        "minimum-bytes-per-query": minimum as f64 / nq.max(1) as f64,
         "scorings": scorings,
         "payload-bytes-per-query": kinds[0] as f64 / nq.max(1) as f64,
         "code-bytes-per-query": kinds[1] as f64 / nq.max(1) as f64,

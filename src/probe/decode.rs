@@ -58,6 +58,9 @@ pub struct Job {
     pub direct: Vec<(&'static str, Range<u64>)>,
     /// Rows of the row group (footer).
     rows: usize,
+    /// Bytes a row of the column the scan reads: `code` where the codes
+    /// are read, else `vector`; 0 where neither is.
+    scan_width: u64,
 }
 
 /// The column-chunk bytes of a [`Job`], by kind.
@@ -96,6 +99,12 @@ impl Job {
             }
         }
         bytes
+    }
+
+    /// The fewest bytes its scan needs: a code (or a vector) a row
+    /// ([`SearchStats::minimum_bytes`](super::SearchStats::minimum_bytes)).
+    pub fn minimum_bytes(&self) -> u64 {
+        self.rows as u64 * self.scan_width
     }
 
     /// Every byte range the job reads: decoder chunks, direct chunks and
@@ -214,6 +223,21 @@ impl Job {
             None
         };
         let cid = footer.facts.row_group_cids.get(rg).copied();
+        let width = |root: usize| match footer
+            .arrow
+            .schema()
+            .fields()
+            .get(root)
+            .map(|f| f.data_type())
+        {
+            Some(arrow::datatypes::DataType::FixedSizeBinary(w)) => u64::try_from(*w).unwrap_or(0),
+            _ => 0,
+        };
+        let scan_width = match (want.codes, footer.facts.code_root) {
+            (true, Some(root)) => width(root),
+            _ if want.vectors => width(footer.facts.vector_root),
+            _ => 0,
+        };
         Ok(Job {
             file,
             row_group: rg,
@@ -226,6 +250,7 @@ impl Job {
             pages_slot,
             direct,
             rows: usize::try_from(rows).unwrap_or(usize::MAX),
+            scan_width,
         })
     }
 }

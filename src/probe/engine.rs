@@ -114,6 +114,11 @@ struct Gathered {
 }
 
 impl Gathered {
+    /// The queries' width (row-major, one query a probed set).
+    fn dim(&self) -> usize {
+        self.queries.len() / self.probed.len().max(1)
+    }
+
     fn probed(&self) -> Vec<&[u32]> {
         self.probed.iter().map(Vec::as_slice).collect()
     }
@@ -272,6 +277,7 @@ impl PagesToRank {
         stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
         stats.pages_read += plan.pages() as u64;
         stats.page_bytes += plan.page_bytes();
+        stats.minimum_bytes += plan.candidate_rows() as u64 * 4 * input.dim() as u64;
         PagesToRank {
             candidates,
             plan,

@@ -577,6 +577,7 @@ impl PostingsReader {
                     stats.payload_bytes += bytes.payload;
                     stats.code_bytes += bytes.codes;
                     stats.vector_bytes += bytes.vectors;
+                    stats.minimum_bytes += job.minimum_bytes();
                 }
                 stats.page_index_bytes += jobs
                     .iter()

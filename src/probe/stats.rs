@@ -64,6 +64,14 @@ pub struct SearchStats {
     pub pages_read: u64,
     /// Bytes of those pages.
     pub page_bytes: u64,
+    /// The fewest bytes the plan could read for what it fetched: each row
+    /// of the row groups read, its code (its vector in an index without
+    /// codes, the scan's only input), and each re-ranked candidate fetched
+    /// from a page, its vector (4·dim bytes), all unframed. `bytes /
+    /// minimum_bytes` is the read amplification of the layout: the keys,
+    /// the Parquet page headers and checksums, the offset indexes, whole
+    /// pages and coalescing gaps.
+    pub minimum_bytes: u64,
     /// Dependent rounds of requests: footers, row groups (codes and offset
     /// indexes, or vectors), then re-rank pages; 0 to 3, more only for
     /// footers larger than the tail read for them.
