@@ -286,14 +286,14 @@ pub async fn sample(
     let mut reads = futures::stream::iter(0..part_rows.len())
         .map(|p| read_part(source, p, params.metric, skip_invalid))
         .buffered(SAMPLE_READ_AHEAD);
-    for &declared in part_rows {
+    for (p, &declared) in part_rows.iter().enumerate() {
         let batch = reads
             .next()
             .await
             .expect("the stream yields one batch a part")?;
         parts.push(part_sample(&chosen, base, declared, source.dim(), &batch));
         base += declared;
-        keep(parts.len() - 1, declared, batch);
+        keep(p, declared, batch);
     }
     Ok(Sample::from_parts(source.dim(), part_rows, parts))
 }

@@ -274,10 +274,11 @@ impl PagesToRank {
         let stats = &mut finish.stats;
         stats.scan_us += took;
         stats.pages_pruned += pruned;
-        stats.reranked += candidates.iter().map(|c| c.len() as u64).sum::<u64>();
+        let reranked = candidates.iter().map(|c| c.len() as u64).sum::<u64>();
+        stats.reranked += reranked;
         stats.pages_read += plan.pages() as u64;
         stats.page_bytes += plan.page_bytes();
-        stats.minimum_bytes += plan.candidate_rows() as u64 * 4 * input.dim() as u64;
+        stats.minimum_bytes += reranked * 4 * input.dim() as u64;
         PagesToRank {
             candidates,
             plan,

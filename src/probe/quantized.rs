@@ -873,8 +873,6 @@ pub struct PagePlan {
     /// a page's candidates right after its check, while it is in the caches.
     bounds: Vec<usize>,
     held: Vec<usize>,
-    /// Distinct candidate rows (a row several queries hold counts once).
-    distinct_rows: usize,
 }
 
 impl PagePlan {
@@ -910,19 +908,11 @@ impl PagePlan {
             })
             .collect();
         keys.sort_unstable();
-        let mut rows: Vec<u64> = candidates
-            .iter()
-            .flat_map(TopK::iter)
-            .map(|n| n.at)
-            .collect();
-        rows.sort_unstable();
-        rows.dedup();
         let mut plan = PagePlan {
             requests: Vec::new(),
             pages: Vec::new(),
             bounds: vec![0],
             held: Vec::with_capacity(keys.len()),
-            distinct_rows: rows.len(),
         };
         for file_keys in keys.chunk_by(|a, b| a.0 == b.0) {
             let reads: Vec<PageRead> = file_keys
@@ -951,12 +941,6 @@ impl PagePlan {
     /// Pages planned.
     pub fn pages(&self) -> usize {
         self.pages.iter().map(Vec::len).sum()
-    }
-
-    /// The candidate rows on the planned pages, each row once however many
-    /// queries of the batch hold it.
-    pub fn candidate_rows(&self) -> usize {
-        self.distinct_rows
     }
 
     /// Bytes of the pages planned.

@@ -57,8 +57,8 @@ pub struct SearchStats {
     pub page_index_bytes: u64,
     /// Codes scored (quantised scan).
     pub codes_scored: u64,
-    /// Candidates re-ranked by their exact distance (the union over a
-    /// batch's queries).
+    /// Candidates re-ranked by their exact distance (summed over a batch's
+    /// queries: a row two queries hold counts twice).
     pub reranked: u64,
     /// `vector` data pages fetched for the re-rank.
     pub pages_read: u64,

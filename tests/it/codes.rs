@@ -131,6 +131,15 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
     // bytes a row of f32.
     let probed_rows_f32 = warm.codes_scored * dim as u64 * 4;
     assert!(warm.bytes < probed_rows_f32 * 2 / 3, "{warm:?}");
+    // The plan's minimum: a code a scanned row, a vector a candidate
+    // (`minimum_bytes`); what is read is more.
+    let vector = 4 * dim as u64;
+    assert_eq!(
+        warm.minimum_bytes,
+        warm.codes_scored * 40 + warm.reranked * vector,
+        "{warm:?}"
+    );
+    assert!(warm.bytes > warm.minimum_bytes, "{warm:?}");
     // rerank 0: the codes' estimates, no page read, one round fewer.
     let approx = index
         .search(
@@ -150,51 +159,31 @@ async fn the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds() {
     let pre = index.search(&q, &sp).await.unwrap().stats;
     assert_eq!((pre.rounds, pre.row_groups_read), (1, 0), "{pre:?}");
     assert_eq!(pre.bytes, pre.page_bytes, "{pre:?}");
+    assert_eq!(pre.minimum_bytes, pre.reranked * vector, "{pre:?}");
+    assert!(pre.bytes >= pre.minimum_bytes, "{pre:?}");
 }
 
-/// `minimum_bytes` is what the plan's work needs, unframed: a code a row of
-/// the row groups read plus a vector a re-ranked candidate from storage; a
-/// vector a row without codes; the candidates' vectors alone with the codes
-/// in memory. What is read is more (keys, page framing, offset indexes).
+/// Without codes `minimum_bytes` is a vector a scanned row: the whole
+/// vector chunks read hold that plus at most a page header and checksum a
+/// row. (With codes it is checked in
+/// `the_rerank_reads_only_the_pages_of_its_candidates_in_bounded_rounds`.)
 #[tokio::test]
-async fn minimum_bytes_is_a_code_a_scanned_row_and_a_vector_a_candidate() {
+async fn minimum_bytes_without_codes_is_a_vector_a_scanned_row() {
     let (n, dim, nlist) = (4000, 32, 4);
     let data = dataset(n, dim, 9);
-    let q = queries(&data, dim, &[10]);
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let flat = built(&store, &data, dim, &params(nlist, Metric::L2, None)).await;
     let sp = SearchParams {
         k: 5,
         nprobe: Some(2),
-        rerank: 3,
         ..SearchParams::default()
     };
+    let s = flat
+        .search(&queries(&data, dim, &[10]), &sp)
+        .await
+        .unwrap()
+        .stats;
     let vector = 4 * dim as u64;
-    // rabitq4 at 32-d: an 8-byte header and 32 bytes of nibbles a row.
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let index = built(
-        &store,
-        &data,
-        dim,
-        &params(nlist, Metric::L2, Some(Scheme::RaBitQ4)),
-    )
-    .await;
-    index.search(&q, &sp).await.unwrap();
-    let s = index.search(&q, &sp).await.unwrap().stats;
-    assert!(s.row_groups_read > 0 && s.reranked > 0, "{s:?}");
-    assert_eq!(
-        s.minimum_bytes,
-        s.codes_scored * 40 + s.reranked * vector,
-        "{s:?}"
-    );
-    assert!(s.bytes > s.minimum_bytes, "{s:?}");
-    index.preload(Preload::Codes).await.unwrap();
-    let pre = index.search(&q, &sp).await.unwrap().stats;
-    assert_eq!(pre.minimum_bytes, pre.reranked * vector, "{pre:?}");
-    assert!(pre.bytes >= pre.minimum_bytes, "{pre:?}");
-    // Without codes the scan reads whole vector chunks: a vector a row,
-    // plus at most a page header and checksum a row.
-    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let flat = built(&store, &data, dim, &params(nlist, Metric::L2, None)).await;
-    let s = flat.search(&q, &sp).await.unwrap().stats;
     assert_eq!(s.minimum_bytes % vector, 0, "{s:?}");
     let rows = s.minimum_bytes / vector;
     assert!(rows > 0 && rows < n as u64, "{s:?}");
