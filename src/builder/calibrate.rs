@@ -8,22 +8,25 @@
 //! quantiles the probe's target recall uses and the recall at fixed
 //! `nprobe`.
 //!
-//! Cost: one dot product per (query, row), done as SGEMM tiles on rayon:
-//! the sample is sized so that at most [`MAX_MULTIPLY_ADDS`] are computed
-//! (at least [`MIN_QUERIES`] queries).
+//! Cost: one dot product per (query, row), on rayon, in the k-means
+//! assignment's packed kernel where the CPU has one (the queries packed as
+//! its panels, a `Nearest` fold keeping each query's top-k; SGEMM tiles
+//! elsewhere): the sample is sized so that at most [`MAX_MULTIPLY_ADDS`]
+//! are computed (at least [`MIN_QUERIES`] queries).
 
 use crate::distance::{Metric, squared_norms};
 use crate::format::calibration::{
     CALIBRATION_FORMAT_VERSION, Calibration, FEATURE_LEAF_DISTANCE_GAP, RecallPoint,
 };
+use crate::kmeans::assign::{Fold, Kernel, Panels, Threshold};
 use crate::kmeans::{Hierarchy, LeafPanels};
 use rayon::prelude::*;
 
 /// Calibration queries by default: ±0.005 on a mean recall near 0.95.
 pub const DEFAULT_CALIBRATION_QUERIES: usize = 1000;
 /// The most multiply-adds the calibration spends (queries × rows × dim):
-/// 4·10¹⁰, about 1.5 s of SGEMM on 2 cores (1000 queries over 100k × 384,
-/// 312 over 1M × 128). Larger tables get fewer queries.
+/// 4·10¹⁰, about 0.3–0.4 s on 2 AVX-512 cores (1000 queries over 100k ×
+/// 384, 312 over 1M × 128). Larger tables get fewer queries.
 pub const MAX_MULTIPLY_ADDS: u64 = 40_000_000_000;
 /// The fewest queries a calibration uses when [`MAX_MULTIPLY_ADDS`] binds.
 pub const MIN_QUERIES: usize = 300;
@@ -31,12 +34,14 @@ pub const MIN_QUERIES: usize = 300;
 pub const GAP_QUANTILES: usize = 1000;
 /// The recall@k measured.
 pub const CALIBRATION_K: usize = 10;
-/// Most queries per rayon task: one SGEMM of a row tile against them (large,
-/// so that each row tile is packed for few of them). Fewer where that
+/// Most queries per rayon task: the packed panels (or one SGEMM) a row
+/// tile streams past (large, so that each row tile is read for few of
+/// them). Fewer where that
 /// spreads the queries evenly over the pool's threads
 /// ([`GroundTruth::observe`]).
 const QUERY_CHUNK: usize = 256;
-/// Rows per SGEMM.
+/// Rows per tile (a packed fold or an SGEMM): a tile stays in the L2
+/// cache while every panel of queries passes over it.
 const ROW_TILE: usize = 512;
 
 /// How many of `asked` queries a calibration over `rows` rows of `dim`
@@ -109,7 +114,7 @@ impl Tile<'_> {
         bound: &mut [f32],
         distance: impl Fn(f32, f32, f32) -> f32,
     ) {
-        let (dim, k, nq) = (self.dim, self.k, best.len());
+        let nq = best.len();
         let (xnorms, qnorms) = norms;
         for ((i, row), &xn) in dots.chunks_exact(nq).enumerate().zip(xnorms) {
             let inside = row
@@ -123,24 +128,75 @@ impl Tile<'_> {
                 continue;
             }
             for (j, (&dot, &qn)) in row.iter().zip(qnorms).enumerate() {
-                let d = distance(xn, qn, dot);
-                if d.is_nan() || d >= bound[j] {
-                    continue;
-                }
-                let b = &mut best[j];
-                // The query's own row (bit-identical) is left out once.
-                if !b.own_seen
-                    && self.vectors[i * dim..(i + 1) * dim] == self.queries[j * dim..(j + 1) * dim]
-                {
-                    b.own_seen = true;
-                    continue;
-                }
-                let at = b.top.partition_point(|e| e.0 <= d);
-                b.top.insert(at, (d, self.lists[i]));
-                b.top.truncate(k);
-                bound[j] = b.bound(k);
+                self.push(i, j, distance(xn, qn, dot), &mut best[j], &mut bound[j]);
             }
         }
+    }
+
+    /// Row i of the tile into query j's top-k at distance `d`, where below
+    /// the query's `bound` (never at a NaN or infinite distance), and the
+    /// bound updated; the query's own row (bit-identical) is left out once.
+    #[inline]
+    fn push(&self, i: usize, j: usize, d: f32, best: &mut Best, bound: &mut f32) {
+        let (dim, k) = (self.dim, self.k);
+        if d.is_nan() || d >= *bound {
+            return;
+        }
+        if !best.own_seen
+            && self.vectors[i * dim..(i + 1) * dim] == self.queries[j * dim..(j + 1) * dim]
+        {
+            best.own_seen = true;
+            return;
+        }
+        let at = best.top.partition_point(|e| e.0 <= d);
+        best.top.insert(at, (d, self.lists[i]));
+        best.top.truncate(k);
+        *bound = best.bound(k);
+    }
+}
+
+/// The packed kernel's fold of a row tile into a query chunk's top-k
+/// ([`GroundTruth::observe`] on a CPU with one): the queries are the
+/// panels' lanes, the tile's rows the points. A lane leaves the registers
+/// only below its query's bound, shifted by the row's own term; the
+/// distance is then computed and checked again exactly.
+struct Nearest<'a> {
+    tile: Tile<'a>,
+    /// Squared norms of the tile's rows.
+    xnorms: &'a [f32],
+    best: &'a mut [Best],
+    /// Each query's bound, padded with −∞ to the panels' lanes.
+    bound: &'a mut [f32],
+    metric: Metric,
+}
+
+impl Nearest<'_> {
+    /// The row's term of its distances: a rank score `s` (L2 `‖q‖² − 2·x·q`,
+    /// else `−x·q`) is the distance `s + term` (L2 then clamped at 0).
+    #[inline(always)]
+    fn term(&self, r: usize) -> f32 {
+        match self.metric {
+            Metric::L2 => self.xnorms[r],
+            Metric::InnerProduct => 0.0,
+            Metric::Cosine => 1.0,
+        }
+    }
+}
+
+impl Fold for Nearest<'_> {
+    #[inline(always)]
+    fn threshold(&self, r: usize, j0: usize) -> Threshold<'_> {
+        Threshold::Lanes(&self.bound[j0..], self.term(r))
+    }
+
+    #[inline]
+    fn offer(&mut self, r: usize, j: usize, s: f32) {
+        let d = match self.metric {
+            Metric::L2 => (s + self.term(r)).max(0.0),
+            _ => s + self.term(r),
+        };
+        self.tile
+            .push(r, j, d, &mut self.best[j], &mut self.bound[j]);
     }
 }
 
@@ -155,6 +211,9 @@ pub struct GroundTruth {
     metric: Metric,
     best: Vec<Best>,
     rows: u64,
+    /// The dot products' kernel: the CPU's packed one where it has one
+    /// (a [`Nearest`] fold), else SGEMM tiles.
+    kernel: Kernel,
 }
 
 impl GroundTruth {
@@ -170,6 +229,7 @@ impl GroundTruth {
             metric,
             best: vec![Best::default(); n],
             rows: 0,
+            kernel: Kernel::detect(),
         }
     }
 
@@ -187,8 +247,9 @@ impl GroundTruth {
     /// queries are split evenly over the pool's threads (312 queries on 2
     /// threads: 156 each, where chunks of 256 left one thread 56), at most
     /// `QUERY_CHUNK` (256) a task. The answer does not depend on the split: each
-    /// query takes the rows in order, and SGEMM sums each dot product along
-    /// the dimensions in the same order whatever the number of columns.
+    /// query takes the rows in order, and both kernels sum each dot product
+    /// along the dimensions in the same order whatever the number of
+    /// queries (the packed kernel in the query's own lane).
     pub fn observe(&mut self, vectors: &[f32], lists: &[u32]) {
         let threads = rayon::current_num_threads().max(1);
         let chunk = self.best.len().div_ceil(threads).clamp(1, QUERY_CHUNK);
@@ -200,12 +261,46 @@ impl GroundTruth {
         let dim = self.dim;
         self.rows += lists.len() as u64;
         let xnorms = squared_norms(vectors, dim);
-        let (metric, k) = (self.metric, self.k);
+        let (metric, k, kernel) = (self.metric, self.k, self.kernel);
         self.best
             .par_chunks_mut(chunk)
             .zip(self.queries.par_chunks(chunk * dim))
             .zip(self.norms.par_chunks(chunk))
             .for_each(|((best, q), qnorms)| {
+                // Cosine rows and queries are unit vectors: the distance is
+                // 1 − x·q, ranked as the inner product.
+                let rank_metric = match metric {
+                    Metric::Cosine => Metric::InnerProduct,
+                    other => other,
+                };
+                if let Some(panels) = Panels::new(kernel, q, dim, rank_metric) {
+                    let mut bound = vec![f32::NEG_INFINITY; panels.padded()];
+                    for (b, best) in bound.iter_mut().zip(best.iter()) {
+                        *b = best.bound(k);
+                    }
+                    for (t, (x, xn)) in vectors
+                        .chunks(ROW_TILE * dim)
+                        .zip(xnorms.chunks(ROW_TILE))
+                        .enumerate()
+                    {
+                        let tile = Tile {
+                            vectors: &vectors[t * ROW_TILE * dim..],
+                            lists: &lists[t * ROW_TILE..],
+                            queries: q,
+                            dim,
+                            k,
+                        };
+                        let mut fold = Nearest {
+                            tile,
+                            xnorms: xn,
+                            best: &mut *best,
+                            bound: &mut bound,
+                            metric,
+                        };
+                        panels.fold(x, &mut fold);
+                    }
+                    return;
+                }
                 let nq = best.len();
                 let mut out = vec![0f32; ROW_TILE * nq];
                 // Each query's k-th distance so far (infinite until k rows).
@@ -368,13 +463,28 @@ mod tests {
         // Rows on a line at 0..20, lists by tens; queries are rows 3 and 15.
         let data: Vec<f32> = (0..20).map(|i| i as f32).collect();
         let lists: Vec<u32> = (0..20).map(|i| i / 10).collect();
-        let mut gt = GroundTruth::new(vec![3.0, 15.0], 1, 3, Metric::L2);
-        // In two batches, as the assignment pass gives them.
-        gt.observe(&data[..7], &lists[..7]);
-        gt.observe(&data[7..], &lists[7..]);
-        assert_eq!(gt.best[0].top, vec![(1.0, 0), (1.0, 0), (4.0, 0)]);
-        assert_eq!(gt.best[1].top, vec![(1.0, 1), (1.0, 1), (4.0, 1)]);
-        let c = gt.finish(&two_lists());
+        let observed = |kernel: Kernel| {
+            let mut gt = GroundTruth::new(vec![3.0, 15.0], 1, 3, Metric::L2);
+            gt.kernel = kernel;
+            // In two batches, as the assignment pass gives them.
+            gt.observe(&data[..7], &lists[..7]);
+            gt.observe(&data[7..], &lists[7..]);
+            assert_eq!(
+                gt.best[0].top,
+                vec![(1.0, 0), (1.0, 0), (4.0, 0)],
+                "{kernel:?}"
+            );
+            assert_eq!(
+                gt.best[1].top,
+                vec![(1.0, 1), (1.0, 1), (4.0, 1)],
+                "{kernel:?}"
+            );
+            gt
+        };
+        for kernel in kernels() {
+            observed(kernel);
+        }
+        let c = observed(Kernel::detect()).finish(&two_lists());
         assert_eq!((c.k, c.queries, c.rows), (3, 2, 20));
         // Every neighbour is in its query's nearest list: gap 0, recall 1 at nprobe 1.
         assert_eq!(c.neighbour_gaps.last(), Some(&0.0));
@@ -392,19 +502,57 @@ mod tests {
         let lists: Vec<u32> = (0..3000).map(|i| i % 7).collect();
         for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
             let queries = pick_queries(&data, dim, 301);
-            let run = |chunk: usize| {
+            let run = |kernel: Kernel, chunk: usize| {
                 let mut gt = GroundTruth::new(queries.clone(), dim, 10, metric);
+                gt.kernel = kernel;
                 // Two batches, the second across row tiles.
                 gt.observe_in_chunks(&data[..700 * dim], &lists[..700], chunk);
                 gt.observe_in_chunks(&data[700 * dim..], &lists[700..], chunk);
                 gt.best.iter().map(|b| b.top.clone()).collect::<Vec<_>>()
             };
-            let whole = run(QUERY_CHUNK);
-            assert!(whole.iter().all(|t| t.len() == 10));
-            for chunk in [1, 7, 151] {
-                assert_eq!(run(chunk), whole, "{metric:?}, {chunk} queries a task");
+            let reference = run(Kernel::Sgemm, QUERY_CHUNK);
+            for kernel in kernels() {
+                let whole = run(kernel, QUERY_CHUNK);
+                assert!(whole.iter().all(|t| t.len() == 10));
+                for chunk in [1, 7, 151] {
+                    assert_eq!(
+                        run(kernel, chunk),
+                        whole,
+                        "{metric:?}, {kernel:?}, {chunk} queries a task"
+                    );
+                }
+                // Every kernel finds the same neighbours (random data: no
+                // ties), at distances equal to f32 rounding: each dot
+                // product of `dim` terms of magnitude at most 1 is within
+                // dim·ε·(‖x‖² + ‖q‖²)/2 ≤ dim²·ε of the exact one, twice that
+                // under L2.
+                let tolerance = 2.0 * (dim * dim) as f32 * f32::EPSILON;
+                for (q, (a, b)) in whole.iter().zip(&reference).enumerate() {
+                    assert_eq!(
+                        a.iter().map(|e| e.1).collect::<Vec<_>>(),
+                        b.iter().map(|e| e.1).collect::<Vec<_>>(),
+                        "{metric:?}, {kernel:?}, query {q}: lists"
+                    );
+                    for (x, y) in a.iter().zip(b) {
+                        assert!(
+                            (x.0 - y.0).abs() <= tolerance,
+                            "{metric:?}, {kernel:?}, query {q}: {} against {}",
+                            x.0,
+                            y.0
+                        );
+                    }
+                }
+                println!("calibration ground truth: the {kernel:?} kernel ran ({metric:?})");
             }
         }
+    }
+
+    /// The kernels this CPU runs.
+    fn kernels() -> Vec<Kernel> {
+        [Kernel::Sgemm, Kernel::PackedAvx2, Kernel::PackedAvx512]
+            .into_iter()
+            .filter(|k| k.is_supported())
+            .collect()
     }
 
     #[test]

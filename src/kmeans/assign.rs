@@ -293,33 +293,9 @@ impl<'a> Prepared<'a> {
         scratch: &mut [f32],
     ) {
         let mut best = vec![Best::EMPTY; labels.len()];
-        match self.kernel {
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: `top2` runs only supported kernels, so AVX2 and FMA are
-            // present; the slices have the shapes `packed::tile` requires.
-            Kernel::PackedAvx2 => unsafe {
-                packed::tile(
-                    x,
-                    self.dim,
-                    &self.panels,
-                    &self.scale,
-                    &self.shift,
-                    &mut best,
-                )
-            },
-            #[cfg(target_arch = "x86_64")]
-            // SAFETY: as above, with AVX-512F present.
-            Kernel::PackedAvx512 => unsafe {
-                packed512::tile(
-                    x,
-                    self.dim,
-                    &self.panels,
-                    &self.scale,
-                    &self.shift,
-                    &mut best,
-                )
-            },
-            _ => self.sgemm_tile(x, &mut best, scratch),
+        match self.kernel.lanes() {
+            Some(_) => self.fold_packed(x, best.as_mut_slice()),
+            None => self.sgemm_tile(x, &mut best, scratch),
         }
         let xnorms = if self.metric == Metric::InnerProduct {
             Vec::new()
@@ -330,6 +306,27 @@ impl<'a> Prepared<'a> {
             labels[i] = b.j1;
             first[i] = self.finish(b.s1, xnorms.get(i).copied());
             second[i] = self.finish(b.s2, xnorms.get(i).copied());
+        }
+    }
+
+    /// The packed kernel over the point tile `x` (row-major, `dim` wide),
+    /// each panel's scores folded into `fold`. Only for a packed kernel.
+    fn fold_packed<F: Fold + ?Sized>(&self, x: &[f32], fold: &mut F) {
+        match self.kernel {
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: a `Prepared` holds a supported kernel (`top2`,
+            // `nearest_among_unchecked` and `Panels::new` take it from
+            // `Kernel::detect` or check it), so AVX2 and FMA are present;
+            // the slices have the shapes `packed::tile` requires.
+            Kernel::PackedAvx2 => unsafe {
+                packed::tile(x, self.dim, &self.panels, &self.scale, &self.shift, fold)
+            },
+            #[cfg(target_arch = "x86_64")]
+            // SAFETY: as above, with AVX-512F present.
+            Kernel::PackedAvx512 => unsafe {
+                packed512::tile(x, self.dim, &self.panels, &self.scale, &self.shift, fold)
+            },
+            _ => unreachable!("fold_packed runs a packed kernel only"),
         }
     }
 
@@ -383,6 +380,37 @@ impl<'a> Prepared<'a> {
     }
 }
 
+/// Rows packed as the centroids of this CPU's packed kernel, for a caller's
+/// own [`Fold`] of their dot products with streamed points: the build's
+/// recall calibration keeps each query's top-k this way (its queries are
+/// the panels, the table's rows the points).
+pub(crate) struct Panels<'a>(Prepared<'a>);
+
+impl<'a> Panels<'a> {
+    /// `rows` (row-major, `dim` wide) in panels for `kernel`, with
+    /// `metric`'s rank scores (L2: `‖c‖² − 2·x·c`; inner product: `−x·c`;
+    /// cosine: `−x·c/‖c‖`); `None` for the SGEMM kernel or one this CPU
+    /// cannot run.
+    pub(crate) fn new(kernel: Kernel, rows: &'a [f32], dim: usize, metric: Metric) -> Option<Self> {
+        kernel.lanes()?;
+        kernel
+            .is_supported()
+            .then(|| Panels(Prepared::new(kernel, rows, dim, metric)))
+    }
+
+    /// The packed rows with their padding: a [`Threshold::Lanes`] base must
+    /// cover this many.
+    pub(crate) fn padded(&self) -> usize {
+        self.0.scale.len()
+    }
+
+    /// Folds the scores of every point of `x` against every packed row into
+    /// `fold` (points `0..x.len() / dim`, rows in ascending order per point).
+    pub(crate) fn fold<F: Fold + ?Sized>(&self, x: &[f32], fold: &mut F) {
+        self.0.fold_packed(x, fold);
+    }
+}
+
 /// Centroids per packed panel of the AVX2 kernel (two AVX2 registers).
 const LANES: usize = 16;
 /// Centroids per packed panel of the AVX-512 kernel (two AVX-512 registers).
@@ -416,7 +444,7 @@ fn pack_panels(centroids: &[f32], dim: usize, lanes: usize) -> Vec<f32> {
 /// The packed AVX2/FMA kernel.
 #[cfg(target_arch = "x86_64")]
 mod packed {
-    use super::{Best, LANES};
+    use super::{Fold, LANES, Threshold};
     use std::arch::x86_64::*;
 
     /// Points per register block: 6 × 2 accumulators + 2 panel loads + 1
@@ -430,28 +458,29 @@ mod packed {
     /// (`best.len()` rows of width `dim`). `panels` holds `scale.len()`
     /// packed centroids, `scale` and `shift` are padded to whole panels.
     #[target_feature(enable = "avx2,fma")]
-    pub(super) fn tile(
+    pub(super) fn tile<F: Fold + ?Sized>(
         x: &[f32],
         dim: usize,
         panels: &[f32],
         scale: &[f32],
         shift: &[f32],
-        best: &mut [Best],
+        fold: &mut F,
     ) {
+        let n = x.len() / dim.max(1);
         assert!(
-            x.len() == best.len() * dim
+            x.len() == n * dim
                 && scale.len() == shift.len()
                 && scale.len().is_multiple_of(LANES)
                 && panels.len() == scale.len() * dim,
             "packed kernel shapes"
         );
-        let full = best.len() / ROWS * ROWS;
+        let full = n / ROWS * ROWS;
         let panel_len = LANES * dim;
         // Groups of PANELS panels stay in L1 while each block of ROWS points
         // is read once from L2 for the whole group.
         for g0 in (0..scale.len() / LANES).step_by(PANELS) {
             let g1 = (g0 + PANELS).min(scale.len() / LANES);
-            let run = |xr: &[f32], br: &mut [Best], rows: usize| {
+            let mut run = |xr: &[f32], r0: usize, rows: usize| {
                 for p in g0..g1 {
                     let (panel, a, b) = (
                         &panels[p * panel_len..(p + 1) * panel_len],
@@ -460,24 +489,20 @@ mod packed {
                     );
                     let j0 = p * LANES;
                     match rows {
-                        ROWS => block::<ROWS>(xr, dim, panel, a, b, br, j0),
-                        1 => block::<1>(xr, dim, panel, a, b, br, j0),
-                        2 => block::<2>(xr, dim, panel, a, b, br, j0),
-                        3 => block::<3>(xr, dim, panel, a, b, br, j0),
-                        4 => block::<4>(xr, dim, panel, a, b, br, j0),
-                        5 => block::<5>(xr, dim, panel, a, b, br, j0),
+                        ROWS => block::<ROWS, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
+                        1 => block::<1, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
+                        2 => block::<2, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
+                        3 => block::<3, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
+                        4 => block::<4, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
+                        5 => block::<5, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
                         _ => {}
                     }
                 }
             };
-            for (xr, br) in x
-                .chunks_exact(ROWS * dim)
-                .zip(best[..full].chunks_exact_mut(ROWS))
-            {
-                run(xr, br, ROWS);
+            for (i, xr) in x[..full * dim].chunks_exact(ROWS * dim).enumerate() {
+                run(xr, i * ROWS, ROWS);
             }
-            let rest = best.len() - full;
-            run(&x[full * dim..], &mut best[full..], rest);
+            run(&x[full * dim..], full, n - full);
         }
     }
 
@@ -486,16 +511,15 @@ mod packed {
     /// leave the registers, in ascending centroid order.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    fn block<const R: usize>(
+    fn block<const R: usize, F: Fold + ?Sized>(
         x: &[f32],
         dim: usize,
         panel: &[f32],
-        a: &[f32],
-        b: &[f32],
-        best: &mut [Best],
-        j0: usize,
+        (a, b): (&[f32], &[f32]),
+        fold: &mut F,
+        (r0, j0): (usize, usize),
     ) {
-        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim && best.len() == R);
+        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim);
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
         let (xp, pp) = (x.as_ptr(), panel.as_ptr());
         for d in 0..dim {
@@ -521,12 +545,25 @@ mod packed {
                 _mm256_loadu_ps(b.as_ptr().add(8)),
             )
         };
-        for (acc_r, best_r) in acc.iter().zip(best.iter_mut()) {
+        for (r, acc_r) in acc.iter().enumerate() {
             let s0 = _mm256_fmadd_ps(a0, acc_r[0], b0);
             let s1 = _mm256_fmadd_ps(a1, acc_r[1], b1);
-            let thr = _mm256_set1_ps(best_r.s2);
-            let mut mask = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s0, thr)) as u32)
-                | ((_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s1, thr)) as u32) << 8);
+            let (t0, t1) = match fold.threshold(r0 + r, j0) {
+                Threshold::Row(t) => (_mm256_set1_ps(t), _mm256_set1_ps(t)),
+                Threshold::Lanes(base, t) => {
+                    assert!(base.len() >= LANES, "a lane threshold per lane");
+                    let t = _mm256_set1_ps(t);
+                    // SAFETY: `base` holds at least LANES values (checked).
+                    unsafe {
+                        (
+                            _mm256_sub_ps(_mm256_loadu_ps(base.as_ptr()), t),
+                            _mm256_sub_ps(_mm256_loadu_ps(base.as_ptr().add(8)), t),
+                        )
+                    }
+                }
+            };
+            let mut mask = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s0, t0)) as u32)
+                | ((_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s1, t1)) as u32) << 8);
             if mask == 0 {
                 continue;
             }
@@ -538,7 +575,7 @@ mod packed {
             }
             while mask != 0 {
                 let l = mask.trailing_zeros() as usize;
-                best_r.offer(s[l], j0 + l);
+                fold.offer(r0 + r, j0 + l, s[l]);
                 mask &= mask - 1;
             }
         }
@@ -548,7 +585,7 @@ mod packed {
 /// The packed AVX-512 kernel: [`packed`]'s scheme with 32-centroid panels.
 #[cfg(target_arch = "x86_64")]
 mod packed512 {
-    use super::{Best, LANES512 as LANES};
+    use super::{Fold, LANES512 as LANES, Threshold};
     use std::arch::x86_64::*;
 
     /// Points per register block: 12 × 2 accumulators + 2 panel loads + 1
@@ -561,22 +598,23 @@ mod packed512 {
     /// One panel (16 KiB at d = 128) stays in L1 while the blocks of points
     /// stream past it.
     #[target_feature(enable = "avx512f")]
-    pub(super) fn tile(
+    pub(super) fn tile<F: Fold + ?Sized>(
         x: &[f32],
         dim: usize,
         panels: &[f32],
         scale: &[f32],
         shift: &[f32],
-        best: &mut [Best],
+        fold: &mut F,
     ) {
+        let n = x.len() / dim.max(1);
         assert!(
-            x.len() == best.len() * dim
+            x.len() == n * dim
                 && scale.len() == shift.len()
                 && scale.len().is_multiple_of(LANES)
                 && panels.len() == scale.len() * dim,
             "packed kernel shapes"
         );
-        let full = best.len() / ROWS * ROWS;
+        let full = n / ROWS * ROWS;
         let panel_len = LANES * dim;
         for p in 0..scale.len() / LANES {
             let (panel, a, b) = (
@@ -585,26 +623,24 @@ mod packed512 {
                 &shift[p * LANES..(p + 1) * LANES],
             );
             let j0 = p * LANES;
-            for (xr, br) in x
-                .chunks_exact(ROWS * dim)
-                .zip(best[..full].chunks_exact_mut(ROWS))
-            {
-                block::<ROWS>(xr, dim, panel, a, b, br, j0);
+            for (i, xr) in x[..full * dim].chunks_exact(ROWS * dim).enumerate() {
+                block::<ROWS, F>(xr, dim, panel, (a, b), fold, (i * ROWS, j0));
             }
-            let (xr, br) = (&x[full * dim..], &mut best[full..]);
-            match br.len() {
+            let xr = &x[full * dim..];
+            let at = (full, j0);
+            match n - full {
                 0 => {}
-                1 => block::<1>(xr, dim, panel, a, b, br, j0),
-                2 => block::<2>(xr, dim, panel, a, b, br, j0),
-                3 => block::<3>(xr, dim, panel, a, b, br, j0),
-                4 => block::<4>(xr, dim, panel, a, b, br, j0),
-                5 => block::<5>(xr, dim, panel, a, b, br, j0),
-                6 => block::<6>(xr, dim, panel, a, b, br, j0),
-                7 => block::<7>(xr, dim, panel, a, b, br, j0),
-                8 => block::<8>(xr, dim, panel, a, b, br, j0),
-                9 => block::<9>(xr, dim, panel, a, b, br, j0),
-                10 => block::<10>(xr, dim, panel, a, b, br, j0),
-                _ => block::<11>(xr, dim, panel, a, b, br, j0),
+                1 => block::<1, F>(xr, dim, panel, (a, b), fold, at),
+                2 => block::<2, F>(xr, dim, panel, (a, b), fold, at),
+                3 => block::<3, F>(xr, dim, panel, (a, b), fold, at),
+                4 => block::<4, F>(xr, dim, panel, (a, b), fold, at),
+                5 => block::<5, F>(xr, dim, panel, (a, b), fold, at),
+                6 => block::<6, F>(xr, dim, panel, (a, b), fold, at),
+                7 => block::<7, F>(xr, dim, panel, (a, b), fold, at),
+                8 => block::<8, F>(xr, dim, panel, (a, b), fold, at),
+                9 => block::<9, F>(xr, dim, panel, (a, b), fold, at),
+                10 => block::<10, F>(xr, dim, panel, (a, b), fold, at),
+                _ => block::<11, F>(xr, dim, panel, (a, b), fold, at),
             }
         }
     }
@@ -612,16 +648,15 @@ mod packed512 {
     /// `R` points × one panel, as [`super::packed`]'s block.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn block<const R: usize>(
+    fn block<const R: usize, F: Fold + ?Sized>(
         x: &[f32],
         dim: usize,
         panel: &[f32],
-        a: &[f32],
-        b: &[f32],
-        best: &mut [Best],
-        j0: usize,
+        (a, b): (&[f32], &[f32]),
+        fold: &mut F,
+        (r0, j0): (usize, usize),
     ) {
-        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim && best.len() == R);
+        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim);
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
         let (xp, pp) = (x.as_ptr(), panel.as_ptr());
         for d in 0..dim {
@@ -646,12 +681,25 @@ mod packed512 {
                 _mm512_loadu_ps(b.as_ptr().add(16)),
             )
         };
-        for (acc_r, best_r) in acc.iter().zip(best.iter_mut()) {
+        for (r, acc_r) in acc.iter().enumerate() {
             let s0 = _mm512_fmadd_ps(a0, acc_r[0], b0);
             let s1 = _mm512_fmadd_ps(a1, acc_r[1], b1);
-            let thr = _mm512_set1_ps(best_r.s2);
-            let mut mask = u32::from(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(s0, thr))
-                | (u32::from(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(s1, thr)) << 16);
+            let (t0, t1) = match fold.threshold(r0 + r, j0) {
+                Threshold::Row(t) => (_mm512_set1_ps(t), _mm512_set1_ps(t)),
+                Threshold::Lanes(base, t) => {
+                    assert!(base.len() >= LANES, "a lane threshold per lane");
+                    let t = _mm512_set1_ps(t);
+                    // SAFETY: `base` holds at least LANES values (checked).
+                    unsafe {
+                        (
+                            _mm512_sub_ps(_mm512_loadu_ps(base.as_ptr()), t),
+                            _mm512_sub_ps(_mm512_loadu_ps(base.as_ptr().add(16)), t),
+                        )
+                    }
+                }
+            };
+            let mut mask = u32::from(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(s0, t0))
+                | (u32::from(_mm512_cmp_ps_mask::<_CMP_LT_OQ>(s1, t1)) << 16);
             if mask == 0 {
                 continue;
             }
@@ -663,10 +711,42 @@ mod packed512 {
             }
             while mask != 0 {
                 let l = mask.trailing_zeros() as usize;
-                best_r.offer(s[l], j0 + l);
+                fold.offer(r0 + r, j0 + l, s[l]);
                 mask &= mask - 1;
             }
         }
+    }
+}
+
+/// What a packed register block does with the rank scores
+/// `shift[j] + scale[j]·(x·c_j)` of its rows against one panel of
+/// centroids: the kernel compares a panel's scores with a row's threshold in
+/// registers, and only lanes below it leave them, in ascending `j`.
+pub(crate) trait Fold {
+    /// Row `r`'s threshold over the panel of centroids `j0..j0 + lanes`.
+    fn threshold(&self, r: usize, j0: usize) -> Threshold<'_>;
+    /// Row `r`'s score `s` against centroid `j`, below its threshold.
+    fn offer(&mut self, r: usize, j: usize, s: f32);
+}
+
+/// A row's threshold over a panel ([`Fold::threshold`]).
+pub(crate) enum Threshold<'a> {
+    /// One value for every lane.
+    Row(f32),
+    /// `base[l] − t` for lane `l` (`base` holds at least a panel's lanes).
+    Lanes(&'a [f32], f32),
+}
+
+/// The assignment's fold: each point's running top-2.
+impl Fold for [Best] {
+    #[inline(always)]
+    fn threshold(&self, r: usize, _: usize) -> Threshold<'_> {
+        Threshold::Row(self[r].s2)
+    }
+
+    #[inline(always)]
+    fn offer(&mut self, r: usize, j: usize, s: f32) {
+        self[r].offer(s, j);
     }
 }
 

@@ -102,7 +102,7 @@ impl Job {
     }
 
     /// The fewest bytes its scan needs: a code (or a vector) a row
-    /// ([`SearchStats::minimum_bytes`](super::SearchStats::minimum_bytes)).
+    /// ([`SearchStats::minimum_bytes`](super::stats::SearchStats::minimum_bytes)).
     pub fn minimum_bytes(&self) -> u64 {
         self.rows as u64 * self.scan_width
     }
