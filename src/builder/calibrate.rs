@@ -273,23 +273,31 @@ impl GroundTruth {
                     Metric::Cosine => Metric::InnerProduct,
                     other => other,
                 };
-                if let Some(panels) = Panels::new(kernel, q, dim, rank_metric) {
-                    let mut bound = vec![f32::NEG_INFINITY; panels.padded()];
-                    for (b, best) in bound.iter_mut().zip(best.iter()) {
-                        *b = best.bound(k);
-                    }
-                    for (t, (x, xn)) in vectors
-                        .chunks(ROW_TILE * dim)
-                        .zip(xnorms.chunks(ROW_TILE))
-                        .enumerate()
-                    {
-                        let tile = Tile {
-                            vectors: &vectors[t * ROW_TILE * dim..],
-                            lists: &lists[t * ROW_TILE..],
-                            queries: q,
-                            dim,
-                            k,
-                        };
+                let panels = Panels::new(kernel, q, dim, rank_metric);
+                let nq = best.len();
+                // Each query's k-th distance so far (infinite until k rows),
+                // padded with −∞ to the packed panels' lanes.
+                let mut bound = vec![f32::NEG_INFINITY; panels.as_ref().map_or(nq, Panels::padded)];
+                for (b, best) in bound.iter_mut().zip(best.iter()) {
+                    *b = best.bound(k);
+                }
+                let mut out = match panels {
+                    Some(_) => Vec::new(),
+                    None => vec![0f32; ROW_TILE * nq],
+                };
+                for (t, (x, xn)) in vectors
+                    .chunks(ROW_TILE * dim)
+                    .zip(xnorms.chunks(ROW_TILE))
+                    .enumerate()
+                {
+                    let tile = Tile {
+                        vectors: &vectors[t * ROW_TILE * dim..],
+                        lists: &lists[t * ROW_TILE..],
+                        queries: q,
+                        dim,
+                        k,
+                    };
+                    if let Some(panels) = &panels {
                         let mut fold = Nearest {
                             tile,
                             xnorms: xn,
@@ -298,18 +306,8 @@ impl GroundTruth {
                             metric,
                         };
                         panels.fold(x, &mut fold);
+                        continue;
                     }
-                    return;
-                }
-                let nq = best.len();
-                let mut out = vec![0f32; ROW_TILE * nq];
-                // Each query's k-th distance so far (infinite until k rows).
-                let mut bound: Vec<f32> = best.iter().map(|b| b.bound(k)).collect();
-                for (t, (x, xn)) in vectors
-                    .chunks(ROW_TILE * dim)
-                    .zip(xnorms.chunks(ROW_TILE))
-                    .enumerate()
-                {
                     let m = xn.len();
                     let out = &mut out[..m * nq];
                     // out[i][j] = x_i · q_j (x: m×dim row-major, qᵀ: dim×nq).
@@ -333,13 +331,6 @@ impl GroundTruth {
                             1,
                         );
                     }
-                    let tile = Tile {
-                        vectors: &vectors[t * ROW_TILE * dim..],
-                        lists: &lists[t * ROW_TILE..],
-                        queries: q,
-                        dim,
-                        k,
-                    };
                     let norms = (xn, qnorms);
                     match metric {
                         Metric::L2 => tile.offer(out, norms, best, &mut bound, |xn, qn, dot| {
