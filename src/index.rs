@@ -444,15 +444,29 @@ impl Index {
         params.probe(self.shape())
     }
 
+    /// The re-rank factor `params` use in this index: the one named, else
+    /// the build's measured one, else [`DEFAULT_RERANK`] (in an index
+    /// without codes, the exact scan ignores it).
+    pub fn rerank(&self, params: &SearchParams) -> usize {
+        params.rerank_in(self.shape())
+    }
+
     /// What a query plan is checked against.
     fn shape(&self) -> IndexShape {
         let hierarchy = self.hierarchy();
+        // The build's measured re-rank factor, and the k it measured it at.
+        let measured = self.engine.recall_model().and_then(|m| {
+            let c = m.calibration();
+            c.rerank.map(|r| (r as usize, c.k as usize))
+        });
         IndexShape {
             dim: hierarchy.dim,
             nlist: self.manifest.nlist as usize,
             metric: hierarchy.metric,
             has_codes: self.quantizer().is_some(),
             calibrated: self.engine.recall_model().is_some(),
+            rerank: measured.map_or(DEFAULT_RERANK, |(r, _)| r),
+            rerank_k: measured.map_or(0, |(_, k)| k),
         }
     }
 

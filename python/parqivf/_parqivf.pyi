@@ -178,8 +178,9 @@ class Index:
         id ``-1`` and distance ``+inf``. ``filter`` is a SQL ``WHERE``
         expression over the payload columns; a filtered query probes further
         until ``k`` rows match or ``max_nprobe`` lists are probed.
-        ``rerank`` (default 4) re-ranks ``rerank × k`` code candidates
-        exactly; 0 returns the codes' estimates. ``target_recall`` (in
+        ``rerank`` re-ranks ``rerank × k`` code candidates exactly (default:
+        the factor the build measured for the index's codes, else 4); 0
+        returns the codes' estimates. ``target_recall`` (in
         (0, 1]) instead of ``nprobe``: each query probes its nearest lists
         until the build's calibration predicts that share of its exact
         neighbours (``last_stats["estimated_recall"]``). With neither, the

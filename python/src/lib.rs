@@ -542,7 +542,7 @@ impl Index {
             filter,
             max_nprobe,
             target_recall,
-            rerank: rerank.unwrap_or(d.rerank),
+            rerank: rerank.or(d.rerank),
             ..d
         }
     }

@@ -8,19 +8,34 @@
 //! quantiles the probe's target recall uses and the recall at fixed
 //! `nprobe`.
 //!
+//! In an index with codes, the same queries then measure the re-rank
+//! factor the codes need ([`rerank_of`], [`measure_rerank`]): they are
+//! searched on the written postings with re-rank 0, and the factor is the
+//! smallest whose candidates keep the exact neighbours that a 64× re-rank
+//! keeps. A query that names no re-rank uses it.
+//!
 //! Cost: one dot product per (query, row), on rayon, in the k-means
 //! assignment's packed kernel where the CPU has one (the queries packed as
 //! its panels, a `Nearest` fold keeping each query's top-k; SGEMM tiles
 //! elsewhere): the sample is sized so that at most [`MAX_MULTIPLY_ADDS`]
 //! are computed (at least [`MIN_QUERIES`] queries).
 
+use super::error::BuildError;
 use crate::distance::{Metric, squared_norms};
 use crate::format::calibration::{
     CALIBRATION_FORMAT_VERSION, Calibration, FEATURE_LEAF_DISTANCE_GAP, RecallPoint,
 };
+use crate::format::definition::IndexDefinition;
+use crate::format::snapshot::Snapshot;
+use crate::index::{Index, SearchParams};
 use crate::kmeans::assign::{Fold, Kernel, Panels, Threshold};
 use crate::kmeans::{Hierarchy, LeafPanels};
+use crate::probe::load::IndexOptions;
+use crate::quant::Quantizer;
+use object_store::ObjectStore;
+use object_store::path::Path;
 use rayon::prelude::*;
+use std::sync::Arc;
 
 /// Calibration queries by default: ±0.005 on a mean recall near 0.95.
 pub const DEFAULT_CALIBRATION_QUERIES: usize = 1000;
@@ -68,11 +83,14 @@ pub fn pick_queries(sample: &[f32], dim: usize, n: usize) -> Vec<f32> {
 }
 
 /// One query's best rows so far: `(distance, list)`, ascending, at most
-/// `k`; whether its own row was seen (and left out).
+/// `k`, and their rowids (same order); whether its own row was seen (and
+/// left out), and its rowid.
 #[derive(Debug, Clone, Default)]
 struct Best {
     top: Vec<(f32, u32)>,
+    ids: Vec<i64>,
     own_seen: bool,
+    own: Option<i64>,
 }
 
 impl Best {
@@ -92,6 +110,8 @@ struct Tile<'a> {
     vectors: &'a [f32],
     /// The tile's rows' lists onward.
     lists: &'a [u32],
+    /// The tile's rows' rowids onward.
+    rowids: &'a [i64],
     /// The query chunk (row-major).
     queries: &'a [f32],
     dim: usize,
@@ -146,11 +166,14 @@ impl Tile<'_> {
             && self.vectors[i * dim..(i + 1) * dim] == self.queries[j * dim..(j + 1) * dim]
         {
             best.own_seen = true;
+            best.own = Some(self.rowids[i]);
             return;
         }
         let at = best.top.partition_point(|e| e.0 <= d);
         best.top.insert(at, (d, self.lists[i]));
         best.top.truncate(k);
+        best.ids.insert(at, self.rowids[i]);
+        best.ids.truncate(k);
         *bound = best.bound(k);
     }
 }
@@ -243,21 +266,22 @@ impl GroundTruth {
         self.best.is_empty()
     }
 
-    /// Take rows `vectors` (prepared, row-major), assigned to `lists`. The
+    /// Take rows `vectors` (prepared, row-major), assigned to `lists`, with
+    /// their `rowids`. The
     /// queries are split evenly over the pool's threads (312 queries on 2
     /// threads: 156 each, where chunks of 256 left one thread 56), at most
     /// `QUERY_CHUNK` (256) a task. The answer does not depend on the split: each
     /// query takes the rows in order, and both kernels sum each dot product
     /// along the dimensions in the same order whatever the number of
     /// queries (the packed kernel in the query's own lane).
-    pub fn observe(&mut self, vectors: &[f32], lists: &[u32]) {
+    pub fn observe(&mut self, vectors: &[f32], lists: &[u32], rowids: &[i64]) {
         let threads = rayon::current_num_threads().max(1);
         let chunk = self.best.len().div_ceil(threads).clamp(1, QUERY_CHUNK);
-        self.observe_in_chunks(vectors, lists, chunk);
+        self.observe_in_chunks(vectors, lists, rowids, chunk);
     }
 
     /// [`GroundTruth::observe`] with `chunk` queries a task.
-    fn observe_in_chunks(&mut self, vectors: &[f32], lists: &[u32], chunk: usize) {
+    fn observe_in_chunks(&mut self, vectors: &[f32], lists: &[u32], rowids: &[i64], chunk: usize) {
         let dim = self.dim;
         self.rows += lists.len() as u64;
         let xnorms = squared_norms(vectors, dim);
@@ -293,6 +317,7 @@ impl GroundTruth {
                     let tile = Tile {
                         vectors: &vectors[t * ROW_TILE * dim..],
                         lists: &lists[t * ROW_TILE..],
+                        rowids: &rowids[t * ROW_TILE..],
                         queries: q,
                         dim,
                         k,
@@ -348,8 +373,10 @@ impl GroundTruth {
     }
 
     /// The calibration over `hierarchy`'s lists: each neighbour's list gap
-    /// and rank from its query's leaf distances.
-    pub fn finish(self, hierarchy: &Hierarchy) -> Calibration {
+    /// and rank from its query's leaf distances (without `rerank`: that is
+    /// measured on the written postings, [`measure_rerank`]); and the
+    /// queries with their neighbours' rowids, what that measurement needs.
+    pub fn finish(self, hierarchy: &Hierarchy) -> (Calibration, Neighbours) {
         let (dim, nlist) = (self.dim, hierarchy.nlist());
         // The leaf distances the probe ranks its lists by.
         let panels = LeafPanels::new(&hierarchy.leaves, dim);
@@ -399,7 +426,7 @@ impl GroundTruth {
                 recall: ranks.partition_point(|&r| r < p) as f64 / pairs,
             })
             .collect();
-        Calibration {
+        let calibration = Calibration {
             format_version: CALIBRATION_FORMAT_VERSION,
             k: self.k as u32,
             queries: self.best.len() as u32,
@@ -407,8 +434,163 @@ impl GroundTruth {
             feature: FEATURE_LEAF_DISTANCE_GAP.to_string(),
             neighbour_gaps,
             recall_by_nprobe,
+            rerank: None,
+        };
+        let neighbours = Neighbours {
+            k: self.k,
+            ids: self.best.iter().map(|b| b.ids.clone()).collect(),
+            own: self.best.iter().map(|b| b.own).collect(),
+            queries: self.queries,
+        };
+        (calibration, neighbours)
+    }
+}
+
+/// The calibration queries and the rowids of their exact top-k (each
+/// query's own row left out), from [`GroundTruth::finish`]: what
+/// [`measure_rerank`] compares the codes' ranking with.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Neighbours {
+    /// The queries, row-major, prepared for the metric.
+    pub queries: Vec<f32>,
+    /// The `k` of recall@k.
+    pub k: usize,
+    /// Each query's exact top-k rowids, nearest first.
+    pub ids: Vec<Vec<i64>>,
+    /// Each query's own row (left out of its top-k), where it was seen.
+    pub own: Vec<Option<i64>>,
+}
+
+impl Neighbours {
+    /// At most `n` of the queries, evenly spaced, with their neighbours.
+    pub fn spaced(&self, n: usize) -> Neighbours {
+        let (all, dim) = (self.ids.len(), self.queries.len() / self.ids.len().max(1));
+        let picked: Vec<usize> = (0..all.min(n)).map(|i| i * all / all.min(n)).collect();
+        Neighbours {
+            queries: picked
+                .iter()
+                .flat_map(|&q| &self.queries[q * dim..(q + 1) * dim])
+                .copied()
+                .collect(),
+            k: self.k,
+            ids: picked.iter().map(|&q| self.ids[q].clone()).collect(),
+            own: picked.iter().map(|&q| self.own[q]).collect(),
         }
     }
+}
+
+/// Re-rank factors [`measure_rerank`] chooses from, ascending; the last is
+/// the deepest measured.
+pub const RERANK_LADDER: [u32; 14] = [1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 64];
+
+/// The share of the neighbours found by the deepest factor of
+/// [`RERANK_LADDER`] that the chosen factor must find too: a re-rank loses
+/// at most 0.1 % of what a 64× re-rank keeps.
+pub const RERANK_KEEPS: f64 = 0.999;
+
+/// The most calibration queries [`rerank_of`] searches (evenly spaced):
+/// 5,000 neighbours, in which the 0.1 % a factor may lose is 5. Each one
+/// keeps [`rerank_depth`] candidates, so the measurement costs about what
+/// this many queries at 64 times the re-rank do.
+pub const RERANK_QUERIES: usize = 500;
+
+/// How deep a search [`measure_rerank`] reads: the best `k × 64 + 1`
+/// candidates of each query by the codes' estimate (one more for the
+/// query's own row).
+pub fn rerank_depth(k: usize) -> usize {
+    let deepest = RERANK_LADDER[RERANK_LADDER.len() - 1] as usize;
+    k * deepest + 1
+}
+
+/// The re-rank factor of the codes a build has just written into `folder`
+/// (postings and their table documents, not yet `calibration.json` or
+/// `index.json`): the calibration queries searched on those postings with
+/// re-rank 0 at the index's default depth (the calibration's default
+/// target recall, [`rerank_depth`] candidates each), then
+/// [`measure_rerank`]. Reads each probed list's codes once (one batch),
+/// no vector.
+///
+/// # Errors
+/// [`BuildError::Measure`] for a failed read of the written postings.
+#[allow(clippy::too_many_arguments)]
+pub async fn rerank_of(
+    store: &Arc<dyn ObjectStore>,
+    folder: &Path,
+    definition: &IndexDefinition,
+    hierarchy: &Hierarchy,
+    quantizer: &Quantizer,
+    calibration: &Calibration,
+    neighbours: &Neighbours,
+) -> Result<Option<u32>, BuildError> {
+    let measure = |e: &dyn std::fmt::Display| BuildError::Measure {
+        path: folder.to_string(),
+        reason: e.to_string(),
+    };
+    let snapshot = Snapshot::unpublished(
+        store.as_ref(),
+        folder,
+        definition.clone(),
+        hierarchy.clone(),
+        Some(quantizer.clone()),
+        Some(calibration.clone()),
+    )
+    .await
+    .map_err(|e| measure(&e))?;
+    let index = Index::from_snapshot(Arc::clone(store), snapshot, IndexOptions::default());
+    let neighbours = &neighbours.spaced(RERANK_QUERIES);
+    let params = SearchParams {
+        k: rerank_depth(neighbours.k),
+        rerank: Some(0),
+        ..SearchParams::default()
+    };
+    let results = index
+        .search_batch(&neighbours.queries, &params)
+        .await
+        .map_err(|e| measure(&e))?;
+    let ranked: Vec<Vec<i64>> = results
+        .into_iter()
+        .map(|r| r.hits.into_iter().map(|h| h.rowid).collect())
+        .collect();
+    Ok(measure_rerank(neighbours, &ranked))
+}
+
+/// The re-rank factor the codes need: `ranked[q]` is query `q`'s
+/// candidates by the codes' estimate, best first (a search of the written
+/// postings with re-rank 0 and [`rerank_depth`] candidates). An exact
+/// neighbour among a query's best `r × k` candidates is in its answer
+/// after an exact re-rank of them, so the neighbours within `r × k` are
+/// what factor `r` keeps. The smallest factor of [`RERANK_LADDER`] that
+/// keeps a share [`RERANK_KEEPS`] of what the deepest keeps; `None` when
+/// the deepest keeps nothing (nothing measured). Each query's own row is
+/// left out of its candidates, as it was of its neighbours. Pure.
+pub fn measure_rerank(neighbours: &Neighbours, ranked: &[Vec<i64>]) -> Option<u32> {
+    let k = neighbours.k.max(1);
+    // Where each neighbour ranks among its query's candidates, the own row
+    // left out; beyond them, never kept.
+    let mut ranks: Vec<usize> = Vec::new();
+    for ((ids, own), candidates) in neighbours.ids.iter().zip(&neighbours.own).zip(ranked) {
+        let mut own = *own;
+        let others = candidates.iter().filter(|&&c| {
+            let is_own = own == Some(c);
+            if is_own {
+                own = None;
+            }
+            !is_own
+        });
+        let position: std::collections::HashMap<i64, usize> =
+            others.enumerate().map(|(at, &c)| (c, at)).collect();
+        ranks.extend(ids.iter().filter_map(|id| position.get(id)));
+    }
+    ranks.sort_unstable();
+    let kept = |r: u32| ranks.partition_point(|&at| at < r as usize * k);
+    let deepest = kept(RERANK_LADDER[RERANK_LADDER.len() - 1]);
+    if deepest == 0 {
+        return None;
+    }
+    RERANK_LADDER
+        .iter()
+        .copied()
+        .find(|&r| kept(r) as f64 >= RERANK_KEEPS * deepest as f64)
 }
 
 /// 1, 2, 3, 4, 6, 8, 12, 16, … (powers of two and their 1.5×) up to
@@ -454,12 +636,14 @@ mod tests {
         // Rows on a line at 0..20, lists by tens; queries are rows 3 and 15.
         let data: Vec<f32> = (0..20).map(|i| i as f32).collect();
         let lists: Vec<u32> = (0..20).map(|i| i / 10).collect();
+        // Rowids 100 above the row.
+        let rowids: Vec<i64> = (100..120).collect();
         let observed = |kernel: Kernel| {
             let mut gt = GroundTruth::new(vec![3.0, 15.0], 1, 3, Metric::L2);
             gt.kernel = kernel;
             // In two batches, as the assignment pass gives them.
-            gt.observe(&data[..7], &lists[..7]);
-            gt.observe(&data[7..], &lists[7..]);
+            gt.observe(&data[..7], &lists[..7], &rowids[..7]);
+            gt.observe(&data[7..], &lists[7..], &rowids[7..]);
             assert_eq!(
                 gt.best[0].top,
                 vec![(1.0, 0), (1.0, 0), (4.0, 0)],
@@ -470,12 +654,25 @@ mod tests {
                 vec![(1.0, 1), (1.0, 1), (4.0, 1)],
                 "{kernel:?}"
             );
+            // Rows 2 and 4 (tied, in the order seen), then 1 / 5.
+            assert_eq!(gt.best[0].ids, vec![102, 104, 101], "{kernel:?}");
+            assert_eq!(gt.best[0].own, Some(103), "{kernel:?}");
             gt
         };
         for kernel in kernels() {
             observed(kernel);
         }
-        let c = observed(Kernel::detect()).finish(&two_lists());
+        let (c, n) = observed(Kernel::detect()).finish(&two_lists());
+        assert_eq!(n.ids, vec![vec![102, 104, 101], vec![114, 116, 113]]);
+        assert_eq!(n.own, vec![Some(103), Some(115)]);
+        assert_eq!((n.k, n.queries.as_slice()), (3, [3.0, 15.0].as_slice()));
+        // One of two: the first, whole.
+        let one = n.spaced(1);
+        assert_eq!(
+            (one.queries, one.ids, one.own),
+            (vec![3.0], vec![vec![102, 104, 101]], vec![Some(103)])
+        );
+        assert_eq!(n.spaced(5), n);
         assert_eq!((c.k, c.queries, c.rows), (3, 2, 20));
         // Every neighbour is in its query's nearest list: gap 0, recall 1 at nprobe 1.
         assert_eq!(c.neighbour_gaps.last(), Some(&0.0));
@@ -491,14 +688,16 @@ mod tests {
             .map(|_| rng.random_range(-1.0..1.0))
             .collect();
         let lists: Vec<u32> = (0..3000).map(|i| i % 7).collect();
+        let rowids: Vec<i64> = (0..3000).collect();
         for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
             let queries = pick_queries(&data, dim, 301);
             let run = |kernel: Kernel, chunk: usize| {
                 let mut gt = GroundTruth::new(queries.clone(), dim, 10, metric);
                 gt.kernel = kernel;
                 // Two batches, the second across row tiles.
-                gt.observe_in_chunks(&data[..700 * dim], &lists[..700], chunk);
-                gt.observe_in_chunks(&data[700 * dim..], &lists[700..], chunk);
+                let (a, b) = rowids.split_at(700);
+                gt.observe_in_chunks(&data[..700 * dim], &lists[..700], a, chunk);
+                gt.observe_in_chunks(&data[700 * dim..], &lists[700..], b, chunk);
                 gt.best.iter().map(|b| b.top.clone()).collect::<Vec<_>>()
             };
             let reference = run(Kernel::Sgemm, QUERY_CHUNK);
@@ -552,11 +751,69 @@ mod tests {
         let lists: Vec<u32> = (0..20).map(|i| i / 10).collect();
         // Query 9 has neighbours 8, 10, 7: one in list 1.
         let mut gt = GroundTruth::new(vec![9.0], 1, 3, Metric::L2);
-        gt.observe(&data, &lists);
-        let c = gt.finish(&two_lists());
+        let rowids: Vec<i64> = (0..20).collect();
+        gt.observe(&data, &lists, &rowids);
+        let (c, _) = gt.finish(&two_lists());
         // d(9, 4.5)² = 20.25, d(9, 14.5)² = 30.25: gap 10 for one of three.
         assert_eq!(c.neighbour_gaps.last(), Some(&10.0));
         assert!((c.recall_by_nprobe[0].recall - 2.0 / 3.0).abs() < 1e-12);
         assert_eq!(c.recall_by_nprobe.last().map(|p| p.recall), Some(1.0));
+    }
+
+    #[test]
+    fn the_rerank_is_the_smallest_factor_that_keeps_what_the_deepest_keeps() {
+        // k = 2; query 0's neighbours 10 and 11, its own row 99.
+        let truth = |own: Option<i64>| Neighbours {
+            queries: vec![0.0],
+            k: 2,
+            ids: vec![vec![10, 11]],
+            own: vec![own],
+        };
+        let ranked = |at: &[(usize, i64)], own_first: bool| {
+            let mut c: Vec<i64> = (1000..1000 + 200).collect();
+            for &(i, id) in at {
+                c[i] = id;
+            }
+            if own_first {
+                c.insert(0, 99);
+            }
+            vec![c]
+        };
+        // Both among the best 2: factor 1.
+        let both = ranked(&[(0, 10), (1, 11)], true);
+        assert_eq!(measure_rerank(&truth(Some(99)), &both), Some(1));
+        // The own row is left out: without it the same ranking needs 1, with
+        // it counted as a candidate (not the query's own) it would need 2.
+        assert_eq!(measure_rerank(&truth(None), &both), Some(2));
+        // 11 at place 9 (0-based) of the others: 10 candidates, factor 5.
+        assert_eq!(
+            measure_rerank(&truth(Some(99)), &ranked(&[(0, 10), (9, 11)], true)),
+            Some(5)
+        );
+        // 11 beyond every candidate: the deepest keeps one, so does 1.
+        assert_eq!(
+            measure_rerank(&truth(Some(99)), &ranked(&[(0, 10)], true)),
+            Some(1)
+        );
+        // Nothing found at all: nothing measured.
+        assert_eq!(measure_rerank(&truth(Some(99)), &ranked(&[], true)), None);
+        // Over many queries, a factor may lose a share 1 − RERANK_KEEPS.
+        let n = 2000;
+        let many = Neighbours {
+            queries: vec![0.0; n],
+            k: 1,
+            ids: (0..n as i64).map(|q| vec![q]).collect(),
+            own: vec![None; n],
+        };
+        // Every neighbour first, but one query's at place 40 (factor 64).
+        let mut lists: Vec<Vec<i64>> = (0..n as i64).map(|q| vec![q, -1]).collect();
+        lists[7] = (0..40).map(|i| -i - 1).chain([7]).collect();
+        // One miss in 2000 is within the 0.1 % allowed: factor 1.
+        assert_eq!(measure_rerank(&many, &lists), Some(1));
+        // Three misses are not.
+        for q in [8, 9] {
+            lists[q] = (0..40).map(|i| -i - 1).chain([q as i64]).collect();
+        }
+        assert_eq!(measure_rerank(&many, &lists), Some(64));
     }
 }

@@ -688,6 +688,7 @@ pub async fn publish_on(
             hierarchy: &hierarchy,
             quantizer: quantizer.as_ref(),
             calibration: None,
+            neighbours: None,
         };
         stages::publish(
             &writer,

@@ -133,6 +133,9 @@ pub enum BuildError {
     Spill { path: String, reason: String },
     #[error("arrow: {0}")]
     Arrow(String),
+    /// Measuring the written postings (the codes' re-rank factor) failed.
+    #[error("measuring the re-rank of the postings written in {path}: {reason}")]
+    Measure { path: String, reason: String },
     #[error("internal: {0}")]
     Internal(String),
     #[error(transparent)]

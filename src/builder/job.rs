@@ -192,7 +192,8 @@ pub async fn build(
     let model = stages::Model {
         hierarchy: &hierarchy,
         quantizer: quantizer.as_deref(),
-        calibration: calibration.as_ref(),
+        calibration: calibration.as_ref().map(|(c, _)| c),
+        neighbours: calibration.as_ref().map(|(_, n)| n),
     };
     let out = Output {
         definition: &definition,

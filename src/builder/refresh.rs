@@ -1311,6 +1311,7 @@ pub async fn compact(
             hierarchy: &hierarchy,
             quantizer: quantizer.as_deref(),
             calibration: snapshot.calibration.as_ref(),
+            neighbours: None,
         };
         let record = recorded.as_ref().map(|(files, ids)| stages::FileRecord {
             files,

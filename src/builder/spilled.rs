@@ -100,7 +100,8 @@ pub async fn assign_all(
                 .map(|&c| c as u32)
                 .collect();
             if let Some(gt) = seen.as_mut() {
-                gt.observe(&stages::vector_values(&assigned)?, &cids);
+                let rowids = stages::rowid_values(&assigned)?;
+                gt.observe(&stages::vector_values(&assigned)?, &cids, &rowids);
             }
             let grouped = stages::group_by_root(&h.cid_offsets, &assigned)?;
             Ok((grouped, sum, cids, seen))

@@ -41,7 +41,7 @@ use super::source::vector_source::{SourceDefinition, VectorBatch, VectorSource};
 use crate::distance::Metric;
 use crate::format::definition::{BuildRecord, INDEX_DEFINITION_FILE, IndexDefinition};
 use crate::format::manifest::FileEntry;
-use crate::format::postings_table::{CID_COLUMN, VECTOR_COLUMN};
+use crate::format::postings_table::{CID_COLUMN, ROWID_COLUMN, VECTOR_COLUMN};
 use crate::format::quantizer::QUANTIZER_FILE;
 use crate::format::snapshot_writer::SnapshotWriter;
 use crate::format::source_files::SourceFiles;
@@ -99,13 +99,13 @@ pub struct BuildParams {
     pub progress: ProgressMode,
 }
 
-/// The codes of a build by default: `rabitq4`. `pq4fs` is faster in every
-/// serving mode on both benchmark sets at the same recall, but at 2 bits a
-/// dimension it loses recall on isotropic data at the default re-rank (the
-/// test suite's Gaussian sets: 0.815 where `rabitq4` keeps 0.95), so it is
-/// opt-in until the re-rank adapts to the codes (`docs/benchmarks.md`,
-/// "Fast-scan codes").
-pub const DEFAULT_CODES: Option<Scheme> = Some(Scheme::RaBitQ4);
+/// The codes of a build by default: `pq4fs`, faster than `rabitq4` in every
+/// serving mode on both benchmark sets at the same recall (2.5–3.4× with
+/// the codes in memory). At 2 bits a dimension it needs a deeper re-rank on
+/// isotropic data, which the build measures ([`super::calibrate::rerank_of`])
+/// and queries use by default (`docs/benchmarks.md`, "The re-rank the codes
+/// need").
+pub const DEFAULT_CODES: Option<Scheme> = Some(Scheme::Pq4Fs);
 
 /// Flat Lloyd iterations over all leaves after the per-root training, by
 /// default: on SIFT-like 1M × 128 at nlist 1000 they raise recall@10 at
@@ -706,6 +706,17 @@ pub fn vector_values(rows: &RecordBatch) -> Result<Vec<f32>, BuildError> {
         .collect())
 }
 
+/// The `rowid` column of assigned rows. CPU only.
+///
+/// # Errors
+/// [`BuildError::Arrow`] when the rows lack the postings schema's rowid.
+pub fn rowid_values(rows: &RecordBatch) -> Result<Vec<i64>, BuildError> {
+    rows.column_by_name(ROWID_COLUMN)
+        .and_then(|c| c.as_primitive_opt::<arrow::datatypes::Int64Type>())
+        .map(|c| c.values().to_vec())
+        .ok_or_else(|| BuildError::Arrow("assigned rows lack the postings schema's rowid".into()))
+}
+
 /// Splits assigned rows by root bucket (root `r` owns the CIDs
 /// `cid_offsets[r]..cid_offsets[r + 1]`): one batch per non-empty bucket,
 /// ascending by bucket, rows in input order. CPU only.
@@ -892,6 +903,10 @@ pub struct Model<'a> {
     /// The recall calibration measured over these centroids
     /// (`calibration.json`), when `index.json` names one.
     pub calibration: Option<&'a crate::format::calibration::Calibration>,
+    /// The calibration queries' neighbours, when this build measured them:
+    /// with codes, [`publish`] measures the re-rank factor on the written
+    /// postings and records it in the calibration.
+    pub neighbours: Option<&'a super::calibrate::Neighbours>,
 }
 
 /// Writes the documents of a built snapshot through `writer`: the centroids
@@ -915,6 +930,7 @@ pub async fn publish(
         hierarchy,
         quantizer,
         calibration,
+        neighbours,
     } = model;
     let folder = writer.folder();
     let store = writer.store();
@@ -940,17 +956,6 @@ pub async fn publish(
             )));
         }
     }
-    match (&definition.calibration, calibration) {
-        (Some(rel), Some(c)) => {
-            writer.put(rel, Bytes::from(c.encode())).await?;
-        }
-        (None, _) => {}
-        (Some(rel), None) => {
-            return Err(BuildError::Internal(format!(
-                "index.json names calibration {rel:?}, but the build has none"
-            )));
-        }
-    }
     put_source_files(writer, definition, source_files).await?;
     let manifest = crate::postings::writer::manifest_of(
         files,
@@ -962,6 +967,32 @@ pub async fn publish(
         .parent()
         .unwrap_or_default();
     crate::postings::writer::publish(store, &postings_root, &manifest).await?;
+    // The postings are readable now: the codes' re-rank is measured on them
+    // before the calibration that records it is written.
+    match (&definition.calibration, calibration) {
+        (Some(rel), Some(c)) => {
+            let mut c = c.clone();
+            if let (Some(q), Some(n)) = (quantizer, neighbours) {
+                c.rerank = super::calibrate::rerank_of(
+                    store,
+                    &folder.path,
+                    definition,
+                    hierarchy,
+                    q,
+                    &c,
+                    n,
+                )
+                .await?;
+            }
+            writer.put(rel, Bytes::from(c.encode())).await?;
+        }
+        (None, _) => {}
+        (Some(rel), None) => {
+            return Err(BuildError::Internal(format!(
+                "index.json names calibration {rel:?}, but the build has none"
+            )));
+        }
+    }
     writer
         .put(INDEX_DEFINITION_FILE, Bytes::from(definition.to_json()))
         .await?;

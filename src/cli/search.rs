@@ -60,8 +60,10 @@ pub struct Args {
     pub preload: Preload,
     /// In an index with codes: re-rank the best `rerank × k` candidates by
     /// their exact distance; 0 returns the codes' estimates and reads no f32.
-    #[arg(long, default_value_t = parqivf::index::DEFAULT_RERANK)]
-    pub rerank: usize,
+    /// Default: the factor the build measured for the index's codes
+    /// (`calibration.json`), else 4.
+    #[arg(long)]
+    pub rerank: Option<usize>,
     /// Only rows where this SQL `WHERE` expression over the payload columns
     /// is true, e.g. `lang = 'en' AND created_at >= '2024-01-01'`. The probe
     /// goes on to the next-nearest lists until `k` rows match.
@@ -479,7 +481,7 @@ async fn benchmark(
         "root-factor": args.root_factor,
         "threads": rayon::current_num_threads(),
         "preload": args.preload,
-        "rerank": args.rerank,
+        "rerank": index.rerank(params),
         "batch-size": args.batch_size,
         "seconds": best,
         "qps": nq as f64 / best,

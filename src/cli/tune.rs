@@ -211,7 +211,7 @@ async fn exhaustive_truth(index: &Index, q: &Queries, k: usize) -> anyhow::Resul
     let params = SearchParams {
         k: k + 1,
         nprobe: Some(index.manifest().nlist as usize),
-        rerank: TRUTH_RERANK,
+        rerank: Some(TRUTH_RERANK),
         ..SearchParams::default()
     };
     let results = index

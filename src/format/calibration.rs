@@ -13,10 +13,16 @@
 //! neighbours: probing every list whose gap is at most its `t`-quantile
 //! finds a share `t` of the neighbours, on average over queries.
 //!
+//!
+//! An index with codes also records `rerank` (format version 2): the
+//! re-rank factor its codes need, measured on the same queries
+//! ([`crate::builder::calibrate::measure_rerank`]). A query that names no
+//! re-rank uses it.
+//!
 //! ```json
-//! {"format-version": 1, "k": 10, "queries": 1000, "rows": 1000000,
+//! {"format-version": 2, "k": 10, "queries": 1000, "rows": 1000000,
 //!  "feature": "leaf-distance-gap", "neighbour-gaps": [0.0, 0.0, …, 41877.5],
-//!  "recall-by-nprobe": [{"nprobe": 1, "recall": 0.412}, …]}
+//!  "recall-by-nprobe": [{"nprobe": 1, "recall": 0.412}, …], "rerank": 4}
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -24,8 +30,10 @@ use thiserror::Error;
 
 /// File name of the calibration in a snapshot folder.
 pub const CALIBRATION_FILE: &str = "calibration.json";
-/// The `calibration.json` format version this crate writes and reads.
-pub const CALIBRATION_FORMAT_VERSION: u32 = 1;
+/// The `calibration.json` format version this crate writes (and reads).
+pub const CALIBRATION_FORMAT_VERSION: u32 = 2;
+/// The first version, without `rerank`: still read.
+pub const CALIBRATION_FORMAT_VERSION_1: u32 = 1;
 /// The one feature written today (see the module documentation).
 pub const FEATURE_LEAF_DISTANCE_GAP: &str = "leaf-distance-gap";
 
@@ -61,6 +69,13 @@ pub struct Calibration {
     /// Mean recall@k of the sample at fixed `nprobe`, ascending `nprobe`
     /// (the lists holding the neighbours among the nearest `nprobe`).
     pub recall_by_nprobe: Vec<RecallPoint>,
+    /// The re-rank factor the index's codes need (version 2, an index with
+    /// codes): the smallest whose `rerank × k` best candidates by their
+    /// estimate hold the queries' neighbours as well as the deepest factor
+    /// measured ([`crate::builder::calibrate::measure_rerank`]). What a
+    /// query that names no re-rank uses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rerank: Option<u32>,
 }
 
 /// One operating point of [`Calibration::recall_by_nprobe`].
@@ -91,6 +106,14 @@ impl Calibration {
             reason,
         };
         let value = match super::versioned_json(bytes, CALIBRATION_FORMAT_VERSION) {
+            Err(super::VersionError::Incompatible(v))
+                if v == u64::from(CALIBRATION_FORMAT_VERSION_1) =>
+            {
+                super::versioned_json(bytes, CALIBRATION_FORMAT_VERSION_1)
+            }
+            other => other,
+        };
+        let value = match value {
             Ok(v) => v,
             Err(super::VersionError::Invalid(reason)) => return Err(invalid(reason)),
             Err(super::VersionError::Incompatible(found)) => {
@@ -108,6 +131,13 @@ impl Calibration {
 
     /// Every value rule; the broken one.
     fn check(&self, nlist: usize) -> Result<(), String> {
+        match (self.format_version, self.rerank) {
+            (CALIBRATION_FORMAT_VERSION_1, Some(_)) => {
+                return Err("format-version 1 has no rerank key".into());
+            }
+            (_, Some(0)) => return Err("rerank is 0, at least 1 expected".into()),
+            _ => {}
+        }
         if self.feature != FEATURE_LEAF_DISTANCE_GAP {
             return Err(format!(
                 "feature is {:?}, expected {FEATURE_LEAF_DISTANCE_GAP:?}",
@@ -175,7 +205,7 @@ mod tests {
 
     fn doc() -> Calibration {
         Calibration {
-            format_version: 1,
+            format_version: CALIBRATION_FORMAT_VERSION,
             k: 10,
             queries: 4,
             rows: 100,
@@ -191,6 +221,7 @@ mod tests {
                     recall: 1.0,
                 },
             ],
+            rerank: Some(4),
         }
     }
 
@@ -221,6 +252,20 @@ mod tests {
                 },
                 "feature is \"other\"",
             ),
+            (
+                Calibration {
+                    rerank: Some(0),
+                    ..doc()
+                },
+                "rerank is 0",
+            ),
+            (
+                Calibration {
+                    format_version: CALIBRATION_FORMAT_VERSION_1,
+                    ..doc()
+                },
+                "format-version 1 has no rerank",
+            ),
         ];
         for (d, want) in broken {
             let err = Calibration::parse("c", &d.encode(), 4)
@@ -239,13 +284,26 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("recall must not fall"), "{err}");
-        let v2 = String::from_utf8(doc().encode())
+        // Version 1 (no rerank) is still read; version 3 is not.
+        let v1 = Calibration {
+            format_version: CALIBRATION_FORMAT_VERSION_1,
+            rerank: None,
+            ..doc()
+        };
+        assert_eq!(Calibration::parse("c", &v1.encode(), 4).unwrap(), v1);
+        let v3 = String::from_utf8(doc().encode())
             .unwrap()
-            .replace("\"format-version\": 1", "\"format-version\": 2");
+            .replace("\"format-version\": 2", "\"format-version\": 3");
         assert!(matches!(
-            Calibration::parse("c", v2.as_bytes(), 4),
-            Err(CalibrationError::Incompatible { found: 2, .. })
+            Calibration::parse("c", v3.as_bytes(), 4),
+            Err(CalibrationError::Incompatible { found: 3, .. })
         ));
+        // Without codes, version 2 has no rerank either.
+        let plain = Calibration {
+            rerank: None,
+            ..doc()
+        };
+        assert_eq!(Calibration::parse("c", &plain.encode(), 4).unwrap(), plain);
         let extra = String::from_utf8(doc().encode())
             .unwrap()
             .replace("\"k\": 10", "\"k\": 10, \"x\": 1");

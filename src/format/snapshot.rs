@@ -585,6 +585,53 @@ impl Snapshot {
         Ok((snapshot, served))
     }
 
+    /// The snapshot a build has written into `folder` and not yet
+    /// described: its postings table (`manifest.json` and `footers.json`,
+    /// read unpinned) with the `definition` and model the build holds in
+    /// memory. What the build searches before it writes `calibration.json`
+    /// and `index.json` ([`crate::builder::calibrate::rerank_of`]); never
+    /// a reader's open.
+    ///
+    /// # Errors
+    /// Storage errors and malformed table documents.
+    pub async fn unpublished(
+        store: &dyn ObjectStore,
+        folder: &Path,
+        definition: IndexDefinition,
+        hierarchy: Hierarchy,
+        quantizer: Option<Quantizer>,
+        calibration: Option<Calibration>,
+    ) -> Result<Snapshot, SnapshotError> {
+        let definition_err = |source| SnapshotError::Definition {
+            path: folder.clone().join(INDEX_DEFINITION_FILE).to_string(),
+            source,
+        };
+        let documents = definition.documents();
+        let manifest_path = definition
+            .postings_manifest_path(folder)
+            .map_err(definition_err)?;
+        let postings_root = definition.postings_root(folder).map_err(definition_err)?;
+        let docs = Documents::direct(store);
+        let table = read_table(&docs, &manifest_path, &documents[1], &documents[2], None).await?;
+        Ok(Snapshot {
+            folder: folder.clone(),
+            commit: None,
+            definition,
+            postings_root,
+            files: table.manifest.files.clone(),
+            footers_ahead: vec![None; table.manifest.files.len()],
+            manifest: table.manifest,
+            layer_starts: vec![0],
+            deletions: Arc::default(),
+            table_roots: vec![table.root],
+            postings_paths: table.paths,
+            footer_pins: table.footer_pins,
+            hierarchy,
+            quantizer,
+            calibration,
+        })
+    }
+
     /// The snapshot in `folder`, every document read through `docs`.
     async fn read_docs(
         docs: &Documents<'_>,

@@ -97,10 +97,12 @@ pub struct SearchParams {
     /// Return the payload columns of each hit. Default false.
     pub include_payload: bool,
     /// In an index with codes: the best `rerank × k` candidates by their
-    /// codes are ranked again by their exact distance (default
-    /// [`DEFAULT_RERANK`]); 0 returns the codes' estimated distances and
-    /// reads no f32 at all. Ignored without codes (the scan is exact).
-    pub rerank: usize,
+    /// codes are ranked again by their exact distance; 0 returns the codes'
+    /// estimated distances and reads no f32 at all. Ignored without codes
+    /// (the scan is exact). `None` (the default): the factor the build
+    /// measured for the index's codes (`calibration.json`'s `rerank`), else
+    /// [`DEFAULT_RERANK`] ([`SearchParams::rerank_in`]).
+    pub rerank: Option<usize>,
     /// A SQL `WHERE` expression over the payload columns (see
     /// [`crate::filter`]): only rows where it is true are returned. The
     /// search goes on past `nprobe` lists, nearest first, until `k` rows
@@ -122,7 +124,9 @@ pub struct SearchParams {
     pub target_recall: Option<f64>,
 }
 
-/// Re-rank factor by default (see `docs/benchmarks.md`).
+/// Re-rank factor of an index whose build measured none (an index without
+/// a calibration, or built before `calibration.json` recorded one; see
+/// `docs/benchmarks.md`).
 pub const DEFAULT_RERANK: usize = 4;
 
 /// The recall a query probes for when it names neither `nprobe` nor a
@@ -152,7 +156,7 @@ impl Default for SearchParams {
             nprobe: None,
             root_factor: DEFAULT_ROOT_FACTOR,
             include_payload: false,
-            rerank: DEFAULT_RERANK,
+            rerank: None,
             filter: None,
             max_nprobe: None,
             target_recall: None,
@@ -178,6 +182,18 @@ impl SearchParams {
             (None, None) if index.calibrated => Ok(ProbeDepth::Recall(DEFAULT_TARGET_RECALL)),
             (None, None) => Ok(ProbeDepth::Lists(DEFAULT_NPROBE.min(index.nlist))),
         }
+    }
+
+    /// The re-rank factor in `index`: the one given, else the index's own
+    /// ([`IndexShape::rerank`]), measured at recall@`rerank_k`: for a
+    /// smaller `k` as many candidates as it measured (`rerank × rerank_k`),
+    /// since the exact neighbours a query's codes rank below others are as
+    /// many whatever `k` is (duplicate rows, for one).
+    pub fn rerank_in(&self, index: IndexShape) -> usize {
+        self.rerank.unwrap_or_else(|| {
+            let measured = index.rerank.saturating_mul(index.rerank_k);
+            index.rerank.max(measured.div_ceil(self.k.max(1)))
+        })
     }
 
     /// Check the parameters against `index` and resolve its [`ProbeDepth`].
@@ -295,7 +311,7 @@ impl QueryPlan {
         let queries = prepare_queries(index.metric, queries, index.dim)?;
         let rank = if index.has_codes {
             RankMode::Codes {
-                rerank: params.rerank,
+                rerank: params.rerank_in(index),
             }
         } else {
             RankMode::Exact
@@ -329,6 +345,11 @@ pub struct IndexShape {
     pub has_codes: bool,
     /// The index has a recall calibration (a target recall needs one).
     pub calibrated: bool,
+    /// The re-rank factor of a query that names none: the build's measured
+    /// one, else [`DEFAULT_RERANK`].
+    pub rerank: usize,
+    /// The `k` the build measured `rerank` at (0 where it measured none).
+    pub rerank_k: usize,
 }
 
 /// `queries` checked (whole queries of `dim` finite values) and prepared
@@ -381,6 +402,8 @@ mod tests {
             metric: Metric::Cosine,
             has_codes: false,
             calibrated: false,
+            rerank: DEFAULT_RERANK,
+            rerank_k: 0,
         }
     }
 
@@ -510,6 +533,53 @@ mod tests {
             ..neither
         };
         assert_eq!(resolved(&target, calibrated), (8, Some(0.8)));
+    }
+
+    #[test]
+    fn a_query_naming_no_rerank_uses_the_index_s_own() {
+        let q = [1.0, 0.0];
+        let coded = IndexShape {
+            has_codes: true,
+            rerank: 7,
+            rerank_k: 10,
+            ..shape()
+        };
+        let rank = |p: &SearchParams, s: IndexShape| QueryPlan::new(&q, p, s).unwrap().rank;
+        let neither = SearchParams::default();
+        assert_eq!(rank(&neither, coded), RankMode::Codes { rerank: 7 });
+        // A smaller k keeps the 70 candidates measured at k = 10; a larger
+        // one the factor.
+        for (k, rerank) in [(3, 24), (1, 70), (20, 7), (100, 7)] {
+            let p = SearchParams {
+                k,
+                ..SearchParams::default()
+            };
+            assert_eq!(rank(&p, coded), RankMode::Codes { rerank }, "k = {k}");
+        }
+        // Unmeasured: DEFAULT_RERANK whatever k is.
+        let unmeasured = IndexShape {
+            has_codes: true,
+            ..shape()
+        };
+        let p = SearchParams {
+            k: 1,
+            ..SearchParams::default()
+        };
+        assert_eq!(
+            rank(&p, unmeasured),
+            RankMode::Codes {
+                rerank: DEFAULT_RERANK
+            }
+        );
+        for named in [0, 2] {
+            let p = SearchParams {
+                rerank: Some(named),
+                ..SearchParams::default()
+            };
+            assert_eq!(rank(&p, coded), RankMode::Codes { rerank: named });
+        }
+        // Without codes the scan is exact, whatever is named.
+        assert_eq!(rank(&neither, shape()), RankMode::Exact);
     }
 
     #[test]

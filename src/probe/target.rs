@@ -189,6 +189,7 @@ mod tests {
                 nprobe: 1,
                 recall: 1.0,
             }],
+            rerank: None,
         })
     }
 

@@ -125,7 +125,7 @@ async fn worker(mut rx: mpsc::Receiver<Sample>, cpu_share: f64, metrics: Arc<Met
             nprobe: Some(nlist.max(1)),
             target_recall: None,
             max_nprobe: None,
-            rerank: REFERENCE_RERANK,
+            rerank: Some(REFERENCE_RERANK),
             include_payload: false,
             ..s.params.clone()
         };

@@ -55,7 +55,8 @@ pub struct SearchBody {
     pub k: Option<u64>,
     pub nprobe: Option<u64>,
     pub root_factor: Option<u64>,
-    /// Re-rank factor of an index with codes (0: the codes' estimates).
+    /// Re-rank factor of an index with codes (0: the codes' estimates;
+    /// absent: the index's own, [`SearchParams::rerank`]).
     pub rerank: Option<u64>,
     pub include_payload: Option<bool>,
     #[serde(default)]
@@ -154,8 +155,9 @@ pub fn validate(
         named => named,
     };
     let root_factor = body.root_factor.unwrap_or(0);
-    let rerank = body.rerank.unwrap_or(crate::index::DEFAULT_RERANK as u64);
-    if rerank > MAX_RERANK {
+    if let Some(rerank) = body.rerank
+        && rerank > MAX_RERANK
+    {
         return Err(ApiError::bad_request(
             "rerank_out_of_range",
             format!("rerank = {rerank} is outside 0..={MAX_RERANK}"),
@@ -199,7 +201,7 @@ pub fn validate(
             root_factor: usize::try_from(root_factor).unwrap_or(usize::MAX),
             include_payload: body.include_payload.unwrap_or(false)
                 || body.include.contains(&Include::Payload),
-            rerank: rerank as usize,
+            rerank: body.rerank.map(|r| r as usize),
             filter: body.filter,
             max_nprobe: body
                 .max_nprobe
@@ -688,7 +690,7 @@ mod tests {
                 nprobe: None,
                 root_factor: 0,
                 include_payload: false,
-                rerank: crate::index::DEFAULT_RERANK,
+                rerank: None,
                 filter: None,
                 max_nprobe: None,
                 target_recall: None,
@@ -764,7 +766,7 @@ mod tests {
         );
         assert_eq!(
             check(r#"{"vector":[1,2],"rerank":1000}"#).map(|v| v.params.rerank),
-            Ok(1000)
+            Ok(Some(1000))
         );
         assert_eq!(
             check(r#"{"vector":[1,2],"include_payload":"yes"}"#).unwrap_err(),

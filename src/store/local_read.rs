@@ -155,21 +155,22 @@ impl LocalFolder {
             ))
         })?;
         let map = self.map(file).map_err(failed)?;
+        let len = map.len();
+        // One owner for the whole file; each range a slice of it (a
+        // reference count, no allocation a range).
+        let whole = Bytes::from_owner(Mapped(map));
         ranges
             .iter()
             .map(|r| {
                 let range = usize::try_from(r.start).unwrap_or(usize::MAX)
                     ..usize::try_from(r.end).unwrap_or(usize::MAX);
-                if range.start > range.end || range.end > map.len() {
+                if range.start > range.end || range.end > len {
                     return Err(failed(std::io::Error::new(
                         std::io::ErrorKind::UnexpectedEof,
-                        format!("range {r:?} of a file of {} bytes", map.len()),
+                        format!("range {r:?} of a file of {len} bytes"),
                     )));
                 }
-                Ok(Bytes::from_owner(Mapped {
-                    map: Arc::clone(&map),
-                    range,
-                }))
+                Ok(whole.slice(range))
             })
             .collect()
     }
@@ -192,15 +193,12 @@ impl LocalFolder {
     }
 }
 
-/// A range of a mapped file, the owner of the `Bytes` that borrow it.
-struct Mapped {
-    map: Arc<Mmap>,
-    range: Range<usize>,
-}
+/// A mapped file, the owner of the `Bytes` that borrow its ranges.
+struct Mapped(Arc<Mmap>);
 
 impl AsRef<[u8]> for Mapped {
     fn as_ref(&self) -> &[u8] {
-        &self.map[self.range.clone()]
+        &self.0
     }
 }
 

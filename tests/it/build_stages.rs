@@ -128,6 +128,7 @@ async fn by_hand(
         }
     }
     let model = stages::Model {
+        neighbours: None,
         hierarchy: &hierarchy,
         quantizer: quantizer.as_ref(),
         calibration: None,
@@ -279,6 +280,7 @@ async fn nothing_is_visible_before_the_commit_and_a_bad_snapshot_name_is_typed()
         sha256: "0".repeat(64),
     };
     let model = stages::Model {
+        neighbours: None,
         hierarchy: &h,
         quantizer: None,
         calibration: None,
@@ -357,7 +359,7 @@ async fn a_bucket_over_the_file_cap_is_written_as_even_files_that_search_exactly
     let exhaustive = SearchParams {
         k: 10,
         nprobe: Some(16),
-        rerank: 1000,
+        rerank: Some(1000),
         ..SearchParams::default()
     };
     for q in data.chunks_exact(DIM).step_by(397) {

@@ -61,9 +61,11 @@ fn brute(data: &[f32], q: &[f32], k: usize) -> Vec<(f32, i64)> {
 async fn tiny_and_huge_rows_keep_their_direction_and_full_probe_equals_brute_force() {
     let data = data();
     let index = built(data.clone()).await;
+    // Every list probed and every row re-ranked: the exact answer.
     let full = SearchParams {
         k: 10,
         nprobe: Some(NLIST as usize),
+        rerank: Some(N.div_ceil(10)),
         ..SearchParams::default()
     };
     // The scan's `1 − dot` on unit vectors against the f64 cosine on raw

@@ -173,7 +173,7 @@ fn filtered(filter: &str, nprobe: usize) -> SearchParams {
         k: 10,
         nprobe: Some(nprobe),
         // Re-rank every candidate: exact at full probe.
-        rerank: N,
+        rerank: Some(N),
         filter: Some(filter.into()),
         ..SearchParams::default()
     }
@@ -657,7 +657,7 @@ async fn http_filters_answer_as_the_library_and_bad_ones_are_400s() {
         .search(
             &q,
             &capped(SearchParams {
-                rerank: parqivf::index::DEFAULT_RERANK,
+                rerank: None,
                 ..filtered(filter, 1)
             }),
         )

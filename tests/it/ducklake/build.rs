@@ -82,9 +82,12 @@ async fn docs_index_returns_duckdb_rowids(kind: Kind) {
     assert_eq!(summary.rows as usize, with_vectors.len());
 
     let index = Index::open_current(out, &idx).await.unwrap();
+    // Every row a re-rank candidate (274 rows): what is checked is the
+    // exact tie-break on DuckDB's rowids, not the codes' ranking.
     let sp = SearchParams {
         k: 3,
         nprobe: Some(8),
+        rerank: Some(100),
         ..SearchParams::default()
     };
     // Equal embeddings tie; the smaller rowid wins. Count duplicates first.

@@ -188,6 +188,8 @@ impl SearchBackend for BruteForce {
             metric: parqivf::distance::Metric::L2,
             has_codes: false,
             calibrated: false,
+            rerank: parqivf::index::DEFAULT_RERANK,
+            rerank_k: 0,
         };
         QueryPlan::new(queries, params, shape).map_err(|e| BackendError::BadRequest {
             code: e.code(),
