@@ -58,7 +58,7 @@ def build(
     max_points_per_centroid: int = 256,
     seed: int = 1234,
     assign: str = "exact",
-    codes: Literal["rabitq4", "pq4fs", "sq8", "none"] = "rabitq4",
+    codes: Literal["pq4fs", "rabitq4", "sq8", "none"] = "pq4fs",
     memory_limit: int = 2 << 30,
     skip_invalid: bool = False,
     content_hash: bool = False,

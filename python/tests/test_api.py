@@ -139,7 +139,7 @@ def test_info_and_stats(coded_index):
     idx = parqivf.Index.open(str(coded_index))
     info = idx.info
     assert info["version"] == 1 and info["dim"] == DIM and info["nlist"] == NLIST
-    assert info["rows"] == ROWS and info["codes"] == "rabitq4" and info["metric"] == "l2"
+    assert info["rows"] == ROWS and info["codes"] == "pq4fs" and info["metric"] == "l2"
     assert info["definition"]["build"]["payload-columns"] == ["category", "title"]
     # What the open cost: the commit log's two advisory objects, two
     # versions and the pinned documents (rounds are exact only with latency).
