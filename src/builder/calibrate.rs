@@ -83,13 +83,12 @@ pub fn pick_queries(sample: &[f32], dim: usize, n: usize) -> Vec<f32> {
 }
 
 /// One query's best rows so far: `(distance, list)`, ascending, at most
-/// `k`, and their rowids (same order); whether its own row was seen (and
-/// left out), and its rowid.
+/// `k`, and their rowids (same order); its own row's rowid once seen (and
+/// left out).
 #[derive(Debug, Clone, Default)]
 struct Best {
     top: Vec<(f32, u32)>,
     ids: Vec<i64>,
-    own_seen: bool,
     own: Option<i64>,
 }
 
@@ -162,10 +161,9 @@ impl Tile<'_> {
         if d.is_nan() || d >= *bound {
             return;
         }
-        if !best.own_seen
+        if best.own.is_none()
             && self.vectors[i * dim..(i + 1) * dim] == self.queries[j * dim..(j + 1) * dim]
         {
-            best.own_seen = true;
             best.own = Some(self.rowids[i]);
             return;
         }
@@ -569,16 +567,14 @@ pub fn measure_rerank(neighbours: &Neighbours, ranked: &[Vec<i64>]) -> Option<u3
     // left out; beyond them, never kept.
     let mut ranks: Vec<usize> = Vec::new();
     for ((ids, own), candidates) in neighbours.ids.iter().zip(&neighbours.own).zip(ranked) {
-        let mut own = *own;
-        let others = candidates.iter().filter(|&&c| {
-            let is_own = own == Some(c);
-            if is_own {
-                own = None;
-            }
-            !is_own
-        });
-        let position: std::collections::HashMap<i64, usize> =
-            others.enumerate().map(|(at, &c)| (c, at)).collect();
+        let skip = own.and_then(|o| candidates.iter().position(|&c| c == o));
+        let position: std::collections::HashMap<i64, usize> = candidates
+            .iter()
+            .enumerate()
+            .filter(|&(i, _)| Some(i) != skip)
+            .enumerate()
+            .map(|(at, (_, &c))| (c, at))
+            .collect();
         ranks.extend(ids.iter().filter_map(|id| position.get(id)));
     }
     ranks.sort_unstable();
