@@ -5,6 +5,9 @@
 # `parqivf build` runs for each of $CODES, then FAISS again. Prints FAISS's
 # train/add line and the wall seconds of each build with its stages.
 #
+# FAISS's OpenBLAS is told its AVX-512 kernels where it misses them
+# (scripts/bench/faiss_blas.sh).
+#
 # usage: scripts/bench/build_vs_faiss.sh DATASET NLIST [REPS]
 #   env: BENCH_DATA (./bench-data), PY (python with numpy + faiss-cpu), SHARED
 #        (../shared), BIN (target/release/parqivf), CODES ("rabitq4 pq4fs")
@@ -15,6 +18,7 @@ BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}"; DATA="$BENCH_DATA/$DATASET"
 PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/release/parqivf}"
 CODES="${CODES:-rabitq4 pq4fs}"
 WORK="$(mktemp -d)"; trap 'rm -rf "$WORK"' EXIT
+. scripts/bench/faiss_blas.sh
 faiss() {
   BENCH_DATA="$BENCH_DATA" BENCH_RESULTS="$WORK/faiss" "$PY" "$SHARED/bench/bench_faiss.py" "$DATASET" \
     --nlist "$NLIST" --nprobe 1 --threads 1 --single-q 0 --reps 1 --nq 10 | grep "train="

@@ -22,6 +22,7 @@ PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/rele
 GT="$DATA/gt.npy"; [ -f "$GT" ] || GT="$DATA/gt.ivecs"
 mkdir -p "$RESULTS"
 echo "# $(date -u) uptime: $(uptime)"
+. scripts/bench/faiss_blas.sh
 QCODES="${QCODES:-rabitq4 pq4fs}"
 for codes in none $QCODES; do
   OUT="$RESULTS/$DATASET-$codes"

@@ -72,7 +72,7 @@ use fastscan::{Blocks, Lut};
 pub use header::HEADER_BYTES;
 use lane_dot::lane_dot;
 use pq4::Pq4;
-pub use pq4::{SUB_DIMS as PQ_SUB_DIMS, sub_quantizers};
+pub use pq4::{SUB_DIMS as PQ_SUB_DIMS, sub_quantizers, training_rows as pq4_training_rows};
 use rotation::Rotation;
 use sq8::Sq8;
 use std::fmt;

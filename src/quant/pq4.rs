@@ -88,17 +88,12 @@ impl Pq4 {
         Ok(Pq4 { dim, centroids })
     }
 
-    /// Trains on row-major residuals (`n × dim`, finite, n ≥ 1).
+    /// Trains on row-major residuals (`n × dim`, finite, n ≥ 1): on their
+    /// [`training_rows`] (all of them when `n ≤` [`TRAIN_POINTS`], so
+    /// training on those rows alone gives the same centroids).
     pub(crate) fn train(residuals: &[f32], dim: usize, seed: u64) -> Result<Pq4, QuantError> {
         super::training_sample::check_sample("pq4fs", residuals, dim)?;
-        let n = residuals.len() / dim;
-        let rows: Vec<usize> = if n > TRAIN_POINTS {
-            let mut rows = sample(&mut ChaCha8Rng::seed_from_u64(seed), n, TRAIN_POINTS).into_vec();
-            rows.sort_unstable();
-            rows
-        } else {
-            (0..n).collect()
-        };
+        let rows = training_rows(residuals.len() / dim, seed);
         let m = sub_quantizers(dim);
         let centroids: Vec<f32> = (0..m)
             .into_par_iter()
@@ -118,7 +113,38 @@ impl Pq4 {
     /// Writes the `m / 2` payload bytes of `residual` (byte p: sub-quantiser
     /// 2p in the low nibble, 2p+1 in the high) and returns the list term
     /// `‖r̂‖² + 2·<leaf, r̂>`.
+    /// The nearest centroids are found by [`nearest`] or, where the CPU has
+    /// AVX-512F, by [`nearest_avx512`], which returns the same index.
     pub(crate) fn encode(&self, residual: &[f32], leaf: &[f32], payload: &mut [u8]) -> f32 {
+        #[cfg(target_arch = "x86_64")]
+        if super::kernels::avx512_encode_available() {
+            // SAFETY: AVX-512F was detected on this CPU just above.
+            return unsafe { self.encode_avx512(residual, leaf, payload) };
+        }
+        self.encode_with(residual, leaf, payload, nearest)
+    }
+
+    /// [`Pq4::encode`] with [`nearest_avx512`].
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn encode_avx512(&self, residual: &[f32], leaf: &[f32], payload: &mut [u8]) -> f32 {
+        // SAFETY: this function only runs where AVX-512F is present.
+        self.encode_with(residual, leaf, payload, |c, x| unsafe {
+            nearest_avx512(c, x)
+        })
+    }
+
+    #[inline(always)]
+    fn encode_with(
+        &self,
+        residual: &[f32],
+        leaf: &[f32],
+        payload: &mut [u8],
+        nearest: impl Fn(&[[f32; 2]; CENTROIDS], [f32; 2]) -> u8,
+    ) -> f32 {
         let (mut norm2, mut cross) = (0.0f64, 0.0f64);
         for (p, byte) in payload.iter_mut().enumerate() {
             let mut packed = 0u8;
@@ -197,6 +223,82 @@ fn nearest(centroids: &[[f32; 2]; CENTROIDS], x: [f32; 2]) -> u8 {
     at.trailing_zeros() as u8
 }
 
+/// [`nearest`] in one AVX-512 register: the 16 centroids' coordinates
+/// split into two registers, then the same `a·a + b·b` in f32 (no FMA), NaN
+/// as infinity, the minimum and the first lane holding it. The minimum of
+/// the same 16 values is the same value, so the index is [`nearest`]'s
+/// (`tests::the_avx512_nearest_equals_the_portable_one`).
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f")]
+#[inline]
+unsafe fn nearest_avx512(centroids: &[[f32; 2]; CENTROIDS], x: [f32; 2]) -> u8 {
+    use std::arch::x86_64::*;
+    let flat = centroids.as_flattened();
+    // SAFETY: `flat` holds 32 f32: two unaligned loads of 16.
+    let (lo, hi) = unsafe {
+        (
+            _mm512_loadu_ps(flat.as_ptr()),
+            _mm512_loadu_ps(flat.as_ptr().add(16)),
+        )
+    };
+    let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    let a = _mm512_sub_ps(_mm512_set1_ps(x[0]), _mm512_permutex2var_ps(lo, even, hi));
+    let b = _mm512_sub_ps(_mm512_set1_ps(x[1]), _mm512_permutex2var_ps(lo, odd, hi));
+    let d = _mm512_add_ps(_mm512_mul_ps(a, a), _mm512_mul_ps(b, b));
+    let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(d, d);
+    let d = _mm512_mask_blend_ps(nan, d, _mm512_set1_ps(f32::INFINITY));
+    let min = _mm512_reduce_min_ps(d);
+    let at = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(d, _mm512_set1_ps(min));
+    at.trailing_zeros() as u8
+}
+
+/// Labels each of `points` with its [`nearest`] centroid (by
+/// [`nearest_avx512`] where the CPU has AVX-512F: the same labels); whether
+/// any label changed.
+fn label(centroids: &[[f32; 2]; CENTROIDS], points: &[[f32; 2]], labels: &mut [u8]) -> bool {
+    #[inline(always)]
+    fn with(points: &[[f32; 2]], labels: &mut [u8], nearest: impl Fn([f32; 2]) -> u8) -> bool {
+        let mut changed = false;
+        for (l, &p) in labels.iter_mut().zip(points) {
+            let j = nearest(p);
+            changed |= *l != j;
+            *l = j;
+        }
+        changed
+    }
+    /// # Safety
+    /// The CPU must support AVX-512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2,avx512f")]
+    unsafe fn avx512(c: &[[f32; 2]; CENTROIDS], points: &[[f32; 2]], labels: &mut [u8]) -> bool {
+        // SAFETY: this function only runs where AVX-512F is present.
+        with(points, labels, |p| unsafe { nearest_avx512(c, p) })
+    }
+    #[cfg(target_arch = "x86_64")]
+    if super::kernels::avx512_encode_available() {
+        // SAFETY: AVX-512F was detected on this CPU just above.
+        return unsafe { avx512(centroids, points, labels) };
+    }
+    with(points, labels, |p| nearest(centroids, p))
+}
+
+/// The rows of an `n`-row sample that train the sub-quantisers: all of them
+/// up to [`TRAIN_POINTS`], else [`TRAIN_POINTS`] drawn with `seed`, in
+/// ascending order. A caller that has yet to compute the residuals computes
+/// only these rows'.
+pub fn training_rows(n: usize, seed: u64) -> Vec<usize> {
+    if n <= TRAIN_POINTS {
+        return (0..n).collect();
+    }
+    let mut rows = sample(&mut ChaCha8Rng::seed_from_u64(seed), n, TRAIN_POINTS).into_vec();
+    rows.sort_unstable();
+    rows
+}
+
 /// 16 centroids of 2-d points: Lloyd from 16 distinct points drawn with
 /// `seed` (repeated when there are fewer).
 fn lloyd_2d(points: &[[f32; 2]], seed: u64) -> [[f32; 2]; CENTROIDS] {
@@ -206,12 +308,7 @@ fn lloyd_2d(points: &[[f32; 2]], seed: u64) -> [[f32; 2]; CENTROIDS] {
     let mut centroids: [[f32; 2]; CENTROIDS] = std::array::from_fn(|j| points[drawn[j % take]]);
     let mut labels = vec![0u8; points.len()];
     for _ in 0..TRAIN_ITERATIONS {
-        let mut changed = false;
-        for (l, &p) in labels.iter_mut().zip(points) {
-            let j = nearest(&centroids, p);
-            changed |= *l != j;
-            *l = j;
-        }
+        let changed = label(&centroids, points, &mut labels);
         let mut sums = [[0.0f64; 3]; CENTROIDS];
         for (&l, p) in labels.iter().zip(points) {
             let s = &mut sums[usize::from(l)];
@@ -285,5 +382,48 @@ mod tests {
         let copies = [[1.0f32, 2.0]; CENTROIDS];
         assert_eq!(nearest(&copies, [0.0, 0.0]), 0, "ties go to the first");
         assert_eq!(nearest(&copies, [f32::INFINITY, 0.0]), 0);
+    }
+
+    /// The AVX-512 search returns the portable one's index on the same
+    /// random, tied, infinite and NaN cases (skipped, and said, where the
+    /// CPU has no AVX-512F).
+    #[test]
+    fn the_avx512_nearest_equals_the_portable_one() {
+        #[cfg(target_arch = "x86_64")]
+        if super::super::kernels::avx512_encode_available() {
+            let mut rng = ChaCha8Rng::seed_from_u64(11);
+            let specials = [
+                0.0,
+                -0.0,
+                f32::INFINITY,
+                f32::NEG_INFINITY,
+                f32::NAN,
+                1e30,
+                -1e-30,
+            ];
+            for round in 0..50_000 {
+                let grid = [0.0, 1.0, 0.25][round % 3];
+                let value = |rng: &mut ChaCha8Rng| {
+                    if round % 7 == 0 && rng.random_range(0..8) == 0 {
+                        return specials[rng.random_range(0..specials.len())];
+                    }
+                    let v: f32 = rng.random_range(-4.0..4.0);
+                    if grid > 0.0 {
+                        (v / grid).round() * grid
+                    } else {
+                        v
+                    }
+                };
+                let centroids: [[f32; 2]; CENTROIDS] =
+                    std::array::from_fn(|_| [value(&mut rng), value(&mut rng)]);
+                let x = [value(&mut rng), value(&mut rng)];
+                // SAFETY: AVX-512F was detected just above.
+                let fast = unsafe { nearest_avx512(&centroids, x) };
+                assert_eq!(fast, nearest(&centroids, x), "{centroids:?} {x:?}");
+            }
+            println!("pq4 nearest: avx512 and portable compared");
+            return;
+        }
+        println!("pq4 nearest: no AVX-512F on this CPU, portable only");
     }
 }
