@@ -429,13 +429,23 @@ impl Kernel {
 
 /// Packs row-major centroids into panels of `lanes` centroids: panel `p`
 /// holds `c[p·lanes + l][d]` at `p·lanes·dim + d·lanes + l`, zero-padded.
+///
+/// Written in the output's order, one panel at a time: the panel's rows are
+/// read a dimension at a time (`lanes` cache lines in use), where writing
+/// row by row touched a new cache line for every value (a panel is 48 KiB
+/// at d = 384) and was 5 % of a build's CPU time.
 fn pack_panels(centroids: &[f32], dim: usize, lanes: usize) -> Vec<f32> {
     let k = centroids.len() / dim;
     let mut out = vec![0f32; k.div_ceil(lanes) * lanes * dim];
-    for (j, c) in centroids.chunks_exact(dim).enumerate() {
-        let base = (j / lanes) * lanes * dim + j % lanes;
-        for (d, &v) in c.iter().enumerate() {
-            out[base + d * lanes] = v;
+    for (panel, rows) in out
+        .chunks_exact_mut(lanes * dim)
+        .zip(centroids[..k * dim].chunks(lanes * dim))
+    {
+        let n = rows.len() / dim;
+        for (d, slot) in panel.chunks_exact_mut(lanes).enumerate() {
+            for (j, v) in slot[..n].iter_mut().enumerate() {
+                *v = rows[j * dim + d];
+            }
         }
     }
     out
@@ -784,6 +794,29 @@ impl Best {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Panel `p` holds rows `p·lanes..` dimension-major (value `d` of lane
+    /// `j` at `d·lanes + j`), zero in the lanes past the last row.
+    #[test]
+    fn panels_hold_rows_dimension_major_zero_padded() {
+        for (k, dim, lanes) in [
+            (1, 1, 16),
+            (5, 3, 16),
+            (33, 7, 32),
+            (64, 384, 32),
+            (70, 2, 16),
+        ] {
+            let rows: Vec<f32> = (0..k * dim).map(|i| i as f32 + 1.0).collect();
+            let packed = pack_panels(&rows, dim, lanes);
+            assert_eq!(packed.len(), k.div_ceil(lanes) * lanes * dim);
+            for (at, &v) in packed.iter().enumerate() {
+                let (p, d, j) = (at / (lanes * dim), at % (lanes * dim) / lanes, at % lanes);
+                let row = p * lanes + j;
+                let want = if row < k { rows[row * dim + d] } else { 0.0 };
+                assert_eq!(v, want, "k {k} dim {dim} lanes {lanes} at {at}");
+            }
+        }
+    }
     use crate::distance::DistanceError;
     use rand::{Rng, SeedableRng};
     use rand_chacha::ChaCha8Rng;

@@ -287,7 +287,7 @@ fn label(centroids: &[[f32; 2]; CENTROIDS], points: &[[f32; 2]], labels: &mut [u
 }
 
 /// The rows of an `n`-row sample that train the sub-quantisers: all of them
-/// up to [`TRAIN_POINTS`], else [`TRAIN_POINTS`] drawn with `seed`, in
+/// up to `TRAIN_POINTS` (8,192), else that many drawn with `seed`, in
 /// ascending order. A caller that has yet to compute the residuals computes
 /// only these rows'.
 pub fn training_rows(n: usize, seed: u64) -> Vec<usize> {
