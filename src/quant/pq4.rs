@@ -227,7 +227,7 @@ fn nearest(centroids: &[[f32; 2]; CENTROIDS], x: [f32; 2]) -> u8 {
 /// split into two registers, then the same `a·a + b·b` in f32 (no FMA), NaN
 /// as infinity, the minimum and the first lane holding it. The minimum of
 /// the same 16 values is the same value, so the index is [`nearest`]'s
-/// (`tests::the_avx512_nearest_equals_the_portable_one`).
+/// (`tests::nearest_equals_the_first_strict_minimum` checks both).
 ///
 /// # Safety
 /// The CPU must support AVX-512F.
@@ -350,6 +350,11 @@ mod tests {
 
     #[test]
     fn nearest_equals_the_first_strict_minimum() {
+        // Both searches where the CPU runs the AVX-512 one.
+        #[cfg(target_arch = "x86_64")]
+        let avx512 = super::super::kernels::avx512_encode_available();
+        #[cfg(not(target_arch = "x86_64"))]
+        let avx512 = false;
         let mut rng = ChaCha8Rng::seed_from_u64(7);
         for round in 0..20_000 {
             // Coarse grids make ties; some rounds put infinities and NaNs in.
@@ -368,62 +373,28 @@ mod tests {
             }
             let mut x = [value(&mut rng), value(&mut rng)];
             match round % 16 {
+                11 => centroids[rng.random_range(0..CENTROIDS)][0] = f32::INFINITY,
+                12 => x[1] = f32::NEG_INFINITY,
                 13 => x[0] = f32::NAN,
                 14 => centroids[rng.random_range(0..CENTROIDS)][1] = f32::NAN,
                 15 => x[1] = f32::MAX,
                 _ => {}
             }
-            assert_eq!(
-                nearest(&centroids, x),
-                first_strict_minimum(&centroids, x),
-                "{centroids:?} {x:?}"
-            );
+            let want = first_strict_minimum(&centroids, x);
+            assert_eq!(nearest(&centroids, x), want, "{centroids:?} {x:?}");
+            #[cfg(target_arch = "x86_64")]
+            if avx512 {
+                // SAFETY: AVX-512F was detected on this CPU.
+                let fast = unsafe { nearest_avx512(&centroids, x) };
+                assert_eq!(fast, want, "avx512: {centroids:?} {x:?}");
+            }
         }
+        println!(
+            "pq4 nearest: portable{}",
+            if avx512 { " and avx512" } else { "" }
+        );
         let copies = [[1.0f32, 2.0]; CENTROIDS];
         assert_eq!(nearest(&copies, [0.0, 0.0]), 0, "ties go to the first");
         assert_eq!(nearest(&copies, [f32::INFINITY, 0.0]), 0);
-    }
-
-    /// The AVX-512 search returns the portable one's index on the same
-    /// random, tied, infinite and NaN cases (skipped, and said, where the
-    /// CPU has no AVX-512F).
-    #[test]
-    fn the_avx512_nearest_equals_the_portable_one() {
-        #[cfg(target_arch = "x86_64")]
-        if super::super::kernels::avx512_encode_available() {
-            let mut rng = ChaCha8Rng::seed_from_u64(11);
-            let specials = [
-                0.0,
-                -0.0,
-                f32::INFINITY,
-                f32::NEG_INFINITY,
-                f32::NAN,
-                1e30,
-                -1e-30,
-            ];
-            for round in 0..50_000 {
-                let grid = [0.0, 1.0, 0.25][round % 3];
-                let value = |rng: &mut ChaCha8Rng| {
-                    if round % 7 == 0 && rng.random_range(0..8) == 0 {
-                        return specials[rng.random_range(0..specials.len())];
-                    }
-                    let v: f32 = rng.random_range(-4.0..4.0);
-                    if grid > 0.0 {
-                        (v / grid).round() * grid
-                    } else {
-                        v
-                    }
-                };
-                let centroids: [[f32; 2]; CENTROIDS] =
-                    std::array::from_fn(|_| [value(&mut rng), value(&mut rng)]);
-                let x = [value(&mut rng), value(&mut rng)];
-                // SAFETY: AVX-512F was detected just above.
-                let fast = unsafe { nearest_avx512(&centroids, x) };
-                assert_eq!(fast, nearest(&centroids, x), "{centroids:?} {x:?}");
-            }
-            println!("pq4 nearest: avx512 and portable compared");
-            return;
-        }
-        println!("pq4 nearest: no AVX-512F on this CPU, portable only");
     }
 }
