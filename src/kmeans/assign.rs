@@ -794,6 +794,9 @@ impl Best {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::distance::DistanceError;
+    use rand::{Rng, SeedableRng};
+    use rand_chacha::ChaCha8Rng;
 
     /// Panel `p` holds rows `p·lanes..` dimension-major (value `d` of lane
     /// `j` at `d·lanes + j`), zero in the lanes past the last row.
@@ -817,9 +820,6 @@ mod tests {
             }
         }
     }
-    use crate::distance::DistanceError;
-    use rand::{Rng, SeedableRng};
-    use rand_chacha::ChaCha8Rng;
 
     /// `len` values uniform in [-1, 1).
     fn uniform(rng: &mut ChaCha8Rng, len: usize) -> Vec<f32> {

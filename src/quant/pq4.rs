@@ -113,6 +113,7 @@ impl Pq4 {
     /// Writes the `m / 2` payload bytes of `residual` (byte p: sub-quantiser
     /// 2p in the low nibble, 2p+1 in the high) and returns the list term
     /// `‖r̂‖² + 2·<leaf, r̂>`.
+    ///
     /// The nearest centroids are found by [`nearest`] or, where the CPU has
     /// AVX-512F, by [`nearest_avx512`], which returns the same index.
     pub(crate) fn encode(&self, residual: &[f32], leaf: &[f32], payload: &mut [u8]) -> f32 {
