@@ -372,9 +372,13 @@ pub fn prefetch<T>(values: &[T]) {
 
 /// Squared L2 norm of every row of a row-major matrix of width `dim`.
 pub fn squared_norms(data: &[f32], dim: usize) -> Vec<f32> {
-    data.chunks_exact(dim)
-        .map(|r| f32::dot(r, r).map_or(f32::NAN, |d| d as f32))
-        .collect()
+    data.chunks_exact(dim).map(squared_norm).collect()
+}
+
+/// The squared L2 norm of one row, as [`squared_norms`] computes it.
+#[inline]
+pub fn squared_norm(row: &[f32]) -> f32 {
+    f32::dot(row, row).map_or(f32::NAN, |d| d as f32)
 }
 
 /// Scales every row of a row-major matrix of width `dim` to unit L2 norm

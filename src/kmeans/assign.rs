@@ -17,7 +17,12 @@
 //!   the point tile streams from L2.
 //! - **Packed AVX-512** (x86-64 with AVX-512F, preferred when present): the
 //!   same scheme with panels of 32 columns and a 12-point × 32-centroid
-//!   block (24 of the 32 vector registers accumulate).
+//!   block (24 of the 32 vector registers accumulate). It reads a tile's
+//!   points through a pointer each, so the approximate Lloyd's groups are
+//!   read where they lie in the sample instead of gathered first; and a
+//!   point's top-2 takes only a panel's two best lanes below its threshold,
+//!   found in registers, where the first panels would send most lanes one
+//!   by one.
 //! - **SGEMM** (every other machine): one `matrixmultiply::sgemm` per tile of
 //!   points × [`CENTROID_TILE`] centroids, then a scan of the output.
 //!
@@ -28,7 +33,7 @@
 
 use super::error::KMeansError;
 pub use super::kernel::Kernel;
-use crate::distance::{Metric, check_matrix, squared_norms};
+use crate::distance::{Metric, check_matrix, squared_norm, squared_norms};
 use rayon::prelude::*;
 
 /// Points per tile (the unit of parallel work; rows of one GEMM).
@@ -157,17 +162,14 @@ pub(crate) fn nearest_among_unchecked(
                 let mut out = Vec::with_capacity(rows.len());
                 let (mut l, mut d1, mut d2) = (Vec::new(), Vec::new(), Vec::new());
                 for chunk in rows.chunks(POINT_TILE) {
-                    gathered.clear();
-                    for &r in chunk {
-                        gathered.extend_from_slice(&data[r as usize * dim..][..dim]);
-                    }
                     for v in [&mut d1, &mut d2] {
                         v.clear();
                         v.resize(chunk.len(), 0.0);
                     }
                     l.clear();
                     l.resize(chunk.len(), 0);
-                    prepared.tile(gathered, &mut l, &mut d1, &mut d2, scratch);
+                    let points = Points::Picked(data, chunk);
+                    prepared.tile(points, &mut l, &mut d1, &mut d2, scratch, gathered);
                     out.extend(
                         chunk
                             .iter()
@@ -225,10 +227,57 @@ fn top2(
                         gathered
                     }
                 };
-                prepared.tile(x, l, d1, d2, scratch)
+                prepared.tile(Points::Rows(x), l, d1, d2, scratch, &mut Vec::new())
             },
         );
     (labels, first, second)
+}
+
+/// The points of a tile: a row-major matrix, or rows of a larger one picked
+/// by index. The AVX-512 kernel reads picked rows where they are; the
+/// others first gather them into a reused buffer
+/// ([`Points::contiguous`]).
+#[derive(Debug, Clone, Copy)]
+enum Points<'a> {
+    Rows(&'a [f32]),
+    Picked(&'a [f32], &'a [u32]),
+}
+
+impl<'a> Points<'a> {
+    /// Points in the tile, for rows `dim` wide.
+    fn len(self, dim: usize) -> usize {
+        match self {
+            Points::Rows(x) => x.len() / dim.max(1),
+            Points::Picked(_, rows) => rows.len(),
+        }
+    }
+
+    /// Point `i` of the tile (panics past its end, or where a picked row
+    /// lies outside the matrix).
+    #[inline(always)]
+    fn row(self, i: usize, dim: usize) -> &'a [f32] {
+        match self {
+            Points::Rows(x) => &x[i * dim..][..dim],
+            Points::Picked(data, rows) => &data[rows[i] as usize * dim..][..dim],
+        }
+    }
+
+    /// The points as one row-major matrix: their own, or gathered into `buf`.
+    fn contiguous<'b>(self, dim: usize, buf: &'b mut Vec<f32>) -> &'b [f32]
+    where
+        'a: 'b,
+    {
+        match self {
+            Points::Rows(x) => x,
+            Points::Picked(..) => {
+                buf.clear();
+                for i in 0..self.len(dim) {
+                    buf.extend_from_slice(self.row(i, dim));
+                }
+                buf
+            }
+        }
+    }
 }
 
 /// Centroids with their per-metric affine maps, ready for tiled search: the
@@ -283,24 +332,29 @@ impl<'a> Prepared<'a> {
         }
     }
 
-    /// One point tile against every centroid: running top-2, then distances.
+    /// One point tile against every centroid: running top-2, then
+    /// distances. `gathered` is a buffer for picked points that a kernel
+    /// cannot read in place.
     fn tile(
         &self,
-        x: &[f32],
+        x: Points<'_>,
         labels: &mut [u32],
         first: &mut [f32],
         second: &mut [f32],
         scratch: &mut [f32],
+        gathered: &mut Vec<f32>,
     ) {
         let mut best = vec![Best::EMPTY; labels.len()];
         match self.kernel.lanes() {
-            Some(_) => self.fold_packed(x, best.as_mut_slice()),
-            None => self.sgemm_tile(x, &mut best, scratch),
+            Some(_) => self.fold_packed(x, best.as_mut_slice(), gathered),
+            None => self.sgemm_tile(x.contiguous(self.dim, gathered), &mut best, scratch),
         }
-        let xnorms = if self.metric == Metric::InnerProduct {
+        let xnorms: Vec<f32> = if self.metric == Metric::InnerProduct {
             Vec::new()
         } else {
-            squared_norms(x, self.dim)
+            (0..x.len(self.dim))
+                .map(|i| squared_norm(x.row(i, self.dim)))
+                .collect()
         };
         for (i, b) in best.into_iter().enumerate() {
             labels[i] = b.j1;
@@ -309,9 +363,10 @@ impl<'a> Prepared<'a> {
         }
     }
 
-    /// The packed kernel over the point tile `x` (row-major, `dim` wide),
-    /// each panel's scores folded into `fold`. Only for a packed kernel.
-    fn fold_packed<F: Fold + ?Sized>(&self, x: &[f32], fold: &mut F) {
+    /// The packed kernel over the point tile `x` (`dim` wide), each panel's
+    /// scores folded into `fold`: the AVX-512 kernel reads picked points in
+    /// place, the AVX2 kernel from `gathered`. Only for a packed kernel.
+    fn fold_packed<F: Fold + ?Sized>(&self, x: Points<'_>, fold: &mut F, gathered: &mut Vec<f32>) {
         match self.kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a `Prepared` holds a supported kernel (`top2`,
@@ -319,6 +374,7 @@ impl<'a> Prepared<'a> {
             // `Kernel::detect` or check it), so AVX2 and FMA are present;
             // the slices have the shapes `packed::tile` requires.
             Kernel::PackedAvx2 => unsafe {
+                let x = x.contiguous(self.dim, gathered);
                 packed::tile(x, self.dim, &self.panels, &self.scale, &self.shift, fold)
             },
             #[cfg(target_arch = "x86_64")]
@@ -407,7 +463,7 @@ impl<'a> Panels<'a> {
     /// Folds the scores of every point of `x` against every packed row into
     /// `fold` (points `0..x.len() / dim`, rows in ascending order per point).
     pub(crate) fn fold<F: Fold + ?Sized>(&self, x: &[f32], fold: &mut F) {
-        self.0.fold_packed(x, fold);
+        self.0.fold_packed(Points::Rows(x), fold, &mut Vec::new());
     }
 }
 
@@ -595,7 +651,7 @@ mod packed {
 /// The packed AVX-512 kernel: [`packed`]'s scheme with 32-centroid panels.
 #[cfg(target_arch = "x86_64")]
 mod packed512 {
-    use super::{Fold, LANES512 as LANES, Threshold};
+    use super::{Fold, LANES512 as LANES, Points, Threshold};
     use std::arch::x86_64::*;
 
     /// Points per register block: 12 × 2 accumulators + 2 panel loads + 1
@@ -603,27 +659,40 @@ mod packed512 {
     const ROWS: usize = 12;
 
     /// Folds every panel into the top-2 of each point of the tile `x`
-    /// (`best.len()` rows of width `dim`). `panels` holds `scale.len()`
-    /// packed centroids, `scale` and `shift` are padded to whole panels.
-    /// One panel (16 KiB at d = 128) stays in L1 while the blocks of points
-    /// stream past it.
+    /// (rows of width `dim`, read where they are). `panels` holds
+    /// `scale.len()` packed centroids, `scale` and `shift` are padded to
+    /// whole panels. One panel (16 KiB at d = 128) stays in L1 while the
+    /// blocks of points stream past it.
     #[target_feature(enable = "avx512f")]
     pub(super) fn tile<F: Fold + ?Sized>(
-        x: &[f32],
+        x: Points<'_>,
         dim: usize,
         panels: &[f32],
         scale: &[f32],
         shift: &[f32],
         fold: &mut F,
     ) {
-        let n = x.len() / dim.max(1);
+        let n = x.len(dim);
         assert!(
-            x.len() == n * dim
-                && scale.len() == shift.len()
+            scale.len() == shift.len()
                 && scale.len().is_multiple_of(LANES)
                 && panels.len() == scale.len() * dim,
             "packed kernel shapes"
         );
+        if let Points::Rows(rows) = x {
+            assert_eq!(rows.len(), n * dim, "packed kernel shapes");
+        }
+        // Each point of a block is checked inside its matrix here, once a
+        // block; the block reads `dim` values from each pointer.
+        let rows = |r0: usize| -> [*const f32; ROWS] {
+            std::array::from_fn(|r| {
+                if r0 + r < n {
+                    x.row(r0 + r, dim).as_ptr()
+                } else {
+                    std::ptr::null()
+                }
+            })
+        };
         let full = n / ROWS * ROWS;
         let panel_len = LANES * dim;
         for p in 0..scale.len() / LANES {
@@ -633,50 +702,65 @@ mod packed512 {
                 &shift[p * LANES..(p + 1) * LANES],
             );
             let j0 = p * LANES;
-            for (i, xr) in x[..full * dim].chunks_exact(ROWS * dim).enumerate() {
-                block::<ROWS, F>(xr, dim, panel, (a, b), fold, (i * ROWS, j0));
+            for r0 in (0..full).step_by(ROWS) {
+                // SAFETY: rows r0..r0 + ROWS exist (r0 + ROWS ≤ full ≤ n).
+                unsafe { block::<ROWS, F>(rows(r0), dim, panel, (a, b), fold, (r0, j0)) };
             }
-            let xr = &x[full * dim..];
+            let xr = rows(full);
             let at = (full, j0);
-            match n - full {
-                0 => {}
-                1 => block::<1, F>(xr, dim, panel, (a, b), fold, at),
-                2 => block::<2, F>(xr, dim, panel, (a, b), fold, at),
-                3 => block::<3, F>(xr, dim, panel, (a, b), fold, at),
-                4 => block::<4, F>(xr, dim, panel, (a, b), fold, at),
-                5 => block::<5, F>(xr, dim, panel, (a, b), fold, at),
-                6 => block::<6, F>(xr, dim, panel, (a, b), fold, at),
-                7 => block::<7, F>(xr, dim, panel, (a, b), fold, at),
-                8 => block::<8, F>(xr, dim, panel, (a, b), fold, at),
-                9 => block::<9, F>(xr, dim, panel, (a, b), fold, at),
-                10 => block::<10, F>(xr, dim, panel, (a, b), fold, at),
-                _ => block::<11, F>(xr, dim, panel, (a, b), fold, at),
+            // SAFETY (every arm): the first `n - full` pointers of `xr` are
+            // rows, and each arm passes that many.
+            unsafe {
+                match n - full {
+                    0 => {}
+                    1 => block::<1, F>(first(xr), dim, panel, (a, b), fold, at),
+                    2 => block::<2, F>(first(xr), dim, panel, (a, b), fold, at),
+                    3 => block::<3, F>(first(xr), dim, panel, (a, b), fold, at),
+                    4 => block::<4, F>(first(xr), dim, panel, (a, b), fold, at),
+                    5 => block::<5, F>(first(xr), dim, panel, (a, b), fold, at),
+                    6 => block::<6, F>(first(xr), dim, panel, (a, b), fold, at),
+                    7 => block::<7, F>(first(xr), dim, panel, (a, b), fold, at),
+                    8 => block::<8, F>(first(xr), dim, panel, (a, b), fold, at),
+                    9 => block::<9, F>(first(xr), dim, panel, (a, b), fold, at),
+                    10 => block::<10, F>(first(xr), dim, panel, (a, b), fold, at),
+                    _ => block::<11, F>(first(xr), dim, panel, (a, b), fold, at),
+                }
             }
         }
     }
 
-    /// `R` points × one panel, as [`super::packed`]'s block.
+    /// The first `R` of a block's row pointers.
+    #[inline(always)]
+    fn first<const R: usize>(rows: [*const f32; ROWS]) -> [*const f32; R] {
+        std::array::from_fn(|r| rows[r])
+    }
+
+    /// `R` points × one panel, as [`super::packed`]'s block; `x` points
+    /// at each point's first value.
+    ///
+    /// # Safety
+    /// Each pointer of `x` must be the start of `dim` readable values.
     #[target_feature(enable = "avx512f")]
     #[inline]
-    fn block<const R: usize, F: Fold + ?Sized>(
-        x: &[f32],
+    unsafe fn block<const R: usize, F: Fold + ?Sized>(
+        x: [*const f32; R],
         dim: usize,
         panel: &[f32],
         (a, b): (&[f32], &[f32]),
         fold: &mut F,
         (r0, j0): (usize, usize),
     ) {
-        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim);
+        debug_assert!(panel.len() == LANES * dim && x.iter().all(|p| !p.is_null()));
         let mut acc = [[_mm512_setzero_ps(); 2]; R];
-        let (xp, pp) = (x.as_ptr(), panel.as_ptr());
+        let pp = panel.as_ptr();
         for d in 0..dim {
-            // SAFETY: d < dim and r < R, so every offset stays inside `x`
-            // (R·dim values) and `panel` (LANES·dim values).
+            // SAFETY: d < dim and r < R: every point pointer is the start of
+            // `dim` values (the caller's), and `panel` holds LANES·dim values.
             unsafe {
                 let c0 = _mm512_loadu_ps(pp.add(d * LANES));
                 let c1 = _mm512_loadu_ps(pp.add(d * LANES + 16));
                 for (r, acc_r) in acc.iter_mut().enumerate() {
-                    let xv = _mm512_set1_ps(*xp.add(r * dim + d));
+                    let xv = _mm512_set1_ps(*x[r].add(d));
                     acc_r[0] = _mm512_fmadd_ps(xv, c0, acc_r[0]);
                     acc_r[1] = _mm512_fmadd_ps(xv, c1, acc_r[1]);
                 }
@@ -719,12 +803,36 @@ mod packed512 {
                 _mm512_storeu_ps(s.as_mut_ptr(), s0);
                 _mm512_storeu_ps(s.as_mut_ptr().add(16), s1);
             }
+            if F::TOP2 && mask.count_ones() > 2 {
+                // A row's first panels send most lanes below its threshold;
+                // its top-2 keeps only the panel's two best of them.
+                let a = lowest(s0, s1, mask);
+                let b = lowest(s0, s1, mask & !(1 << a));
+                for l in [a.min(b), a.max(b)] {
+                    fold.offer(r0 + r, j0 + l, s[l]);
+                }
+                continue;
+            }
             while mask != 0 {
                 let l = mask.trailing_zeros() as usize;
                 fold.offer(r0 + r, j0 + l, s[l]);
                 mask &= mask - 1;
             }
         }
+    }
+
+    /// The lowest lane holding the least score of the lanes of `mask`
+    /// (lanes 0–15 in `s0`, 16–31 in `s1`; at least one, none NaN).
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    fn lowest(s0: __m512, s1: __m512, mask: u32) -> usize {
+        let inf = _mm512_set1_ps(f32::INFINITY);
+        let v0 = _mm512_mask_blend_ps(mask as u16, inf, s0);
+        let v1 = _mm512_mask_blend_ps((mask >> 16) as u16, inf, s1);
+        let least = _mm512_set1_ps(_mm512_reduce_min_ps(_mm512_min_ps(v0, v1)));
+        let equal = u32::from(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v0, least))
+            | (u32::from(_mm512_cmp_ps_mask::<_CMP_EQ_OQ>(v1, least)) << 16);
+        (equal & mask).trailing_zeros() as usize
     }
 }
 
@@ -737,6 +845,12 @@ pub(crate) trait Fold {
     fn threshold(&self, r: usize, j0: usize) -> Threshold<'_>;
     /// Row `r`'s score `s` against centroid `j`, below its threshold.
     fn offer(&mut self, r: usize, j: usize, s: f32);
+    /// True for a fold that keeps only each row's two best scores (the
+    /// first offered among equal ones): a kernel may then offer only a
+    /// panel's two best lanes below the threshold (the lower lane first
+    /// among equal scores), in ascending `j`, which leaves the fold as
+    /// offering every lane would.
+    const TOP2: bool = false;
 }
 
 /// A row's threshold over a panel ([`Fold::threshold`]).
@@ -758,6 +872,8 @@ impl Fold for [Best] {
     fn offer(&mut self, r: usize, j: usize, s: f32) {
         self[r].offer(s, j);
     }
+
+    const TOP2: bool = true;
 }
 
 /// Running best and second-best scores of one point.
@@ -912,6 +1028,70 @@ mod tests {
         for kernel in KERNELS.into_iter().filter(|k| k.is_supported()) {
             let (labels, _) = nearest_with(kernel, &data, &cents, 3, Metric::L2).unwrap();
             assert_eq!(labels, vec![0; 13], "{kernel:?}");
+        }
+    }
+
+    /// The [`Best`] fold offered every lane below its threshold: what the
+    /// kernel's reduction to a panel's two best lanes must equal.
+    struct EveryLane<'a>(&'a mut [Best]);
+
+    impl Fold for EveryLane<'_> {
+        fn threshold(&self, r: usize, j0: usize) -> Threshold<'_> {
+            self.0.threshold(r, j0)
+        }
+
+        fn offer(&mut self, r: usize, j: usize, s: f32) {
+            self.0.offer(r, j, s);
+        }
+    }
+
+    /// Small integer coordinates make many scores tie exactly, within a
+    /// panel and across panels; the kernel's two best lanes of each panel
+    /// leave every point's top-2 (scores, and the first index of the best)
+    /// as offering every lane does, bit for bit, for points read in place
+    /// or gathered.
+    #[test]
+    fn a_panels_two_best_lanes_leave_the_top2_as_every_lane_would() {
+        let mut rng = ChaCha8Rng::seed_from_u64(17);
+        for kernel in KERNELS
+            .into_iter()
+            .filter(|k| k.is_supported() && k.lanes().is_some())
+        {
+            for (n, k, dim) in [(50, 100, 3), (13, 64, 1), (40, 33, 8)] {
+                let mut ints = |len: usize| -> Vec<f32> {
+                    (0..len)
+                        .map(|_| rng.random_range(-2i8..=2) as f32)
+                        .collect()
+                };
+                let (data, cents) = (ints(n * dim), ints(k * dim));
+                for metric in [Metric::L2, Metric::InnerProduct] {
+                    let prepared = Prepared::new(kernel, &cents, dim, metric);
+                    let rows: Vec<u32> = (0..n as u32).rev().collect();
+                    let reversed: Vec<f32> = rows
+                        .iter()
+                        .flat_map(|&r| data[r as usize * dim..][..dim].iter().copied())
+                        .collect();
+                    let mut every = vec![Best::EMPTY; n];
+                    prepared.fold_packed(
+                        Points::Rows(&reversed),
+                        &mut EveryLane(&mut every),
+                        &mut Vec::new(),
+                    );
+                    for points in [Points::Rows(&reversed), Points::Picked(&data, &rows)] {
+                        let mut two = vec![Best::EMPTY; n];
+                        prepared.fold_packed(points, two.as_mut_slice(), &mut Vec::new());
+                        for (i, (a, b)) in two.iter().zip(&every).enumerate() {
+                            let bits = |b: &Best| (b.s1.to_bits(), b.j1, b.s2.to_bits());
+                            assert_eq!(
+                                bits(a),
+                                bits(b),
+                                "{kernel:?} {metric:?} n {n} k {k} row {i}"
+                            );
+                        }
+                    }
+                }
+            }
+            println!("top-2 folds: the {kernel:?} kernel ran");
         }
     }
 

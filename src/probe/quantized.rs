@@ -424,6 +424,10 @@ fn fast_scan_lists<'a>(
     debug_assert!(queries.len() <= fastscan::QUERIES);
     let luts: [&Lut; fastscan::QUERIES] =
         std::array::from_fn(|i| list(queries.get(i).unwrap_or(last)).lut);
+    // The rows below a bound are offered with their rowids: fetched into the
+    // cache while the kernel scores the blocks, where each offer otherwise
+    // waits for its rowid's line.
+    prefetch(list(last).rowids);
     SUMS.with_borrow_mut(|sums| {
         if sums.len() < queries.len() {
             sums.resize_with(queries.len(), Vec::new);
