@@ -17,14 +17,17 @@
 //!   the point tile streams from L2.
 //! - **Packed AVX-512** (x86-64 with AVX-512F, preferred when present): the
 //!   same scheme with panels of 32 columns and a 12-point × 32-centroid
-//!   block (24 of the 32 vector registers accumulate). It reads a tile's
-//!   points through a pointer each, so the approximate Lloyd's groups are
-//!   read where they lie in the sample instead of gathered first; and a
-//!   point's top-2 takes only a panel's two best lanes below its threshold,
-//!   found in registers, where the first panels would send most lanes one
-//!   by one.
+//!   block (24 of the 32 vector registers accumulate).
 //! - **SGEMM** (every other machine): one `matrixmultiply::sgemm` per tile of
 //!   points × [`CENTROID_TILE`] centroids, then a scan of the output.
+//!
+//! Both packed kernels read a tile's points through a pointer each
+//! ([`Points`]), so the approximate Lloyd's groups are read where they lie
+//! in the sample instead of gathered first (SGEMM gathers them). For the
+//! top-2 ([`Fold::TOP2`]) they offer only a panel's two best lanes below a
+//! point's threshold, found in registers: in a point's first panels most
+//! lanes are below it, and leaving the registers one by one cost more than
+//! a third of the kernel's time in a 64-candidate group.
 //!
 //! `docs/benchmarks.md` records the measured rate of each (and of a blocked
 //! simsimd loop, the slowest). The k-means trainer and the build job (assign
@@ -234,9 +237,8 @@ fn top2(
 }
 
 /// The points of a tile: a row-major matrix, or rows of a larger one picked
-/// by index. The AVX-512 kernel reads picked rows where they are; the
-/// others first gather them into a reused buffer
-/// ([`Points::contiguous`]).
+/// by index. The packed kernels read picked rows where they are; SGEMM
+/// first gathers them into a reused buffer ([`Points::contiguous`]).
 #[derive(Debug, Clone, Copy)]
 enum Points<'a> {
     Rows(&'a [f32]),
@@ -278,6 +280,28 @@ impl<'a> Points<'a> {
             }
         }
     }
+}
+
+/// The pointers to points `r0..r0 + N` of `x` (`dim` wide), null past its
+/// `n` points: a packed kernel's register block reads `dim` values from
+/// each. Each point is checked inside its matrix here.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn row_pointers<const N: usize>(x: Points<'_>, r0: usize, n: usize, dim: usize) -> [*const f32; N] {
+    std::array::from_fn(|r| {
+        if r0 + r < n {
+            x.row(r0 + r, dim).as_ptr()
+        } else {
+            std::ptr::null()
+        }
+    })
+}
+
+/// The first `R` of a block's `N` point pointers.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn first<const R: usize, const N: usize>(rows: [*const f32; N]) -> [*const f32; R] {
+    std::array::from_fn(|r| rows[r])
 }
 
 /// Centroids with their per-metric affine maps, ready for tiled search: the
@@ -333,8 +357,8 @@ impl<'a> Prepared<'a> {
     }
 
     /// One point tile against every centroid: running top-2, then
-    /// distances. `gathered` is a buffer for picked points that a kernel
-    /// cannot read in place.
+    /// distances. `gathered` is the SGEMM kernel's buffer for picked points
+    /// (the packed kernels read them in place).
     fn tile(
         &self,
         x: Points<'_>,
@@ -346,7 +370,7 @@ impl<'a> Prepared<'a> {
     ) {
         let mut best = vec![Best::EMPTY; labels.len()];
         match self.kernel.lanes() {
-            Some(_) => self.fold_packed(x, best.as_mut_slice(), gathered),
+            Some(_) => self.fold_packed(x, best.as_mut_slice()),
             None => self.sgemm_tile(x.contiguous(self.dim, gathered), &mut best, scratch),
         }
         let xnorms: Vec<f32> = if self.metric == Metric::InnerProduct {
@@ -363,10 +387,10 @@ impl<'a> Prepared<'a> {
         }
     }
 
-    /// The packed kernel over the point tile `x` (`dim` wide), each panel's
-    /// scores folded into `fold`: the AVX-512 kernel reads picked points in
-    /// place, the AVX2 kernel from `gathered`. Only for a packed kernel.
-    fn fold_packed<F: Fold + ?Sized>(&self, x: Points<'_>, fold: &mut F, gathered: &mut Vec<f32>) {
+    /// The packed kernel over the point tile `x` (`dim` wide, read where
+    /// it lies), each panel's scores folded into `fold`. Only for a packed
+    /// kernel.
+    fn fold_packed<F: Fold + ?Sized>(&self, x: Points<'_>, fold: &mut F) {
         match self.kernel {
             #[cfg(target_arch = "x86_64")]
             // SAFETY: a `Prepared` holds a supported kernel (`top2`,
@@ -374,7 +398,6 @@ impl<'a> Prepared<'a> {
             // `Kernel::detect` or check it), so AVX2 and FMA are present;
             // the slices have the shapes `packed::tile` requires.
             Kernel::PackedAvx2 => unsafe {
-                let x = x.contiguous(self.dim, gathered);
                 packed::tile(x, self.dim, &self.panels, &self.scale, &self.shift, fold)
             },
             #[cfg(target_arch = "x86_64")]
@@ -463,7 +486,7 @@ impl<'a> Panels<'a> {
     /// Folds the scores of every point of `x` against every packed row into
     /// `fold` (points `0..x.len() / dim`, rows in ascending order per point).
     pub(crate) fn fold<F: Fold + ?Sized>(&self, x: &[f32], fold: &mut F) {
-        self.0.fold_packed(Points::Rows(x), fold, &mut Vec::new());
+        self.0.fold_packed(Points::Rows(x), fold);
     }
 }
 
@@ -510,7 +533,7 @@ fn pack_panels(centroids: &[f32], dim: usize, lanes: usize) -> Vec<f32> {
 /// The packed AVX2/FMA kernel.
 #[cfg(target_arch = "x86_64")]
 mod packed {
-    use super::{Fold, LANES, Threshold};
+    use super::{Fold, LANES, Points, Threshold, first, row_pointers};
     use std::arch::x86_64::*;
 
     /// Points per register block: 6 × 2 accumulators + 2 panel loads + 1
@@ -521,82 +544,94 @@ mod packed {
     const PANELS: usize = 2;
 
     /// Folds every panel into the top-2 of each point of the tile `x`
-    /// (`best.len()` rows of width `dim`). `panels` holds `scale.len()`
-    /// packed centroids, `scale` and `shift` are padded to whole panels.
+    /// (rows of width `dim`, read where they are). `panels` holds
+    /// `scale.len()` packed centroids, `scale` and `shift` are padded to
+    /// whole panels.
     #[target_feature(enable = "avx2,fma")]
     pub(super) fn tile<F: Fold + ?Sized>(
-        x: &[f32],
+        x: Points<'_>,
         dim: usize,
         panels: &[f32],
         scale: &[f32],
         shift: &[f32],
         fold: &mut F,
     ) {
-        let n = x.len() / dim.max(1);
+        let n = x.len(dim);
         assert!(
-            x.len() == n * dim
-                && scale.len() == shift.len()
+            scale.len() == shift.len()
                 && scale.len().is_multiple_of(LANES)
                 && panels.len() == scale.len() * dim,
             "packed kernel shapes"
         );
+        if let Points::Rows(rows) = x {
+            assert_eq!(rows.len(), n * dim, "packed kernel shapes");
+        }
         let full = n / ROWS * ROWS;
         let panel_len = LANES * dim;
         // Groups of PANELS panels stay in L1 while each block of ROWS points
         // is read once from L2 for the whole group.
         for g0 in (0..scale.len() / LANES).step_by(PANELS) {
             let g1 = (g0 + PANELS).min(scale.len() / LANES);
-            let mut run = |xr: &[f32], r0: usize, rows: usize| {
+            let mut run = |r0: usize, rows: usize| {
+                let xr: [*const f32; ROWS] = row_pointers(x, r0, n, dim);
                 for p in g0..g1 {
                     let (panel, a, b) = (
                         &panels[p * panel_len..(p + 1) * panel_len],
                         &scale[p * LANES..(p + 1) * LANES],
                         &shift[p * LANES..(p + 1) * LANES],
                     );
-                    let j0 = p * LANES;
-                    match rows {
-                        ROWS => block::<ROWS, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
-                        1 => block::<1, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
-                        2 => block::<2, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
-                        3 => block::<3, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
-                        4 => block::<4, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
-                        5 => block::<5, F>(xr, dim, panel, (a, b), fold, (r0, j0)),
-                        _ => {}
+                    let at = (r0, p * LANES);
+                    // SAFETY (every arm): the first `rows` pointers of `xr`
+                    // are points of `x`, and each arm passes that many.
+                    unsafe {
+                        match rows {
+                            ROWS => block::<ROWS, F>(xr, dim, panel, (a, b), fold, at),
+                            1 => block::<1, F>(first(xr), dim, panel, (a, b), fold, at),
+                            2 => block::<2, F>(first(xr), dim, panel, (a, b), fold, at),
+                            3 => block::<3, F>(first(xr), dim, panel, (a, b), fold, at),
+                            4 => block::<4, F>(first(xr), dim, panel, (a, b), fold, at),
+                            5 => block::<5, F>(first(xr), dim, panel, (a, b), fold, at),
+                            _ => {}
+                        }
                     }
                 }
             };
-            for (i, xr) in x[..full * dim].chunks_exact(ROWS * dim).enumerate() {
-                run(xr, i * ROWS, ROWS);
+            for r0 in (0..full).step_by(ROWS) {
+                run(r0, ROWS);
             }
-            run(&x[full * dim..], full, n - full);
+            run(full, n - full);
         }
     }
 
     /// `R` points × one panel: dot products in registers, then the rank
-    /// scores `b + a·dot`; only lanes below a point's second-best score
-    /// leave the registers, in ascending centroid order.
+    /// scores `b + a·dot`; only lanes below a point's threshold leave the
+    /// registers, in ascending centroid order (for a [`Fold::TOP2`] fold,
+    /// only the panel's two best of them). `x` points at each point's first
+    /// value.
+    ///
+    /// # Safety
+    /// Each pointer of `x` must be the start of `dim` readable values.
     #[target_feature(enable = "avx2,fma")]
     #[inline]
-    fn block<const R: usize, F: Fold + ?Sized>(
-        x: &[f32],
+    unsafe fn block<const R: usize, F: Fold + ?Sized>(
+        x: [*const f32; R],
         dim: usize,
         panel: &[f32],
         (a, b): (&[f32], &[f32]),
         fold: &mut F,
         (r0, j0): (usize, usize),
     ) {
-        debug_assert!(x.len() >= R * dim && panel.len() == LANES * dim);
+        debug_assert!(panel.len() == LANES * dim && x.iter().all(|p| !p.is_null()));
         let mut acc = [[_mm256_setzero_ps(); 2]; R];
-        let (xp, pp) = (x.as_ptr(), panel.as_ptr());
+        let pp = panel.as_ptr();
         for d in 0..dim {
-            // SAFETY: d < dim and r < R, so every offset stays inside `x`
-            // (R·dim values) and `panel` (LANES·dim values).
+            // SAFETY: d < dim and r < R: every point pointer is the start of
+            // `dim` values (the caller's), and `panel` holds LANES·dim values.
             unsafe {
                 let c0 = _mm256_loadu_ps(pp.add(d * LANES));
                 let c1 = _mm256_loadu_ps(pp.add(d * LANES + 8));
-                for acc_r in acc.iter_mut().enumerate() {
-                    let (r, acc_r) = acc_r;
-                    let xv = _mm256_broadcast_ss(&*xp.add(r * dim + d));
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    let xv = _mm256_broadcast_ss(&*x[r].add(d));
                     acc_r[0] = _mm256_fmadd_ps(xv, c0, acc_r[0]);
                     acc_r[1] = _mm256_fmadd_ps(xv, c1, acc_r[1]);
                 }
@@ -628,8 +663,12 @@ mod packed {
                     }
                 }
             };
-            let mut mask = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s0, t0)) as u32)
-                | ((_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_LT_OQ>(s1, t1)) as u32) << 8);
+            let (below0, below1) = (
+                _mm256_cmp_ps::<_CMP_LT_OQ>(s0, t0),
+                _mm256_cmp_ps::<_CMP_LT_OQ>(s1, t1),
+            );
+            let mut mask =
+                (_mm256_movemask_ps(below0) as u32) | ((_mm256_movemask_ps(below1) as u32) << 8);
             if mask == 0 {
                 continue;
             }
@@ -639,6 +678,29 @@ mod packed {
                 _mm256_storeu_ps(s.as_mut_ptr(), s0);
                 _mm256_storeu_ps(s.as_mut_ptr().add(8), s1);
             }
+            if F::TOP2 && mask.count_ones() > 2 {
+                // As the AVX-512 kernel: the panel's two best lanes only.
+                let inf = _mm256_set1_ps(f32::INFINITY);
+                let (v0, v1) = (
+                    _mm256_blendv_ps(inf, s0, below0),
+                    _mm256_blendv_ps(inf, s1, below1),
+                );
+                let l1 = lowest(v0, v1, mask);
+                let (lane0, lane1) = (
+                    _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7),
+                    _mm256_setr_epi32(8, 9, 10, 11, 12, 13, 14, 15),
+                );
+                let at = _mm256_set1_epi32(l1 as i32);
+                let (v0, v1) = (
+                    _mm256_blendv_ps(v0, inf, _mm256_castsi256_ps(_mm256_cmpeq_epi32(lane0, at))),
+                    _mm256_blendv_ps(v1, inf, _mm256_castsi256_ps(_mm256_cmpeq_epi32(lane1, at))),
+                );
+                let l2 = lowest(v0, v1, mask & !(1 << l1));
+                for l in [l1.min(l2), l1.max(l2)] {
+                    fold.offer(r0 + r, j0 + l, s[l]);
+                }
+                continue;
+            }
             while mask != 0 {
                 let l = mask.trailing_zeros() as usize;
                 fold.offer(r0 + r, j0 + l, s[l]);
@@ -646,12 +708,27 @@ mod packed {
             }
         }
     }
+
+    /// The lowest lane of `mask` holding the least score (lanes 0–7 in
+    /// `v0`, 8–15 in `v1`, +∞ in every lane outside `mask`; at least one
+    /// lane, none NaN).
+    #[target_feature(enable = "avx2,fma")]
+    #[inline]
+    fn lowest(v0: __m256, v1: __m256, mask: u32) -> usize {
+        let m = _mm256_min_ps(v0, v1);
+        let m = _mm256_min_ps(m, _mm256_permute2f128_ps::<1>(m, m));
+        let m = _mm256_min_ps(m, _mm256_shuffle_ps::<0b0100_1110>(m, m));
+        let least = _mm256_min_ps(m, _mm256_shuffle_ps::<0b1011_0001>(m, m));
+        let equal = (_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(v0, least)) as u32)
+            | ((_mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(v1, least)) as u32) << 8);
+        (equal & mask).trailing_zeros() as usize
+    }
 }
 
 /// The packed AVX-512 kernel: [`packed`]'s scheme with 32-centroid panels.
 #[cfg(target_arch = "x86_64")]
 mod packed512 {
-    use super::{Fold, LANES512 as LANES, Points, Threshold};
+    use super::{Fold, LANES512 as LANES, Points, Threshold, first, row_pointers};
     use std::arch::x86_64::*;
 
     /// Points per register block: 12 × 2 accumulators + 2 panel loads + 1
@@ -682,17 +759,7 @@ mod packed512 {
         if let Points::Rows(rows) = x {
             assert_eq!(rows.len(), n * dim, "packed kernel shapes");
         }
-        // Each point of a block is checked inside its matrix here, once a
-        // block; the block reads `dim` values from each pointer.
-        let rows = |r0: usize| -> [*const f32; ROWS] {
-            std::array::from_fn(|r| {
-                if r0 + r < n {
-                    x.row(r0 + r, dim).as_ptr()
-                } else {
-                    std::ptr::null()
-                }
-            })
-        };
+        let rows = |r0: usize| -> [*const f32; ROWS] { row_pointers(x, r0, n, dim) };
         let full = n / ROWS * ROWS;
         let panel_len = LANES * dim;
         for p in 0..scale.len() / LANES {
@@ -727,12 +794,6 @@ mod packed512 {
                 }
             }
         }
-    }
-
-    /// The first `R` of a block's row pointers.
-    #[inline(always)]
-    fn first<const R: usize>(rows: [*const f32; ROWS]) -> [*const f32; R] {
-        std::array::from_fn(|r| rows[r])
     }
 
     /// `R` points × one panel, as [`super::packed`]'s block; `x` points
@@ -806,9 +867,9 @@ mod packed512 {
             if F::TOP2 && mask.count_ones() > 2 {
                 // A row's first panels send most lanes below its threshold;
                 // its top-2 keeps only the panel's two best of them.
-                let a = lowest(s0, s1, mask);
-                let b = lowest(s0, s1, mask & !(1 << a));
-                for l in [a.min(b), a.max(b)] {
+                let l1 = lowest(s0, s1, mask);
+                let l2 = lowest(s0, s1, mask & !(1 << l1));
+                for l in [l1.min(l2), l1.max(l2)] {
                     fold.offer(r0 + r, j0 + l, s[l]);
                 }
                 continue;
@@ -1072,14 +1133,10 @@ mod tests {
                         .flat_map(|&r| data[r as usize * dim..][..dim].iter().copied())
                         .collect();
                     let mut every = vec![Best::EMPTY; n];
-                    prepared.fold_packed(
-                        Points::Rows(&reversed),
-                        &mut EveryLane(&mut every),
-                        &mut Vec::new(),
-                    );
+                    prepared.fold_packed(Points::Rows(&reversed), &mut EveryLane(&mut every));
                     for points in [Points::Rows(&reversed), Points::Picked(&data, &rows)] {
                         let mut two = vec![Best::EMPTY; n];
-                        prepared.fold_packed(points, two.as_mut_slice(), &mut Vec::new());
+                        prepared.fold_packed(points, two.as_mut_slice());
                         for (i, (a, b)) in two.iter().zip(&every).enumerate() {
                             let bits = |b: &Best| (b.s1.to_bits(), b.j1, b.s2.to_bits());
                             assert_eq!(
