@@ -1,0 +1,71 @@
+"""Batch search with the codes in RAM against FAISS's 4-bit fast-scan with
+exact refine, interleaved in one process (issue 26).
+
+FAISS `IVF{nlist},PQ{d/2}x4fs,RFlat` is built once on the data set (2
+threads), then each round searches all queries in one batch on one thread
+(k_factor 4, best of 3) and runs the given parqivf command once, whose last
+stdout line must be `parqivf search`'s JSON summary. Rounds alternate, so
+that a noisy host's drift hits both alike. Prints per round both QPS,
+both recalls and the ratio.
+
+usage: fastscan_batch_vs_faiss.py DATASET NLIST NPROBE [--rounds N] -- PARQIVF_COMMAND...
+  env: BENCH_DATA (./bench-data). Source scripts/bench/faiss_blas.sh first
+  on a CPU that FAISS's OpenBLAS does not recognise.
+
+example:
+  python scripts/bench/fastscan_batch_vs_faiss.py synth-sift128-1000k-s1 1000 12 -- \
+    target/release/parqivf search --index IDX --queries Q.npy --groundtruth GT.npy \
+    --k 10 --threads 1 --preload codes --reps 5
+"""
+
+import argparse
+import json
+import os
+import subprocess
+import time
+
+import faiss
+import numpy as np
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("dataset")
+    ap.add_argument("nlist", type=int)
+    ap.add_argument("nprobe", type=int)
+    ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument("command", nargs=argparse.REMAINDER)
+    a = ap.parse_args()
+    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    data = os.path.join(os.environ.get("BENCH_DATA", "bench-data"), a.dataset)
+    xb = np.load(os.path.join(data, "base.npy"))
+    xq = np.load(os.path.join(data, "query.npy"))
+    gt = np.load(os.path.join(data, "gt.npy"))[:, :10]
+    d = xb.shape[1]
+    faiss.omp_set_num_threads(2)
+    index = faiss.index_factory(d, f"IVF{a.nlist},PQ{d // 2}x4fs,RFlat")
+    index.train(xb)
+    index.add(xb)
+    faiss.omp_set_num_threads(1)
+    params = faiss.IndexRefineSearchParameters(
+        k_factor=4, base_index_params=faiss.SearchParametersIVF(nprobe=a.nprobe)
+    )
+    for r in range(a.rounds):
+        best = 0.0
+        for _ in range(3):
+            t = time.perf_counter()
+            _, ids = index.search(xq, 10, params=params)
+            best = max(best, len(xq) / (time.perf_counter() - t))
+        recall = np.mean([len(set(ids[i]) & set(gt[i])) / 10 for i in range(len(xq))])
+        out = subprocess.run(command, capture_output=True, text=True, check=True)
+        ours = json.loads(out.stdout.strip().splitlines()[-1])
+        print(
+            f"round {r + 1}: FAISS nprobe {a.nprobe} recall {recall:.4f} batch {best:.0f} QPS | "
+            f"parqivf recall {ours['recall']} {ours['qps']:.0f} QPS "
+            f"({ours['mean-lists-probed']} lists) | ratio {ours['qps'] / best:.2f}",
+            flush=True,
+        )
+
+
+if __name__ == "__main__":
+    main()
