@@ -22,9 +22,9 @@
 //!   points × [`CENTROID_TILE`] centroids, then a scan of the output.
 //!
 //! Both packed kernels read a tile's points through a pointer each
-//! ([`Points`]), so the approximate Lloyd's groups are read where they lie
+//! (`Points`), so the approximate Lloyd's groups are read where they lie
 //! in the sample instead of gathered first (SGEMM gathers them). For the
-//! top-2 ([`Fold::TOP2`]) they offer only a panel's two best lanes below a
+//! top-2 (`Fold::TOP2`) they offer only a panel's two best lanes below a
 //! point's threshold, found in registers: in a point's first panels most
 //! lanes are below it, and leaving the registers one by one cost more than
 //! a third of the kernel's time in a 64-candidate group.
@@ -107,11 +107,12 @@ pub(crate) fn nearest2_unchecked(
 }
 
 /// [`nearest2_unchecked`] for the rows `rows` of `data` only (results in the
-/// order of `rows`). Each tile gathers its rows into a reused, cache-sized
-/// buffer, so no copy of the subset is ever materialised.
+/// order of `rows`). The packed kernels read the rows where they lie (SGEMM
+/// gathers each tile's into a reused buffer), so no copy of the subset is
+/// ever materialised.
 pub(crate) fn nearest2_rows_unchecked(
     data: &[f32],
-    rows: &[usize],
+    rows: &[u32],
     centroids: &[f32],
     dim: usize,
     metric: Metric,
@@ -199,12 +200,12 @@ pub(crate) fn nearest_among_unchecked(
 fn top2(
     kernel: Kernel,
     data: &[f32],
-    rows: Option<&[usize]>,
+    rows: Option<&[u32]>,
     centroids: &[f32],
     dim: usize,
     metric: Metric,
 ) -> (Vec<u32>, Vec<f32>, Vec<f32>) {
-    let n = rows.map_or(data.len() / dim, <[usize]>::len);
+    let n = rows.map_or(data.len() / dim, <[u32]>::len);
     let prepared = Prepared::new(kernel, centroids, dim, metric);
     let scratch_len = match kernel {
         Kernel::Sgemm => POINT_TILE * CENTROID_TILE.min(prepared.k),
@@ -220,17 +221,11 @@ fn top2(
             || (vec![0f32; scratch_len], Vec::new()),
             |(scratch, gathered), (t, ((l, d1), d2))| {
                 let start = t * POINT_TILE;
-                let x: &[f32] = match rows {
-                    None => &data[start * dim..(start + l.len()) * dim],
-                    Some(rows) => {
-                        gathered.clear();
-                        for &r in &rows[start..start + l.len()] {
-                            gathered.extend_from_slice(&data[r * dim..(r + 1) * dim]);
-                        }
-                        gathered
-                    }
+                let x = match rows {
+                    None => Points::Rows(&data[start * dim..(start + l.len()) * dim]),
+                    Some(rows) => Points::Picked(data, &rows[start..start + l.len()]),
                 };
-                prepared.tile(Points::Rows(x), l, d1, d2, scratch, &mut Vec::new())
+                prepared.tile(x, l, d1, d2, scratch, gathered)
             },
         );
     (labels, first, second)
@@ -1158,10 +1153,11 @@ mod tests {
         let (n, k, dim) = (700, 40, 9);
         let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
         // Spans more than two tiles, out of order, with a repeat.
-        let rows: Vec<usize> = (0..n).rev().step_by(2).chain([3, 3]).collect();
+        let rows: Vec<u32> = (0..n as u32).rev().step_by(2).chain([3, 3]).collect();
         let (l, d1, d2) = nearest2_unchecked(&data, &cents, dim, Metric::L2);
         let (sl, s1, s2) = nearest2_rows_unchecked(&data, &rows, &cents, dim, Metric::L2);
         for (t, &r) in rows.iter().enumerate() {
+            let r = r as usize;
             assert_eq!((sl[t], s1[t], s2[t]), (l[r], d1[r], d2[r]), "row {r}");
         }
     }

@@ -340,11 +340,13 @@ fn assign_bounded(
         .zip(b.labels.par_iter())
         .map(|(p, &l)| Metric::L2.distance(p, &centroids[l as usize * dim..(l as usize + 1) * dim]))
         .collect();
-    let todo: Vec<usize> = (0..d1.len())
+    let todo: Vec<u32> = (0..d1.len())
         .filter(|&i| d1[i].sqrt() > b.lower[i])
+        .map(|i| i as u32)
         .collect();
     let (labels, e1, e2) = nearest2_rows_unchecked(x, &todo, centroids, dim, Metric::L2);
     for (t, &i) in todo.iter().enumerate() {
+        let i = i as usize;
         b.labels[i] = labels[t];
         d1[i] = e1[t];
         b.lower[i] = e2[t].sqrt() * (1.0 - BOUND_SLACK);

@@ -357,46 +357,23 @@ impl Lut {
     /// Quantises `m × 16` f32 tables (row-major; `m` even). Non-finite
     /// entries make every table entry 0 and `step` NaN, so every score is
     /// NaN rather than a silently wrong number.
+    ///
+    /// Built for the widest vectors this CPU has (chosen at run time): every
+    /// step is per entry or a fixed tree, so each build gives the same
+    /// bytes, bias and step (`every_build_quantizes_to_the_same_table`).
     pub fn quantize(tables: &[f32]) -> Lut {
-        debug_assert_eq!(tables.len() % 32, 0);
-        let mut bytes = vec![0u8; tables.len()];
-        // Without a branch or an early exit, so that each loop vectorises.
-        let finite = tables.iter().fold(true, |ok, x| ok & x.is_finite());
-        let (tables16, _) = tables.as_chunks::<16>();
-        // With every entry finite, the tree's minimum and maximum are those
-        // of a scan (a signed zero aside, which changes no byte or sum).
-        let mins: Vec<f32> = tables16
-            .iter()
-            .map(|t| fold16(t, |a, b| if b < a { b } else { a }))
-            .collect();
-        let widest = tables16
-            .iter()
-            .zip(&mins)
-            .map(|(t, &lo)| fold16(t, |a, b| if b > a { b } else { a }) - lo)
-            .fold(0.0f32, |w, range| if range > w { range } else { w });
-        let bias: f64 = mins.iter().map(|&lo| f64::from(lo)).sum();
-        if !finite || !widest.is_finite() {
-            return Lut {
-                bytes,
-                bias: f32::NAN,
-                step: f32::NAN,
-            };
-        }
-        let scale = if widest > 0.0 { 255.0 / widest } else { 0.0 };
-        for ((out, t), &lo) in bytes
-            .chunks_exact_mut(16)
-            .zip(tables.chunks_exact(16))
-            .zip(&mins)
+        #[cfg(target_arch = "x86_64")]
         {
-            for (o, &x) in out.iter_mut().zip(t) {
-                *o = round_to_byte((x - lo) * scale);
+            if avx512() {
+                // SAFETY: AVX-512 F and BW were detected just now.
+                return unsafe { quantize_avx512(tables) };
+            }
+            if avx2() {
+                // SAFETY: AVX2 was detected just now.
+                return unsafe { quantize_avx2(tables) };
             }
         }
-        Lut {
-            bytes,
-            bias: bias as f32,
-            step: if scale > 0.0 { 1.0 / scale } else { 0.0 },
-        }
+        quantize_inline(tables)
     }
 
     /// `bias + sum · step`: the score an integer sum stands for.
@@ -420,6 +397,63 @@ impl Lut {
     }
 }
 
+/// [`Lut::quantize`] compiled with AVX-512 F and BW.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,avx512bw")]
+unsafe fn quantize_avx512(tables: &[f32]) -> Lut {
+    quantize_inline(tables)
+}
+
+/// [`Lut::quantize`] compiled with AVX2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2")]
+unsafe fn quantize_avx2(tables: &[f32]) -> Lut {
+    quantize_inline(tables)
+}
+
+/// [`Lut::quantize`]'s body, inlined into each build.
+#[inline(always)]
+fn quantize_inline(tables: &[f32]) -> Lut {
+    let mut bytes = vec![0u8; tables.len()];
+    // Without a branch or an early exit, so that each loop vectorises.
+    let finite = tables.iter().fold(true, |ok, x| ok & x.is_finite());
+    let (tables16, _) = tables.as_chunks::<16>();
+    // With every entry finite, the tree's minimum and maximum are those
+    // of a scan (a signed zero aside, which changes no byte or sum).
+    let mins: Vec<f32> = tables16
+        .iter()
+        .map(|t| fold16(t, |a, b| if b < a { b } else { a }))
+        .collect();
+    let widest = tables16
+        .iter()
+        .zip(&mins)
+        .map(|(t, &lo)| fold16(t, |a, b| if b > a { b } else { a }) - lo)
+        .fold(0.0f32, |w, range| if range > w { range } else { w });
+    let bias: f64 = mins.iter().map(|&lo| f64::from(lo)).sum();
+    if !finite || !widest.is_finite() {
+        return Lut {
+            bytes,
+            bias: f32::NAN,
+            step: f32::NAN,
+        };
+    }
+    let scale = if widest > 0.0 { 255.0 / widest } else { 0.0 };
+    for ((out, t), &lo) in bytes
+        .chunks_exact_mut(16)
+        .zip(tables.chunks_exact(16))
+        .zip(&mins)
+    {
+        for (o, &x) in out.iter_mut().zip(t) {
+            *o = round_to_byte((x - lo) * scale);
+        }
+    }
+    Lut {
+        bytes,
+        bias: bias as f32,
+        step: if scale > 0.0 { 1.0 / scale } else { 0.0 },
+    }
+}
+
 /// The 16 entries of a table reduced by `pick` (a minimum or a maximum) as
 /// a tree of 8, 4, 2 and 1 selections, which vectorises.
 #[inline(always)]
@@ -436,9 +470,15 @@ fn fold16(t: &[f32; 16], pick: impl Fn(f32, f32) -> f32) -> f32 {
 /// `round` does.
 #[inline(always)]
 fn round_to_byte(v: f32) -> u8 {
-    let v = v.clamp(0.0, 255.0);
-    let whole = v as u8 as f32;
-    (whole + if v - whole >= 0.5 { 1.0 } else { 0.0 }) as u8
+    // NaN and every value below 0 become 0 here, so both casts below see a
+    // value in 0..=255 and need none of a saturating cast's checks, which
+    // kept the loop from vectorising.
+    let v = if v >= 0.0 { v.min(255.0) } else { 0.0 };
+    // SAFETY: `v` is finite and in 0..=255, where the cast truncates exactly.
+    let whole = unsafe { v.to_int_unchecked::<i32>() } as f32;
+    let rounded = whole + if v - whole >= 0.5 { 1.0 } else { 0.0 };
+    // SAFETY: `rounded` is a whole number in 0..=255.
+    unsafe { rounded.to_int_unchecked::<i32>() as u8 }
 }
 
 /// `out[v] = Σ_s lut[s][code_s(v)]` for every vector of `blocks`, exact
@@ -970,6 +1010,54 @@ mod tests {
             assert_eq!(round_to_byte(v), v.round().clamp(0.0, 255.0) as u8, "{v}");
         }
         assert_eq!(round_to_byte(f32::NAN), 0);
+    }
+
+    /// Every build of the quantisation gives the baseline's bytes, bias
+    /// and step, bit for bit (random, tied, constant, tiny, huge and
+    /// non-finite tables), and prints which builds ran.
+    #[test]
+    fn every_build_quantizes_to_the_same_table() {
+        let mut rng = ChaCha8Rng::seed_from_u64(21);
+        let mut cases: Vec<Vec<f32>> = (0..40)
+            .map(|i| {
+                let scale = 10f32.powi(i % 9 - 4);
+                (0..(1 + i % 5) * 32)
+                    .map(|_| rng.random_range(-1.0f32..1.0) * scale)
+                    .collect()
+            })
+            .collect();
+        cases.push((0..64).map(|i| (i % 3) as f32).collect());
+        cases.push(vec![2.0; 32]);
+        cases.push([f32::MAX, -f32::MAX].repeat(16));
+        let mut special = vec![0.5f32; 64];
+        special[7] = f32::INFINITY;
+        cases.push(special.clone());
+        special[7] = f32::NAN;
+        cases.push(special);
+        type Build = fn(&[f32]) -> Lut;
+        let mut builds: Vec<(&str, Build)> = vec![("dispatched", Lut::quantize)];
+        #[cfg(target_arch = "x86_64")]
+        {
+            if avx2() {
+                // SAFETY: AVX2 was detected just above.
+                builds.push(("AVX2", |t| unsafe { quantize_avx2(t) }));
+            }
+            if avx512() {
+                // SAFETY: AVX-512 F and BW were detected just above.
+                builds.push(("AVX-512", |t| unsafe { quantize_avx512(t) }));
+            }
+        }
+        let bits = |l: &Lut| (l.bytes.clone(), l.bias.to_bits(), l.step.to_bits());
+        for (name, build) in builds {
+            for (i, tables) in cases.iter().enumerate() {
+                assert_eq!(
+                    bits(&build(tables)),
+                    bits(&quantize_inline(tables)),
+                    "{name}, case {i}"
+                );
+            }
+            println!("table quantisation: the {name} build ran");
+        }
     }
 
     #[test]
