@@ -22,6 +22,7 @@ import argparse
 import json
 import os
 import subprocess
+import sys
 import time
 
 import faiss
@@ -34,9 +35,12 @@ def main():
     ap.add_argument("nlist", type=int)
     ap.add_argument("nprobe", type=int)
     ap.add_argument("--rounds", type=int, default=4)
-    ap.add_argument("command", nargs=argparse.REMAINDER)
-    a = ap.parse_args()
-    command = a.command[1:] if a.command[:1] == ["--"] else a.command
+    argv = sys.argv[1:]
+    if "--" not in argv:
+        ap.error("the parqivf command follows `--`")
+    cut = argv.index("--")
+    a = ap.parse_args(argv[:cut])
+    command = argv[cut + 1 :]
     data = os.path.join(os.environ.get("BENCH_DATA", "bench-data"), a.dataset)
     xb = np.load(os.path.join(data, "base.npy"))
     xq = np.load(os.path.join(data, "query.npy"))
