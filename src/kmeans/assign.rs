@@ -26,8 +26,8 @@
 //! in the sample instead of gathered first (SGEMM gathers them). For the
 //! top-2 (`Fold::TOP2`) they offer only a panel's two best lanes below a
 //! point's threshold, found in registers: in a point's first panels most
-//! lanes are below it, and leaving the registers one by one cost more than
-//! a third of the kernel's time in a 64-candidate group.
+//! lanes are below it, and leaving the registers one by one took about a
+//! seventh of the top-2 kernel's time in the default embeddings build.
 //!
 //! `docs/benchmarks.md` records the measured rate of each (and of a blocked
 //! simsimd loop, the slowest). The k-means trainer and the build job (assign

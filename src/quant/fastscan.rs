@@ -414,6 +414,7 @@ unsafe fn quantize_avx2(tables: &[f32]) -> Lut {
 /// [`Lut::quantize`]'s body, inlined into each build.
 #[inline(always)]
 fn quantize_inline(tables: &[f32]) -> Lut {
+    debug_assert_eq!(tables.len() % 32, 0);
     let mut bytes = vec![0u8; tables.len()];
     // Without a branch or an early exit, so that each loop vectorises.
     let finite = tables.iter().fold(true, |ok, x| ok & x.is_finite());
