@@ -460,7 +460,9 @@ fn offer_sums(
         }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    offer_runs(list, fast, mask, sums, top, at_most_scalar);
+    offer_runs(list, fast, mask, sums, top, |a, b, sums, base, bound| {
+        at_most_scalar(a, b, sums, base, bound)
+    });
 }
 
 /// [`offer_runs`] with [`at_most_avx512`].
@@ -477,13 +479,15 @@ unsafe fn offer_sums_avx512(
     top: &mut Candidates,
 ) {
     offer_runs(list, fast, mask, sums, top, |a, b, sums, base, bound| {
-        // SAFETY: AVX-512 F is enabled here; `offer_runs` passes whole runs.
+        // SAFETY: AVX-512 F is enabled here.
         unsafe { at_most_avx512(a, b, sums, base, bound) }
     });
 }
 
 /// The loop of [`offer_sums`], with `whole` comparing whole runs of
-/// [`RUN`] rows (a last partial run goes through [`at_most_scalar`]).
+/// [`RUN`] rows (a last partial run goes through [`at_most_scalar`]). The
+/// bound is read again only after a run offered a row: nothing else moves
+/// it.
 #[inline(always)]
 fn offer_runs(
     list: &FastList<'_>,
@@ -491,26 +495,36 @@ fn offer_runs(
     mask: Option<&BooleanBuffer>,
     sums: &[u32],
     top: &mut Candidates,
-    whole: impl Fn(f32, f32, &[u32], &[f32], f32) -> u32,
+    whole: impl Fn(f32, f32, &[u32; RUN], &[f32; RUN], f32) -> u32,
 ) {
     let (a, b) = list.coefficients();
     let (group, rowids) = (list.group, list.rowids);
     // `base` has a value per row, `sums` one per row of whole blocks.
-    for (run, (sums, base)) in sums.chunks(RUN).zip(fast.base.chunks(RUN)).enumerate() {
-        let mut below = if base.len() == RUN && sums.len() >= RUN {
-            whole(a, b, sums, base, top.bound())
-        } else {
-            at_most_scalar(a, b, sums, base, top.bound())
-        };
+    let base = &fast.base[..fast.base.len().min(sums.len())];
+    let (base_runs, base_rest) = base.as_chunks::<RUN>();
+    let (sum_runs, _) = sums.as_chunks::<RUN>();
+    let offer = |at: usize, mut below: u32, top: &mut Candidates| {
         while below != 0 {
-            let j = below.trailing_zeros() as usize;
+            let i = at + below.trailing_zeros() as usize;
             below &= below - 1;
-            let i = RUN * run + j;
-            let e = estimate(a, b, base[j], sums[j]);
+            let e = estimate(a, b, base[i], sums[i]);
             if e <= top.bound() && mask.is_none_or(|m| m.value(i)) {
                 top.push_at(e, rowids[i], pack(group, i));
             }
         }
+    };
+    let mut bound = top.bound();
+    for (run, (sums, base)) in sum_runs.iter().zip(base_runs).enumerate() {
+        let below = whole(a, b, sums, base, bound);
+        if below != 0 {
+            offer(RUN * run, below, top);
+            bound = top.bound();
+        }
+    }
+    if !base_rest.is_empty() {
+        let at = base.len() - base_rest.len();
+        let below = at_most_scalar(a, b, &sums[at..], base_rest, bound);
+        offer(at, below, top);
     }
 }
 
@@ -528,17 +542,13 @@ fn at_most_scalar(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32
 }
 
 /// [`at_most_scalar`] over a whole run of [`RUN`] (16) rows, four at a
-/// time: any x86-64 (SSE2). `sums` and `base` must hold 16 values (else
-/// the scalar check answers).
+/// time: any x86-64 (SSE2).
 #[cfg(target_arch = "x86_64")]
-fn at_most_sse2(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
+fn at_most_sse2(a: f32, b: f32, sums: &[u32; RUN], base: &[f32; RUN], bound: f32) -> u32 {
     use std::arch::x86_64::*;
-    if base.len() < RUN || sums.len() < RUN {
-        return at_most_scalar(a, b, sums, base, bound);
-    }
-    // SAFETY: SSE2 is part of x86-64; both slices hold RUN values (checked
-    // above) and loadu needs no alignment. The sums are below 2²⁴, so the
-    // i32 conversion is `sum as f32`.
+    // SAFETY: SSE2 is part of x86-64; both arrays hold RUN values and loadu
+    // needs no alignment. The sums are below 2²⁴, so the i32 conversion is
+    // `sum as f32`.
     unsafe {
         let (va, vb, vbound) = (_mm_set1_ps(a), _mm_set1_ps(b), _mm_set1_ps(bound));
         let mut bits = 0u32;
@@ -555,12 +565,12 @@ fn at_most_sse2(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
 /// [`at_most_scalar`] over a whole run of [`RUN`] (16) rows at once.
 ///
 /// # Safety
-/// The CPU must support AVX-512 F; `sums` and `base` must hold 16 values.
+/// The CPU must support AVX-512 F.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "avx512f")]
-unsafe fn at_most_avx512(a: f32, b: f32, sums: &[u32], base: &[f32], bound: f32) -> u32 {
+unsafe fn at_most_avx512(a: f32, b: f32, sums: &[u32; RUN], base: &[f32; RUN], bound: f32) -> u32 {
     use std::arch::x86_64::*;
-    // SAFETY: the caller's: 16 values each; loadu needs no alignment.
+    // SAFETY: 16 values each; loadu needs no alignment.
     let (s, c) = unsafe {
         (
             _mm512_cvtepi32_ps(_mm512_loadu_si512(sums.as_ptr().cast())),
@@ -1137,21 +1147,83 @@ mod tests {
             };
             let scalar = at_most_scalar(a, b, &sums, &base, bound);
             #[cfg(target_arch = "x86_64")]
-            {
+            if let (Ok(sums), Ok(base)) = (
+                <&[u32; RUN]>::try_from(&sums[..]),
+                <&[f32; RUN]>::try_from(&base[..]),
+            ) {
                 assert_eq!(
-                    at_most_sse2(a, b, &sums, &base, bound),
+                    at_most_sse2(a, b, sums, base, bound),
                     scalar,
                     "sse2 {a} {b} {bound}"
                 );
-                if len == RUN && is_x86_feature_detected!("avx512f") {
-                    // SAFETY: AVX-512 F was detected; both hold RUN values.
-                    let wide = unsafe { at_most_avx512(a, b, &sums, &base, bound) };
+                if is_x86_feature_detected!("avx512f") {
+                    // SAFETY: AVX-512 F was detected.
+                    let wide = unsafe { at_most_avx512(a, b, sums, base, bound) };
                     assert_eq!(wide, scalar, "avx512 {a} {b} {bound}");
                     avx512 += 1;
                 }
             }
         }
         eprintln!("run checks compared: sse2 and scalar, avx512 on {avx512} runs");
+    }
+
+    /// A list's offers keep exactly what offering every row's estimate
+    /// one by one keeps: whole runs on every path this CPU takes, a last
+    /// partial run, a mask, and a bound that tightens while the list is
+    /// offered.
+    #[test]
+    fn a_lists_offers_keep_what_every_row_offered_keeps() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        let tables: Vec<f32> = (0..4 * 16).map(|_| rng.random_range(0.0..10.0)).collect();
+        let lut = Lut::quantize(&tables);
+        for (n, keep) in [(1000, 40), (37, 10), (16, 5), (5, 8)] {
+            let rowids: Vec<i64> = (0..n as i64).map(|r| 7 * r + 3).collect();
+            let fast = FastCodes {
+                blocks: fastscan::Blocks::from_rows(&vec![0u8; n * 2], n, 2, 0, 2),
+                base: (0..n).map(|_| rng.random_range(0.0..50.0)).collect(),
+            };
+            let sums: Vec<u32> = (0..n.div_ceil(32) * 32)
+                .map(|_| rng.random_range(0..1_000))
+                .collect();
+            let mask = BooleanBuffer::from_iter((0..n).map(|_| rng.random_bool(0.7)));
+            let list = FastList {
+                metric: Metric::L2,
+                query: 0,
+                lut: &lut,
+                to_leaf: rng.random_range(0.0..20.0),
+                group: 3,
+                rowids: &rowids,
+            };
+            let (a, b) = list.coefficients();
+            for mask in [None, Some(&mask)] {
+                let kept: Vec<usize> = (0..n)
+                    .filter(|&i| mask.is_none_or(|m| m.value(i)))
+                    .collect();
+                let mut every = Candidates::new(keep);
+                for &i in &kept {
+                    every.push_at(estimate(a, b, fast.base[i], sums[i]), rowids[i], pack(3, i));
+                }
+                let mut runs = Candidates::new(keep);
+                offer_sums(&list, &fast, mask, &sums, &mut runs);
+                #[cfg(target_arch = "x86_64")]
+                let mut sse2 = Candidates::new(keep);
+                #[cfg(target_arch = "x86_64")]
+                offer_runs(&list, &fast, mask, &sums, &mut sse2, at_most_sse2);
+                let key = |c: Candidates| -> Vec<(u32, i64, u64)> {
+                    c.into_top()
+                        .into_sorted()
+                        .into_iter()
+                        .map(|n| (n.distance.to_bits(), n.rowid, n.at))
+                        .collect()
+                };
+                let expected = key(every);
+                assert_eq!(expected.len(), keep.min(kept.len()), "{n} rows");
+                assert_eq!(key(runs), expected, "{n} rows, mask {}", mask.is_some());
+                #[cfg(target_arch = "x86_64")]
+                assert_eq!(key(sse2), expected, "sse2, {n} rows");
+            }
+        }
     }
 
     #[test]

@@ -493,6 +493,33 @@ pub fn scan(lut: &Lut, blocks: &Blocks, out: &mut Vec<u32>) {
 /// loads and splits a block's codes once for all of them.
 pub const QUERIES: usize = 4;
 
+/// How many blocks ahead of the one it scores a SIMD kernel asks the CPU
+/// to fetch, a line for each line it reads. A list's blocks are
+/// contiguous, but the hardware prefetcher stops at every 4 KiB page
+/// (four blocks of 32 vectors at 128-d), so without it each page's first
+/// lines are waited for.
+const PREFETCH_BLOCKS: usize = 2;
+
+/// Block `b + PREFETCH_BLOCKS` of `blocks` (`bytes` a block), if there is
+/// one.
+#[inline(always)]
+fn ahead(blocks: &[u8], bytes: usize, b: usize) -> Option<&[u8]> {
+    let at = (b + PREFETCH_BLOCKS) * bytes;
+    blocks.get(at..at + bytes)
+}
+
+/// Hints the caches to fetch the line of `ahead` (see [`ahead`]) at `at`.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+fn prefetch_line(ahead: Option<&[u8]>, at: usize) {
+    if let Some(line) = ahead.and_then(|a| a.get(at..)) {
+        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
+        // SAFETY: SSE is part of x86-64; a prefetch reads nothing and
+        // cannot fault, and the address is inside `ahead`.
+        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    }
+}
+
 /// [`scan`] for several queries over the same blocks: `outs[i]` receives
 /// what `scan(luts[i], blocks, outs[i])` would (extra `outs` are left
 /// alone). The queries go [`QUERIES`] at a time with AVX-512 and two at a
@@ -616,12 +643,16 @@ pub(crate) unsafe fn scan_avx2<const Q: usize>(
     };
     let nibble = _mm256_set1_epi8(0x0F);
     for (b, block) in blocks.chunks_exact(pairs * 32).enumerate() {
+        let ahead = ahead(blocks, pairs * 32, b);
         let mut start = 0;
         while start < pairs {
             let end = (start + FLUSH_PAIRS).min(pairs);
             // Per query: [vectors 0..16 both, 0..16 odd, 16..32 both, 16..32 odd].
             let mut acc = [[_mm256_setzero_si256(); 4]; Q];
             for p in start..end {
+                if p % 2 == 0 {
+                    prefetch_line(ahead, p * 32);
+                }
                 // SAFETY: `block` and every table hold `pairs × 32` bytes and
                 // p < pairs; loadu needs no alignment.
                 let codes = unsafe { _mm256_loadu_si256(block.as_ptr().add(p * 32).cast()) };
@@ -679,12 +710,14 @@ pub(crate) unsafe fn scan_avx512<const Q: usize>(
         }
     };
     for (b, block) in blocks.chunks_exact(pairs * 32).enumerate() {
+        let ahead = ahead(blocks, pairs * 32, b);
         let mut start = 0;
         while start < pairs {
             let end = (start + FLUSH_PAIRS).min(pairs);
             let mut acc = [[_mm512_setzero_si512(); 4]; Q];
             let mut p = start;
             while p < end {
+                prefetch_line(ahead, p * 32);
                 let both = p + 1 < end;
                 let codes = load(block, p, both);
                 let (low_codes, high_codes) = (
