@@ -345,13 +345,32 @@ pub fn check_matrix(data: &[f32], dim: usize) -> Result<usize, DistanceError> {
             actual: data.len() % dim,
         });
     }
-    if let Some(position) = data.iter().position(|v| !v.is_finite()) {
+    if let Some(position) = first_non_finite(data) {
         return Err(DistanceError::NonFinite {
             position,
             value: data[position],
         });
     }
     Ok(data.len() / dim)
+}
+
+/// Values a task of [`first_non_finite`] scans: below it, one scan.
+const CHECK_RUN: usize = 1 << 16;
+
+/// The position of the first NaN or infinite value of `data`: runs of
+/// [`CHECK_RUN`] values scanned on rayon (a k-means sample is hundreds of
+/// MB), the first run holding one searched again.
+fn first_non_finite(data: &[f32]) -> Option<usize> {
+    use rayon::prelude::*;
+    let bad = |v: &f32| !v.is_finite();
+    if data.len() <= CHECK_RUN {
+        return data.iter().position(bad);
+    }
+    let run = data
+        .par_chunks(CHECK_RUN)
+        .position_first(|run| run.iter().any(bad))?;
+    let start = run * CHECK_RUN;
+    data[start..].iter().position(bad).map(|i| start + i)
 }
 
 /// Hints the CPU to bring `values` into its caches, a line at a time (no
@@ -616,6 +635,33 @@ mod tests {
         assert_eq!(Metric::L2.prepare(&mut zero), Ok(()));
         assert_eq!(Metric::Cosine.distance(&zero, &[1.0; 8]), 1.0);
         assert_eq!(Metric::Cosine.distance(&zero, &zero), 0.0);
+    }
+
+    /// A matrix past one scan's run is checked in runs on rayon: still the
+    /// first non-finite value by position, wherever the runs split.
+    #[test]
+    fn check_matrix_names_the_first_non_finite_value_of_a_large_matrix() {
+        let len = 3 * CHECK_RUN + 7;
+        assert_eq!(check_matrix(&vec![1.0; len], 1), Ok(len));
+        for bad in [0, CHECK_RUN - 1, CHECK_RUN, 2 * CHECK_RUN + 5, len - 1] {
+            let mut data = vec![1.0f32; len];
+            data[bad] = f32::NEG_INFINITY;
+            // A later one, in the same run and in the last.
+            for later in [bad + 1, len - 1]
+                .into_iter()
+                .filter(|&l| l > bad && l < len)
+            {
+                data[later] = f32::NAN;
+            }
+            assert_eq!(
+                check_matrix(&data, 1),
+                Err(DistanceError::NonFinite {
+                    position: bad,
+                    value: f32::NEG_INFINITY
+                }),
+                "first at {bad}"
+            );
+        }
     }
 
     #[test]

@@ -34,6 +34,7 @@ use object_store::ObjectStore;
 use object_store::path::Path;
 use rand::SeedableRng;
 use rand_chacha::ChaCha8Rng;
+use rayon::prelude::*;
 
 use super::error::BuildError;
 use super::progress::ProgressMode;
@@ -281,21 +282,39 @@ pub async fn sample(
     use futures::StreamExt;
     let chosen = sample_positions(part_rows.iter().sum(), params);
     let skip_invalid = source.definition().skip_invalid;
-    let mut parts = Vec::with_capacity(part_rows.len());
     let mut base = 0u64;
     let mut reads = futures::stream::iter(0..part_rows.len())
         .map(|p| read_part(source, p, params.metric, skip_invalid))
         .buffered(SAMPLE_READ_AHEAD);
+    // Every part's sampled rows go straight to their place in one buffer.
+    let dim = source.dim();
+    let (mut vectors, chosen) = (vec![0f32; chosen.len() * dim], Arc::new(chosen));
+    let (mut written, mut yielded) = (0usize, Vec::with_capacity(part_rows.len()));
     for (p, &declared) in part_rows.iter().enumerate() {
         let batch = reads
             .next()
             .await
             .expect("the stream yields one batch a part")?;
-        parts.push(part_sample(&chosen, base, declared, source.dim(), &batch));
+        let (chosen, mut out) = (Arc::clone(&chosen), std::mem::take(&mut vectors));
+        let (rows, out, batch) = super::offload::blocking(move || {
+            let rows = copy_part_sample(
+                &chosen,
+                base,
+                declared,
+                dim,
+                &batch,
+                &mut out[written * dim..],
+            );
+            Ok((rows, out, batch))
+        })
+        .await?;
+        (vectors, written) = (out, written + rows);
+        yielded.push(batch.len() as u64);
         base += declared;
         keep(p, declared, batch);
     }
-    Ok(Sample::from_parts(source.dim(), part_rows, parts))
+    vectors.truncate(written * dim);
+    Ok(Sample::new(dim, part_rows, &yielded, vectors))
 }
 
 /// What one part gives the sample: its valid rows, and the sampled rows'
@@ -311,7 +330,7 @@ pub struct PartSample {
 /// The rows of `batch` (part rows `base..base + declared` of the source)
 /// at the `chosen` global positions (ascending, from [`sample_positions`]).
 /// A position past the rows the part yielded (an invalid row skipped at the
-/// end) is left out, as the single-node sample does.
+/// end) is left out, as the single-node sample does. CPU only.
 pub fn part_sample(
     chosen: &[u64],
     base: u64,
@@ -319,40 +338,69 @@ pub fn part_sample(
     dim: usize,
     batch: &VectorBatch,
 ) -> PartSample {
-    let from = chosen.partition_point(|&c| c < base);
-    let to = chosen.partition_point(|&c| c < base + declared);
-    let mut vectors = Vec::with_capacity((to - from) * dim);
-    for &c in &chosen[from..to] {
-        let i = (c - base) as usize;
-        if i < batch.len() {
-            vectors.extend_from_slice(&batch.vectors[i * dim..(i + 1) * dim]);
-        }
-    }
+    let picked =
+        chosen.partition_point(|&c| c < base + declared) - chosen.partition_point(|&c| c < base);
+    let mut vectors = vec![0f32; picked * dim];
+    let rows = copy_part_sample(chosen, base, declared, dim, batch, &mut vectors);
+    vectors.truncate(rows * dim);
     PartSample {
         rows: batch.len() as u64,
         vectors,
     }
 }
 
+/// [`part_sample`]'s rows, copied on rayon to the start of `out` (room for
+/// every chosen position of the part); returns how many were copied.
+fn copy_part_sample(
+    chosen: &[u64],
+    base: u64,
+    declared: u64,
+    dim: usize,
+    batch: &VectorBatch,
+    out: &mut [f32],
+) -> usize {
+    let from = chosen.partition_point(|&c| c < base);
+    let to = chosen.partition_point(|&c| c < base + declared);
+    let rows: Vec<usize> = chosen[from..to]
+        .iter()
+        .map(|&c| (c - base) as usize)
+        .filter(|&i| i < batch.len())
+        .collect();
+    if dim > 0 {
+        out[..rows.len() * dim]
+            .par_chunks_mut(dim)
+            .zip(&rows)
+            .with_min_len(256)
+            .for_each(|(to, &i)| to.copy_from_slice(&batch.vectors[i * dim..(i + 1) * dim]));
+    }
+    rows.len()
+}
+
 impl Sample {
     /// The sample of a source of `part_rows` declared rows from each part's
     /// [`PartSample`], in part order.
     pub fn from_parts(dim: usize, part_rows: &[u64], parts: Vec<PartSample>) -> Sample {
-        let rows: u64 = parts.iter().map(|p| p.rows).sum();
-        // Sources declare rows before invalid ones are skipped.
-        let skipped_rows = part_rows
-            .iter()
-            .zip(&parts)
-            .map(|(&declared, p)| declared.saturating_sub(p.rows))
-            .sum();
+        let yielded: Vec<u64> = parts.iter().map(|p| p.rows).collect();
         let mut vectors = Vec::with_capacity(parts.iter().map(|p| p.vectors.len()).sum());
         for p in parts {
             vectors.extend(p.vectors);
         }
+        Sample::new(dim, part_rows, &yielded, vectors)
+    }
+
+    /// The sample of a source of `part_rows` declared rows, of which its
+    /// parts `yielded` these (the valid ones), with the sampled `vectors`.
+    fn new(dim: usize, part_rows: &[u64], yielded: &[u64], vectors: Vec<f32>) -> Sample {
+        // Sources declare rows before invalid ones are skipped.
+        let skipped_rows = part_rows
+            .iter()
+            .zip(yielded)
+            .map(|(&declared, &rows)| declared.saturating_sub(rows))
+            .sum();
         Sample {
             vectors,
             dim,
-            rows,
+            rows: yielded.iter().sum(),
             skipped_rows,
         }
     }
@@ -664,10 +712,13 @@ fn le_bytes(values: Vec<f32>) -> arrow::buffer::Buffer {
 
 /// The sum over assigned `rows` (the postings schema: `cid`, `rowid`,
 /// `vector`, …) of each row's squared L2 distance to its leaf centroid: the
-/// k-means objective of the rows as indexed, whatever the metric. CPU only.
+/// k-means objective of the rows as indexed, whatever the metric. CPU only,
+/// on rayon: runs of [`ERROR_RUN`] rows summed apart, then in order, so the
+/// sum does not depend on the thread count.
 ///
 /// # Errors
-/// [`BuildError::Arrow`] when the columns are not the postings schema's.
+/// [`BuildError::Arrow`] when the columns are not the postings schema's or
+/// a `cid` is not a leaf.
 pub fn quantization_error(hierarchy: &Hierarchy, rows: &RecordBatch) -> Result<f64, BuildError> {
     let dim = hierarchy.dim;
     let bad =
@@ -675,26 +726,35 @@ pub fn quantization_error(hierarchy: &Hierarchy, rows: &RecordBatch) -> Result<f
     let cids = rows
         .column(0)
         .as_primitive_opt::<Int32Type>()
-        .ok_or_else(bad)?;
-    let vectors = vector_column(rows).ok_or_else(bad)?;
-    let mut sum = 0f64;
-    let mut v = vec![0f32; dim];
-    for (i, &cid) in cids.values().iter().enumerate() {
-        let leaf = hierarchy
-            .leaves
-            .get(cid as usize * dim..(cid as usize + 1) * dim)
-            .ok_or_else(bad)?;
-        for (x, b) in v.iter_mut().zip(vectors.value(i).chunks_exact(4)) {
-            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-        }
-        sum += v
-            .iter()
-            .zip(leaf)
-            .map(|(a, b)| f64::from(a - b) * f64::from(a - b))
-            .sum::<f64>();
+        .ok_or_else(bad)?
+        .values();
+    let vectors = vector_values(rows)?;
+    let leaves = hierarchy.leaves.len() / dim.max(1);
+    if vectors.len() != cids.len() * dim || cids.iter().any(|&c| c < 0 || c as usize >= leaves) {
+        return Err(bad());
     }
-    Ok(sum)
+    let runs: Vec<f64> = vectors
+        .par_chunks(ERROR_RUN * dim.max(1))
+        .zip(cids.par_chunks(ERROR_RUN))
+        .map(|(vectors, cids)| {
+            vectors
+                .chunks_exact(dim.max(1))
+                .zip(cids)
+                .map(|(v, &cid)| {
+                    let leaf = &hierarchy.leaves[cid as usize * dim..(cid as usize + 1) * dim];
+                    v.iter()
+                        .zip(leaf)
+                        .map(|(a, b)| f64::from(a - b) * f64::from(a - b))
+                        .sum::<f64>()
+                })
+                .sum::<f64>()
+        })
+        .collect();
+    Ok(runs.iter().sum())
 }
+
+/// Rows a run of [`quantization_error`] sums.
+const ERROR_RUN: usize = 4096;
 
 /// The `vector` column of postings-schema rows, by name.
 fn vector_column(rows: &RecordBatch) -> Option<&FixedSizeBinaryArray> {
@@ -703,19 +763,28 @@ fn vector_column(rows: &RecordBatch) -> Option<&FixedSizeBinaryArray> {
 }
 
 /// The `vector` column of assigned rows (FixedSizeBinary of little-endian
-/// f32) as row-major f32. CPU only.
+/// f32) as row-major f32: the column's own bytes where they are aligned f32
+/// on a little-endian machine (as [`assign`] makes them), else a copy.
+/// CPU only.
 ///
 /// # Errors
 /// [`BuildError::Arrow`] when the rows lack the postings schema's vector.
-pub fn vector_values(rows: &RecordBatch) -> Result<Vec<f32>, BuildError> {
-    let vectors = vector_column(rows).ok_or_else(|| {
-        BuildError::Arrow("assigned rows lack the postings schema's vector".into())
-    })?;
-    Ok(vectors
-        .value_data()
-        .chunks_exact(4)
-        .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
-        .collect())
+pub fn vector_values(rows: &RecordBatch) -> Result<std::borrow::Cow<'_, [f32]>, BuildError> {
+    let bytes = vector_column(rows)
+        .ok_or_else(|| BuildError::Arrow("assigned rows lack the postings schema's vector".into()))?
+        .value_data();
+    // SAFETY: every bit pattern is an f32, and `align_to` reinterprets only
+    // the aligned middle of the bytes.
+    let (head, values, tail) = unsafe { bytes.align_to::<f32>() };
+    if cfg!(target_endian = "little") && head.is_empty() && tail.is_empty() {
+        return Ok(std::borrow::Cow::Borrowed(values));
+    }
+    Ok(std::borrow::Cow::Owned(
+        bytes
+            .chunks_exact(4)
+            .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            .collect(),
+    ))
 }
 
 /// The `rowid` column of assigned rows. CPU only.
@@ -731,7 +800,8 @@ pub fn rowid_values(rows: &RecordBatch) -> Result<Vec<i64>, BuildError> {
 
 /// Splits assigned rows by root bucket (root `r` owns the CIDs
 /// `cid_offsets[r]..cid_offsets[r + 1]`): one batch per non-empty bucket,
-/// ascending by bucket, rows in input order. CPU only.
+/// ascending by bucket, rows in input order. CPU only (the buckets taken
+/// on rayon).
 ///
 /// # Errors
 /// [`BuildError::Arrow`] when `rows` has no Int32 `cid` column or a CID lies
@@ -753,7 +823,7 @@ pub fn group_by_root(
         by_root[r as usize].push(i as u32);
     }
     by_root
-        .into_iter()
+        .into_par_iter()
         .enumerate()
         .filter(|(_, idx)| !idx.is_empty())
         .map(|(r, idx)| {

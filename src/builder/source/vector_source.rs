@@ -335,29 +335,44 @@ impl ArraySource {
     }
 
     /// [`VectorSource::read_part`]'s batch: its rows copied, the invalid
-    /// ones (a non-finite value) skipped or refused, in one pass.
+    /// ones (a non-finite value) skipped or refused. A part without one
+    /// (checked first, on rayon) is copied on rayon; otherwise row by row.
     fn part(&self, part: usize) -> Result<VectorBatch, BuildError> {
+        use rayon::prelude::*;
         let r = self.range(part);
         let all = &self.vectors[r.start * self.dim..r.end * self.dim];
         let dim = self.dim;
-        let mut rowids = Vec::with_capacity(r.len());
-        let mut vectors = Vec::with_capacity(all.len());
-        let mut kept: Vec<u32> = Vec::with_capacity(r.len());
-        for (i, row) in r.clone().zip(all.chunks_exact(dim)) {
-            if let Some(&value) = row.iter().find(|v| !v.is_finite()) {
-                if self.skip_invalid {
-                    continue;
+        let run = COPY_RUN_ROWS * dim;
+        let (kept, vectors) = if all.par_chunks(run).all(|c| c.iter().all(|v| v.is_finite())) {
+            let mut vectors = vec![0f32; all.len()];
+            vectors
+                .par_chunks_mut(run)
+                .zip(all.par_chunks(run))
+                .for_each(|(to, from)| to.copy_from_slice(from));
+            (r.clone().map(|i| i as u32).collect::<Vec<u32>>(), vectors)
+        } else {
+            let mut vectors = Vec::with_capacity(all.len());
+            let mut kept: Vec<u32> = Vec::with_capacity(r.len());
+            for (i, row) in r.clone().zip(all.chunks_exact(dim)) {
+                if let Some(&value) = row.iter().find(|v| !v.is_finite()) {
+                    if self.skip_invalid {
+                        continue;
+                    }
+                    return Err(BuildError::NonFiniteValue {
+                        source_name: self.location.clone(),
+                        row: i as u64,
+                        value,
+                    });
                 }
-                return Err(BuildError::NonFiniteValue {
-                    source_name: self.location.clone(),
-                    row: i as u64,
-                    value,
-                });
+                kept.push(i as u32);
+                vectors.extend_from_slice(row);
             }
-            rowids.push(self.ids.as_ref().map_or(i as i64, |ids| ids[i]));
-            kept.push(i as u32);
-            vectors.extend_from_slice(row);
-        }
+            (kept, vectors)
+        };
+        let rowids = kept
+            .iter()
+            .map(|&i| self.ids.as_ref().map_or(i as i64, |ids| ids[i as usize]))
+            .collect();
         let payload = match &self.payload {
             Some(p) => Some(
                 arrow::compute::take_record_batch(p, &arrow::array::UInt32Array::from(kept))
@@ -372,6 +387,9 @@ impl ArraySource {
         })
     }
 }
+
+/// Rows a task of [`ArraySource`]'s part copy checks and copies.
+const COPY_RUN_ROWS: usize = 1024;
 
 #[async_trait]
 impl VectorSource for ArraySource {
