@@ -566,16 +566,21 @@ pub fn measure_rerank(neighbours: &Neighbours, ranked: &[Vec<i64>]) -> Option<u3
     // Where each neighbour ranks among its query's candidates, the own row
     // left out; beyond them, never kept.
     let mut ranks: Vec<usize> = Vec::new();
+    // (A query's k neighbours are looked for among its candidates directly:
+    // k is small, and a map of every candidate cost more than the search.)
     for ((ids, own), candidates) in neighbours.ids.iter().zip(&neighbours.own).zip(ranked) {
         let skip = own.and_then(|o| candidates.iter().position(|&c| c == o));
-        let position: std::collections::HashMap<i64, usize> = candidates
+        let others = candidates
             .iter()
             .enumerate()
             .filter(|&(i, _)| Some(i) != skip)
-            .enumerate()
-            .map(|(at, (_, &c))| (c, at))
-            .collect();
-        ranks.extend(ids.iter().filter_map(|id| position.get(id)));
+            .map(|(_, c)| c);
+        ranks.extend(
+            others
+                .enumerate()
+                .filter(|(_, c)| ids.contains(c))
+                .map(|(at, _)| at),
+        );
     }
     ranks.sort_unstable();
     let kept = |r: u32| ranks.partition_point(|&at| at < r as usize * k);
