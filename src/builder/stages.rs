@@ -713,7 +713,7 @@ fn le_bytes(values: Vec<f32>) -> arrow::buffer::Buffer {
 /// The sum over assigned `rows` (the postings schema: `cid`, `rowid`,
 /// `vector`, …) of each row's squared L2 distance to its leaf centroid: the
 /// k-means objective of the rows as indexed, whatever the metric. CPU only,
-/// on rayon: runs of [`ERROR_RUN`] rows summed apart, then in order, so the
+/// on rayon: runs of 4,096 rows summed apart, then in order, so the
 /// sum does not depend on the thread count.
 ///
 /// # Errors
