@@ -566,8 +566,8 @@ pub fn measure_rerank(neighbours: &Neighbours, ranked: &[Vec<i64>]) -> Option<u3
     // Where each neighbour ranks among its query's candidates, the own row
     // left out; beyond them, never kept.
     let mut ranks: Vec<usize> = Vec::new();
-    // (A query's k neighbours are looked for among its candidates directly:
-    // k is small, and a map of every candidate cost more than the search.)
+    // A query's k neighbours are looked for among its candidates directly
+    // (k is small): no map of every candidate is built.
     for ((ids, own), candidates) in neighbours.ids.iter().zip(&neighbours.own).zip(ranked) {
         let skip = own.and_then(|o| candidates.iter().position(|&c| c == o));
         let others = candidates
