@@ -376,7 +376,7 @@ fn first_non_finite(data: &[f32]) -> Option<usize> {
 /// Hints the CPU to bring `values` into its caches, a line at a time (no
 /// effect elsewhere than x86-64): what a loop over scattered rows calls a
 /// few rows ahead of the one it reads.
-#[inline]
+#[inline(always)]
 pub fn prefetch<T>(values: &[T]) {
     #[cfg(target_arch = "x86_64")]
     for line in values.chunks(64 / size_of::<T>().max(1)) {

@@ -509,14 +509,10 @@ fn ahead(blocks: &[u8], bytes: usize, b: usize) -> Option<&[u8]> {
 }
 
 /// Hints the caches to fetch the line of `ahead` (see [`ahead`]) at `at`.
-#[cfg(target_arch = "x86_64")]
 #[inline(always)]
 fn prefetch_line(ahead: Option<&[u8]>, at: usize) {
-    if let Some(line) = ahead.and_then(|a| a.get(at..)) {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        // SAFETY: SSE is part of x86-64; a prefetch reads nothing and
-        // cannot fault, and the address is inside `ahead`.
-        unsafe { _mm_prefetch::<_MM_HINT_T0>(line.as_ptr().cast()) };
+    if let Some(line) = ahead.and_then(|a| a.get(at..at + 1)) {
+        crate::distance::prefetch(line);
     }
 }
 
