@@ -360,7 +360,7 @@ const CHECK_RUN: usize = 1 << 16;
 /// The position of the first NaN or infinite value of `data`: runs of
 /// [`CHECK_RUN`] values scanned on rayon (a k-means sample is hundreds of
 /// MB), the first run holding one searched again.
-fn first_non_finite(data: &[f32]) -> Option<usize> {
+pub(crate) fn first_non_finite(data: &[f32]) -> Option<usize> {
     use rayon::prelude::*;
     let bad = |v: &f32| !v.is_finite();
     if data.len() <= CHECK_RUN {

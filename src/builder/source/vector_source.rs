@@ -336,14 +336,15 @@ impl ArraySource {
 
     /// [`VectorSource::read_part`]'s batch: its rows copied, the invalid
     /// ones (a non-finite value) skipped or refused. A part without one
-    /// (checked first, on rayon) is copied on rayon; otherwise row by row.
+    /// (checked first, [`crate::distance::first_non_finite`]) is copied on
+    /// rayon; otherwise row by row.
     fn part(&self, part: usize) -> Result<VectorBatch, BuildError> {
         use rayon::prelude::*;
         let r = self.range(part);
         let all = &self.vectors[r.start * self.dim..r.end * self.dim];
         let dim = self.dim;
         let run = COPY_RUN_ROWS * dim;
-        let (kept, vectors) = if all.par_chunks(run).all(|c| c.iter().all(|v| v.is_finite())) {
+        let (kept, vectors) = if crate::distance::first_non_finite(all).is_none() {
             let mut vectors = vec![0f32; all.len()];
             vectors
                 .par_chunks_mut(run)
