@@ -62,7 +62,7 @@ pub enum PageCrcError {
 
 /// CRC32 (ISO-HDLC) of `bytes`, the checksum Parquet page headers carry.
 pub fn crc32(bytes: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, bytes) as u32
+    crc32fast::hash(bytes)
 }
 
 /// One top-level field of a page header: its id, compact type and the span

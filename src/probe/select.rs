@@ -66,14 +66,23 @@ pub fn nearest_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: us
 /// those not above it (or NaN) are looked at ([`Kept::offer`]): once the
 /// selection is full, most runs have none.
 fn nearest_of_every_leaf(h: Coarse<'_>, query: &[f32], keep: usize) -> Vec<Leaf> {
-    thread_local! {
-        static DISTANCES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
-    }
+    with_every_distance(h, query, |distances, first| nearest(distances, first, keep))
+}
+
+thread_local! {
+    /// The distances from a query to every leaf, reused by the thread's
+    /// next selection.
+    static DISTANCES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// `f(distances, first)` with the distance from `query` to every leaf of
+/// every root (leaf `first + i` at `i`), held in a buffer of the thread.
+fn with_every_distance<T>(h: Coarse<'_>, query: &[f32], f: impl FnOnce(&[f32], usize) -> T) -> T {
     let cids = every_cid(h);
     DISTANCES.with_borrow_mut(|distances| {
         h.panels
             .distances(h.hierarchy.metric, query, cids.clone(), distances);
-        nearest(distances, cids.start, keep)
+        f(distances, cids.start)
     })
 }
 
@@ -218,11 +227,24 @@ pub fn leaves_within(
     gap: f32,
     cap: usize,
 ) -> (Vec<u32>, Option<f32>) {
-    let leaves = leaf_distances(h, query, h.hierarchy.nlist(), 0);
-    let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
-    let (mut kept, rest): (Vec<Leaf>, Vec<Leaf>) =
-        leaves.into_iter().partition(|l| l.0 - d1 <= gap);
-    let mut next = rest.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
+    with_every_distance(h, query, |distances, first| {
+        within(distances, first, gap, cap)
+    })
+}
+
+/// [`leaves_within`] of the distances to every leaf (leaf `first + i` at
+/// `i`): one pass for the nearest, one that keeps the few within the gap
+/// and the nearest of the rest, so no pair is made for the leaves left out.
+fn within(distances: &[f32], first: usize, gap: f32, cap: usize) -> (Vec<u32>, Option<f32>) {
+    let d1 = min_of(distances, |d| d);
+    let is_within = |d: f32| d - d1 <= gap;
+    let mut next = min_of(distances, |d| if is_within(d) { f32::INFINITY } else { d });
+    let mut kept: Vec<Leaf> = Vec::new();
+    for (i, &d) in distances.iter().enumerate() {
+        if is_within(d) {
+            kept.push((d, (first + i) as u32));
+        }
+    }
     let cap = cap.max(1);
     if kept.len() > cap {
         kept.select_nth_unstable_by(cap, nearest_first);
@@ -232,6 +254,23 @@ pub fn leaves_within(
     let mut cids: Vec<u32> = kept.into_iter().map(|l| l.1).collect();
     cids.sort_unstable();
     (cids, next.is_finite().then_some(next - d1))
+}
+
+/// The least of `f(x)` over `xs` (NaN ignored, as by [`f32::min`];
+/// infinity for none), in [`RUN`] independent lanes, so that the compiler
+/// keeps them in one vector register instead of one serial chain of
+/// minimums.
+#[inline(always)]
+fn min_of(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
+    let mut lanes = [f32::INFINITY; RUN];
+    let mut runs = xs.chunks_exact(RUN);
+    for run in &mut runs {
+        for (lane, &x) in lanes.iter_mut().zip(run) {
+            *lane = lane.min(f(x));
+        }
+    }
+    let rest = runs.remainder().iter().map(|&x| f(x));
+    lanes.into_iter().chain(rest).fold(f32::INFINITY, f32::min)
 }
 
 /// Every leaf, `(distance, cid)`, nearest first (all roots visited): the
@@ -378,6 +417,55 @@ mod tests {
             (vec![0, 1, 2, 3], None)
         );
         assert_eq!(leaves_within(c, &[4.9], 0.0, 4).0, vec![1]);
+    }
+
+    /// `within` (lanes of minimums, pairs made only for the leaves kept)
+    /// equals the plain definition: every leaf paired, partitioned by the
+    /// gap, the rest's nearest folded in order. Distances with ties,
+    /// NaNs, a partial last run, and gaps and caps that keep none, some
+    /// and all.
+    #[test]
+    fn within_equals_partitioning_every_leaf() {
+        use rand::{Rng, SeedableRng};
+        fn reference(
+            distances: &[f32],
+            first: usize,
+            gap: f32,
+            cap: usize,
+        ) -> (Vec<u32>, Option<f32>) {
+            let leaves: Vec<Leaf> = distances.iter().copied().zip(first as u32..).collect();
+            let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
+            let (mut kept, rest): (Vec<Leaf>, Vec<Leaf>) =
+                leaves.into_iter().partition(|l| l.0 - d1 <= gap);
+            let mut next = rest.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
+            let cap = cap.max(1);
+            if kept.len() > cap {
+                kept.select_nth_unstable_by(cap, nearest_first);
+                next = next.min(kept[cap].0);
+                kept.truncate(cap);
+            }
+            let mut cids: Vec<u32> = kept.into_iter().map(|l| l.1).collect();
+            cids.sort_unstable();
+            (cids, next.is_finite().then_some(next - d1))
+        }
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
+        for n in [0, 1, 15, 16, 17, 100, 1000] {
+            let distances: Vec<f32> = (0..n)
+                .map(|_| match rng.random_range(0..20) {
+                    0 => f32::NAN,
+                    _ => rng.random_range(0i32..40) as f32 / 4.0,
+                })
+                .collect();
+            for gap in [0.0, 0.5, 3.0, f32::INFINITY] {
+                for cap in [0, 1, 4, 2000] {
+                    assert_eq!(
+                        within(&distances, 7, gap, cap),
+                        reference(&distances, 7, gap, cap),
+                        "n {n} gap {gap} cap {cap}"
+                    );
+                }
+            }
+        }
     }
 
     /// With every root visited, the nearest leaves kept as they come (up

@@ -184,10 +184,6 @@ fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-fn crc32(bytes: &[u8]) -> u32 {
-    crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, bytes) as u32
-}
-
 /// The bytes a temporary file reserved, from its name (`…-{cost}.tmp`);
 /// another name reserves a whole [`ENTRY_BYTES`].
 fn reserved(name: &std::ffi::OsStr) -> u64 {
@@ -413,7 +409,7 @@ impl DiskCache {
         entry.extend_from_slice(&key.object);
         entry.extend_from_slice(&key.start.to_le_bytes());
         entry.extend_from_slice(&data_len.to_le_bytes());
-        entry.extend_from_slice(&crc32(data).to_le_bytes());
+        entry.extend_from_slice(&crate::format::page_crc::crc32(data).to_le_bytes());
         entry.resize(HEADER as usize, 0);
         entry.extend_from_slice(data);
         let written = fs::write(&tmp, &entry).and_then(|()| fs::rename(&tmp, self.entry_path(key)));
@@ -554,7 +550,7 @@ fn map_entry(path: &std::path::Path, key: &BlockKey) -> io::Result<Option<(Bytes
     {
         return Err(bad("header"));
     }
-    if word(52) != crc32(data) {
+    if word(52) != crate::format::page_crc::crc32(data) {
         return Err(bad("checksum"));
     }
     let stale = meta
