@@ -424,10 +424,17 @@ fn fast_scan_lists<'a>(
     debug_assert!(queries.len() <= fastscan::QUERIES);
     let luts: [&Lut; fastscan::QUERIES] =
         std::array::from_fn(|i| list(queries.get(i).unwrap_or(last)).lut);
-    // The rows below a bound are offered with their rowids: fetched into the
-    // cache while the kernel scores the blocks, where each offer otherwise
-    // waits for its rowid's line.
-    prefetch(list(last).rowids);
+    // A query with no bound yet offers most rows of the list, each with its
+    // rowid: those are fetched into the cache while the kernel scores the
+    // blocks. Once every bound is set, few rows are offered, and fetching
+    // every rowid (a line per 8) would only fill the line buffers the
+    // kernel's own loads wait for.
+    if queries
+        .iter()
+        .any(|q| tops[list(q).query].bound() == f32::INFINITY)
+    {
+        prefetch(list(last).rowids);
+    }
     SUMS.with_borrow_mut(|sums| {
         if sums.len() < queries.len() {
             sums.resize_with(queries.len(), Vec::new);
@@ -1054,8 +1061,11 @@ impl PagePlan {
                         let (q, n) = owned[c];
                         let (_, row) = unpack(n.at);
                         let at = (row - p.first_row) * dim * 4;
-                        for (x, b) in v.iter_mut().zip(body[at..at + dim * 4].chunks_exact(4)) {
-                            *x = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        // Whole 4-byte arrays: one vectorised copy, no
+                        // iterator step per value.
+                        let (values, _) = body[at..at + dim * 4].as_chunks::<4>();
+                        for (x, b) in v.iter_mut().zip(values) {
+                            *x = f32::from_le_bytes(*b);
                         }
                         let query = &queries[q * dim..(q + 1) * dim];
                         out.push((q, metric.prepared_distance(query, &v), n.rowid));
