@@ -154,6 +154,33 @@ fn fast_scan(c: &mut Criterion) {
             b.iter(|| fastscan::scan(black_box(&lut), black_box(&blocks), &mut sums))
         });
     }
+    // A batch's pass over one list for the queries probing it
+    // (`fastscan::scan_many`): 1,024 codes (a SIFT-like list), in the
+    // caches, scored for 1 and for 4 queries; the throughput counts code ×
+    // query scores.
+    for dim in [128, 384] {
+        let pairs = sub_quantizers(dim) / 2;
+        let n = 1024;
+        let blocks = Blocks {
+            n,
+            pairs,
+            bytes: (0..n * pairs).map(|_| rng.random()).collect(),
+        };
+        let luts: Vec<Lut> = (0..fastscan::QUERIES)
+            .map(|_| {
+                let tables: Vec<f32> = (0..pairs * 32).map(|_| rng.random::<f32>()).collect();
+                Lut::quantize(&tables)
+            })
+            .collect();
+        for queries in [1, fastscan::QUERIES] {
+            let luts: Vec<&Lut> = luts.iter().take(queries).collect();
+            let mut sums = vec![Vec::new(); queries];
+            g.throughput(Throughput::Elements((n * queries) as u64));
+            g.bench_function(format!("list-{queries}q/{dim}"), |b| {
+                b.iter(|| fastscan::scan_many(black_box(&luts), black_box(&blocks), &mut sums))
+            });
+        }
+    }
     // The transposition of one list's row-major codes into blocks, as a
     // storage-resident query does for every list it loads: 317 rows (one
     // partial block), in the caches.

@@ -8,6 +8,11 @@
 //! of a search: bytes checked per batch ÷ check throughput ÷ batch time.
 //! Same data as `benches/search.rs`.
 //!
+//! `page-crc/crc32/{crate}/{bytes}` is the CRC32 alone on pages of a re-rank's
+//! sizes (a 128-d or 384-d row, a few rows, a list's chunk): `crc32fast`, what
+//! `format::page_crc::crc32` calls, next to `crc-fast` (object_store's), which
+//! it replaced.
+//!
 //! Run: `cargo bench --bench page_crc`.
 
 mod common;
@@ -60,6 +65,21 @@ fn bench(c: &mut Criterion) {
     let total: u64 = chunks.iter().map(|c| c.len() as u64).sum();
     let mut group = c.benchmark_group("page-crc");
     group.sample_size(20);
+    for size in [64usize, 600, 1_600, 2_048, 16_384] {
+        let page: Vec<u8> = (0..size).map(|i| (i * 7 + 3) as u8).collect();
+        group.throughput(Throughput::Bytes(size as u64));
+        group.bench_function(format!("crc32/crc32fast/{size}"), |b| {
+            b.iter(|| parqivf::format::page_crc::crc32(std::hint::black_box(&page)))
+        });
+        group.bench_function(format!("crc32/crc-fast/{size}"), |b| {
+            b.iter(|| {
+                crc_fast::checksum(
+                    crc_fast::CrcAlgorithm::Crc32IsoHdlc,
+                    std::hint::black_box(&page),
+                )
+            })
+        });
+    }
     group.throughput(Throughput::Bytes(total));
     group.bench_function(format!("check/all-chunks/{n}x{dim}"), |b| {
         b.iter(|| {
