@@ -233,18 +233,27 @@ pub fn leaves_within(
 }
 
 /// [`leaves_within`] of the distances to every leaf (leaf `first + i` at
-/// `i`): one pass for the nearest, one that keeps the few within the gap
-/// and the nearest of the rest, so no pair is made for the leaves left out.
+/// `i`): a pass for the nearest, a pass for the nearest outside the gap,
+/// and one that pairs only the few leaves within it (no pair is made for
+/// the leaves left out).
 fn within(distances: &[f32], first: usize, gap: f32, cap: usize) -> (Vec<u32>, Option<f32>) {
     let d1 = min_of(distances, |d| d);
     let is_within = |d: f32| d - d1 <= gap;
-    let mut next = min_of(distances, |d| if is_within(d) { f32::INFINITY } else { d });
-    let mut kept: Vec<Leaf> = Vec::new();
-    for (i, &d) in distances.iter().enumerate() {
-        if is_within(d) {
-            kept.push((d, (first + i) as u32));
-        }
-    }
+    let next = min_of(distances, |d| if is_within(d) { f32::INFINITY } else { d });
+    let kept = distances
+        .iter()
+        .enumerate()
+        .filter(|&(_, &d)| is_within(d))
+        .map(|(i, &d)| (d, (first + i) as u32))
+        .collect();
+    capped(kept, d1, next, cap)
+}
+
+/// The nearest `cap` (at least one) of the leaves `kept` within the gap of
+/// the nearest leaf's distance `d1`, sorted by cid, and the gap of the
+/// nearest leaf left out: the nearer of `next` (the nearest outside the
+/// gap) and the first beyond the cap; `None` when none was left out.
+fn capped(mut kept: Vec<Leaf>, d1: f32, mut next: f32, cap: usize) -> (Vec<u32>, Option<f32>) {
     let cap = cap.max(1);
     if kept.len() > cap {
         kept.select_nth_unstable_by(cap, nearest_first);
@@ -263,13 +272,13 @@ fn within(distances: &[f32], first: usize, gap: f32, cap: usize) -> (Vec<u32>, O
 #[inline(always)]
 fn min_of(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
     let mut lanes = [f32::INFINITY; RUN];
-    let mut runs = xs.chunks_exact(RUN);
-    for run in &mut runs {
+    let (runs, rest) = xs.as_chunks::<RUN>();
+    for run in runs {
         for (lane, &x) in lanes.iter_mut().zip(run) {
             *lane = lane.min(f(x));
         }
     }
-    let rest = runs.remainder().iter().map(|&x| f(x));
+    let rest = rest.iter().map(|&x| f(x));
     lanes.into_iter().chain(rest).fold(f32::INFINITY, f32::min)
 }
 
@@ -420,10 +429,10 @@ mod tests {
     }
 
     /// `within` (lanes of minimums, pairs made only for the leaves kept)
-    /// equals the plain definition: every leaf paired, partitioned by the
-    /// gap, the rest's nearest folded in order. Distances with ties,
-    /// NaNs, a partial last run, and gaps and caps that keep none, some
-    /// and all.
+    /// keeps what the plain definition keeps: every leaf paired,
+    /// partitioned by the gap, the rest's nearest folded in order, then
+    /// the same cap. Distances with ties, NaNs, a partial last run, and
+    /// gaps and caps that keep none, some and all.
     #[test]
     fn within_equals_partitioning_every_leaf() {
         use rand::{Rng, SeedableRng};
@@ -435,18 +444,10 @@ mod tests {
         ) -> (Vec<u32>, Option<f32>) {
             let leaves: Vec<Leaf> = distances.iter().copied().zip(first as u32..).collect();
             let d1 = leaves.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
-            let (mut kept, rest): (Vec<Leaf>, Vec<Leaf>) =
+            let (kept, rest): (Vec<Leaf>, Vec<Leaf>) =
                 leaves.into_iter().partition(|l| l.0 - d1 <= gap);
-            let mut next = rest.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
-            let cap = cap.max(1);
-            if kept.len() > cap {
-                kept.select_nth_unstable_by(cap, nearest_first);
-                next = next.min(kept[cap].0);
-                kept.truncate(cap);
-            }
-            let mut cids: Vec<u32> = kept.into_iter().map(|l| l.1).collect();
-            cids.sort_unstable();
-            (cids, next.is_finite().then_some(next - d1))
+            let next = rest.iter().map(|l| l.0).fold(f32::INFINITY, f32::min);
+            capped(kept, d1, next, cap)
         }
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
         for n in [0, 1, 15, 16, 17, 100, 1000] {
