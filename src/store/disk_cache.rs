@@ -180,10 +180,6 @@ pub fn object_key(path: &str, size: u64, version: &str) -> [u8; 32] {
     h.finalize().into()
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
 /// The bytes a temporary file reserved, from its name (`…-{cost}.tmp`);
 /// another name reserves a whole [`ENTRY_BYTES`].
 fn reserved(name: &std::ffi::OsStr) -> u64 {
@@ -270,7 +266,7 @@ impl DiskCache {
     }
 
     fn entry_path(&self, key: &BlockKey) -> PathBuf {
-        let name = hex(&key.object);
+        let name = hex::encode(key.object);
         self.dir
             .join("blocks")
             .join(&name[..1])
@@ -390,7 +386,7 @@ impl DiskCache {
         let tmp = self.dir.join("tmp").join(format!(
             "{}-{seq}-{}-{cost}.tmp",
             std::process::id(),
-            hex(&key.object[..4])
+            hex::encode(&key.object[..4])
         ));
         // The temporary file is created under the lock, so that another
         // process's eviction counts this reservation (see `scan`).
