@@ -849,7 +849,7 @@ fn matching_pages(pages: &[PageLocation], mask: &BooleanBuffer) -> Vec<usize> {
 }
 
 /// One `vector` data page to read.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct PageRead {
     /// Index in `loaded` of its row group.
     group: usize,
@@ -908,26 +908,20 @@ impl PagePlan {
         loaded: &[Arc<DecodedRowGroup>],
         candidates: &[TopK],
     ) -> Result<PagePlan, ProbeError> {
-        // (group, page) of each candidate, and (file, page offset,
-        // candidate) sorted: each page's candidates together, the pages of
-        // a file by offset.
-        let located: Vec<(usize, usize)> = candidates
-            .iter()
-            .flat_map(TopK::iter)
-            .map(|n| {
-                let (g, row) = unpack(n.at);
-                Ok((g, page_of(paths, &loaded[g], row)?))
-            })
-            .collect::<Result<_, ProbeError>>()?;
-        let mut keys: Vec<(usize, i64, usize)> = located
-            .iter()
-            .enumerate()
-            .map(|(c, &(g, page))| {
-                let rg = &loaded[g];
-                let pages = rg.vector_pages.as_deref().unwrap_or_default();
-                (rg.file, pages[page].offset, c)
-            })
-            .collect();
+        // The page of each candidate (read from the offset index once,
+        // while its entry is in the caches), and one sort key per
+        // candidate, (file, page offset, candidate) packed into a u128 (a
+        // file and a candidate fit 32 bits each, an offset 64): each page's
+        // candidates together, the pages of a file by offset.
+        let count = candidates.iter().map(TopK::len).sum::<usize>();
+        let (mut located, mut keys) = (Vec::with_capacity(count), Vec::with_capacity(count));
+        for (c, n) in candidates.iter().flat_map(TopK::iter).enumerate() {
+            let (g, row) = unpack(n.at);
+            let rg = &loaded[g];
+            let page = PageRead::of(rg, g, page_of(paths, rg, row)?);
+            keys.push(page_key(rg.file, page.range.start, c));
+            located.push(page);
+        }
         keys.sort_unstable();
         let mut plan = PagePlan {
             requests: Vec::new(),
@@ -935,18 +929,18 @@ impl PagePlan {
             bounds: vec![0],
             held: Vec::with_capacity(keys.len()),
         };
-        for file_keys in keys.chunk_by(|a, b| a.0 == b.0) {
+        for file_keys in keys.chunk_by(|a, b| a >> 96 == b >> 96) {
             let reads: Vec<PageRead> = file_keys
-                .chunk_by(|a, b| a.1 == b.1)
+                .chunk_by(|a, b| a >> 32 == b >> 32)
                 .map(|page_keys| {
-                    let (g, page) = located[page_keys[0].2];
-                    plan.held.extend(page_keys.iter().map(|key| key.2));
+                    plan.held
+                        .extend(page_keys.iter().map(|&key| key_candidate(key)));
                     plan.bounds.push(plan.held.len());
-                    PageRead::of(&loaded[g], g, page)
+                    located[key_candidate(page_keys[0])].clone()
                 })
                 .collect();
             plan.requests.push(FileRequest {
-                file: file_keys[0].0,
+                file: (file_keys[0] >> 96) as usize,
                 ranges: coalesce(reads.iter().map(|p| p.range.clone())),
             });
             plan.pages.push(reads);
@@ -1089,6 +1083,18 @@ fn decode_error(path: String, row_group: usize, msg: String) -> ProbeError {
         row_group,
         source: parquet::errors::ParquetError::General(msg),
     }
+}
+
+/// The sort key of candidate `c` on the page at `offset` of file `file`
+/// ([`PagePlan::new`]): file, offset, candidate from the high bits down.
+fn page_key(file: usize, offset: u64, c: usize) -> u128 {
+    debug_assert!(u32::try_from(file).is_ok() && u32::try_from(c).is_ok());
+    ((file as u128) << 96) | (u128::from(offset) << 32) | (c as u32 as u128)
+}
+
+/// The candidate of a [`page_key`].
+fn key_candidate(key: u128) -> usize {
+    (key & 0xffff_ffff) as usize
 }
 
 /// The index of the `vector` page of `rg` holding `row`.
