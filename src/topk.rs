@@ -180,6 +180,11 @@ impl Candidates {
         }
     }
 
+    /// The `k` selected.
+    pub fn k(&self) -> usize {
+        self.k
+    }
+
     /// Select the best `k` now, so that [`Candidates::bound`] is the
     /// `k`-th best distance offered so far (once `k` were offered).
     pub fn settle(&mut self) {

@@ -510,22 +510,32 @@ fn offer_runs(
     let base = &fast.base[..fast.base.len().min(sums.len())];
     let (base_runs, base_rest) = base.as_chunks::<RUN>();
     let (sum_runs, _) = sums.as_chunks::<RUN>();
+    // A selection with no bound yet (a query's first list) would take
+    // most of a long list's rows, each a candidate built and a selection
+    // every `k` of them: it first takes a bound that at least `k` of the
+    // list's rows are at most ([`first_bound`]), which keeps the same best
+    // `k`. A filter's mask leaves rows out, so it is not used then.
+    let first = if top.bound() == f32::INFINITY && mask.is_none() {
+        first_bound(a, b, base, sums, top.k(), &whole)
+    } else {
+        f32::INFINITY
+    };
     let offer = |at: usize, mut below: u32, top: &mut Candidates| {
         while below != 0 {
             let i = at + below.trailing_zeros() as usize;
             below &= below - 1;
             let e = estimate(a, b, base[i], sums[i]);
-            if e <= top.bound() && mask.is_none_or(|m| m.value(i)) {
+            if e <= top.bound().min(first) && mask.is_none_or(|m| m.value(i)) {
                 top.push_at(e, rowids[i], pack(group, i));
             }
         }
     };
-    let mut bound = top.bound();
+    let mut bound = top.bound().min(first);
     for (run, (sums, base)) in sum_runs.iter().zip(base_runs).enumerate() {
         let below = whole(a, b, sums, base, bound);
         if below != 0 {
             offer(RUN * run, below, top);
-            bound = top.bound();
+            bound = top.bound().min(first);
         }
     }
     if !base_rest.is_empty() {
@@ -533,6 +543,53 @@ fn offer_runs(
         let below = at_most_scalar(a, b, &sums[at..], base_rest, bound);
         offer(at, below, top);
     }
+}
+
+/// A bound that at least `k` of a list's rows' estimates are at most
+/// (`base` a value per row, `sums` at least as many; the rows as
+/// [`offer_runs`] compares them, `whole` a run at a time), so that offering
+/// only the rows at most it keeps the list's best `k`; +∞ when none is
+/// found cheaply, or the list is short enough to offer whole.
+///
+/// The least estimate of every `stride`-th row is at most about `stride`
+/// rows' estimates on average: with a stride of `2k`, about `2k` rows, at
+/// the cost of a pass over `n / 2k` rows. Whether at least `k` rows are at
+/// most it is then counted in one vectorised pass (the same comparison as
+/// the offers); if fewer are, a stride of `8k` is tried (about `8k` rows).
+fn first_bound(
+    a: f32,
+    b: f32,
+    base: &[f32],
+    sums: &[u32],
+    k: usize,
+    whole: impl Fn(f32, f32, &[u32; RUN], &[f32; RUN], f32) -> u32,
+) -> f32 {
+    let n = base.len();
+    if k == 0 || n < 4 * k {
+        return f32::INFINITY;
+    }
+    let (base_runs, base_rest) = base.as_chunks::<RUN>();
+    let (sum_runs, _) = sums.as_chunks::<RUN>();
+    let at_most = |t: f32| -> usize {
+        let whole_runs: u32 = sum_runs
+            .iter()
+            .zip(base_runs)
+            .map(|(s, c)| whole(a, b, s, c, t).count_ones())
+            .sum();
+        let at = n - base_rest.len();
+        (whole_runs + at_most_scalar(a, b, &sums[at..], base_rest, t).count_ones()) as usize
+    };
+    for stride in [2 * k, 8 * k] {
+        // NaN is ignored by `min`, and an infinite bound is no bound.
+        let t = (0..n)
+            .step_by(stride)
+            .map(|i| estimate(a, b, base[i], sums[i]))
+            .fold(f32::INFINITY, f32::min);
+        if t < f32::INFINITY && at_most(t) >= k {
+            return t;
+        }
+    }
+    f32::INFINITY
 }
 
 /// Bit j set when the estimate of row j of a run (`sums[j]`, `base[j]`;
@@ -1193,14 +1250,26 @@ mod tests {
         let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(9);
         let tables: Vec<f32> = (0..4 * 16).map(|_| rng.random_range(0.0..10.0)).collect();
         let lut = Lut::quantize(&tables);
-        for (n, keep) in [(1000, 40), (37, 10), (16, 5), (5, 8)] {
+        // (rows, keep, distinct values): the long lists take a first
+        // bound ([`first_bound`]); few distinct values make ties at it.
+        for (n, keep, values) in [
+            (1000, 40, 1000),
+            (3000, 40, 1000),
+            (3000, 40, 3),
+            (1000, 250, 7),
+            (37, 10, 1000),
+            (16, 5, 1000),
+            (5, 8, 1000),
+        ] {
             let rowids: Vec<i64> = (0..n as i64).map(|r| 7 * r + 3).collect();
             let fast = FastCodes {
                 blocks: fastscan::Blocks::from_rows(&vec![0u8; n * 2], n, 2, 0, 2),
-                base: (0..n).map(|_| rng.random_range(0.0..50.0)).collect(),
+                base: (0..n)
+                    .map(|_| rng.random_range(0..values.min(50)) as f32)
+                    .collect(),
             };
             let sums: Vec<u32> = (0..n.div_ceil(32) * 32)
-                .map(|_| rng.random_range(0..1_000))
+                .map(|_| rng.random_range(0..values))
                 .collect();
             let mask = BooleanBuffer::from_iter((0..n).map(|_| rng.random_bool(0.7)));
             let list = FastList {
@@ -1240,6 +1309,51 @@ mod tests {
                 assert_eq!(key(sse2), expected, "sse2, {n} rows");
             }
         }
+    }
+
+    /// A list's first bound has at least `k` rows' estimates at most it
+    /// (NaN estimates among them, which no bound keeps), or is +∞: for
+    /// `k` 0, a list shorter than `4k`, or no cheap bound. Most long lists
+    /// get one.
+    #[test]
+    fn a_first_bound_has_at_least_k_rows_at_most_it() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(21);
+        let (mut found, mut long) = (0, 0);
+        for _ in 0..500 {
+            let n: usize = rng.random_range(0..4_000);
+            let k: usize = rng.random_range(0..100);
+            let sums: Vec<u32> = (0..n.div_ceil(32) * 32)
+                .map(|_| rng.random_range(0..20_000))
+                .collect();
+            let base: Vec<f32> = (0..n)
+                .map(|_| {
+                    if rng.random_ratio(1, 100) {
+                        f32::NAN
+                    } else {
+                        rng.random_range(-50.0..50.0)
+                    }
+                })
+                .collect();
+            let (a, b) = (rng.random_range(-100.0..100.0), rng.random_range(0.0..0.05));
+            let t = first_bound(a, b, &base, &sums, k, |a, b, s, c, t| {
+                at_most_scalar(a, b, s, c, t)
+            });
+            let at_most = (0..n)
+                .filter(|&i| estimate(a, b, base[i], sums[i]) <= t)
+                .count();
+            if k > 0 && n >= 4 * k {
+                long += 1;
+            }
+            if t < f32::INFINITY {
+                found += 1;
+                assert!(k > 0 && n >= 4 * k, "a bound for {n} rows, k {k}");
+                assert!(at_most >= k, "{at_most} of {n} rows at most {t}, k {k}");
+            } else {
+                assert!(t == f32::INFINITY, "{t}");
+            }
+        }
+        assert!(found * 10 >= long * 7, "a first bound for {found} of {long} long lists");
     }
 
     #[test]
