@@ -1353,7 +1353,10 @@ mod tests {
                 assert!(t == f32::INFINITY, "{t}");
             }
         }
-        assert!(found * 10 >= long * 7, "a first bound for {found} of {long} long lists");
+        assert!(
+            found * 10 >= long * 7,
+            "a first bound for {found} of {long} long lists"
+        );
     }
 
     #[test]
