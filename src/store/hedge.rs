@@ -183,17 +183,26 @@ impl Window {
         let n = self.samples.len();
         if n >= MIN_EARLY && (n < MIN_SAMPLES || self.since_refresh >= REFRESH_EVERY) {
             self.since_refresh = 0;
+            // Two order statistics, selected (not sorted: this runs every
+            // `REFRESH_EVERY` gets, on their path).
             let mut v: Vec<u64> = self.samples.iter().copied().collect();
-            v.sort_unstable();
-            let at = |q: f64| Duration::from_micros(v[((n - 1) as f64 * q).round() as usize]);
-            let p50 = at(0.5);
+            let rank = |q: f64| ((n - 1) as f64 * q).round() as usize;
             // Few samples (a new process's first rounds): half again the
             // slowest seen stands in for the quantile.
-            let quantile = if n >= MIN_SAMPLES {
-                at(HEDGE_QUANTILE)
+            let (high, scale) = if n >= MIN_SAMPLES {
+                (rank(HEDGE_QUANTILE), 1.0)
             } else {
-                at(1.0).mul_f64(1.5)
+                (n - 1, 1.5)
             };
+            let (below, &mut at_high, _) = v.select_nth_unstable(high);
+            let middle = rank(0.5);
+            let at_middle = if middle < high {
+                *below.select_nth_unstable(middle).1
+            } else {
+                at_high
+            };
+            let p50 = Duration::from_micros(at_middle);
+            let quantile = Duration::from_micros(at_high).mul_f64(scale);
             // A steady store (p95 close to p50) is not hedged for a
             // scheduling hiccup.
             self.quantiles = Some((p50, quantile.max(p50.mul_f64(1.25))));
@@ -449,6 +458,38 @@ mod tests {
     use crate::store::latency::{Latency, LatencyStore};
     use object_store::ObjectStoreExt;
     use object_store::memory::InMemory;
+
+    #[test]
+    fn the_window_gives_the_quantiles_of_its_sorted_samples() {
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+        let mut window = Window::default();
+        let mut all: Vec<u64> = Vec::new();
+        for i in 0..2_000 {
+            let micros = rng.random_range(1_000..40_000);
+            all.push(micros);
+            window.observe(Duration::from_micros(micros));
+            let n = all.len().min(WINDOW);
+            if n < MIN_EARLY {
+                assert_eq!(window.quantiles, None);
+                continue;
+            }
+            if !(n < MIN_SAMPLES || window.since_refresh == 0) {
+                continue;
+            }
+            let mut v = all[all.len() - n..].to_vec();
+            v.sort_unstable();
+            let at = |q: f64| Duration::from_micros(v[((n - 1) as f64 * q).round() as usize]);
+            let p50 = at(0.5);
+            let quantile = if n >= MIN_SAMPLES {
+                at(HEDGE_QUANTILE)
+            } else {
+                at(1.0).mul_f64(1.5)
+            };
+            let want = (p50, quantile.max(p50.mul_f64(1.25)));
+            assert_eq!(window.quantiles, Some(want), "after {i} samples");
+        }
+    }
 
     #[test]
     fn settings_parse_and_a_bad_one_is_named() {

@@ -19,9 +19,12 @@
 //! the price of reading without a copy, as for any memory-mapped store.
 
 use bytes::Bytes;
+use futures::StreamExt;
 use memmap2::Mmap;
-use object_store::ObjectStore;
 use object_store::path::Path;
+use object_store::{
+    Attributes, GetOptions, GetRange, GetResult, GetResultPayload, ObjectMeta, ObjectStore,
+};
 use std::collections::HashMap;
 use std::ops::Range;
 use std::path::PathBuf;
@@ -193,6 +196,128 @@ impl LocalFolder {
     }
 }
 
+/// Local objects read in place behind a store that wraps a bare local
+/// folder (the latency emulator, [`super::latency::LatencyStore`]): each
+/// object's metadata as the store's own get returned it, and a mapping of
+/// its file, used to answer later ranged gets without the store's blocking
+/// open and copy. Unlike [`LocalFolder`], an object written again under
+/// its name (a commit's hint) is never answered from the old file: an
+/// entry serves only while the file has the device, inode, size and
+/// modification time it had when the entry was made.
+#[derive(Debug)]
+pub struct InPlaceObjects {
+    root: PathBuf,
+    objects: Mutex<HashMap<Path, Arc<InPlace>>>,
+}
+
+/// One object of [`InPlaceObjects`].
+#[derive(Debug)]
+struct InPlace {
+    identity: Identity,
+    meta: ObjectMeta,
+    map: Arc<Mmap>,
+}
+
+/// What says a file is the one an entry mapped: device, inode, size and
+/// modification time (size and time alone off Unix).
+type Identity = (u64, u64, u64, Option<std::time::SystemTime>);
+
+fn identity(m: &std::fs::Metadata) -> Identity {
+    #[cfg(unix)]
+    let (dev, ino) = {
+        use std::os::unix::fs::MetadataExt;
+        (m.dev(), m.ino())
+    };
+    #[cfg(not(unix))]
+    let (dev, ino) = (0, 0);
+    (dev, ino, m.len(), m.modified().ok())
+}
+
+impl InPlaceObjects {
+    /// The objects of `store` when it is a bare `LocalFileSystem`; `None`
+    /// for any other store.
+    pub fn of(store: &dyn ObjectStore) -> Option<InPlaceObjects> {
+        LocalFolder::of(store).map(|folder| InPlaceObjects {
+            root: folder.root,
+            objects: Mutex::default(),
+        })
+    }
+
+    /// The answer to a plain ranged get of `location` (a bounded, non-empty range; no
+    /// condition, version or head) from the entry an earlier get left,
+    /// when its file is unchanged and holds the range; `None` otherwise,
+    /// and the store answers (see [`InPlaceObjects::remember`]).
+    pub fn get(&self, location: &Path, options: &GetOptions) -> Option<GetResult> {
+        let plain = options.if_match.is_none()
+            && options.if_none_match.is_none()
+            && options.if_modified_since.is_none()
+            && options.if_unmodified_since.is_none()
+            && options.version.is_none()
+            && !options.head;
+        let Some(GetRange::Bounded(range)) = options.range.clone().filter(|_| plain) else {
+            return None;
+        };
+        let entry = {
+            let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+            Arc::clone(objects.get(location)?)
+        };
+        let file = file_below(self.root.clone(), location)?;
+        let now = std::fs::metadata(file).ok()?;
+        let within = range.start < range.end && range.end <= entry.map.len() as u64;
+        if identity(&now) != entry.identity || !within {
+            return None;
+        }
+        let bytes = Bytes::from_owner(Mapped(Arc::clone(&entry.map)))
+            .slice(range.start as usize..range.end as usize);
+        Some(GetResult {
+            payload: GetResultPayload::Stream(futures::stream::once(async { Ok(bytes) }).boxed()),
+            meta: entry.meta.clone(),
+            range,
+            attributes: Attributes::default(),
+            extensions: Default::default(),
+        })
+    }
+
+    /// Keeps `meta`, what the store's get of an object returned, with a
+    /// mapping of its file, when the file still has that size and
+    /// modification time (else it changed since, and nothing is kept).
+    pub fn remember(&self, meta: &ObjectMeta) {
+        let Some(file) = file_below(self.root.clone(), &meta.location) else {
+            return;
+        };
+        let Ok(handle) = std::fs::File::open(&file) else {
+            return;
+        };
+        let Ok(now) = handle.metadata() else {
+            return;
+        };
+        let modified = now
+            .modified()
+            .ok()
+            .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+            .and_then(|d| i64::try_from(d.as_micros()).ok());
+        if now.len() != meta.size || modified != Some(meta.last_modified.timestamp_micros()) {
+            return;
+        }
+        // SAFETY: an entry is used only while the file keeps the identity
+        // it had here; index objects are written under a name by a rename
+        // or once, never modified in place (the module comment).
+        let Ok(map) = (unsafe { Mmap::map(&handle) }) else {
+            return;
+        };
+        let entry = InPlace {
+            identity: identity(&now),
+            meta: meta.clone(),
+            map: Arc::new(map),
+        };
+        let mut objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
+        if objects.len() >= MAX_MAPPED {
+            objects.clear();
+        }
+        objects.insert(meta.location.clone(), Arc::new(entry));
+    }
+}
+
 /// A mapped file, the owner of the `Bytes` that borrow its ranges.
 struct Mapped(Arc<Mmap>);
 
@@ -272,5 +397,65 @@ mod tests {
         let wrapped = crate::store::latency::LatencyStore::new(store, "ttfb=0ms".parse().unwrap());
         assert!(LocalFolder::of(&wrapped).is_none());
         assert!(LocalFolder::of(&object_store::memory::InMemory::new()).is_none());
+    }
+
+    /// What a get answers, its payload read whole.
+    async fn got(result: GetResult) -> (ObjectMeta, Range<u64>, Bytes) {
+        let (meta, range) = (result.meta.clone(), result.range.clone());
+        (meta, range, result.bytes().await.unwrap())
+    }
+
+    #[tokio::test]
+    async fn objects_in_place_answer_as_the_store_and_never_from_an_old_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            Arc::new(object_store::local::LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+        let objects = InPlaceObjects::of(store.as_ref()).unwrap();
+        let path = Path::from("versions/latest hint.bin");
+        store.put(&path, vec![1u8; 5_000].into()).await.unwrap();
+        let ranged = |r: Range<u64>| GetOptions {
+            range: Some(GetRange::Bounded(r)),
+            ..GetOptions::default()
+        };
+        // Nothing is answered before the store's own get was remembered.
+        assert!(objects.get(&path, &ranged(0..10)).is_none());
+        let first = store.get_opts(&path, ranged(100..200)).await.unwrap();
+        objects.remember(&first.meta);
+        for r in [100..200, 0..1, 4_990..5_000] {
+            let from_store = got(store.get_opts(&path, ranged(r.clone())).await.unwrap()).await;
+            let in_place = got(objects.get(&path, &ranged(r.clone())).unwrap()).await;
+            assert_eq!(in_place, from_store, "{r:?}");
+        }
+        // An empty range or one past the end, a head, a conditional or an
+        // open-ended get is the store's to answer.
+        assert!(objects.get(&path, &ranged(4_990..5_001)).is_none());
+        assert!(objects.get(&path, &ranged(7..7)).is_none());
+        let head = GetOptions {
+            head: true,
+            ..ranged(0..10)
+        };
+        let conditional = GetOptions {
+            if_none_match: Some("*".into()),
+            ..ranged(0..10)
+        };
+        for options in [head, conditional, GetOptions::default()] {
+            assert!(objects.get(&path, &options).is_none(), "{options:?}");
+        }
+        // Written again under its name: the old mapping is never served,
+        // and the store's next get is remembered in its place.
+        store.put(&path, vec![2u8; 6_000].into()).await.unwrap();
+        assert!(objects.get(&path, &ranged(0..10)).is_none());
+        let second = store.get_opts(&path, ranged(0..10)).await.unwrap();
+        objects.remember(&second.meta);
+        let (meta, _, bytes) = got(objects.get(&path, &ranged(5_990..6_000)).unwrap()).await;
+        assert_eq!((meta.size, &bytes[..]), (6_000, &[2u8; 10][..]));
+        assert_eq!(meta.e_tag, second.meta.e_tag);
+        // Deleted: nothing is answered, and the store says NotFound.
+        store.delete(&path).await.unwrap();
+        assert!(objects.get(&path, &ranged(0..10)).is_none());
+        // Metadata of another version than the file's is not kept.
+        store.put(&path, vec![3u8; 10].into()).await.unwrap();
+        objects.remember(&first.meta);
+        assert!(objects.get(&path, &ranged(0..10)).is_none());
     }
 }
