@@ -193,11 +193,9 @@ impl LatencyStore {
             .unwrap_or_default();
         first + self.latency.transfer(bytes)
     }
-}
 
-impl LatencyStore {
-    /// Waits [`LatencyStore::wait`]; a wait of zero returns at once (the
-    /// runtime's timer would hold it to its next millisecond tick).
+    /// Waits [`LatencyStore::wait`]; a wait of zero goes on at once,
+    /// without a timer entry.
     async fn delay(&self, requests: usize, bytes: u64) {
         let wait = self.wait(requests, bytes);
         if !wait.is_zero() {

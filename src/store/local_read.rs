@@ -243,10 +243,10 @@ impl InPlaceObjects {
         })
     }
 
-    /// The answer to a plain ranged get of `location` (a bounded, non-empty range; no
-    /// condition, version or head) from the entry an earlier get left,
-    /// when its file is unchanged and holds the range; `None` otherwise,
-    /// and the store answers (see [`InPlaceObjects::remember`]).
+    /// The answer to a plain ranged get of `location` (a bounded, non-empty
+    /// range; no condition, version or head) from the entry an earlier get
+    /// left, when its file is unchanged and holds the range; `None`
+    /// otherwise, and the store answers (see [`InPlaceObjects::remember`]).
     pub fn get(&self, location: &Path, options: &GetOptions) -> Option<GetResult> {
         let plain = options.if_match.is_none()
             && options.if_none_match.is_none()
