@@ -213,6 +213,8 @@ pub struct InPlaceObjects {
 /// One object of [`InPlaceObjects`].
 #[derive(Debug)]
 struct InPlace {
+    /// The object's file, below the root.
+    file: PathBuf,
     identity: Identity,
     meta: ObjectMeta,
     map: Arc<Mmap>,
@@ -261,8 +263,7 @@ impl InPlaceObjects {
             let objects = self.objects.lock().unwrap_or_else(PoisonError::into_inner);
             Arc::clone(objects.get(location)?)
         };
-        let file = file_below(self.root.clone(), location)?;
-        let now = std::fs::metadata(file).ok()?;
+        let now = std::fs::metadata(&entry.file).ok()?;
         let within = range.start < range.end && range.end <= entry.map.len() as u64;
         if identity(&now) != entry.identity || !within {
             return None;
@@ -306,6 +307,7 @@ impl InPlaceObjects {
             return;
         };
         let entry = InPlace {
+            file,
             identity: identity(&now),
             meta: meta.clone(),
             map: Arc::new(map),
