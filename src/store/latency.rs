@@ -37,6 +37,7 @@ use rand_chacha::ChaCha8Rng;
 
 use super::local_read::InPlaceObjects;
 use super::pass_through::pass_through_store;
+use super::timer;
 
 /// How long a request takes ([`LatencyStore`]), parsed from
 /// `ttfb=30ms,jitter=0.2,tail=0.01@500ms,mib_per_s=100,seed=1` (every key
@@ -194,12 +195,13 @@ impl LatencyStore {
         first + self.latency.transfer(bytes)
     }
 
-    /// Waits [`LatencyStore::wait`]; a wait of zero goes on at once,
+    /// Waits [`LatencyStore::wait`] on the precise timer (`tokio`'s
+    /// rounds up to the next millisecond); a wait of zero goes on at once,
     /// without a timer entry.
     async fn delay(&self, requests: usize, bytes: u64) {
         let wait = self.wait(requests, bytes);
         if !wait.is_zero() {
-            tokio::time::sleep(wait).await;
+            timer::sleep(wait).await;
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod location;
 pub mod options;
 pub mod parquet_reader;
 mod pass_through;
+mod timer;
 pub mod uri;
 
 pub mod counting;
