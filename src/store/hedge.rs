@@ -15,6 +15,13 @@
 //!   byte, are the smallest gaps merged, and only gaps whose transfer takes
 //!   less than that wait: gap < p50 latency × [`REQUEST_BANDWIDTH`]
 //!   ([`merge_for_slots`]).
+//! - **Splitting.** One request streams at about [`REQUEST_BANDWIDTH`], so
+//!   a large range costs its transfer after its first byte (a probed root's
+//!   adjacent lists, read as one range, are a few hundred KB: 2–3 ms at
+//!   100 MiB/s). A range whose transfer would take more than
+//!   1/[`SPLIT_SHARE`] of the p50 latency is read as that many parts at
+//!   once ([`split_for_transfer`]), within [`SPLIT_SLOTS`] of the slots a
+//!   call: the parts share one time to first byte.
 //! - **Hedging.** A get that has not answered after the observed p95 of
 //!   recent gets ([`HedgeAfter::Observed`]; at least 1.25 × their p50, and
 //!   1.5 × the slowest while fewer than [`MIN_SAMPLES`] were seen, from
@@ -41,7 +48,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use futures::future::BoxFuture;
 use futures::stream::FuturesUnordered;
@@ -71,6 +78,14 @@ pub const HEDGE_QUANTILE: f64 = 0.95;
 /// MB/s per connection): a request's expected transfer time, subtracted
 /// from its observed latency and added to its hedge delay.
 pub const REQUEST_BANDWIDTH: u64 = 100 << 20;
+/// A range is split into parts whose transfer at [`REQUEST_BANDWIDTH`]
+/// takes at most this share of the p50 latency (1/32: 98 KB at 30 ms).
+pub const SPLIT_SHARE: u64 = 32;
+/// A call's parts take at most this share of the first copies' slots
+/// (other calls of the round, and other queries, need the rest).
+pub const SPLIT_SLOTS: usize = 4;
+/// No part is smaller than this.
+const MIN_PART: u64 = 32 << 10;
 /// Copies of one get at most: the first and two hedges (a hedge that also
 /// draws the slow tail, 1 % of hedges on S3, gets a second).
 pub const MAX_COPIES: usize = 3;
@@ -381,6 +396,47 @@ pub fn merge_for_slots(ranges: &[Range<u64>], slots: usize, max_gap: u64) -> Vec
     merged
 }
 
+/// The sorted, disjoint `requests` cut into parts of at most `part` bytes
+/// (each request into equal, adjacent parts), with `part` doubled until
+/// the call takes at most `slots` requests; `requests` as they are when
+/// `part` is 0 or they already take `slots` or more. Returns the parts
+/// and, per request, how many of them it became.
+pub fn split_for_transfer(
+    requests: &[Range<u64>],
+    part: u64,
+    slots: usize,
+) -> (Vec<Range<u64>>, Vec<usize>) {
+    let len = |r: &Range<u64>| r.end.saturating_sub(r.start);
+    let mut counts = vec![1; requests.len()];
+    if part > 0 && requests.len() < slots {
+        // Ends: once every request is one part, they take fewer than `slots`.
+        let mut part = part.max(MIN_PART);
+        loop {
+            let n: Vec<usize> = requests
+                .iter()
+                .map(|r| usize::try_from(len(r).div_ceil(part)).map_or(usize::MAX, |n| n.max(1)))
+                .collect();
+            if n.iter()
+                .try_fold(0usize, |a, &b| a.checked_add(b))
+                .is_some_and(|t| t <= slots)
+            {
+                counts = n;
+                break;
+            }
+            part = part.saturating_mul(2);
+        }
+    }
+    let parts = requests
+        .iter()
+        .zip(&counts)
+        .flat_map(|(r, &n)| {
+            let (start, l, n) = (r.start, len(r), n as u64);
+            (0..n).map(move |i| start + l * i / n..start + l * (i + 1) / n)
+        })
+        .collect();
+    (parts, counts)
+}
+
 impl fmt::Debug for HedgedStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("HedgedStore")
@@ -428,14 +484,34 @@ pass_through_store!(HedgedStore, [put_multipart_opts], {
             (p50.as_secs_f64() * REQUEST_BANDWIDTH as f64) as u64
         });
         let requests = merge_for_slots(&sorted, self.first_slots, max_gap);
-        let fetched = futures::future::try_join_all(requests.iter().map(|r| async move {
+        let (parts, counts) = split_for_transfer(
+            &requests,
+            max_gap / SPLIT_SHARE,
+            self.first_slots / SPLIT_SLOTS,
+        );
+        let mut fetched = futures::future::try_join_all(parts.iter().map(|r| async move {
             let options = GetOptions {
                 range: Some(GetRange::Bounded(r.clone())),
                 ..GetOptions::default()
             };
             self.hedged_get(location, options).await?.bytes().await
         }))
-        .await?;
+        .await?
+        .into_iter();
+        // A split request's parts, joined again.
+        let fetched: Vec<Bytes> = counts
+            .iter()
+            .map(|&n| match n {
+                1 => fetched.next().unwrap_or_default(),
+                _ => {
+                    let mut joined = BytesMut::new();
+                    for piece in fetched.by_ref().take(n) {
+                        joined.extend_from_slice(&piece);
+                    }
+                    joined.freeze()
+                }
+            })
+            .collect();
         ranges
             .iter()
             .map(|want| {
@@ -514,6 +590,35 @@ mod tests {
         // A gap at or above the bound never merges, whatever the slots.
         let got = merge_for_slots(&ranges, 1, 80);
         assert_eq!(got, vec![0..20, 100..120, 1000..1010]);
+    }
+
+    #[test]
+    fn large_ranges_split_into_parts_within_the_slots() {
+        let k = 1u64 << 10;
+        let ranges = [0..10 * k, 100 * k..400 * k, 500 * k..501 * k];
+        // No latency observed yet (part 0): nothing splits.
+        let (parts, counts) = split_for_transfer(&ranges, 0, 64);
+        assert_eq!((parts, counts), (ranges.to_vec(), vec![1, 1, 1]));
+        // 100 KiB parts: the 300 KiB range becomes three adjacent ones.
+        let (parts, counts) = split_for_transfer(&ranges, 100 * k, 64);
+        assert_eq!(counts, vec![1, 3, 1]);
+        assert_eq!(
+            parts,
+            vec![
+                0..10 * k,
+                100 * k..200 * k,
+                200 * k..300 * k,
+                300 * k..400 * k,
+                500 * k..501 * k
+            ]
+        );
+        // Four slots: the part doubles until the call fits them.
+        let (parts, counts) = split_for_transfer(&ranges, 40 * k, 4);
+        assert_eq!(counts, vec![1, 2, 1]);
+        assert_eq!(parts.len(), 4);
+        // No part is below the floor, and a call with no spare slot stays.
+        assert_eq!(split_for_transfer(&ranges, 1, 64).1, vec![1, 10, 1]);
+        assert_eq!(split_for_transfer(&ranges, 40 * k, 3).1, vec![1, 1, 1]);
     }
 
     /// A store that counts its requests in flight and the most at once;
@@ -626,6 +731,33 @@ mod tests {
         }
         let most = gauge.most.load(Ordering::SeqCst);
         assert!((2..=8).contains(&most), "{most} requests in flight");
+    }
+
+    #[tokio::test]
+    async fn a_large_range_is_read_in_parts_and_comes_back_whole() {
+        let (inner, path, data) = object(1 << 20).await;
+        let latency: Latency = "ttfb=5ms,jitter=0".parse().unwrap();
+        let gauge = Gauge::new(Arc::new(LatencyStore::new(inner, latency)), false);
+        let store = HedgedStore::new(Arc::clone(&gauge) as _, 64, HedgeAfter::Off);
+        // Before any latency is observed, a range is one request.
+        let ranges = [1000..901_000, 950_000..950_010];
+        let got = store.get_ranges(&path, &ranges).await.unwrap();
+        assert_eq!(gauge.most.load(Ordering::SeqCst), 2);
+        for i in 0..40u64 {
+            store.get_range(&path, i..i + 10).await.unwrap();
+        }
+        gauge.most.store(0, Ordering::SeqCst);
+        let again = store.get_ranges(&path, &ranges).await.unwrap();
+        for (r, (b, c)) in ranges.iter().zip(got.iter().zip(&again)) {
+            assert_eq!(b.as_ref(), &data[r.start as usize..r.end as usize]);
+            assert_eq!(b, c);
+        }
+        // p50 5 ms: 16 KB parts, at least 32 KiB, doubled to fit 14 slots
+        // (56 / 4): 900 KB in 7 parts of 128 KiB, with the small range 8
+        // requests at once (at least 5 on a host too busy to start them
+        // within 5 ms of each other).
+        let most = gauge.most.load(Ordering::SeqCst);
+        assert!((5..=8).contains(&most), "{most} requests in flight");
     }
 
     /// 100 sequential 1,000-byte gets of `path` through a hedged store
