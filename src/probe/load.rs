@@ -52,7 +52,7 @@ use rayon::prelude::*;
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 /// Bytes of one read filling the disk tier: 64 blocks.
 pub const FILL_CHUNK: u64 = 64 * BLOCK_DATA;
@@ -210,24 +210,61 @@ impl LoadPlan {
         dim: usize,
         fast: Option<&FastScan>,
     ) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
-        let files: Vec<(String, FetchedFile)> = self.names.into_iter().zip(fetched.0).collect();
-        let jobs: Vec<(usize, Job)> = self
-            .jobs
-            .into_iter()
-            .enumerate()
-            .flat_map(|(i, js)| js.into_iter().map(move |j| (i, j)))
-            .collect();
-        jobs.into_par_iter()
-            .map(|(i, job)| {
-                let (name, file) = &files[i];
-                let rg = decode(name, job, dim, &file.ranges, &file.data)?;
-                if let Some(fast) = fast.filter(|_| rg.payload.is_none()) {
-                    fast.prepare(&rg);
-                }
-                Ok(Arc::new(rg))
-            })
-            .collect()
+        Ok(decode_files(self.names, self.jobs, fetched.0, dim, fast)?.concat())
     }
+}
+
+/// Decode each file's row groups (`names[i]`'s `jobs[i]` from `files[i]`),
+/// in parallel on the current rayon pool; one list per file, in order.
+fn decode_files(
+    names: Vec<String>,
+    jobs: Vec<Vec<Job>>,
+    files: Vec<FetchedFile>,
+    dim: usize,
+    fast: Option<&FastScan>,
+) -> Result<Vec<Vec<Arc<DecodedRowGroup>>>, ProbeError> {
+    names
+        .into_par_iter()
+        .zip(jobs)
+        .zip(files)
+        .map(|((name, jobs), file)| decode_file(&name, jobs, &file, dim, fast))
+        .collect()
+}
+
+/// The IO counters of one round's files, added to `stats`: requests and
+/// bytes from the store, hits and bytes from the disk tier, and a round
+/// when any request went to the store.
+fn count_io(ios: &[TierIo], stats: &mut SearchStats) {
+    for io in ios {
+        stats.requests += io.store_requests;
+        stats.bytes += io.store_bytes;
+        stats.disk_hits += io.disk_hits;
+        stats.disk_bytes += io.disk_bytes;
+    }
+    if ios.iter().any(|io| io.store_requests > 0) {
+        stats.rounds += 1;
+    }
+}
+
+/// Decode the row groups `jobs` of one file (`name`, for errors) from its
+/// fetched bytes, in parallel on the current rayon pool, as
+/// [`LoadPlan::decode`] does. Pure compute.
+fn decode_file(
+    name: &str,
+    jobs: Vec<Job>,
+    file: &FetchedFile,
+    dim: usize,
+    fast: Option<&FastScan>,
+) -> Result<Vec<Arc<DecodedRowGroup>>, ProbeError> {
+    jobs.into_par_iter()
+        .map(|job| {
+            let rg = decode(name, job, dim, &file.ranges, &file.data)?;
+            if let Some(fast) = fast.filter(|_| rg.payload.is_none()) {
+                fast.prepare(&rg);
+            }
+            Ok(Arc::new(rg))
+        })
+        .collect()
 }
 
 impl PostingsReader {
@@ -619,36 +656,36 @@ impl PostingsReader {
         if let (Some(local), None) = (&self.local, &self.disk) {
             return self.fetch_local(local, requests, stats).await;
         }
-        let fetches = requests.iter().map(|r| async move {
-            let path = self.path(r.file);
-            let store = |source| ProbeError::Store {
-                path: path.to_string(),
-                source,
-            };
-            let units = self.units(r.file);
-            let ranges = units.split(&r.ranges);
-            let (data, io) = self
-                .object(r.file)?
-                .get_ranges_in(&ranges, &units)
-                .await
-                .map_err(store)?;
-            Ok::<_, ProbeError>((FetchedFile { ranges, data }, io))
-        });
-        let fetched = futures::future::try_join_all(fetches).await?;
+        let fetched =
+            futures::future::try_join_all(requests.iter().map(|r| self.fetch_file(r))).await?;
         let mut data = Vec::with_capacity(fetched.len());
-        let mut store_requests = 0;
+        let mut ios = Vec::with_capacity(fetched.len());
         for (file, io) in fetched {
-            store_requests += io.store_requests;
-            stats.requests += io.store_requests;
-            stats.bytes += io.store_bytes;
-            stats.disk_hits += io.disk_hits;
-            stats.disk_bytes += io.disk_bytes;
+            ios.push(io);
             data.push(file);
         }
-        if store_requests > 0 {
-            stats.rounds += 1;
-        }
+        count_io(&ios, stats);
         Ok(Fetched(data))
+    }
+
+    /// One file's ranged read ([`PostingsReader::fetch`]): through the disk
+    /// tier when there is one, cut at its units' spans.
+    ///
+    /// # Errors
+    /// [`ProbeError::Store`] naming the file.
+    async fn fetch_file(&self, r: &FileRequest) -> Result<(FetchedFile, TierIo), ProbeError> {
+        let path = self.path(r.file);
+        let units = self.units(r.file);
+        let ranges = units.split(&r.ranges);
+        let (data, io) = self
+            .object(r.file)?
+            .get_ranges_in(&ranges, &units)
+            .await
+            .map_err(|source| ProbeError::Store {
+                path: path.to_string(),
+                source,
+            })?;
+        Ok((FetchedFile { ranges, data }, io))
     }
 
     /// [`PostingsReader::fetch`] from a bare local folder: the round's
@@ -747,31 +784,137 @@ impl PostingsReader {
 
     /// Fetch a plan's requests and decode them on rayon; the fresh row
     /// groups are remembered, and returned after the cached ones.
+    ///
+    /// A file whose bytes came from the store is decoded as soon as they
+    /// arrive, while the round's other requests are still in flight (each
+    /// waits its own time to first byte and transfer), so that only the
+    /// last file's decode follows the round. Files read in place (a local
+    /// folder) or from the disk tier arrive at once and are decoded
+    /// together, in one hand-over to rayon. `fetch_us` is the time until
+    /// the last file arrived; `decode_us` sums the decodes, overlapped or
+    /// not.
     async fn execute(
         &self,
         mut plan: LoadPlan,
         stats: &mut SearchStats,
     ) -> Result<(Vec<Arc<DecodedRowGroup>>, Vec<(u32, u64)>), ProbeError> {
-        let t = Instant::now();
-        let fetched = self.fetch(plan.requests(), stats).await?;
-        stats.fetch_us += micros(t.elapsed());
         let mut loaded = std::mem::take(&mut plan.cached);
         let pruned = std::mem::take(&mut plan.pruned);
-        if plan.requests.is_empty() {
-            return Ok((loaded, pruned));
-        }
-        let (dim, fast) = (self.dim, self.fast_scan.clone());
         let counting = plan.counting.take();
-        let (decoded, took) = on_rayon(move || {
+        let (decoded, took) = if self.local.is_some() && self.disk.is_none() {
             let t = Instant::now();
-            plan.decode(fetched, dim, fast.as_deref())
-                .map(|d| (d, t.elapsed()))
-        })
-        .await?;
+            let fetched = self.fetch(plan.requests(), stats).await?;
+            stats.fetch_us += micros(t.elapsed());
+            if plan.requests.is_empty() {
+                return Ok((loaded, pruned));
+            }
+            let (per_file, took) = self
+                .decode_on_rayon(plan.names, plan.jobs, fetched.0)
+                .await?;
+            (per_file.concat(), took)
+        } else {
+            self.fetch_decoding(plan, stats).await?
+        };
         stats.decode_us += micros(took);
         self.remember(&decoded, counting);
         loaded.extend(decoded);
         Ok((loaded, pruned))
+    }
+
+    /// The files `names` with their `jobs` decoded from `files` in one
+    /// hand-over to rayon (none for no file), one list per file, with the
+    /// time the decode took.
+    async fn decode_on_rayon(
+        &self,
+        names: Vec<String>,
+        jobs: Vec<Vec<Job>>,
+        files: Vec<FetchedFile>,
+    ) -> Result<(Vec<Vec<Arc<DecodedRowGroup>>>, Duration), ProbeError> {
+        if files.is_empty() {
+            return Ok((Vec::new(), Duration::ZERO));
+        }
+        let (dim, fast) = (self.dim, self.fast_scan.clone());
+        on_rayon(move || {
+            let t = Instant::now();
+            decode_files(names, jobs, files, dim, fast.as_deref()).map(|d| (d, t.elapsed()))
+        })
+        .await
+    }
+
+    /// [`PostingsReader::execute`] through the store or the disk tier: each
+    /// file fetched, and decoded on rayon as soon as its bytes came from
+    /// the store; those the disk tier held whole are decoded together at
+    /// the end.
+    async fn fetch_decoding(
+        &self,
+        plan: LoadPlan,
+        stats: &mut SearchStats,
+    ) -> Result<(Vec<Arc<DecodedRowGroup>>, Duration), ProbeError> {
+        /// A file decoded on arrival, or its bytes held for the end.
+        enum Arrived {
+            Decoded(Vec<Arc<DecodedRowGroup>>, Duration),
+            Held(String, Vec<Job>, FetchedFile),
+        }
+        let t = Instant::now();
+        let LoadPlan {
+            requests,
+            names,
+            jobs,
+            ..
+        } = plan;
+        let (dim, fast) = (self.dim, self.fast_scan.clone());
+        let files = requests
+            .iter()
+            .zip(names)
+            .zip(jobs)
+            .map(|((r, name), jobs)| {
+                let fast = fast.clone();
+                async move {
+                    let (file, io) = self.fetch_file(r).await?;
+                    let arrived = t.elapsed();
+                    if io.store_requests == 0 {
+                        return Ok((Arrived::Held(name, jobs, file), io, arrived));
+                    }
+                    let (decoded, took) = on_rayon(move || {
+                        let t = Instant::now();
+                        decode_file(&name, jobs, &file, dim, fast.as_deref())
+                            .map(|d| (d, t.elapsed()))
+                    })
+                    .await?;
+                    Ok::<_, ProbeError>((Arrived::Decoded(decoded, took), io, arrived))
+                }
+            });
+        let arrived = futures::future::try_join_all(files).await?;
+        let mut ios = Vec::with_capacity(arrived.len());
+        let mut per_file = Vec::with_capacity(arrived.len());
+        let (mut took, mut last) = (Duration::ZERO, Duration::ZERO);
+        let (mut held_at, mut names, mut jobs, mut held) =
+            (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        for (i, (file, io, at)) in arrived.into_iter().enumerate() {
+            ios.push(io);
+            last = last.max(at);
+            match file {
+                Arrived::Decoded(d, t) => {
+                    per_file.push(d);
+                    took += t;
+                }
+                Arrived::Held(name, js, f) => {
+                    per_file.push(Vec::new());
+                    held_at.push(i);
+                    names.push(name);
+                    jobs.push(js);
+                    held.push(f);
+                }
+            }
+        }
+        count_io(&ios, stats);
+        stats.fetch_us += micros(last);
+        let (rest, rest_took) = self.decode_on_rayon(names, jobs, held).await?;
+        for (i, d) in held_at.into_iter().zip(rest) {
+            per_file[i] = d;
+        }
+        // In plan order, as a decode of the whole round returns them.
+        Ok((per_file.concat(), took + rest_took))
     }
 
     /// Every row group of postings file `file` (manifest order), its `cid`
