@@ -19,7 +19,9 @@
 //!    are counted.
 //! 4. **Decode** (pure, CPU, [`LoadPlan::decode`], [`super::decode`]): page
 //!    CRCs, then the decoders in parallel (rayon) with the residual cid
-//!    check.
+//!    check. A file read from the store is decoded as soon as its bytes
+//!    arrive, while the round's other requests are in flight
+//!    ([`PostingsReader::load`]).
 //!
 //! [`PostingsReader::load`] composes them for async callers, running the
 //! decode on rayon through [`on_rayon`]. Queries of a batch share this: a

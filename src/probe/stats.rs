@@ -104,10 +104,12 @@ pub struct SearchStats {
     /// Microseconds on candidate files, footers (including their IO) and
     /// access plans.
     pub plan_us: u64,
-    /// Microseconds of row-group IO.
+    /// Microseconds of row-group IO, until the round's last file arrived.
     pub fetch_us: u64,
     /// Microseconds decoding row groups and checking their cids (and
-    /// transposing a fast-scan scheme's codes into blocks).
+    /// transposing a fast-scan scheme's codes into blocks), summed over
+    /// the files (a file from the store is decoded while the others are
+    /// still in flight).
     pub decode_us: u64,
     /// Microseconds computing distances (codes and f32).
     pub scan_us: u64,
