@@ -1038,8 +1038,9 @@ mod tests {
         let supported: Vec<Kernel> = KERNELS.into_iter().filter(|k| k.is_supported()).collect();
         eprintln!("assignment kernels on this CPU: {supported:?}");
         let mut rng = ChaCha8Rng::seed_from_u64(3);
-        // Sizes straddle the tile edges: 600 points (3 tiles), 1100 centroids (2 tiles).
-        for (n, k, dim) in [(600, 1100, 17), (5, 3, 1), (300, 7, 128)] {
+        // Sizes straddle the tile edges: 600 points (3 tiles), 1100
+        // centroids (2 tiles); a panel of 300 dimensions is 37.5 KiB.
+        for (n, k, dim) in [(600, 1100, 17), (5, 3, 1), (300, 7, 128), (301, 70, 300)] {
             let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
             for (metric, kernel) in [Metric::L2, Metric::InnerProduct, Metric::Cosine]
                 .into_iter()
@@ -1064,6 +1065,33 @@ mod tests {
                         dists[i]
                     );
                 }
+            }
+        }
+    }
+
+    /// Both packed kernels sum each score over the dimensions in order,
+    /// with one FMA a term, and apply the same affine map: they agree bit
+    /// for bit, whatever their register blocks.
+    #[test]
+    fn the_packed_kernels_give_the_same_scores_bit_for_bit() {
+        let (a, b) = (Kernel::PackedAvx2, Kernel::PackedAvx512);
+        if !(a.is_supported() && b.is_supported()) {
+            eprintln!("skipped: this CPU lacks {a:?} or {b:?}");
+            return;
+        }
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        for (n, k, dim) in [(301, 70, 300), (50, 40, 384), (13, 33, 129)] {
+            let (data, cents) = (uniform(&mut rng, n * dim), uniform(&mut rng, k * dim));
+            for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+                let got_a = nearest_with(a, &data, &cents, dim, metric).unwrap();
+                let got_b = nearest_with(b, &data, &cents, dim, metric).unwrap();
+                assert_eq!(got_a.0, got_b.0, "{metric:?} d {dim}: labels");
+                let bits = |d: &[f32]| d.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got_a.1),
+                    bits(&got_b.1),
+                    "{metric:?} d {dim}: distances"
+                );
             }
         }
     }
