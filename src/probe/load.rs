@@ -655,7 +655,7 @@ impl PostingsReader {
         requests: &[FileRequest],
         stats: &mut SearchStats,
     ) -> Result<Fetched, ProbeError> {
-        if let (Some(local), None) = (&self.local, &self.disk) {
+        if let Some(local) = self.in_place() {
             return self.fetch_local(local, requests, stats).await;
         }
         let fetched =
@@ -668,6 +668,12 @@ impl PostingsReader {
         }
         count_io(&ios, stats);
         Ok(Fetched(data))
+    }
+
+    /// The local folder a round reads in place: a bare local store without
+    /// a disk tier.
+    fn in_place(&self) -> Option<&LocalFolder> {
+        self.local.as_ref().filter(|_| self.disk.is_none())
     }
 
     /// One file's ranged read ([`PostingsReader::fetch`]): through the disk
@@ -803,7 +809,7 @@ impl PostingsReader {
         let mut loaded = std::mem::take(&mut plan.cached);
         let pruned = std::mem::take(&mut plan.pruned);
         let counting = plan.counting.take();
-        let (decoded, took) = if self.local.is_some() && self.disk.is_none() {
+        let (decoded, took) = if self.in_place().is_some() {
             let t = Instant::now();
             let fetched = self.fetch(plan.requests(), stats).await?;
             stats.fetch_us += micros(t.elapsed());

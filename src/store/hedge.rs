@@ -499,12 +499,14 @@ pass_through_store!(HedgedStore, [put_multipart_opts], {
         .await?
         .into_iter();
         // A split request's parts, joined again.
-        let fetched: Vec<Bytes> = counts
+        let fetched: Vec<Bytes> = requests
             .iter()
-            .map(|&n| match n {
+            .zip(&counts)
+            .map(|(r, &n)| match n {
                 1 => fetched.next().unwrap_or_default(),
                 _ => {
-                    let mut joined = BytesMut::new();
+                    let len = r.end.saturating_sub(r.start);
+                    let mut joined = BytesMut::with_capacity(usize::try_from(len).unwrap_or(0));
                     for piece in fetched.by_ref().take(n) {
                         joined.extend_from_slice(&piece);
                     }
