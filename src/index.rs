@@ -118,10 +118,12 @@ impl Index {
         location: &Path,
         options: IndexOptions,
     ) -> Result<Index, IndexError> {
-        let (snapshot, open) = counted(&store, |s| async move {
-            Snapshot::open(s.as_ref(), location).await
-        })
-        .await?;
+        let mut meter = OpenMeter::new(&store);
+        let view = meter.view();
+        let snapshot = meter
+            .measure(Snapshot::open(view.as_ref(), location))
+            .await?;
+        let open = meter.stats();
         let mut index = Self::from_snapshot(store, snapshot, options);
         index.open = open;
         Ok(index)
@@ -146,7 +148,13 @@ impl Index {
 
     /// What the CLI, the server and Python open: the current snapshot of
     /// `location` ([`Index::open_current`]) with `options`, then `preload`
-    /// in memory ([`Index::preload`]).
+    /// in memory ([`Index::preload`]). When the latest commit's bundle
+    /// holds its snapshot, the commit log's check that it is current
+    /// (versions `N` and `N + 1`, [`Pending`]) runs alongside the preload's
+    /// reads, so a preloaded open costs one round less; the index is given
+    /// only once the check says `true`, and when it says `false` (a newer
+    /// commit), the current snapshot is opened as [`Index::open_current`]
+    /// does and preloaded instead.
     ///
     /// # Errors
     /// As [`Index::open_current`] and [`Index::preload`].
@@ -157,11 +165,38 @@ impl Index {
         preload: Preload,
     ) -> Result<Index, IndexError> {
         let footers_ahead = reads_footers_ahead(&store, &options);
-        let (snapshot, open) = counted(&store, |s| async move {
-            Snapshot::open_current_with(&s, location, footers_ahead).await
-        })
-        .await?;
-        Self::opened(store, snapshot, open, options, preload).await
+        let mut meter = OpenMeter::new(&store);
+        let view = meter.view();
+        let opened = meter
+            .measure(Snapshot::open_latest(&view, location, footers_ahead))
+            .await?;
+        let (snapshot, pending) = match opened {
+            Opened::Current(snapshot) => {
+                return Self::opened(store, snapshot, meter.stats(), options, preload).await;
+            }
+            Opened::Ahead(snapshot, pending) => (snapshot, pending),
+        };
+        let mut index = Self::from_snapshot(Arc::clone(&store), snapshot, options.clone());
+        // The check first, so that its requests leave before the preload's
+        // planning runs.
+        let (current, loaded) =
+            futures::join!(meter.measure(pending.is_current()), index.preload(preload));
+        // The check decides first: a preload of a superseded snapshot may
+        // fail (its files collected), which is no error of the current one.
+        if !current? {
+            let (snapshot, open) = {
+                let mut meter = OpenMeter::new(&store);
+                let view = meter.view();
+                let snapshot = meter
+                    .measure(Snapshot::open_current_with(&view, location, footers_ahead))
+                    .await?;
+                (snapshot, meter.stats())
+            };
+            return Self::opened(store, snapshot, open, options, preload).await;
+        }
+        loaded?;
+        index.open = meter.stats();
+        Ok(index)
     }
 
     /// [`Index::open_with`], without waiting for the commit log's check
@@ -183,10 +218,12 @@ impl Index {
         preload: Preload,
     ) -> Result<(Index, Option<Pending>), IndexError> {
         let footers_ahead = reads_footers_ahead(&store, &options);
-        let (opened, mut open) = counted(&store, |s| async move {
-            Snapshot::open_latest(&s, location, footers_ahead).await
-        })
-        .await?;
+        let mut meter = OpenMeter::new(&store);
+        let view = meter.view();
+        let opened = meter
+            .measure(Snapshot::open_latest(&view, location, footers_ahead))
+            .await?;
+        let mut open = meter.stats();
         let (snapshot, pending) = match opened {
             Opened::Current(snapshot) => (snapshot, None),
             Opened::Ahead(snapshot, pending) => (snapshot, Some(pending)),
@@ -515,29 +552,51 @@ fn reads_footers_ahead(store: &Arc<dyn ObjectStore>, options: &IndexOptions) -> 
     options.disk_cache.is_none() && LocalFolder::of(store.as_ref()).is_none()
 }
 
-/// `read` a snapshot through a counting view of `store`, and what it cost.
-async fn counted<T, F, Fut>(
-    store: &Arc<dyn ObjectStore>,
-    read: F,
-) -> Result<(T, OpenStats), SnapshotError>
-where
-    F: FnOnce(Arc<dyn ObjectStore>) -> Fut,
-    Fut: std::future::Future<Output = Result<T, SnapshotError>>,
-{
-    let counting = CountingStore::new(Arc::clone(store));
-    let view: Arc<dyn ObjectStore> = Arc::new(counting.clone());
-    let t = std::time::Instant::now();
-    let (snapshot, hedges) = count_hedges(read(view)).await;
-    let io = counting.counts();
-    let open = OpenStats {
-        rounds: io.rounds,
-        requests: io.get_requests + io.head_requests,
-        bytes: io.get_bytes,
-        hedges,
-        open_us: micros(t.elapsed()),
-        ahead: false,
-    };
-    Ok((snapshot?, open))
+/// What an open's reads cost: they go through a counting view of the
+/// store ([`OpenMeter::view`]), each step of the open is timed and its
+/// hedges counted ([`OpenMeter::measure`]), and [`OpenMeter::stats`] sums
+/// them, from the first request to the end of the last step measured.
+struct OpenMeter {
+    counting: CountingStore,
+    start: std::time::Instant,
+    took: std::time::Duration,
+    hedges: u64,
+}
+
+impl OpenMeter {
+    fn new(store: &Arc<dyn ObjectStore>) -> OpenMeter {
+        OpenMeter {
+            counting: CountingStore::new(Arc::clone(store)),
+            start: std::time::Instant::now(),
+            took: std::time::Duration::ZERO,
+            hedges: 0,
+        }
+    }
+
+    /// The store the open reads through.
+    fn view(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(self.counting.clone())
+    }
+
+    /// Run one step of the open.
+    async fn measure<F: std::future::Future>(&mut self, step: F) -> F::Output {
+        let (out, hedges) = count_hedges(step).await;
+        self.hedges += hedges;
+        self.took = self.start.elapsed();
+        out
+    }
+
+    fn stats(&self) -> OpenStats {
+        let io = self.counting.counts();
+        OpenStats {
+            rounds: io.rounds,
+            requests: io.get_requests + io.head_requests,
+            bytes: io.get_bytes,
+            hedges: self.hedges,
+            open_us: micros(self.took),
+            ahead: false,
+        }
+    }
 }
 
 /// Each row of `batch` as a JSON object (nulls kept as `null`), as

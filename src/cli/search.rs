@@ -212,24 +212,6 @@ async fn stream(
     Ok(Some((done, searching)))
 }
 
-/// `index` once `pending` (when it was opened ahead) confirmed its commit,
-/// else the current snapshot opened by `reopen`.
-async fn confirmed<F, Fut>(
-    index: Index,
-    pending: Option<Pending>,
-    reopen: F,
-) -> anyhow::Result<Index>
-where
-    F: FnOnce() -> Fut,
-    Fut: std::future::Future<Output = Result<Index, parqivf::index::IndexError>>,
-{
-    let current = match pending {
-        Some(check) => check.is_current().await?,
-        None => true,
-    };
-    Ok(if current { index } else { reopen().await? })
-}
-
 /// The stack of a rayon worker: a main thread's (8 MiB), as one of them
 /// drives the searches.
 const MAIN_STACK: usize = 8 << 20;
@@ -256,24 +238,26 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
         target_recall: args.target_recall,
         ..SearchParams::default()
     };
-    drive_on_rayon(|| {
+    let disk = options.disk_cache.clone();
+    let searched = drive_on_rayon(|| {
         runtime.block_on(async {
-            // Opened ahead of the commit log's check when the latest
-            // commit's bundle allows: plain results overlap that check with
-            // their first batch, the other modes wait for it first.
-            let reopen =
+            // Plain results are opened ahead of the commit log's check when
+            // the latest commit's bundle allows, and overlap that check with
+            // their first batch; the other modes overlap it with the preload
+            // (`Index::open_with`).
+            let confirmed =
                 || Index::open_with(Arc::clone(&store), &prefix, options.clone(), args.preload);
-            let (index, pending) =
-                Index::open_ahead(Arc::clone(&store), &prefix, options.clone(), args.preload)
-                    .await?;
             let plain = args.groundtruth.is_none() && !args.explain && !args.warm;
             if plain {
+                let (index, pending) =
+                    Index::open_ahead(Arc::clone(&store), &prefix, options.clone(), args.preload)
+                        .await?;
                 if !print_results(&index, &args, &params, pending).await? {
-                    print_results(&reopen().await?, &args, &params, None).await?;
+                    print_results(&confirmed().await?, &args, &params, None).await?;
                 }
                 return Ok(());
             }
-            let index = confirmed(index, pending, reopen).await?;
+            let index = confirmed().await?;
             if args.warm {
                 index.warm().await?;
             }
@@ -285,7 +269,13 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
                     .map(|_| ()),
             }
         })
-    })?;
+    });
+    // The disk tier's entries this process fetched are written before it
+    // exits (`DiskCache::settle`), for the next process to find.
+    if let Some(disk) = disk {
+        runtime.block_on(disk.settle());
+    }
+    searched?;
     Ok(ExitCode::SUCCESS)
 }
 

@@ -509,7 +509,7 @@ impl PostingsReader {
     /// Read every footer not yet cached, all at once (one round), and with
     /// a disk tier, copy every postings object into it ([`FILL_CHUNK`]
     /// bytes a read, [`FILL_READS`] reads in flight; blocks already there
-    /// are not fetched again).
+    /// are not fetched again), returning once every entry is written.
     ///
     /// # Errors
     /// As [`PostingsReader::footers`].
@@ -522,6 +522,10 @@ impl PostingsReader {
         let t = Instant::now();
         self.footers(&all, &mut stats).await?;
         self.fill_disk(&mut stats).await?;
+        if let Some(disk) = &self.disk {
+            // Warmed means in place: the entries the reads left behind too.
+            disk.settle().await;
+        }
         stats.plan_us = micros(t.elapsed());
         Ok(stats)
     }

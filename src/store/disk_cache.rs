@@ -40,6 +40,16 @@
 //!   Something that truncated an entry file in place would fault the
 //!   reading process (`SIGBUS`), as for any memory-mapped reader.
 //!
+//! - **Written behind.** The blocks a read fetched are written on tokio's
+//!   blocking pool after the read has returned them: a read that filled the
+//!   cache does not wait for its writes (about 50 µs an entry: the lock, a
+//!   temporary file, a rename). Until its entry is in place, a block is
+//!   served from memory to the reads that ask for it. At most
+//!   [`WRITE_BEHIND_BYTES`] wait so in a process; a read that would pass
+//!   that waits for its own writes. [`DiskCache::settle`] waits until every
+//!   write left behind is done (`warm` does, and so does a command before
+//!   it exits).
+//!
 //! Reads of unmapped entries and writes are blocking file IO: callers run
 //! them on tokio's blocking pool ([`CachedObject::get_ranges`]), never on a
 //! worker thread; a read of mapped entries is a lookup in memory.
@@ -83,6 +93,9 @@ pub const TOUCH_EVERY: Duration = Duration::from_secs(1);
 /// 65,530 mappings with the local folder's.
 pub const MAX_MAPPED: usize = 8192;
 const MAGIC: &[u8; 8] = b"PQVFCB02";
+/// Bytes of fetched blocks a process holds waiting to be written, at most
+/// ([`DiskCache::write_behind`]).
+pub const WRITE_BEHIND_BYTES: u64 = 64 << 20;
 /// Subfolders of `blocks/` (by the key's first hex digit).
 const FANOUT: usize = 16;
 
@@ -149,6 +162,18 @@ pub struct DiskCache {
     tmp_seq: AtomicU64,
     /// The entries this process has verified and mapped.
     mapped: Mutex<LruCache<BlockKey, MappedEntry>>,
+    /// Blocks fetched and not yet written ([`DiskCache::write_behind`]).
+    behind: Behind,
+}
+
+/// The writes a process left behind: their blocks, served from memory
+/// until written, and the tasks still writing.
+#[derive(Debug, Default)]
+struct Behind {
+    blocks: Mutex<std::collections::HashMap<BlockKey, Bytes>>,
+    bytes: AtomicU64,
+    tasks: AtomicU64,
+    settled: tokio::sync::Notify,
 }
 
 /// A verified, mapped entry: its block's bytes (borrowing the mapping), the
@@ -228,6 +253,7 @@ impl DiskCache {
             mapped: Mutex::new(LruCache::new(
                 NonZeroUsize::new(MAX_MAPPED).expect("MAX_MAPPED > 0"),
             )),
+            behind: Behind::default(),
         };
         // A new folder (or one whose `usage` was lost) starts from what it
         // holds: its folders, and any entries already there.
@@ -348,6 +374,69 @@ impl DiskCache {
 
     fn lock_mapped(&self) -> MutexGuard<'_, LruCache<BlockKey, MappedEntry>> {
         self.mapped.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn lock_behind(&self) -> MutexGuard<'_, std::collections::HashMap<BlockKey, Bytes>> {
+        self.behind
+            .blocks
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The block `key` if a read of this process fetched it and its entry
+    /// is still being written: a lookup in memory, counted as a hit.
+    pub fn get_behind(&self, key: &BlockKey) -> Option<Bytes> {
+        let data = self.lock_behind().get(key).cloned()?;
+        self.count_hit(data.len());
+        Some(data)
+    }
+
+    /// Keep `blocks` ([`DiskCache::put`] each) on tokio's blocking pool,
+    /// serving them from memory until then ([`DiskCache::get_behind`]).
+    /// Returns the writing task when the blocks waiting to be written would
+    /// pass [`WRITE_BEHIND_BYTES`]: the caller then awaits it.
+    pub fn write_behind(
+        self: &Arc<Self>,
+        blocks: Vec<(BlockKey, Bytes)>,
+    ) -> Option<tokio::task::JoinHandle<()>> {
+        if blocks.is_empty() {
+            return None;
+        }
+        let bytes: u64 = blocks.iter().map(|(_, b)| b.len() as u64).sum();
+        {
+            let mut behind = self.lock_behind();
+            for (key, data) in &blocks {
+                behind.insert(*key, data.clone());
+            }
+        }
+        let waiting = self.behind.bytes.fetch_add(bytes, Ordering::Relaxed) + bytes;
+        self.behind.tasks.fetch_add(1, Ordering::AcqRel);
+        let cache = Arc::clone(self);
+        let task = tokio::task::spawn_blocking(move || {
+            for (key, data) in &blocks {
+                cache.put(key, data);
+                cache.lock_behind().remove(key);
+            }
+            cache.behind.bytes.fetch_sub(bytes, Ordering::Relaxed);
+            if cache.behind.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
+                cache.behind.settled.notify_waiters();
+            }
+        });
+        (waiting > WRITE_BEHIND_BYTES).then_some(task)
+    }
+
+    /// Wait until every write this process left behind is done
+    /// ([`DiskCache::write_behind`]).
+    pub async fn settle(&self) {
+        loop {
+            let settled = self.behind.settled.notified();
+            tokio::pin!(settled);
+            settled.as_mut().enable();
+            if self.behind.tasks.load(Ordering::Acquire) == 0 {
+                return;
+            }
+            settled.await;
+        }
     }
 
     fn count_hit(&self, bytes: usize) {
@@ -655,6 +744,7 @@ impl CachedObject<'_> {
                     }
                     have.push(Some(data));
                 }
+                None if let Some(data) = cache.get_behind(&key(b)) => have.push(Some(data)),
                 None => {
                     unmapped.push(have.len());
                     have.push(None);
@@ -721,13 +811,12 @@ impl CachedObject<'_> {
                     have[i] = Some(block);
                 }
             }
-            let cache = Arc::clone(cache);
-            blocking(move || {
-                for (key, data) in fresh {
-                    cache.put(&key, &data);
-                }
-            })
-            .await?;
+            if let Some(writes) = cache.write_behind(fresh) {
+                writes.await.map_err(|e| object_store::Error::Generic {
+                    store: "disk cache",
+                    source: Box::new(e),
+                })?;
+            }
         }
         let data = ranges
             .iter()
@@ -1179,42 +1268,70 @@ mod tests {
         assert_eq!(Units::default().cover(3 * b, b).len(), 3);
     }
 
-    /// An in-memory store holding `body` at `path` (counted), and an empty
-    /// disk tier in a temporary folder.
-    async fn tier_over(
-        path: &Path,
-        body: &[u8],
-    ) -> (
-        CountingStore,
-        Arc<dyn ObjectStore>,
-        tempfile::TempDir,
-        Arc<DiskCache>,
-    ) {
-        let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-        inner
-            .put(path, PutPayload::from(body.to_vec()))
-            .await
-            .unwrap();
-        let counting = CountingStore::new(inner);
-        let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
-        let dir = tempfile::tempdir().unwrap();
-        let cache = Arc::new(DiskCache::open(dir.path(), 64 * ENTRY_BYTES).unwrap());
-        (counting, store, dir, cache)
+    /// An object of `size` bytes (byte `i` is `i * step % 251`) in an
+    /// in-memory store (counted), and an empty disk tier in a temporary
+    /// folder.
+    struct Tier {
+        path: Path,
+        size: u64,
+        body: Vec<u8>,
+        counting: CountingStore,
+        store: Arc<dyn ObjectStore>,
+        dir: tempfile::TempDir,
+        cache: Arc<DiskCache>,
+    }
+
+    impl Tier {
+        async fn new(name: &str, size: u64, step: u64) -> Tier {
+            let path = Path::from(name);
+            let body: Vec<u8> = (0..size).map(|i| (i * step % 251) as u8).collect();
+            let inner: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+            inner
+                .put(&path, PutPayload::from(body.clone()))
+                .await
+                .unwrap();
+            let counting = CountingStore::new(inner);
+            let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+            let dir = tempfile::tempdir().unwrap();
+            let cache = Arc::new(DiskCache::open(dir.path(), 64 * ENTRY_BYTES).unwrap());
+            Tier {
+                path,
+                size,
+                body,
+                counting,
+                store,
+                dir,
+                cache,
+            }
+        }
+
+        /// The bytes of `ranges` through the tier, checked against the
+        /// object's, and what the read cost.
+        async fn read(&self, ranges: &[Range<u64>]) -> (Vec<Bytes>, TierIo) {
+            let (got, io) = self.object().get_ranges(ranges).await.unwrap();
+            for (r, g) in ranges.iter().zip(&got) {
+                assert_eq!(&g[..], &self.body[r.start as usize..r.end as usize]);
+            }
+            (got, io)
+        }
+
+        /// The object, version `sha-1`, read through the tier.
+        fn object(&self) -> CachedObject<'_> {
+            CachedObject {
+                store: self.store.as_ref(),
+                cache: Some(&self.cache),
+                path: &self.path,
+                size: self.size,
+                version: "sha-1",
+            }
+        }
     }
 
     #[tokio::test]
     async fn a_read_within_one_unit_is_its_entry_uncopied() {
-        let path = Path::from("postings/part-1.parquet");
-        let size = 3 * BLOCK_DATA;
-        let body: Vec<u8> = (0..size).map(|i| (i * 7 % 253) as u8).collect();
-        let (counting, store, _dir, cache) = tier_over(&path, &body).await;
-        let object = CachedObject {
-            store: store.as_ref(),
-            cache: Some(&cache),
-            path: &path,
-            size,
-            version: "sha-1",
-        };
+        let tier = Tier::new("postings/part-1.parquet", 3 * BLOCK_DATA, 7).await;
+        let (size, body, counting, cache) = (tier.size, &tier.body, &tier.counting, &tier.cache);
+        let object = tier.object();
         // A chunk kept whole across the fixed grid's boundary, and a chunk
         // read page by page.
         let chunk = 10..BLOCK_DATA + 90;
@@ -1233,6 +1350,7 @@ mod tests {
         // The units touched: the chunk and the first three pieces of the
         // paged span, adjacent: one request.
         assert_eq!((io.store_requests, io.disk_hits), (1, 0));
+        cache.settle().await;
         let (again, io) = object.get_ranges_in(&ranges, &units).await.unwrap();
         assert_eq!(again, got);
         assert_eq!((io.store_requests, io.disk_hits), (0, 3));
@@ -1240,7 +1358,7 @@ mod tests {
         let (third, _) = object.get_ranges_in(&ranges[..1], &units).await.unwrap();
         assert_eq!(third[0].as_ptr(), again[0].as_ptr());
         assert_eq!(counting.counts().get_requests, 1);
-        let names: Vec<String> = entry_files(&cache)
+        let names: Vec<String> = entry_files(cache)
             .iter()
             .map(|f| f.file_name().unwrap().to_string_lossy().into_owned())
             .collect();
@@ -1256,29 +1374,16 @@ mod tests {
 
     #[tokio::test]
     async fn reads_through_the_tier_fetch_each_block_once() {
-        let path = Path::from("postings/part-0.parquet");
-        let size = 3 * BLOCK_DATA + 123;
-        let body: Vec<u8> = (0..size).map(|i| (i * 31 % 251) as u8).collect();
-        let (counting, store, _dir, cache) = tier_over(&path, &body).await;
-        let object = CachedObject {
-            store: store.as_ref(),
-            cache: Some(&cache),
-            path: &path,
-            size,
-            version: "sha-1",
-        };
+        let tier = Tier::new("postings/part-0.parquet", 3 * BLOCK_DATA + 123, 31).await;
+        let (size, counting) = (tier.size, &tier.counting);
+        let object = tier.object();
         let ranges = [
             10..20,
             BLOCK_DATA - 5..BLOCK_DATA + 5,
             2 * BLOCK_DATA..size,
             size - 1..size,
         ];
-        let want: Vec<&[u8]> = ranges
-            .iter()
-            .map(|r| &body[r.start as usize..r.end as usize])
-            .collect();
-        let (got, io) = object.get_ranges(&ranges).await.unwrap();
-        assert_eq!(got.iter().map(|b| &b[..]).collect::<Vec<_>>(), want);
+        let (got, io) = tier.read(&ranges).await;
         // Blocks 0..=3 missing: one run, one request for all four.
         assert_eq!(
             (io.store_requests, io.store_bytes, io.disk_hits),
@@ -1296,5 +1401,49 @@ mod tests {
         };
         let (_, io) = newer.get_ranges(&ranges[..1]).await.unwrap();
         assert_eq!((io.store_requests, io.disk_hits), (1, 0));
+    }
+
+    /// A read returns before its blocks' entries are written; until they
+    /// are, the blocks are served from memory, so a read right after sends
+    /// no request either. `settle` returns once the entries are in place, for
+    /// another handle (another process) to find. Past
+    /// [`WRITE_BEHIND_BYTES`] waiting, the writer is handed back to wait for.
+    #[tokio::test]
+    async fn fetched_blocks_are_written_behind_the_read_and_served_meanwhile() {
+        let tier = Tier::new("postings/part-2.parquet", 2 * BLOCK_DATA + 7, 13).await;
+        let (counting, cache) = (&tier.counting, &tier.cache);
+        let object = tier.object();
+        let ranges = [5..9, BLOCK_DATA + 1..2 * BLOCK_DATA + 3];
+        let (got, io) = tier.read(&ranges).await;
+        assert_eq!((io.store_requests, io.disk_hits), (1, 0));
+        // At once: from the blocks behind, or their entries if written.
+        let (again, io) = object.get_ranges(&ranges).await.unwrap();
+        assert_eq!(again, got);
+        assert_eq!((io.store_requests, io.disk_hits), (0, 3));
+        cache.settle().await;
+        assert_eq!(entry_files(cache).len(), 3);
+        assert_eq!(cache.state().written, 3);
+        assert!(cache.lock_behind().is_empty());
+        let other = Arc::new(DiskCache::open(tier.dir.path(), 64 * ENTRY_BYTES).unwrap());
+        let (third, io) = CachedObject {
+            cache: Some(&other),
+            ..object
+        }
+        .get_ranges(&ranges)
+        .await
+        .unwrap();
+        assert_eq!(third, got);
+        assert_eq!((io.store_requests, io.disk_hits), (0, 3));
+        assert_eq!(counting.counts().get_requests, 1);
+
+        // Under the bound, nothing to wait for; past it, the writer.
+        let small = (key(7, 0, 10), Bytes::from(vec![1u8; 10]));
+        assert!(cache.write_behind(vec![small]).is_none());
+        let len = WRITE_BEHIND_BYTES as usize + 1;
+        let large = (key(8, 0, len), Bytes::from(vec![0u8; len]));
+        let writer = cache.write_behind(vec![large]).expect("past the bound");
+        writer.await.unwrap();
+        cache.settle().await;
+        assert!(cache.lock_behind().is_empty());
     }
 }

@@ -111,6 +111,8 @@ async fn a_restart_answers_from_the_disk_tier_without_store_requests() {
     // Cold: the store serves the footers; their blocks may already hold
     // some of the row groups read next.
     assert!(first[0].stats.requests > 0);
+    // The entries the reads fetched are written behind them.
+    cold.disk_cache().unwrap().settle().await;
 
     // A new handle on the folder: what a restarted process sees.
     let restarted = open(

@@ -10,7 +10,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 use parqivf::format::manifest::Manifest;
 use parqivf::format::postings_table::FooterViolation;
-use parqivf::index::{Index, IndexError, IndexOptions, SearchParams};
+use parqivf::index::{Index, IndexError, IndexOptions, Preload, SearchParams};
 use parqivf::probe::ProbeError;
 use parqivf::store::counting::CountingStore;
 use std::sync::Arc;
@@ -469,6 +469,29 @@ async fn row_group_with_two_cids_is_refused() {
     }
 }
 
+/// The answer of the current snapshot of `idx` to `q` ([`top5`]).
+async fn current_answer(
+    mem: &Arc<dyn ObjectStore>,
+    idx: &Path,
+    q: &[f32],
+) -> parqivf::index::SearchResult {
+    Index::open_current(Arc::clone(mem), idx)
+        .await
+        .unwrap()
+        .search(q, &top5())
+        .await
+        .unwrap()
+}
+
+/// The first 5 hits of 16 lists: what the tests of a committed index ask.
+fn top5() -> SearchParams {
+    SearchParams {
+        k: 5,
+        nprobe: Some(16),
+        ..SearchParams::default()
+    }
+}
+
 /// 2,000 vectors (`seed`) built `times` times into `idx` (nlist 16, the
 /// default codes): versions 1 to `times` of one index in memory.
 async fn committed(seed: u64, times: usize) -> (Arc<dyn ObjectStore>, Vec<f32>) {
@@ -530,11 +553,7 @@ async fn opening_a_committed_index_is_two_rounds() {
     // The first query decodes the footers read at open: no footer request,
     // its row groups (and the re-rank's pages) are its only rounds.
     let q = &data[7 * DIM..8 * DIM];
-    let params = SearchParams {
-        k: 5,
-        nprobe: Some(16),
-        ..SearchParams::default()
-    };
+    let params = top5();
     let before = counting.counts();
     let first = index.search(q, &params).await.unwrap();
     let after = counting.counts();
@@ -614,11 +633,7 @@ async fn footers_read_ahead_are_checked_like_any_footer() {
         serde_json::from_slice(&mem.get(&latest).await.unwrap().bytes().await.unwrap()).unwrap();
     let ahead = copy["footers-ahead"].as_array().unwrap().clone();
     let q = &data[3 * DIM..4 * DIM];
-    let search = SearchParams {
-        k: 5,
-        nprobe: Some(16),
-        ..SearchParams::default()
-    };
+    let search = top5();
     let index = Index::open_current(Arc::clone(&mem), &Path::from("idx"))
         .await
         .unwrap();
@@ -697,18 +712,9 @@ async fn footers_read_ahead_are_checked_like_any_footer() {
 async fn a_new_process_opens_from_the_bundle_and_checks_it_alongside_its_first_query() {
     let (mem, data) = committed(13, 2).await;
     let q = &data[5 * DIM..6 * DIM];
-    let params = SearchParams {
-        k: 5,
-        nprobe: Some(16),
-        ..SearchParams::default()
-    };
+    let params = top5();
     let idx = Path::from("idx");
-    let expected = Index::open_current(Arc::clone(&mem), &idx)
-        .await
-        .unwrap()
-        .search(q, &params)
-        .await
-        .unwrap();
+    let expected = current_answer(&mem, &idx, q).await;
     let open_ahead = |store: Arc<dyn ObjectStore>| {
         let idx = idx.clone();
         async move {
@@ -784,6 +790,74 @@ async fn a_new_process_opens_from_the_bundle_and_checks_it_alongside_its_first_q
     .unwrap();
     assert_eq!(confirmed.commit().map(|c| c.version), Some(3));
     assert_eq!(confirmed.search(q, &params).await.unwrap().hits, v3_hits);
+    // A preloaded open runs that check alongside its preload of version
+    // 2's codes, and still gives version 3, preloaded.
+    let preloaded = Index::open_with(
+        Arc::clone(&mem),
+        &idx,
+        IndexOptions::default(),
+        Preload::Codes,
+    )
+    .await
+    .unwrap();
+    assert_eq!(preloaded.commit().map(|c| c.version), Some(3));
+    let got = preloaded.search(q, &params).await.unwrap();
+    assert_eq!(got.hits, v3_hits);
+    assert_eq!(
+        got.stats.rounds,
+        u64::from(got.stats.pages_read > 0),
+        "codes in memory: {:?}",
+        got.stats
+    );
+}
+
+/// A preloaded open (`Index::open_with`, what `serve` and Python open)
+/// from the latest commit's bundle runs the commit log's check alongside the
+/// preload's first round instead of before it: one round at open and the
+/// preload's rounds, not two and the preload's. The index reports the
+/// check in its open's cost, and is given only once the check is done.
+#[tokio::test]
+async fn a_preloaded_open_checks_the_commit_alongside_its_preload() {
+    let (mem, data) = committed(15, 2).await;
+    let idx = Path::from("idx");
+    let delayed = || CountingStore::new(Arc::clone(&mem)).with_latency(Duration::from_millis(5));
+
+    // The preload's own rounds, on an index already open.
+    let counting = delayed();
+    let index = Index::open_current(Arc::new(counting.clone()), &idx)
+        .await
+        .unwrap();
+    let before = counting.counts();
+    index.preload(Preload::Codes).await.unwrap();
+    let preload_rounds = counting.counts().rounds - before.rounds;
+    assert!(preload_rounds >= 1, "{:?}", counting.counts());
+
+    let counting = delayed();
+    let index = Index::open_with(
+        Arc::new(counting.clone()),
+        &idx,
+        IndexOptions::default(),
+        Preload::Codes,
+    )
+    .await
+    .unwrap();
+    let all = counting.counts();
+    assert_eq!(
+        all.rounds,
+        1 + preload_rounds,
+        "the bundle's round, then the check alongside the preload: {all:?}"
+    );
+    let own = index.open_stats();
+    assert_eq!(
+        (own.rounds, own.requests, own.ahead),
+        (2, 3 + 2, false),
+        "the open's own cost counts the check: {own:?}"
+    );
+    assert_eq!(index.commit().map(|c| c.version), Some(2));
+    let q = &data[3 * DIM..4 * DIM];
+    let params = top5();
+    let expected = current_answer(&mem, &idx, q).await;
+    assert_eq!(index.search(q, &params).await.unwrap().hits, expected.hits);
 }
 
 /// A bundle that fails its pins is never an error and never a different
@@ -794,11 +868,7 @@ async fn a_new_process_opens_from_the_bundle_and_checks_it_alongside_its_first_q
 async fn a_bundle_that_fails_its_pins_is_read_around() {
     let (mem, data) = committed(14, 1).await;
     let q = &data[9 * DIM..10 * DIM];
-    let params = SearchParams {
-        k: 5,
-        nprobe: Some(16),
-        ..SearchParams::default()
-    };
+    let params = top5();
     let idx = Path::from("idx");
     let open_ahead = || {
         let (mem, idx) = (Arc::clone(&mem), idx.clone());
