@@ -305,7 +305,7 @@ impl PostingsReader {
     fn object(&self, f: usize) -> Result<CachedObject<'_>, ProbeError> {
         match (self.files.get(f), self.paths.get(f)) {
             (Some(entry), Some(path)) => Ok(CachedObject {
-                store: self.store.as_ref(),
+                store: &self.store,
                 cache: self.disk.as_ref(),
                 path,
                 size: entry.size,
@@ -470,9 +470,6 @@ impl PostingsReader {
     /// [`ProbeError::Store`] naming the object.
     async fn fill_disk(&self, stats: &mut SearchStats) -> Result<(), ProbeError> {
         use futures::{StreamExt, TryStreamExt};
-        if self.disk.is_none() {
-            return Ok(());
-        }
         let chunks: Vec<(usize, Vec<Range<u64>>, Arc<Units>)> = self
             .files
             .iter()
@@ -521,8 +518,11 @@ impl PostingsReader {
         };
         let t = Instant::now();
         self.footers(&all, &mut stats).await?;
-        self.fill_disk(&mut stats).await?;
         if let Some(disk) = &self.disk {
+            // The footers' blocks filled behind their reads are in place
+            // before the fill reads the same bytes again.
+            disk.settle().await;
+            self.fill_disk(&mut stats).await?;
             // Warmed means in place: the entries the reads left behind too.
             disk.settle().await;
         }

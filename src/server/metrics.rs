@@ -414,6 +414,16 @@ fn register_disk_cache(scrape: &mut Registry, d: &DiskCacheState) {
             "Entries that could not be written",
             d.write_errors,
         ),
+        (
+            "parqivf_disk_cache_fill_requests",
+            "Requests sent to fill blocks behind reads that fetched only their own bytes",
+            d.fill_requests,
+        ),
+        (
+            "parqivf_disk_cache_fill_bytes",
+            "Bytes fetched to fill blocks behind reads",
+            d.fill_bytes,
+        ),
     ];
     for (name, help, v) in counters {
         scrape.register(name, help, counter(v));

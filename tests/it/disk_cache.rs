@@ -12,7 +12,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path;
 use parqivf::index::{Index, IndexOptions, Preload, SearchParams, SearchResult};
 use parqivf::store::counting::CountingStore;
-use parqivf::store::disk_cache::{BLOCK_DATA, DiskCache, ENTRY_BYTES};
+use parqivf::store::disk_cache::{BLOCK_DATA, DiskCache, ENTRY_BYTES, SPARSE_RUN};
 use std::os::unix::fs::MetadataExt;
 use std::process::{Command, Stdio};
 use std::sync::Arc;
@@ -521,4 +521,81 @@ async fn the_ram_tier_serves_a_repeated_query_without_row_group_reads() {
     assert_eq!(groups(&with[1], "row_groups_cached"), planned);
     assert_eq!(groups(&with[1], "row_groups_read"), 0);
     assert_eq!(groups(&without[1], "row_groups_read"), planned);
+}
+
+/// Each of `queries` searched alone, as `serve` answers them.
+async fn one_at_a_time(index: &Index, queries: &[f32]) -> Vec<SearchResult> {
+    let mut out = Vec::new();
+    for q in queries.chunks(DIM) {
+        out.push(index.search(q, &params()).await.unwrap());
+    }
+    out
+}
+
+/// With the codes in memory and a cold disk tier, a query's re-rank asks
+/// the store for about its pages' bytes, as without the tier, not for the
+/// 64 KiB blocks around them: those are filled behind it (`fill_requests`). Once
+/// they are, the same queries send no request.
+#[tokio::test]
+async fn a_cold_disk_tier_reranks_from_the_pages_bytes_and_fills_behind() {
+    use parqivf::builder::{ArraySource, BuildParams, ProgressMode, build};
+    let dir = tempfile::tempdir().unwrap();
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(dir.path()).unwrap());
+    let data = dataset(ROWS, DIM, 12);
+    let build_params = BuildParams {
+        nlist: 32,
+        progress: ProgressMode::Quiet,
+        ..BuildParams::default()
+    };
+    let source = Arc::new(ArraySource::new(data.clone(), DIM, "generated").unwrap());
+    build(
+        source,
+        Arc::clone(&local),
+        &Path::from("idx"),
+        &build_params,
+    )
+    .await
+    .unwrap();
+    let counting = CountingStore::new(local);
+    let open_codes = |disk_cache: Option<Arc<DiskCache>>| {
+        let store: Arc<dyn ObjectStore> = Arc::new(counting.clone());
+        async move {
+            let options = IndexOptions {
+                disk_cache,
+                ..IndexOptions::default()
+            };
+            Index::open_with(store, &Path::from("idx"), options, Preload::Codes)
+                .await
+                .unwrap()
+        }
+    };
+    let queries = &data[..10 * DIM];
+    let plain = one_at_a_time(&open_codes(None).await, queries).await;
+    let cache = Arc::new(DiskCache::open(dir.path().join("cache"), 64 << 20).unwrap());
+    let index = open_codes(Some(Arc::clone(&cache))).await;
+    cache.settle().await;
+    let fills = cache.state().fill_requests;
+    // Each query asks a few pages of each 64 KiB block it touches.
+    let cold = one_at_a_time(&index, queries).await;
+    assert_eq!(ids(&cold), ids(&plain));
+    for (c, p) in cold.iter().zip(&plain) {
+        assert!(p.stats.pages_read > 0, "{:?}", p.stats);
+        // A run the read asks a quarter of or more (a short last piece of
+        // a chunk) is fetched whole: never more than that.
+        assert!(
+            c.stats.bytes <= SPARSE_RUN * p.stats.bytes,
+            "the pages' bytes, {SPARSE_RUN}× at most: {:?} against {:?}",
+            c.stats,
+            p.stats
+        );
+    }
+    cache.settle().await;
+    assert!(cache.state().fill_requests > fills, "{:?}", cache.state());
+    let warm = one_at_a_time(&index, queries).await;
+    assert_eq!(ids(&warm), ids(&plain));
+    for w in &warm {
+        assert_eq!(w.stats.requests, 0, "{:?}", w.stats);
+        assert!(w.stats.disk_hits > 0, "{:?}", w.stats);
+    }
 }
