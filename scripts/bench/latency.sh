@@ -12,6 +12,8 @@
 #   ram      serve's default: storage-resident with its RAM tier of decoded
 #            lists (256 MiB an index), warmed by 500 other queries
 #   codes    --preload codes (only the re-rank's vector pages per query)
+#   codes-cold-disk  --preload codes with an empty disk cache, measured on
+#            the first pass (no warming): every re-rank page a miss
 # Prints one JSON line per (ttfb, tail, mode) with p50/p99 ms and recall.
 #
 # usage: scripts/bench/latency.sh INDEX DATASET NPROBE [NQ] [TTFBS]
@@ -68,10 +70,12 @@ for ttfb in $TTFBS; do
               curl -sf -X POST -H "Authorization: Bearer $TOKEN" "$URL/warm" > /dev/null ;;
         ram) serve "$spec" --warm ;;
         codes) serve "$spec" --preload codes ;;
+        codes-cold-disk) rm -rf "$WORK/cache"; serve "$spec" --preload codes --cache-dir "$WORK/cache" ;;
       esac
       novel=0; [ "$mode" = ram ] && novel=500
+      warming=(--warm-novel "$novel"); [ "$mode" = codes-cold-disk ] && warming=(--no-warming)
       "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode" --token "$TOKEN" --warm-novel "$novel"
+        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode" --token "$TOKEN" "${warming[@]}"
       stop
     done
     # Cold: a new process per query, nothing cached (open + footers + postings).

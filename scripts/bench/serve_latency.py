@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """serve_latency.py URL QUERIES.npy GT.npy [--k 10] [--nprobe N] [--rerank R] [--n 300] [--token T]
-    [--warm-novel M]
+    [--warm-novel M | --no-warming]
 One query per HTTP request to a running `parqivf serve`, sequentially on one
 keep-alive connection (the storage-resident target of issue 12): a warming
 pass, then the measured pass over the first N queries; prints one JSON line
 with p50/p99 latency in ms, QPS and recall@k against GT. The warming pass
 sends the same N queries, or with --warm-novel M the M queries after them,
-so that a cache of postings lists is measured on queries it never saw."""
+so that a cache of postings lists is measured on queries it never saw, or
+with --no-warming none (a first pass over empty caches)."""
 import argparse, http.client, json, time, urllib.parse
 import numpy as np
 
@@ -18,6 +19,8 @@ ap.add_argument("--label", default="")
 ap.add_argument("--token", default=None, help="bearer token of a server started with one")
 ap.add_argument("--warm-novel", type=int, default=0,
                 help="warm with the M queries after the measured ones instead of the measured ones")
+ap.add_argument("--no-warming", action="store_true",
+                help="no warming pass: measure the first pass over the server's caches")
 a = ap.parse_args()
 every = np.load(a.queries).astype(np.float32)
 q = every[: a.n]
@@ -29,7 +32,7 @@ lat, hits = [], 0
 headers = {"Content-Type": "application/json"}
 if a.token:
     headers["Authorization"] = f"Bearer {a.token}"
-for warm in (True, False):
+for warm in ((False,) if a.no_warming else (True, False)):
     for i in range(len(warming if warm else q)):
         body = {"vector": (warming if warm else q)[i].tolist(), "k": a.k, "nprobe": a.nprobe}
         if a.rerank is not None:
