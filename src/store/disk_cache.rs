@@ -940,10 +940,7 @@ impl CachedObject<'_> {
                 }
             }
             if let Some(writes) = cache.write_behind(fresh) {
-                writes.await.map_err(|e| object_store::Error::Generic {
-                    store: "disk cache",
-                    source: Box::new(e),
-                })?;
+                writes.await.map_err(pool_error)?;
             }
         }
         if !sparse.is_empty() {
@@ -1132,12 +1129,16 @@ fn assemble(
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, object_store::Error> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| object_store::Error::Generic {
-            store: "disk cache",
-            source: Box::new(e),
-        })
+    tokio::task::spawn_blocking(f).await.map_err(pool_error)
+}
+
+/// A blocking-pool task of the disk tier that panicked or was cancelled,
+/// as the store error its read returns.
+fn pool_error(e: tokio::task::JoinError) -> object_store::Error {
+    object_store::Error::Generic {
+        store: "disk cache",
+        source: Box::new(e),
+    }
 }
 
 #[cfg(test)]
