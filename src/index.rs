@@ -118,12 +118,10 @@ impl Index {
         location: &Path,
         options: IndexOptions,
     ) -> Result<Index, IndexError> {
-        let mut meter = OpenMeter::new(&store);
-        let view = meter.view();
-        let snapshot = meter
-            .measure(Snapshot::open(view.as_ref(), location))
-            .await?;
-        let open = meter.stats();
+        let (snapshot, open) = counted(&store, |s| async move {
+            Snapshot::open(s.as_ref(), location).await
+        })
+        .await?;
         let mut index = Self::from_snapshot(store, snapshot, options);
         index.open = open;
         Ok(index)
@@ -184,14 +182,10 @@ impl Index {
         // The check decides first: a preload of a superseded snapshot may
         // fail (its files collected), which is no error of the current one.
         if !current? {
-            let (snapshot, open) = {
-                let mut meter = OpenMeter::new(&store);
-                let view = meter.view();
-                let snapshot = meter
-                    .measure(Snapshot::open_current_with(&view, location, footers_ahead))
-                    .await?;
-                (snapshot, meter.stats())
-            };
+            let (snapshot, open) = counted(&store, |s| async move {
+                Snapshot::open_current_with(&s, location, footers_ahead).await
+            })
+            .await?;
             return Self::opened(store, snapshot, open, options, preload).await;
         }
         loaded?;
@@ -218,12 +212,10 @@ impl Index {
         preload: Preload,
     ) -> Result<(Index, Option<Pending>), IndexError> {
         let footers_ahead = reads_footers_ahead(&store, &options);
-        let mut meter = OpenMeter::new(&store);
-        let view = meter.view();
-        let opened = meter
-            .measure(Snapshot::open_latest(&view, location, footers_ahead))
-            .await?;
-        let mut open = meter.stats();
+        let (opened, mut open) = counted(&store, |s| async move {
+            Snapshot::open_latest(&s, location, footers_ahead).await
+        })
+        .await?;
         let (snapshot, pending) = match opened {
             Opened::Current(snapshot) => (snapshot, None),
             Opened::Ahead(snapshot, pending) => (snapshot, Some(pending)),
@@ -550,6 +542,22 @@ impl Index {
 /// processes once read).
 fn reads_footers_ahead(store: &Arc<dyn ObjectStore>, options: &IndexOptions) -> bool {
     options.disk_cache.is_none() && LocalFolder::of(store.as_ref()).is_none()
+}
+
+/// `read` a snapshot through a counting view of `store` (one step of an
+/// [`OpenMeter`]), and what it cost.
+async fn counted<T, F, Fut>(
+    store: &Arc<dyn ObjectStore>,
+    read: F,
+) -> Result<(T, OpenStats), SnapshotError>
+where
+    F: FnOnce(Arc<dyn ObjectStore>) -> Fut,
+    Fut: std::future::Future<Output = Result<T, SnapshotError>>,
+{
+    let mut meter = OpenMeter::new(store);
+    let read = read(meter.view());
+    let out = meter.measure(read).await?;
+    Ok((out, meter.stats()))
 }
 
 /// What an open's reads cost: they go through a counting view of the
