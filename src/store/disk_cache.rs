@@ -439,31 +439,38 @@ impl DiskCache {
                 cache.lock_behind().remove(key);
             }
             cache.behind.bytes.fetch_sub(bytes, Ordering::Relaxed);
-            if cache.behind.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
-                cache.behind.settled.notify_waiters();
-            }
+            cache.task_done();
         });
         (waiting > WRITE_BEHIND_BYTES).then_some(task)
     }
 
-    /// Fetch the `runs` of `object` (each a run of adjacent blocks, as
-    /// `(span, blocks)`) and keep them ([`DiskCache::write_behind`]), in a
-    /// task of their own. Blocks being filled already are left out (a run
-    /// is cut around them).
+    /// A task left behind is done: the last one wakes [`DiskCache::settle`].
+    fn task_done(&self) {
+        if self.behind.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.behind.settled.notify_waiters();
+        }
+    }
+
+    fn lock_filling(&self) -> MutexGuard<'_, std::collections::HashSet<BlockKey>> {
+        self.behind
+            .filling
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Fetch the `runs` of `object` (each the keys of adjacent blocks) and
+    /// keep them ([`DiskCache::write_behind`]), in a task of their own.
+    /// Blocks being filled already are left out (a run is cut around them).
     fn fill_behind(
         self: &Arc<Self>,
         store: Arc<dyn ObjectStore>,
         path: Path,
-        runs: Vec<(Range<u64>, Vec<BlockKey>)>,
+        runs: Vec<Vec<BlockKey>>,
     ) {
         let runs: Vec<_> = {
-            let mut filling = self
-                .behind
-                .filling
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut filling = self.lock_filling();
             let mut kept: Vec<(Range<u64>, Vec<BlockKey>)> = Vec::with_capacity(runs.len());
-            for (_, keys) in runs {
+            for keys in runs {
                 let mut last_end = None;
                 for key in keys {
                     if !filling.insert(key) {
@@ -513,21 +520,12 @@ impl DiskCache {
                     c.write_errors.fetch_add(1, Ordering::Relaxed);
                 }
             }
-            {
-                let mut filling = cache
-                    .behind
-                    .filling
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner);
-                for (_, keys) in &runs {
-                    for key in keys {
-                        filling.remove(key);
-                    }
-                }
+            let mut filling = cache.lock_filling();
+            for key in runs.iter().flat_map(|(_, keys)| keys) {
+                filling.remove(key);
             }
-            if cache.behind.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
-                cache.behind.settled.notify_waiters();
-            }
+            drop(filling);
+            cache.task_done();
         }));
     }
 
@@ -946,7 +944,7 @@ impl CachedObject<'_> {
         if !sparse.is_empty() {
             let runs = sparse
                 .iter()
-                .map(|run| (span(run), blocks[run.clone()].iter().map(key).collect()))
+                .map(|run| blocks[run.clone()].iter().map(key).collect())
                 .collect();
             cache.fill_behind(Arc::clone(self.store), self.path.clone(), runs);
         }
