@@ -17,7 +17,9 @@
 //! throughput in bytes of codes read; codes per second are that rate over
 //! the bytes per code (m / 2, printed first). Next to it, `read-bandwidth`:
 //! a sum of the same 64 MiB as u64, the single-thread memory read bandwidth
-//! of the machine, the bound the kernel is measured against.
+//! of the machine, the bound the kernel is measured against. FAISS's rate
+//! over the same 64 MiB of 4-bit codes:
+//! `scripts/bench/fastscan_kernel_faiss.py`.
 //!
 //! Run: `cargo bench --bench codes` (add `-- --quick` for a short run).
 

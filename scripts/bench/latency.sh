@@ -14,9 +14,13 @@
 #   codes    --preload codes (only the re-rank's vector pages per query)
 #   codes-cold-disk  --preload codes with an empty disk cache, measured on
 #            the first pass (no warming): every re-rank page a miss
-# Prints one JSON line per (ttfb, tail, mode) with p50/p99 ms and recall.
+# Prints one JSON line per (ttfb, tail, mode) with p50/p99 ms and recall,
+# and the host's idle floor (serve_latency.py --idle-floor TTFB: a
+# /healthz answered after the client idled one time to first byte).
 #
 # usage: scripts/bench/latency.sh INDEX DATASET NPROBE [NQ] [TTFBS]
+#   NPROBE the lists a query probes, or "default" for the index's own depth
+#   (its recall target 0.95 where it has a calibration);
 #   INDEX a built index (e.g. from search_vs_faiss.sh), DATASET a folder of
 #   gen_synth.py / gen_embed.py (query.npy, gt.npy); NQ queries (100) per
 #   warm mode, 20 cold; TTFBS "0 30 60" (ms).
@@ -57,6 +61,7 @@ serve() { # latency-spec extra-flags…
 }
 stop() { kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""; }
 
+depth=(--nprobe "$NPROBE"); [ "$NPROBE" = default ] && depth=()
 for ttfb in $TTFBS; do
   for t in $TAILS; do
     tail=""; [ "$t" = "1%" ] && tail=",tail=0.01@500ms"
@@ -75,7 +80,8 @@ for ttfb in $TTFBS; do
       novel=0; [ "$mode" = ram ] && novel=500
       warming=(--warm-novel "$novel"); [ "$mode" = codes-cold-disk ] && warming=(--no-warming)
       "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-        --nprobe "$NPROBE" --n "$NQ" --label "$label $mode" --token "$TOKEN" "${warming[@]}"
+        "${depth[@]}" --n "$NQ" --label "$label $mode" --token "$TOKEN" "${warming[@]}" \
+        --idle-floor "$ttfb"
       stop
     done
     # Cold: a new process per query, nothing cached (open + footers + postings).
@@ -88,11 +94,12 @@ lat = []
 for i in range(20):
     np.save(f"{work}/q.npy", q[i : i + 1])
     cmd = [bin_, "--hedge-after", hedge] + (["--store-latency", spec] if spec else []) + [
-        "search", "--index", index, "--queries", f"{work}/q.npy", "--k", "10", "--nprobe", nprobe, "--json"]
+        "search", "--index", index, "--queries", f"{work}/q.npy", "--k", "10", "--json"] + (
+        [] if nprobe == "default" else ["--nprobe", nprobe])
     t = time.perf_counter()
     subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
     lat.append((time.perf_counter() - t) * 1000)
-print(json.dumps({"label": f"{label} cold process", "nprobe": int(nprobe), "queries": len(lat),
+print(json.dumps({"label": f"{label} cold process", "nprobe": None if nprobe == "default" else int(nprobe), "queries": len(lat),
                   "p50_ms": round(float(np.percentile(lat, 50)), 3),
                   "p99_ms": round(float(np.percentile(lat, 99)), 3)}), flush=True)
 PY

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# `parqivf serve`, one query per HTTP request, next to FAISS IndexIVFFlat in
+# RAM, one query per call on one thread, in one run on the same data and
+# queries (issue 26's "storage-resident, one query per request: ≥ 2.0×
+# FAISS IVF-Flat in RAM", with p50 and p99).
+#
+# FAISS first and last (shared/bench/bench_faiss.py at FAISS_NPROBE, the
+# lists its IVF-Flat needs for recall@10 0.95 at NLIST: 12 on SIFT-like 1M
+# at nlist 1000, 128 on the embeddings at nlist 316), then `serve
+# --workers 1` on INDEX (built with the same NLIST) in two modes, each a
+# warming pass over the measured queries and then the measured pass
+# (scripts/bench/serve_latency.py, the server's default depth: the
+# index's recall target 0.95):
+#   storage  --warm --postings-cache-size 0: footers in RAM, every query's
+#            codes and re-rank pages read from the local Parquet files;
+#   codes    --preload codes.
+#
+# usage: scripts/bench/serve_vs_faiss.sh DATASET NLIST FAISS_NPROBE INDEX [N]
+#   env: BENCH_DATA (./bench-data), PY (python with numpy + faiss-cpu),
+#        SHARED (../shared), BIN (target/release/parqivf), PORT (8093)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+DATASET="$1"; NLIST="$2"; FAISS_NPROBE="$3"; INDEX="$4"; NQ="${5:-1000}"
+BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}"; DATA="$BENCH_DATA/$DATASET"
+PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/release/parqivf}"
+PORT="${PORT:-8093}"
+WORK="$(mktemp -d)"; SERVER=""
+trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
+. scripts/bench/faiss_blas.sh
+faiss() {
+  BENCH_DATA="$BENCH_DATA" BENCH_RESULTS="$WORK/faiss" "$PY" "$SHARED/bench/bench_faiss.py" "$DATASET" \
+    --nlist "$NLIST" --nprobe "$FAISS_NPROBE" --threads 1 --single-q "$NQ" --nq "$NQ" --reps 3 \
+    | sed -n 's/^  //p' | "$PY" -c '
+import json, sys
+r = json.loads(sys.stdin.readline())
+print(json.dumps({"label": "faiss IVF-Flat, one query a call", "nprobe": r["nprobe"],
+                  "recall": r["recall@10"], "qps": r["qps_single_1t"],
+                  "mean_ms": round(r["lat_single_1t_us"] / 1000, 3)}))'
+}
+# The index's files in the page cache: local Parquet, read warm, as FAISS's
+# index is in RAM.
+find "$INDEX" -type f -exec cat {} + > /dev/null
+URL="http://127.0.0.1:$PORT/v1/indexes/i"
+faiss
+for mode in storage codes; do
+  case "$mode" in
+    storage) flags=(--warm --postings-cache-size 0) ;;
+    codes) flags=(--preload codes) ;;
+  esac
+  "$BIN" serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" --workers 1 "${flags[@]}" > "$WORK/serve.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 600); do
+    curl -sf "http://127.0.0.1:$PORT/healthz" > /dev/null && break
+    sleep 0.1
+  done
+  "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
+    --n "$NQ" --label "parqivf serve $mode, one query a request"
+  kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
+done
+faiss
