@@ -83,10 +83,10 @@ pub struct Args {
     /// Assignment: `exact` or `hierarchical:M` (nearest M roots, then their leaves).
     #[arg(long, default_value = "exact", value_parser = clap::value_parser!(AssignMode))]
     pub assign: AssignMode,
-    /// Quantised codes beside the vectors: `rabitq4` (4 bits a dimension;
-    /// the default), `pq4fs` (4-bit PQ over pairs of dimensions, scored by
-    /// fast-scan: faster, 2 bits a dimension), `sq8` (8 bits a dimension) or
-    /// `none` (queries scan f32).
+    /// Quantised codes beside the vectors: `pq4fs` (4-bit PQ over pairs of
+    /// dimensions, scored by fast-scan, 2 bits a dimension; the default),
+    /// `rabitq4` (4 bits a dimension), `sq8` (8 bits a dimension) or `none`
+    /// (queries scan f32).
     #[arg(long, default_value = parqivf::quant::codes_name(parqivf::builder::DEFAULT_CODES), value_parser = parse_codes)]
     pub codes: Codes,
     #[command(flatten)]
