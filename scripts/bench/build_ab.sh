@@ -2,7 +2,7 @@
 # Two or more parqivf binaries building the same default index in
 # interleaved rounds (issue 26, build time), so that a noisy host's drift
 # hits each binary alike. Per build: user + sys CPU seconds and wall seconds
-# (/usr/bin/time), the train and assign stages, and one sha256 over the
+# (/usr/bin/time), the train, assign and write stages, and one sha256 over the
 # postings, quantizer.json and calibration.json, so that a change meant to
 # keep the bytes can be seen to keep them.
 #
@@ -20,7 +20,7 @@ for round in $(seq 1 "$ROUNDS"); do
       "$bin" build --source "$DATA/base.npy" --out "$WORK/idx" --nlist "$NLIST" > "$WORK/log" 2>&1; then
       cat "$WORK/log" >&2; exit 1
     fi
-    stages=$(sed -n 's/^parqivf build: \(train\|assign\): done in \(.*\) s$/\1 \2/p' "$WORK/log" | tr '\n' ' ')
+    stages=$(sed -n 's/^parqivf build: \(train\|assign\|write\): done in \(.*\) s$/\1 \2/p' "$WORK/log" | tr '\n' ' ')
     digest=$(cd "$WORK/idx" && find . \( -name '*.parquet' -o -name quantizer.json -o -name calibration.json \) \
       | sort | xargs cat | sha256sum | cut -c1-12)
     read -r user sys wall < "$WORK/time"
