@@ -29,7 +29,7 @@ def test_build_returns_the_cli_summary(index):
     assert set(summary) == SUMMARY_KEYS
     assert summary["rows"] == ROWS and summary["dim"] == DIM and summary["nlist"] == NLIST
     assert summary["version"] == 1 and summary["parts"] == 2
-    assert set(summary["seconds"]) == {"count", "sample", "train", "assign", "write", "publish", "total"}
+    assert set(summary["seconds"]) == {"count", "sample", "train", "assign", "write", "publish", "calibrate", "total"}
 
 
 def test_search_at_nprobe_nlist_is_exact(index, data):

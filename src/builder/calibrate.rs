@@ -235,6 +235,8 @@ pub struct GroundTruth {
     /// The dot products' kernel: the CPU's packed one where it has one
     /// (a [`Nearest`] fold), else SGEMM tiles.
     kernel: Kernel,
+    /// Wall time spent in [`GroundTruth::observe`] so far.
+    spent: std::time::Duration,
 }
 
 impl GroundTruth {
@@ -251,6 +253,7 @@ impl GroundTruth {
             best: vec![Best::default(); n],
             rows: 0,
             kernel: Kernel::detect(),
+            spent: std::time::Duration::ZERO,
         }
     }
 
@@ -273,9 +276,16 @@ impl GroundTruth {
     /// along the dimensions in the same order whatever the number of
     /// queries (the packed kernel in the query's own lane).
     pub fn observe(&mut self, vectors: &[f32], lists: &[u32], rowids: &[i64]) {
+        let start = std::time::Instant::now();
         let threads = rayon::current_num_threads().max(1);
         let chunk = self.best.len().div_ceil(threads).clamp(1, QUERY_CHUNK);
         self.observe_in_chunks(vectors, lists, rowids, chunk);
+        self.spent += start.elapsed();
+    }
+
+    /// Wall time spent observing rows so far (within the assignment pass).
+    pub fn spent(&self) -> std::time::Duration {
+        self.spent
     }
 
     /// [`GroundTruth::observe`] with `chunk` queries a task.

@@ -704,7 +704,8 @@ pub async fn publish_on(
         .await
     }
     .await;
-    let ((), commit) = writer.publish(plan.header.parent, written).await?;
+    // No calibration: no re-rank measured.
+    let (_, commit) = writer.publish(plan.header.parent, written).await?;
     let h = &plan.header;
     let publish_seconds = secs(t.elapsed());
     Ok(BuildSummary {
@@ -732,6 +733,7 @@ pub async fn publish_on(
             assign: assign_seconds,
             write: write_seconds,
             publish: publish_seconds,
+            calibrate: 0.0,
             total: secs(std::time::Duration::from_secs_f64(
                 h.count_seconds
                     + h.sample_seconds

@@ -1317,7 +1317,9 @@ pub async fn compact(
             files,
             ids: ids.as_ref(),
         });
-        stages::publish(&writer, files, model, &definition, record).await
+        stages::publish(&writer, files, model, &definition, record)
+            .await
+            .map(|_| ())
     }
     .await;
     let folder = writer.folder().path.to_string();

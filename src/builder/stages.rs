@@ -996,7 +996,8 @@ pub struct Model<'a> {
 /// `source-files.json`, `footers.json` and `manifest.json` for `files`
 /// (every bucket's, in any order) and `definition` as `index.json`, each
 /// create-if-absent. The commit is the caller's
-/// ([`SnapshotWriter::publish`]): nothing is visible before it.
+/// ([`SnapshotWriter::publish`]): nothing is visible before it. Returns
+/// the wall time of the codes' re-rank measurement (zero without one).
 ///
 /// # Errors
 /// [`BuildError::Internal`] when `definition` and the model disagree on the
@@ -1007,7 +1008,7 @@ pub async fn publish(
     model: Model<'_>,
     definition: &IndexDefinition,
     source_files: Option<FileRecord<'_>>,
-) -> Result<(), BuildError> {
+) -> Result<std::time::Duration, BuildError> {
     let Model {
         hierarchy,
         quantizer,
@@ -1051,6 +1052,8 @@ pub async fn publish(
     crate::postings::writer::publish(store, &postings_root, &manifest).await?;
     // The postings are readable now: the codes' re-rank is measured on them
     // before the calibration that records it is written.
+    let start = std::time::Instant::now();
+    let mut measuring = std::time::Duration::ZERO;
     match (&definition.calibration, calibration) {
         (Some(rel), Some(c)) => {
             let mut c = c.clone();
@@ -1065,6 +1068,7 @@ pub async fn publish(
                     n,
                 )
                 .await?;
+                measuring = start.elapsed();
             }
             writer.put(rel, Bytes::from(c.encode())).await?;
         }
@@ -1078,7 +1082,7 @@ pub async fn publish(
     writer
         .put(INDEX_DEFINITION_FILE, Bytes::from(definition.to_json()))
         .await?;
-    Ok(())
+    Ok(measuring)
 }
 
 /// What a snapshot records of a Parquet source: its file set and, with an

@@ -178,8 +178,16 @@ pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
         if args.json {
             println!("{}", serde_json::to_string_pretty(&summary)?);
         } else {
+            let calibration = if summary.calibration_queries > 0 {
+                format!(
+                    " (the recall calibration over {} queries {:.2} s of it)",
+                    summary.calibration_queries, summary.seconds.calibrate
+                )
+            } else {
+                String::new()
+            };
             eprintln!(
-                "published version {} of {} ({} rows, {} invalid rows skipped, nlist {}, {} postings files) in {:.2} s",
+                "published version {} of {} ({} rows, {} invalid rows skipped, nlist {}, {} postings files) in {:.2} s{calibration}",
                 summary.version,
                 args.out,
                 summary.rows,
