@@ -224,6 +224,34 @@ fn nearest(centroids: &[[f32; 2]; CENTROIDS], x: [f32; 2]) -> u8 {
     at.trailing_zeros() as u8
 }
 
+/// 16 2-d pairs as two registers: every pair's first value, then every
+/// pair's second, in pair order.
+///
+/// # Safety
+/// The CPU must support AVX-512F.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx2,avx512f")]
+#[inline]
+unsafe fn split_pairs_avx512(
+    pairs: &[[f32; 2]; 16],
+) -> (std::arch::x86_64::__m512, std::arch::x86_64::__m512) {
+    use std::arch::x86_64::*;
+    let flat = pairs.as_flattened();
+    // SAFETY: `flat` holds 32 f32: two unaligned loads of 16.
+    let (lo, hi) = unsafe {
+        (
+            _mm512_loadu_ps(flat.as_ptr()),
+            _mm512_loadu_ps(flat.as_ptr().add(16)),
+        )
+    };
+    let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+    let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
+    (
+        _mm512_permutex2var_ps(lo, even, hi),
+        _mm512_permutex2var_ps(lo, odd, hi),
+    )
+}
+
 /// [`nearest`] in one AVX-512 register: the 16 centroids' coordinates
 /// split into two registers, then the same `a·a + b·b` in f32 (no FMA), NaN
 /// as infinity, the minimum and the first lane holding it. The minimum of
@@ -237,18 +265,10 @@ fn nearest(centroids: &[[f32; 2]; CENTROIDS], x: [f32; 2]) -> u8 {
 #[inline]
 unsafe fn nearest_avx512(centroids: &[[f32; 2]; CENTROIDS], x: [f32; 2]) -> u8 {
     use std::arch::x86_64::*;
-    let flat = centroids.as_flattened();
-    // SAFETY: `flat` holds 32 f32: two unaligned loads of 16.
-    let (lo, hi) = unsafe {
-        (
-            _mm512_loadu_ps(flat.as_ptr()),
-            _mm512_loadu_ps(flat.as_ptr().add(16)),
-        )
-    };
-    let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    let a = _mm512_sub_ps(_mm512_set1_ps(x[0]), _mm512_permutex2var_ps(lo, even, hi));
-    let b = _mm512_sub_ps(_mm512_set1_ps(x[1]), _mm512_permutex2var_ps(lo, odd, hi));
+    // SAFETY: this function only runs where AVX-512F is present.
+    let (cx, cy) = unsafe { split_pairs_avx512(centroids) };
+    let a = _mm512_sub_ps(_mm512_set1_ps(x[0]), cx);
+    let b = _mm512_sub_ps(_mm512_set1_ps(x[1]), cy);
     let d = _mm512_add_ps(_mm512_mul_ps(a, a), _mm512_mul_ps(b, b));
     let nan = _mm512_cmp_ps_mask::<_CMP_UNORD_Q>(d, d);
     let d = _mm512_mask_blend_ps(nan, d, _mm512_set1_ps(f32::INFINITY));
@@ -313,20 +333,8 @@ fn label(centroids: &[[f32; 2]; CENTROIDS], points: &[[f32; 2]], labels: &mut [u
 #[inline]
 unsafe fn label16_avx512(centroids: &[[f32; 2]; CENTROIDS], points: &[[f32; 2]; 16]) -> [u8; 16] {
     use std::arch::x86_64::*;
-    let flat = points.as_flattened();
-    // SAFETY: `flat` holds 32 f32: two unaligned loads of 16.
-    let (lo, hi) = unsafe {
-        (
-            _mm512_loadu_ps(flat.as_ptr()),
-            _mm512_loadu_ps(flat.as_ptr().add(16)),
-        )
-    };
-    let even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
-    let odd = _mm512_set_epi32(31, 29, 27, 25, 23, 21, 19, 17, 15, 13, 11, 9, 7, 5, 3, 1);
-    let (xs, ys) = (
-        _mm512_permutex2var_ps(lo, even, hi),
-        _mm512_permutex2var_ps(lo, odd, hi),
-    );
+    // SAFETY: this function only runs where AVX-512F is present.
+    let (xs, ys) = unsafe { split_pairs_avx512(points) };
     let distance = |c: [f32; 2]| {
         let a = _mm512_sub_ps(xs, _mm512_set1_ps(c[0]));
         let b = _mm512_sub_ps(ys, _mm512_set1_ps(c[1]));
