@@ -438,6 +438,27 @@ impl Index {
         Ok(results)
     }
 
+    /// [`Index::search_batch`] for a caller that is not a rayon worker and
+    /// shares its thread with other searches (`serve`'s tokio workers,
+    /// Python's callers): the search starts on a rayon worker
+    /// ([`crate::probe::offload::start_on_rayon`]), so that one whose reads
+    /// are all served in place (a mapped local file, the RAM tier,
+    /// preloaded codes) costs one hand-over to the pool in all instead of
+    /// two a step.
+    ///
+    /// # Errors
+    /// As [`Index::search_batch`].
+    pub fn search_batch_shared(
+        self: &Arc<Self>,
+        queries: Vec<f32>,
+        params: SearchParams,
+    ) -> impl Future<Output = Result<Vec<SearchResult>, IndexError>> + Send + 'static {
+        let index = Arc::clone(self);
+        crate::probe::offload::start_on_rayon(
+            async move { index.search_batch(&queries, &params).await },
+        )
+    }
+
     /// How `queries` would be searched with `params`, without searching
     /// ([`Explain`]): each query's lists and, with a filter, the matches its
     /// lists hold (counted by reading only the filter's columns) and what

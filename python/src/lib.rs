@@ -564,12 +564,8 @@ impl Index {
                 data.len() / n
             )));
         }
-        let inner = self.inner.clone();
-        let results = block_on(
-            py,
-            || async move { inner.search_batch(&data, params).await },
-        )
-        .map_err(py_error)?;
+        let (inner, params) = (self.inner.clone(), params.clone());
+        let results = block_on(py, || inner.search_batch_shared(data, params)).map_err(py_error)?;
         if let Some(first) = results.first() {
             *self.last.lock().unwrap_or_else(|e| e.into_inner()) = Some(first.stats);
         }

@@ -4,7 +4,13 @@
 //! A caller that drives its futures from a rayon worker ([`drive_on_rayon`],
 //! as the `search` command does) computes each step where it stands: a
 //! query then costs no hand-over to the pool and back (two thread wake-ups
-//! a step, about a sixth of a single in-memory query's time).
+//! a step, about a sixth of a single in-memory query's time). A caller on
+//! a tokio worker (`serve`) or a thread that other searches share (Python)
+//! starts each search on a rayon worker instead ([`start_on_rayon`]): one
+//! hand-over for a search whose reads are all served in place.
+
+use std::future::Future;
+use std::task::{Context, Poll, Waker};
 
 /// Run the CPU-bound `f` on the rayon pool and await its result, so that the
 /// calling tokio worker stays free for IO and other tasks meanwhile. On a
@@ -30,6 +36,42 @@ where
         // `rayon::spawn` runs every job and the job always sends: a closed
         // channel cannot happen short of the pool being torn down.
         Err(_) => std::panic::panic_any("rayon dropped a spawned job"),
+    }
+}
+
+/// Await `future`, first polled on a rayon worker (in the caller's tokio
+/// runtime context, where it has one): every [`on_rayon`] step it reaches
+/// there runs in place, so a search whose reads are all served in place (a
+/// mapped local file, the RAM tier, preloaded codes) completes in that one
+/// poll, at the cost of one hand-over to the pool and back instead of two
+/// a step. A future that must wait (a read from a remote store) is awaited
+/// on from where it stopped by the caller, whose waker it registers on
+/// that next poll (the first poll's waker does nothing).
+///
+/// Unlike [`drive_on_rayon`], no worker ever blocks: a worker that takes
+/// up another search while it waits in a parallel step of its own polls
+/// that one as well, and neither waits on IO.
+pub async fn start_on_rayon<F>(future: F) -> F::Output
+where
+    F: Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    let runtime = tokio::runtime::Handle::try_current().ok();
+    let mut future = Box::pin(future);
+    let first = on_rayon(move || {
+        let _entered = runtime.as_ref().map(tokio::runtime::Handle::enter);
+        match future
+            .as_mut()
+            .poll(&mut Context::from_waker(Waker::noop()))
+        {
+            Poll::Ready(out) => Ok(out),
+            Poll::Pending => Err(future),
+        }
+    })
+    .await;
+    match first {
+        Ok(out) => out,
+        Err(rest) => rest.await,
     }
 }
 
@@ -70,5 +112,51 @@ mod tests {
             std::panic::catch_unwind(|| block_on(on_rayon(|| -> u8 { panic!("boom") }))).is_err()
         });
         assert!(in_place);
+    }
+
+    /// A future whose steps are all in place completes in its first poll,
+    /// on a rayon worker, with every step there.
+    #[tokio::test]
+    async fn a_search_served_in_place_completes_on_one_worker() {
+        let (driver, steps) = start_on_rayon(async {
+            let mut steps = Vec::new();
+            for _ in 0..3 {
+                steps.push(on_rayon(|| std::thread::current().id()).await);
+            }
+            (std::thread::current().id(), steps)
+        })
+        .await;
+        assert_ne!(driver, std::thread::current().id());
+        assert!(
+            steps.iter().all(|&s| s == driver),
+            "{steps:?} on {driver:?}"
+        );
+    }
+
+    /// A future that must wait is finished by the caller, from where it
+    /// stopped: its first step on a worker (with the caller's runtime
+    /// entered, so that it may start a timer), the rest after the wait.
+    #[tokio::test]
+    async fn a_search_that_waits_is_finished_by_the_caller() {
+        let (tx, rx) = tokio::sync::oneshot::channel::<u32>();
+        let waited = tokio::spawn(start_on_rayon(async move {
+            let first = rayon::current_thread_index();
+            tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            let value = rx.await.expect("sent");
+            (first, rayon::current_thread_index(), value)
+        }));
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        tx.send(7).expect("the future waits for it");
+        let (first, after, value) = waited.await.expect("no panic");
+        assert!(first.is_some(), "the first poll runs on a rayon worker");
+        assert_eq!(after, None, "the rest runs on a tokio worker");
+        assert_eq!(value, 7);
+    }
+
+    #[tokio::test]
+    async fn a_panic_in_the_first_poll_resumes_in_the_caller() {
+        let started = tokio::spawn(start_on_rayon(async { panic!("boom") }));
+        let err = started.await.expect_err("the panic reaches the caller");
+        assert!(err.is_panic());
     }
 }

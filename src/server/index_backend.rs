@@ -24,7 +24,7 @@ use crate::index::{
 
 /// One opened snapshot.
 pub struct IndexBackend {
-    index: Index,
+    index: Arc<Index>,
     location: String,
     /// What `info` reports, computed once at load (only the cache state
     /// changes afterwards).
@@ -83,7 +83,7 @@ impl SearchBackend for IndexBackend {
         params: &SearchParams,
     ) -> Result<Vec<SearchResult>, BackendError> {
         self.index
-            .search_batch(queries, params)
+            .search_batch_shared(queries.to_vec(), params.clone())
             .await
             .map_err(|e| classify(&self.location, e.into()))
     }
@@ -278,7 +278,7 @@ impl BackendLoader for IndexLoader {
         let label = snapshot_label(&path, index.commit());
         let info = index_info(&index, label, self.preload);
         Ok(Arc::new(IndexBackend {
-            index,
+            index: Arc::new(index),
             location: location.to_string(),
             info,
         }))
