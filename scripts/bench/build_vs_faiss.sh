@@ -29,7 +29,8 @@ for codes in $CODES; do
     rm -rf "$WORK/idx"
     start=$(date +%s.%N)
     stages=$("$BIN" build --source "$DATA/base.npy" --out "$WORK/idx" --nlist "$NLIST" --codes "$codes" 2>&1 \
-      | sed -n 's/^parqivf build: \([a-z]*\): done in \(.*\) s$/\1 \2/p' | tr '\n' ' ')
+      | sed -n -e 's/^parqivf build: \([a-z]*\): done in \(.*\) s$/\1 \2/p' \
+          -e 's/^published .*(the recall calibration over [0-9]* queries \(.*\) s of it)$/calibrate \1/p' | tr '\n' ' ')
     end=$(date +%s.%N)
     echo "parqivf $DATASET --codes $codes: $(echo "$end - $start" | bc) s ($stages)"
   done

@@ -150,7 +150,10 @@ pub async fn write_all(
     // Sorting a bucket and encoding its files is CPU work: each bucket runs
     // on a blocking thread, its uploads driven from there, as many buckets
     // at a time as the build has threads, the largest first so that the
-    // small ones fill in around it; the files come back in bucket order.
+    // small ones fill in around it. The next bucket starts as soon as any
+    // one is done (unordered: an ordered stream would hold a finished
+    // bucket's slot until every bucket before it is done, leaving a
+    // thread idle); the files are put in bucket order at the end.
     let rows = spill.bucket_rows();
     let mut order: Vec<usize> = (0..spill.buckets()).collect();
     order.sort_by_key(|&b| std::cmp::Reverse(rows.get(b).copied().unwrap_or(0)));
@@ -171,7 +174,7 @@ pub async fn write_all(
                 handle.block_on(stages::write_bucket(&store, &target, bucket as u32, sorted))
             })
         })
-        .buffered(rayon::current_num_threads().max(1));
+        .buffer_unordered(rayon::current_num_threads().max(1));
     let (mut files, mut first_error) = (Vec::new(), None);
     while let Some(result) = written.next().await {
         match result {
