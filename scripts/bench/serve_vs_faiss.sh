@@ -16,14 +16,18 @@
 #   codes    --preload codes.
 #
 # usage: scripts/bench/serve_vs_faiss.sh DATASET NLIST FAISS_NPROBE INDEX [N]
+# Each mode is measured with each HTTP client of CLIENTS
+# (serve_latency.py --client: `httplib`, Python's http.client as in every
+# earlier figure, and `one-write`, each request in one send).
 #   env: BENCH_DATA (./bench-data), PY (python with numpy + faiss-cpu),
-#        SHARED (../shared), BIN (target/release/parqivf), PORT (8093)
+#        SHARED (../shared), BIN (target/release/parqivf), PORT (8093),
+#        CLIENTS ("httplib one-write")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATASET="$1"; NLIST="$2"; FAISS_NPROBE="$3"; INDEX="$4"; NQ="${5:-1000}"
 BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}"; DATA="$BENCH_DATA/$DATASET"
 PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/release/parqivf}"
-PORT="${PORT:-8093}"
+PORT="${PORT:-8093}"; CLIENTS="${CLIENTS:-httplib one-write}"
 WORK="$(mktemp -d)"; SERVER=""
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
 . scripts/bench/faiss_blas.sh
@@ -53,8 +57,10 @@ for mode in storage codes; do
     curl -sf "http://127.0.0.1:$PORT/healthz" > /dev/null && break
     sleep 0.1
   done
-  "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-    --n "$NQ" --label "parqivf serve $mode, one query a request"
+  for client in $CLIENTS; do
+    "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
+      --n "$NQ" --client "$client" --label "parqivf serve $mode, one query a request"
+  done
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
 done
 faiss
