@@ -291,21 +291,26 @@ fn neighbour_lists(centroids: &[f32], dim: usize, m: usize) -> Vec<Vec<u32>> {
     let panels = LeafPanels::new(centroids, dim);
     let k = panels.nlist();
     let m = m.clamp(1, k.max(1));
-    (0..k)
-        .into_par_iter()
-        .map_init(Vec::new, |d, i| {
-            panels.distances(Metric::L2, &centroids[i * dim..][..dim], 0..k, d);
-            let mut ids: Vec<u32> = (0..k as u32).collect();
-            let i = i as u32;
-            ids.select_nth_unstable_by(m - 1, |&a, &b| {
-                (a != i)
-                    .cmp(&(b != i))
-                    .then(d[a as usize].total_cmp(&d[b as usize]))
-                    .then(a.cmp(&b))
+    let per_task = LeafPanels::QUERIES;
+    centroids[..k * dim]
+        .par_chunks(dim.max(1) * per_task)
+        .enumerate()
+        .flat_map_iter(|(task, chunk)| {
+            let mut lists = Vec::with_capacity(per_task);
+            panels.each_distances(Metric::L2, chunk, 0..k, |j, d| {
+                let i = (task * per_task + j) as u32;
+                let mut ids: Vec<u32> = (0..k as u32).collect();
+                ids.select_nth_unstable_by(m - 1, |&a, &b| {
+                    (a != i)
+                        .cmp(&(b != i))
+                        .then(d[a as usize].total_cmp(&d[b as usize]))
+                        .then(a.cmp(&b))
+                });
+                ids.truncate(m);
+                ids.sort_unstable();
+                lists.push(ids);
             });
-            ids.truncate(m);
-            ids.sort_unstable();
-            ids
+            lists
         })
         .collect()
 }

@@ -12,6 +12,13 @@
 //! They differ from [`Metric::prepared_distance`] (simsimd, another
 //! summation order) by rounding only.
 //!
+//! Several queries ([`LeafPanels::each_distances`]) go [`QUERIES`] at a
+//! time through one pass over the panels with AVX-512: each panel row is
+//! loaded once for all of them, so the kernel is bound by its multiply-adds
+//! rather than by reading the panels from the L2 cache (a query at a time
+//! reads 64 bytes a multiply-add vector). Each lane's sum is the same
+//! sequence of operations either way, so the bits are too.
+//!
 //! The panels hold a second copy of the leaves (`nlist × dim` f32, rounded
 //! up to whole panels).
 
@@ -20,6 +27,10 @@ use std::ops::Range;
 
 /// Leaves per panel.
 pub const LANES: usize = 16;
+
+/// Queries whose sums [`LeafPanels::each_distances`] computes in one pass
+/// over the panels (AVX-512: [`GROUP`] panels of each, 16 accumulators).
+const QUERIES: usize = 4;
 
 /// The leaves in panels: panel `p` holds dimension `d` of leaf
 /// `16p + l` at `(p · dim + d) · 16 + l` (zero past the last leaf).
@@ -31,6 +42,11 @@ pub struct LeafPanels {
 }
 
 impl LeafPanels {
+    /// Queries that [`Self::each_distances`] takes through one pass over
+    /// the panels: a caller's batches of queries in multiples of it keep
+    /// every pass whole.
+    pub const QUERIES: usize = QUERIES;
+
     /// The panels of row-major `leaves` of `dim` dimensions.
     pub fn new(leaves: &[f32], dim: usize) -> LeafPanels {
         let nlist = leaves.len().checked_div(dim).unwrap_or(0);
@@ -59,10 +75,8 @@ impl LeafPanels {
             out.resize(cids.len(), f32::NAN);
             return;
         }
-        let first = cids.start / LANES;
-        let last = cids.end.div_ceil(LANES);
-        out.reserve((last - first) * LANES);
-        let panels = &self.panels[first * self.dim..last * self.dim];
+        let panels = self.panels_of(&cids);
+        out.reserve(panels.len() / self.dim * LANES);
         let l2 = metric == Metric::L2;
         #[cfg(target_arch = "x86_64")]
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
@@ -76,14 +90,69 @@ impl LeafPanels {
         }
         #[cfg(not(target_arch = "x86_64"))]
         sums(query, panels, l2, out);
-        // Keep the asked leaves only, then the metric's orientation.
-        out.truncate(cids.end - first * LANES);
-        out.drain(..cids.start - first * LANES);
-        match metric {
-            Metric::L2 => {}
-            Metric::InnerProduct => out.iter_mut().for_each(|d| *d = -*d),
-            Metric::Cosine => out.iter_mut().for_each(|d| *d = 1.0 - *d),
+        oriented(metric, &cids, out);
+    }
+
+    /// [`Self::distances`] of each of `queries` (row-major, `dim` values
+    /// each; a last partial row is ignored) to the leaves `cids`, handed to
+    /// `each(i, distances)` for query `i` in order. With AVX-512 the
+    /// queries go [`QUERIES`] at a time through one pass over the panels;
+    /// the distances are those of [`Self::distances`], bit for bit.
+    pub fn each_distances(
+        &self,
+        metric: Metric,
+        queries: &[f32],
+        cids: Range<usize>,
+        mut each: impl FnMut(usize, &[f32]),
+    ) {
+        let cids = cids.start.min(self.nlist)..cids.end.min(self.nlist);
+        let dim = self.dim.max(1);
+        let rows = queries.len() / dim;
+        let mut outs: [Vec<f32>; QUERIES] = Default::default();
+        let mut done = 0;
+        #[cfg(target_arch = "x86_64")]
+        if self.dim > 0 && is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("fma") {
+            let panels = self.panels_of(&cids);
+            let l2 = metric == Metric::L2;
+            for group in queries.chunks_exact(QUERIES * dim) {
+                let group: [&[f32]; QUERIES] = std::array::from_fn(|q| &group[q * dim..][..dim]);
+                for out in &mut outs {
+                    out.clear();
+                }
+                // SAFETY: AVX-512 F and FMA were detected just above.
+                unsafe { sums_many_avx512(group, panels, l2, &mut outs) };
+                for out in &mut outs {
+                    oriented(metric, &cids, out);
+                    each(done, out);
+                    done += 1;
+                }
+            }
         }
+        let [out, ..] = &mut outs;
+        for query in queries[done * dim..].chunks_exact(dim).take(rows - done) {
+            self.distances(metric, query, cids.clone(), out);
+            each(done, out);
+            done += 1;
+        }
+    }
+
+    /// The panels holding the leaves `cids` (clipped to the leaves held).
+    fn panels_of(&self, cids: &Range<usize>) -> &[[f32; LANES]] {
+        let (first, last) = (cids.start / LANES, cids.end.div_ceil(LANES));
+        &self.panels[first * self.dim..last * self.dim]
+    }
+}
+
+/// The sums of whole panels in `out`, from the panel of leaf `cids.start`
+/// on, cut to the leaves `cids` and turned to `metric`'s distances.
+fn oriented(metric: Metric, cids: &Range<usize>, out: &mut Vec<f32>) {
+    let first = cids.start / LANES * LANES;
+    out.truncate(cids.end - first);
+    out.drain(..cids.start - first);
+    match metric {
+        Metric::L2 => {}
+        Metric::InnerProduct => out.iter_mut().for_each(|d| *d = -*d),
+        Metric::Cosine => out.iter_mut().for_each(|d| *d = 1.0 - *d),
     }
 }
 
@@ -183,6 +252,79 @@ unsafe fn sums_avx512(query: &[f32], panels: &[[f32; LANES]], l2: bool, out: &mu
         each_group(query, panels, out, group::<GROUP, true>, group::<1, true>);
     } else {
         each_group(query, panels, out, group::<GROUP, false>, group::<1, false>);
+    }
+}
+
+/// [`sums_avx512`] of [`QUERIES`] queries at once, each query's sums
+/// appended to its own vector of `outs`: [`GROUP`] panels of each query in
+/// flight (16 accumulators), each panel row loaded once for all of them.
+/// Every lane is the same fused multiply-adds in the same order as
+/// [`sums_avx512`]'s, so the bits are its bits.
+///
+/// # Safety
+/// The CPU must support AVX-512 F and FMA.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "avx512f,fma")]
+unsafe fn sums_many_avx512(
+    queries: [&[f32]; QUERIES],
+    panels: &[[f32; LANES]],
+    l2: bool,
+    outs: &mut [Vec<f32>; QUERIES],
+) {
+    use std::arch::x86_64::*;
+    /// The sums of `G` panels for every query.
+    #[target_feature(enable = "avx512f,fma")]
+    #[inline]
+    fn group<const G: usize, const L2: bool>(
+        queries: [&[f32]; QUERIES],
+        panels: [&[[f32; LANES]]; G],
+        outs: &mut [Vec<f32>; QUERIES],
+    ) {
+        let dim = queries[0].len();
+        let panels = panels.map(|p| &p[..dim]);
+        let queries = queries.map(|q| &q[..dim]);
+        let mut acc = [[_mm512_setzero_ps(); G]; QUERIES];
+        for d in 0..dim {
+            // SAFETY: `panels[g][d]` is 16 f32; loadu needs no alignment.
+            let c: [__m512; G] =
+                std::array::from_fn(|g| unsafe { _mm512_loadu_ps(panels[g][d].as_ptr()) });
+            for (acc, query) in acc.iter_mut().zip(&queries) {
+                let q = _mm512_set1_ps(query[d]);
+                for (acc, &c) in acc.iter_mut().zip(&c) {
+                    *acc = if L2 {
+                        let diff = _mm512_sub_ps(q, c);
+                        _mm512_fmadd_ps(diff, diff, *acc)
+                    } else {
+                        _mm512_fmadd_ps(q, c, *acc)
+                    };
+                }
+            }
+        }
+        for (acc, out) in acc.iter().zip(outs.iter_mut()) {
+            for acc in acc {
+                let mut lanes = [0f32; LANES];
+                // SAFETY: `lanes` is 16 f32; storeu needs no alignment.
+                unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), *acc) };
+                out.extend_from_slice(&lanes);
+            }
+        }
+    }
+    let dim = queries[0].len().max(1);
+    let mut groups = panels.chunks_exact(GROUP * dim);
+    for panels in &mut groups {
+        let panels = std::array::from_fn(|g| &panels[g * dim..(g + 1) * dim]);
+        if l2 {
+            group::<GROUP, true>(queries, panels, outs);
+        } else {
+            group::<GROUP, false>(queries, panels, outs);
+        }
+    }
+    for panel in groups.remainder().chunks_exact(dim) {
+        if l2 {
+            group::<1, true>(queries, [panel], outs);
+        } else {
+            group::<1, false>(queries, [panel], outs);
+        }
     }
 }
 
@@ -382,5 +524,52 @@ mod tests {
             "a query of another width is NaN"
         );
         eprintln!("leaf panel paths checked: {paths:?}");
+    }
+
+    /// Several queries at once give each query's own distances, bit for
+    /// bit, whatever their number (whole groups of [`QUERIES`] and a
+    /// rest), the range of leaves or the metric; a last partial query row
+    /// is not a query.
+    #[test]
+    fn each_distances_are_each_query_own() {
+        let mut rng = ChaCha8Rng::seed_from_u64(9);
+        let multi = cfg!(target_arch = "x86_64")
+            && std::arch::is_x86_feature_detected!("avx512f")
+            && std::arch::is_x86_feature_detected!("fma");
+        for (nlist, dim) in [(1, 1), (37, 128), (100, 384), (70, 3)] {
+            let leaves: Vec<f32> = (0..nlist * dim)
+                .map(|_| rng.random_range(-2.0..2.0))
+                .collect();
+            let panels = LeafPanels::new(&leaves, dim);
+            for n in [0, 1, 3, QUERIES, QUERIES + 1, 2 * QUERIES + 3] {
+                let mut queries: Vec<f32> =
+                    (0..n * dim).map(|_| rng.random_range(-2.0..2.0)).collect();
+                if dim > 1 {
+                    queries.push(0.5);
+                }
+                for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
+                    for range in [0..nlist, nlist / 3..nlist, 1.min(nlist)..nlist / 2 + 1] {
+                        let mut seen = 0;
+                        panels.each_distances(metric, &queries, range.clone(), |i, got| {
+                            let mut want = Vec::new();
+                            panels.distances(
+                                metric,
+                                &queries[i * dim..][..dim],
+                                range.clone(),
+                                &mut want,
+                            );
+                            assert_eq!(i, seen, "queries in order");
+                            assert_eq!(
+                                got, want,
+                                "{metric:?} {nlist}×{dim} query {i} of {n} {range:?}"
+                            );
+                            seen += 1;
+                        });
+                        assert_eq!(seen, n, "{n} queries");
+                    }
+                }
+            }
+        }
+        eprintln!("several queries a pass over the panels (AVX-512) checked: {multi}");
     }
 }

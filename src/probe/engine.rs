@@ -31,7 +31,7 @@ use super::query::{QueryPlan, RankMode, SearchResult};
 use super::results::{Answers, Own, results};
 use super::rows::{DecodedRowGroup, ProbedRows, Want};
 use super::scan::scan_batch;
-use super::select::{Coarse, leaves_within, nearest_cids, ranked_leaves};
+use super::select::{self, Coarse, EveryLeaf};
 use super::stats::{FilterPlan, Scoring, SearchStats, micros};
 use super::target::RecallModel;
 use crate::filter::Filter;
@@ -1133,58 +1133,80 @@ fn own_stats(selected: &[Selected]) -> Vec<Own> {
 /// Each query's lists and the time it took: its `nprobe` nearest (within
 /// `root_factor`), those a target recall chose, or, with a filter, every
 /// list nearest first ([`Selected`]). CPU only (parallel over queries).
+///
+/// Every selection but a root factor's own ranks every leaf: the queries
+/// go [`LeafPanels::QUERIES`] at a time through one pass over the leaf panels
+/// ([`select::each_query`]), and each query's share of that pass is counted
+/// in its selection time.
 fn select_lists(
     coarse: Coarse<'_>,
     recall: Option<&RecallModel>,
     plan: &QueryPlan,
 ) -> Vec<Selected> {
-    let hierarchy = coarse.hierarchy;
+    let dim = coarse.hierarchy.dim;
     let (nprobe, root_factor, every) = (plan.nprobe, plan.root_factor, plan.filter.is_some());
     let (target, cap) = (plan.target, plan.cap);
-    plan.queries
-        .par_chunks_exact(hierarchy.dim)
-        .map(|q| {
-            let t = Instant::now();
-            let mut selected = match (target, recall) {
-                // Unfiltered under a target: only the lists within its gap are sorted.
-                (Some(t), Some(m)) if !every => {
-                    let (cids, next) = leaves_within(coarse, q, m.gap_for(t), cap);
-                    Selected {
-                        start: cids.len(),
-                        estimate: Some(m.target_estimate(t, next)),
-                        cids,
-                        probe_us: 0,
-                        nearest: Vec::new(),
-                    }
+    let nearest = |nearest: Vec<u32>| {
+        let mut cids = nearest.clone();
+        cids.sort_unstable();
+        Selected {
+            cids,
+            start: nprobe,
+            estimate: recall.map(|m| m.recall_at(nprobe)),
+            probe_us: 0,
+            nearest,
+        }
+    };
+    let targeted = target.zip(recall).filter(|_| !every);
+    if root_factor > 0 && !every && targeted.is_none() {
+        // Only the nearest roots' leaves are measured, query by query.
+        return plan
+            .queries
+            .par_chunks_exact(dim)
+            .map(|q| {
+                let t = Instant::now();
+                let mut selected = nearest(select::nearest_cids(coarse, q, nprobe, root_factor));
+                selected.probe_us = micros(t.elapsed());
+                selected
+            })
+            .collect();
+    }
+    let pick = |leaves: EveryLeaf<'_>| match targeted {
+        // Unfiltered under a target: only the lists within its gap are sorted.
+        Some((t, m)) => {
+            let (cids, next) = leaves.within(m.gap_for(t), cap);
+            Selected {
+                start: cids.len(),
+                estimate: Some(m.target_estimate(t, next)),
+                cids,
+                probe_us: 0,
+                nearest: Vec::new(),
+            }
+        }
+        None if every => {
+            let ranked = leaves.ranked();
+            let (start, estimate) = match (target, recall) {
+                (Some(t), Some(m)) => {
+                    let lists = m.lists_for(&ranked, t, cap);
+                    (lists.cids.len(), Some(lists.estimated_recall))
                 }
-                _ if every => {
-                    let ranked = ranked_leaves(coarse, q);
-                    let (start, estimate) = match (target, recall) {
-                        (Some(t), Some(m)) => {
-                            let lists = m.lists_for(&ranked, t, cap);
-                            (lists.cids.len(), Some(lists.estimated_recall))
-                        }
-                        _ => (
-                            nprobe.min(ranked.len()),
-                            recall.map(|m| m.recall_at(nprobe)),
-                        ),
-                    };
-                    Selected::ranked(ranked, start, estimate)
-                }
-                _ => {
-                    let nearest = nearest_cids(coarse, q, nprobe, root_factor);
-                    let mut cids = nearest.clone();
-                    cids.sort_unstable();
-                    Selected {
-                        cids,
-                        start: nprobe,
-                        estimate: recall.map(|m| m.recall_at(nprobe)),
-                        probe_us: 0,
-                        nearest,
-                    }
-                }
+                _ => (
+                    nprobe.min(ranked.len()),
+                    recall.map(|m| m.recall_at(nprobe)),
+                ),
             };
-            selected.probe_us = micros(t.elapsed());
+            Selected::ranked(ranked, start, estimate)
+        }
+        None => nearest(leaves.nearest(nprobe)),
+    };
+    plan.queries
+        .par_chunks(dim.max(1) * LeafPanels::QUERIES)
+        .flat_map_iter(|queries| {
+            let t = Instant::now();
+            let mut selected = Vec::with_capacity(LeafPanels::QUERIES);
+            select::each_query(coarse, queries, |_, leaves| selected.push(pick(leaves)));
+            let share = micros(t.elapsed()) / selected.len().max(1) as u64;
+            selected.iter_mut().for_each(|s| s.probe_us = share);
             selected
         })
         .collect()

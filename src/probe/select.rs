@@ -45,28 +45,87 @@ pub fn select_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: usi
 /// The cids of [`select_cids`], nearest first (by `(distance, cid)`): the
 /// order in which a scan tightens its bound soonest.
 pub fn nearest_cids(h: Coarse<'_>, query: &[f32], nprobe: usize, root_factor: usize) -> Vec<u32> {
-    let kept = if root_factor == 0 && nprobe <= FEW_LISTS {
-        nearest_of_every_leaf(h, query, nprobe)
-    } else {
-        let mut leaves = leaf_distances(h, query, nprobe, root_factor);
-        let keep = nprobe.min(leaves.len());
-        if keep < leaves.len() && keep > 0 {
-            leaves.select_nth_unstable_by(keep - 1, nearest_first);
-        }
-        leaves.truncate(keep);
-        leaves.sort_unstable_by(nearest_first);
-        leaves
-    };
-    kept.iter().map(|l| l.1).collect()
+    if root_factor == 0 {
+        return with_every_distance(h, query, |every| every.nearest(nprobe));
+    }
+    nearest_of(leaf_distances(h, query, nprobe, root_factor), nprobe)
 }
 
-/// The `keep` nearest of every leaf (every root visited), by `(distance,
-/// cid)`, nearest first. The distances go to a buffer of the thread; a run
-/// of 16 is then compared with the farthest kept in one step, and only
-/// those not above it (or NaN) are looked at ([`Kept::offer`]): once the
-/// selection is full, most runs have none.
-fn nearest_of_every_leaf(h: Coarse<'_>, query: &[f32], keep: usize) -> Vec<Leaf> {
-    with_every_distance(h, query, |distances, first| nearest(distances, first, keep))
+/// The cids of the `keep` nearest of `leaves`, nearest first.
+fn nearest_of(mut leaves: Vec<Leaf>, keep: usize) -> Vec<u32> {
+    let keep = keep.min(leaves.len());
+    if keep < leaves.len() && keep > 0 {
+        leaves.select_nth_unstable_by(keep - 1, nearest_first);
+    }
+    leaves.truncate(keep);
+    leaves.sort_unstable_by(nearest_first);
+    leaves.iter().map(|l| l.1).collect()
+}
+
+/// The distances from one query to every leaf of every root (leaf
+/// `first + i` at `i`): what each selection with every root visited picks
+/// from ([`with_every_distance`] for one query, [`each_query`] for many).
+#[derive(Debug, Clone, Copy)]
+pub struct EveryLeaf<'a> {
+    distances: &'a [f32],
+    first: usize,
+}
+
+impl EveryLeaf<'_> {
+    /// [`nearest_cids`] with `root_factor` 0: the `keep` nearest cids,
+    /// nearest first. Up to [`FEW_LISTS`], a run of 16 distances is
+    /// compared with the farthest kept in one step, and only those not
+    /// above it (or NaN) are looked at ([`Kept::offer`]): once the
+    /// selection is full, most runs have none.
+    pub fn nearest(self, keep: usize) -> Vec<u32> {
+        if keep <= FEW_LISTS {
+            return nearest(self.distances, self.first, keep)
+                .iter()
+                .map(|l| l.1)
+                .collect();
+        }
+        nearest_of(self.leaves(), keep)
+    }
+
+    /// [`leaves_within`] of these distances.
+    pub fn within(self, gap: f32, cap: usize) -> (Vec<u32>, Option<f32>) {
+        within(self.distances, self.first, gap, cap)
+    }
+
+    /// [`ranked_leaves`] of these distances.
+    pub fn ranked(self) -> Vec<(f32, u32)> {
+        let mut leaves = self.leaves();
+        leaves.sort_unstable_by(nearest_first);
+        leaves
+    }
+
+    /// `(distance, cid)` of every leaf, in cid order.
+    fn leaves(self) -> Vec<Leaf> {
+        self.distances
+            .iter()
+            .copied()
+            .zip(self.first as u32..)
+            .collect()
+    }
+}
+
+/// `f(i, every)` for each query `i` of `queries` (row-major, `h.dim`
+/// values each), with its distances to every leaf: the queries go a few at
+/// a time through one pass over the leaf panels
+/// ([`LeafPanels::each_distances`]), the same distances as
+/// [`with_every_distance`]'s.
+pub fn each_query(h: Coarse<'_>, queries: &[f32], mut f: impl FnMut(usize, EveryLeaf<'_>)) {
+    let cids = every_cid(h);
+    h.panels
+        .each_distances(h.hierarchy.metric, queries, cids.clone(), |i, distances| {
+            f(
+                i,
+                EveryLeaf {
+                    distances,
+                    first: cids.start,
+                },
+            );
+        });
 }
 
 thread_local! {
@@ -75,14 +134,17 @@ thread_local! {
     static DISTANCES: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
-/// `f(distances, first)` with the distance from `query` to every leaf of
-/// every root (leaf `first + i` at `i`), held in a buffer of the thread.
-fn with_every_distance<T>(h: Coarse<'_>, query: &[f32], f: impl FnOnce(&[f32], usize) -> T) -> T {
+/// `f(every)` with the distances from `query` to every leaf of every root,
+/// held in a buffer of the thread.
+fn with_every_distance<T>(h: Coarse<'_>, query: &[f32], f: impl FnOnce(EveryLeaf<'_>) -> T) -> T {
     let cids = every_cid(h);
     DISTANCES.with_borrow_mut(|distances| {
         h.panels
             .distances(h.hierarchy.metric, query, cids.clone(), distances);
-        f(distances, cids.start)
+        f(EveryLeaf {
+            distances,
+            first: cids.start,
+        })
     })
 }
 
@@ -227,9 +289,7 @@ pub fn leaves_within(
     gap: f32,
     cap: usize,
 ) -> (Vec<u32>, Option<f32>) {
-    with_every_distance(h, query, |distances, first| {
-        within(distances, first, gap, cap)
-    })
+    with_every_distance(h, query, |every| every.within(gap, cap))
 }
 
 /// [`leaves_within`] of the distances to every leaf (leaf `first + i` at
@@ -288,9 +348,7 @@ fn min_of(xs: &[f32], f: impl Fn(f32) -> f32) -> f32 {
 /// Its first `nprobe` cids are those of [`select_cids`] with `root_factor`
 /// 0.
 pub fn ranked_leaves(h: Coarse<'_>, query: &[f32]) -> Vec<(f32, u32)> {
-    let mut leaves = leaf_distances(h, query, h.hierarchy.nlist(), 0);
-    leaves.sort_unstable_by(nearest_first);
-    leaves
+    with_every_distance(h, query, |every| every.ranked())
 }
 
 fn nearest_first(a: &(f32, u32), b: &(f32, u32)) -> std::cmp::Ordering {
@@ -315,25 +373,15 @@ fn every_cid(h: Coarse<'_>) -> std::ops::Range<usize> {
     }
 }
 
-/// `(distance, cid)` of every leaf of every root, in cid order.
-fn every_leaf(h: Coarse<'_>, query: &[f32]) -> Vec<Leaf> {
-    leaves_in(h, query, every_cid(h))
-}
-
 /// `(distance, cid)` of every leaf of the roots visited nearest first until
-/// they own `root_factor × nprobe` leaves (every root for `root_factor` 0:
-/// then the roots are not ranked at all, and the leaves come in cid order;
-/// every caller orders them by `(distance, cid)`, so the order they come in
-/// changes nothing).
+/// they own `root_factor × nprobe` leaves (`root_factor` ≥ 1; with 0 every
+/// root is visited, which [`EveryLeaf`] serves).
 fn leaf_distances(
     h: Coarse<'_>,
     query: &[f32],
     nprobe: usize,
     root_factor: usize,
 ) -> Vec<(f32, u32)> {
-    if root_factor == 0 {
-        return every_leaf(h, query);
-    }
     let hierarchy = h.hierarchy;
     let dim = hierarchy.dim;
     let nroots = hierarchy.cid_offsets.len().saturating_sub(1);
@@ -493,10 +541,12 @@ mod tests {
             hierarchy: &h,
             panels: &p,
         };
+        let mut queries = Vec::new();
         for _ in 0..20 {
             let q: Vec<f32> = (0..dim)
                 .map(|_| rng.random_range(-3i32..=3) as f32)
                 .collect();
+            queries.extend_from_slice(&q);
             let mut all: Vec<(f32, u32)> = (0..nlist)
                 .map(|c| {
                     (
@@ -513,6 +563,19 @@ mod tests {
                 assert_eq!(select_cids(c, &q, nprobe, 0), want, "nprobe {nprobe}");
             }
         }
+        // The queries a few at a time through the panels select what each
+        // selects alone.
+        let mut seen = 0;
+        each_query(c, &queries, |i, every| {
+            let q = &queries[i * dim..][..dim];
+            for nprobe in [1, 12, FEW_LISTS + 1, nlist] {
+                assert_eq!(every.nearest(nprobe), nearest_cids(c, q, nprobe, 0));
+            }
+            assert_eq!(every.within(2.0, 50), leaves_within(c, q, 2.0, 50));
+            assert_eq!(every.ranked(), ranked_leaves(c, q));
+            seen += 1;
+        });
+        assert_eq!(seen, 20);
     }
 
     /// Every run check the CPU offers keeps the `keep` first of all the
