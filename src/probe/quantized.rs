@@ -530,13 +530,28 @@ fn offer_runs(
             }
         }
     };
+    // A run with rows to offer is offered when the next such run is found
+    // (or at the end), its rowids asked of the memory meanwhile: each
+    // offered row reads its rowid, a line of the list that the scan did
+    // not touch. The offers are the same in any order (a selection does
+    // not depend on it, and each row is checked against the bound of its
+    // own turn), only their rowids' misses overlap the compares between.
     let mut bound = top.bound().min(first);
+    let mut pending = None;
     for (run, (sums, base)) in sum_runs.iter().zip(base_runs).enumerate() {
         let below = whole(a, b, sums, base, bound);
         if below != 0 {
-            offer(RUN * run, below, top);
-            bound = top.bound().min(first);
+            let at = RUN * run;
+            prefetch(&rowids[at..(at + RUN).min(rowids.len())]);
+            if let Some((at, below)) = pending.replace((at, below)) {
+                offer(at, below, top);
+                bound = top.bound().min(first);
+            }
         }
+    }
+    if let Some((at, below)) = pending {
+        offer(at, below, top);
+        bound = top.bound().min(first);
     }
     if !base_rest.is_empty() {
         let at = base.len() - base_rest.len();
@@ -972,8 +987,29 @@ impl PagePlan {
         // candidates together, the pages of a file by offset.
         let count = candidates.iter().map(TopK::len).sum::<usize>();
         let (mut located, mut keys) = (Vec::with_capacity(count), Vec::with_capacity(count));
-        for (c, n) in candidates.iter().flat_map(TopK::iter).enumerate() {
-            let (g, row) = unpack(n.at);
+        let at: Vec<(usize, usize)> = candidates
+            .iter()
+            .flat_map(TopK::iter)
+            .map(|n| unpack(n.at))
+            .collect();
+        // Each candidate's page location is asked of the memory `AHEAD`
+        // candidates before it is read: scattered entries of the offset
+        // indexes, whose misses then overlap.
+        const AHEAD: usize = 8;
+        let hint = |&(g, row): &(usize, usize)| {
+            if let Some(pages) = loaded.get(g).and_then(|rg| rg.vector_pages.as_deref())
+                && let Some(rows) = pages.get(1).map(|p| p.first_row_index as usize)
+                && rows > 0
+                && let Some(loc) = pages.get(row / rows)
+            {
+                prefetch(std::slice::from_ref(loc));
+            }
+        };
+        at.iter().take(AHEAD).for_each(hint);
+        for (c, &(g, row)) in at.iter().enumerate() {
+            if let Some(next) = at.get(c + AHEAD) {
+                hint(next);
+            }
             let rg = &loaded[g];
             let page = PageRead::of(rg, g, page_of(paths, rg, row)?);
             keys.push(page_key(rg.file, page.range.start, c));
