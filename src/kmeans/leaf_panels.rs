@@ -96,7 +96,7 @@ impl LeafPanels {
     /// [`Self::distances`] of each of `queries` (row-major, `dim` values
     /// each; a last partial row is ignored) to the leaves `cids`, handed to
     /// `each(i, distances)` for query `i` in order. With AVX-512 the
-    /// queries go [`QUERIES`] at a time through one pass over the panels;
+    /// queries go [`Self::QUERIES`] at a time through one pass over the panels;
     /// the distances are those of [`Self::distances`], bit for bit.
     pub fn each_distances(
         &self,

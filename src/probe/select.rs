@@ -32,7 +32,7 @@ pub const DEFAULT_ROOT_FACTOR: usize = 0;
 /// nearest leaves sorted as it computes their distances, inserting the few
 /// that beat the farthest kept, instead of collecting every distance and
 /// selecting among them.
-const FEW_LISTS: usize = 64;
+pub const FEW_LISTS: usize = 64;
 
 /// The `nprobe` leaf CIDs nearest to `query`, sorted ascending.
 /// `query.len()` must equal `h.dim` (checked by the caller).
@@ -64,7 +64,7 @@ fn nearest_of(mut leaves: Vec<Leaf>, keep: usize) -> Vec<u32> {
 
 /// The distances from one query to every leaf of every root (leaf
 /// `first + i` at `i`): what each selection with every root visited picks
-/// from ([`with_every_distance`] for one query, [`each_query`] for many).
+/// from (one query's in a buffer of the thread, or [`each_query`]'s).
 #[derive(Debug, Clone, Copy)]
 pub struct EveryLeaf<'a> {
     distances: &'a [f32],
@@ -73,10 +73,9 @@ pub struct EveryLeaf<'a> {
 
 impl EveryLeaf<'_> {
     /// [`nearest_cids`] with `root_factor` 0: the `keep` nearest cids,
-    /// nearest first. Up to [`FEW_LISTS`], a run of 16 distances is
-    /// compared with the farthest kept in one step, and only those not
-    /// above it (or NaN) are looked at ([`Kept::offer`]): once the
-    /// selection is full, most runs have none.
+    /// nearest first. Up to [`FEW_LISTS`], a run of 16 distances is compared with
+    /// the farthest kept in one step, and only those not above it (or NaN)
+    /// are looked at: once the selection is full, most runs have none.
     pub fn nearest(self, keep: usize) -> Vec<u32> {
         if keep <= FEW_LISTS {
             return nearest(self.distances, self.first, keep)
@@ -112,8 +111,8 @@ impl EveryLeaf<'_> {
 /// `f(i, every)` for each query `i` of `queries` (row-major, `h.dim`
 /// values each), with its distances to every leaf: the queries go a few at
 /// a time through one pass over the leaf panels
-/// ([`LeafPanels::each_distances`]), the same distances as
-/// [`with_every_distance`]'s.
+/// ([`LeafPanels::each_distances`]), the same distances as one query's
+/// alone.
 pub fn each_query(h: Coarse<'_>, queries: &[f32], mut f: impl FnMut(usize, EveryLeaf<'_>)) {
     let cids = every_cid(h);
     h.panels
