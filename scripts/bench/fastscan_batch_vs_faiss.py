@@ -8,7 +8,10 @@ stdout line must be `parqivf search`'s JSON summary. Rounds alternate, so
 that a noisy host's drift hits both alike. Prints per round both QPS,
 both recalls and the ratio.
 
-usage: fastscan_batch_vs_faiss.py DATASET NLIST NPROBE [--rounds N] -- PARQIVF_COMMAND...
+With --single, FAISS searches one query per call instead (give the
+parqivf command --batch-size 1): the same comparison for single queries.
+
+usage: fastscan_batch_vs_faiss.py DATASET NLIST NPROBE [--rounds N] [--single] -- PARQIVF_COMMAND...
   env: BENCH_DATA (./bench-data). Source scripts/bench/faiss_blas.sh first
   on a CPU that FAISS's OpenBLAS does not recognise.
 
@@ -35,6 +38,11 @@ def main():
     ap.add_argument("nlist", type=int)
     ap.add_argument("nprobe", type=int)
     ap.add_argument("--rounds", type=int, default=4)
+    ap.add_argument(
+        "--single",
+        action="store_true",
+        help="FAISS one query per call (give parqivf --batch-size 1)",
+    )
     argv = sys.argv[1:]
     if "--" not in argv:
         ap.error("the parqivf command follows `--`")
@@ -58,13 +66,17 @@ def main():
         best = 0.0
         for _ in range(3):
             t = time.perf_counter()
-            _, ids = index.search(xq, 10, params=params)
+            if a.single:
+                ids = np.vstack([index.search(q[None], 10, params=params)[1] for q in xq])
+            else:
+                _, ids = index.search(xq, 10, params=params)
             best = max(best, len(xq) / (time.perf_counter() - t))
         recall = np.mean([len(set(ids[i]) & set(gt[i])) / 10 for i in range(len(xq))])
         out = subprocess.run(command, capture_output=True, text=True, check=True)
         ours = json.loads(out.stdout.strip().splitlines()[-1])
         print(
-            f"round {r + 1}: FAISS nprobe {a.nprobe} recall {recall:.4f} batch {best:.0f} QPS | "
+            f"round {r + 1}: FAISS nprobe {a.nprobe} recall {recall:.4f} "
+            f"{'single' if a.single else 'batch'} {best:.0f} QPS | "
             f"parqivf recall {ours['recall']} {ours['qps']:.0f} QPS "
             f"({ours['mean-lists-probed']} lists) | ratio {ours['qps'] / best:.2f}",
             flush=True,
