@@ -92,6 +92,32 @@ struct Best {
     own: Option<i64>,
 }
 
+/// One query's neighbours' list gaps (each neighbour's list distance less
+/// the nearest list's, at least 0) and list ranks (0: the nearest list),
+/// from its distances `dist` to every leaf (leaf `c` at `c`), ranked by
+/// `(distance, cid)` as the probe ranks them.
+fn list_gaps_and_ranks(dist: &[f32], best: &Best) -> (Vec<f32>, Vec<usize>) {
+    let nlist = dist.len();
+    let mut order: Vec<u32> = (0..nlist as u32).collect();
+    order.sort_by(|&a, &b| {
+        dist[a as usize]
+            .total_cmp(&dist[b as usize])
+            .then(a.cmp(&b))
+    });
+    let mut rank = vec![0usize; nlist];
+    for (r, &c) in order.iter().enumerate() {
+        rank[c as usize] = r;
+    }
+    let d1 = order.first().map_or(0.0, |&c| dist[c as usize]);
+    let gaps = best
+        .top
+        .iter()
+        .map(|&(_, l)| (dist[l as usize] - d1).max(0.0))
+        .collect();
+    let ranks = best.top.iter().map(|&(_, l)| rank[l as usize]).collect();
+    (gaps, ranks)
+}
+
 impl Best {
     /// The distance a row must be below to enter: the k-th best so far.
     fn bound(&self, k: usize) -> f32 {
@@ -388,31 +414,17 @@ impl GroundTruth {
         let (dim, nlist) = (self.dim, hierarchy.nlist());
         // The leaf distances the probe ranks its lists by.
         let panels = LeafPanels::new(&hierarchy.leaves, dim);
+        let per_task = LeafPanels::QUERIES;
         let per_query: Vec<(Vec<f32>, Vec<usize>)> = self
             .queries
-            .par_chunks_exact(dim)
-            .zip(&self.best)
-            .map(|(q, b)| {
-                let mut dist = Vec::new();
-                panels.distances(hierarchy.metric, q, 0..nlist, &mut dist);
-                let mut order: Vec<u32> = (0..nlist as u32).collect();
-                order.sort_by(|&a, &b| {
-                    dist[a as usize]
-                        .total_cmp(&dist[b as usize])
-                        .then(a.cmp(&b))
+            .par_chunks(dim.max(1) * per_task)
+            .zip(self.best.par_chunks(per_task))
+            .flat_map_iter(|(queries, best)| {
+                let mut out = Vec::with_capacity(per_task);
+                panels.each_distances(hierarchy.metric, queries, 0..nlist, |i, dist| {
+                    out.push(list_gaps_and_ranks(dist, &best[i]));
                 });
-                let mut rank = vec![0usize; nlist];
-                for (r, &c) in order.iter().enumerate() {
-                    rank[c as usize] = r;
-                }
-                let d1 = order.first().map_or(0.0, |&c| dist[c as usize]);
-                let gaps = b
-                    .top
-                    .iter()
-                    .map(|&(_, l)| (dist[l as usize] - d1).max(0.0))
-                    .collect();
-                let ranks = b.top.iter().map(|&(_, l)| rank[l as usize]).collect();
-                (gaps, ranks)
+                out
             })
             .collect();
         let mut gaps: Vec<f32> = per_query.iter().flat_map(|(g, _)| g.clone()).collect();
