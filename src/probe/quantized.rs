@@ -542,7 +542,7 @@ fn offer_runs(
         let below = whole(a, b, sums, base, bound);
         if below != 0 {
             let at = RUN * run;
-            prefetch(&rowids[at..(at + RUN).min(rowids.len())]);
+            prefetch(rowids.get(at..(at + RUN).min(rowids.len())).unwrap_or_default());
             if let Some((at, below)) = pending.replace((at, below)) {
                 offer(at, below, top);
                 bound = top.bound().min(first);
