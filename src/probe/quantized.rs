@@ -542,7 +542,11 @@ fn offer_runs(
         let below = whole(a, b, sums, base, bound);
         if below != 0 {
             let at = RUN * run;
-            prefetch(rowids.get(at..(at + RUN).min(rowids.len())).unwrap_or_default());
+            prefetch(
+                rowids
+                    .get(at..(at + RUN).min(rowids.len()))
+                    .unwrap_or_default(),
+            );
             if let Some((at, below)) = pending.replace((at, below)) {
                 offer(at, below, top);
                 bound = top.bound().min(first);
