@@ -414,19 +414,9 @@ impl GroundTruth {
         let (dim, nlist) = (self.dim, hierarchy.nlist());
         // The leaf distances the probe ranks its lists by.
         let panels = LeafPanels::new(&hierarchy.leaves, dim);
-        let per_task = LeafPanels::QUERIES;
-        let per_query: Vec<(Vec<f32>, Vec<usize>)> = self
-            .queries
-            .par_chunks(dim.max(1) * per_task)
-            .zip(self.best.par_chunks(per_task))
-            .flat_map_iter(|(queries, best)| {
-                let mut out = Vec::with_capacity(per_task);
-                panels.each_distances(hierarchy.metric, queries, 0..nlist, |i, dist| {
-                    out.push(list_gaps_and_ranks(dist, &best[i]));
-                });
-                out
-            })
-            .collect();
+        let per_query = panels.par_map(hierarchy.metric, &self.queries, 0..nlist, |i, dist| {
+            list_gaps_and_ranks(dist, &self.best[i])
+        });
         let mut gaps: Vec<f32> = per_query.iter().flat_map(|(g, _)| g.clone()).collect();
         gaps.sort_by(f32::total_cmp);
         let quantiles = GAP_QUANTILES.min(gaps.len().saturating_sub(1)).max(1);

@@ -291,28 +291,19 @@ fn neighbour_lists(centroids: &[f32], dim: usize, m: usize) -> Vec<Vec<u32>> {
     let panels = LeafPanels::new(centroids, dim);
     let k = panels.nlist();
     let m = m.clamp(1, k.max(1));
-    let per_task = LeafPanels::QUERIES;
-    centroids[..k * dim]
-        .par_chunks(dim.max(1) * per_task)
-        .enumerate()
-        .flat_map_iter(|(task, chunk)| {
-            let mut lists = Vec::with_capacity(per_task);
-            panels.each_distances(Metric::L2, chunk, 0..k, |j, d| {
-                let i = (task * per_task + j) as u32;
-                let mut ids: Vec<u32> = (0..k as u32).collect();
-                ids.select_nth_unstable_by(m - 1, |&a, &b| {
-                    (a != i)
-                        .cmp(&(b != i))
-                        .then(d[a as usize].total_cmp(&d[b as usize]))
-                        .then(a.cmp(&b))
-                });
-                ids.truncate(m);
-                ids.sort_unstable();
-                lists.push(ids);
-            });
-            lists
-        })
-        .collect()
+    panels.par_map(Metric::L2, &centroids[..k * dim], 0..k, |i, d| {
+        let i = i as u32;
+        let mut ids: Vec<u32> = (0..k as u32).collect();
+        ids.select_nth_unstable_by(m - 1, |&a, &b| {
+            (a != i)
+                .cmp(&(b != i))
+                .then(d[a as usize].total_cmp(&d[b as usize]))
+                .then(a.cmp(&b))
+        });
+        ids.truncate(m);
+        ids.sort_unstable();
+        ids
+    })
 }
 
 /// Hamerly state per training point: its label and a lower bound on the

@@ -136,6 +136,31 @@ impl LeafPanels {
         }
     }
 
+    /// `f(i, distances)` for each query `i` of `queries` (as
+    /// [`Self::each_distances`]), in parallel over tasks of
+    /// [`Self::QUERIES`] queries, collected in query order.
+    pub fn par_map<T: Send>(
+        &self,
+        metric: Metric,
+        queries: &[f32],
+        cids: Range<usize>,
+        f: impl Fn(usize, &[f32]) -> T + Sync,
+    ) -> Vec<T> {
+        use rayon::prelude::*;
+        let rows = queries.len() / self.dim.max(1);
+        queries[..rows * self.dim]
+            .par_chunks(self.dim.max(1) * QUERIES)
+            .enumerate()
+            .flat_map_iter(|(task, queries)| {
+                let mut out = Vec::with_capacity(QUERIES);
+                self.each_distances(metric, queries, cids.clone(), |i, d| {
+                    out.push(f(task * QUERIES + i, d));
+                });
+                out
+            })
+            .collect()
+    }
+
     /// The panels holding the leaves `cids` (clipped to the leaves held).
     fn panels_of(&self, cids: &Range<usize>) -> &[[f32; LANES]] {
         let (first, last) = (cids.start / LANES, cids.end.div_ceil(LANES));
