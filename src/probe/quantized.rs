@@ -1002,9 +1002,7 @@ impl PagePlan {
         const AHEAD: usize = 8;
         let hint = |&(g, row): &(usize, usize)| {
             if let Some(pages) = loaded.get(g).and_then(|rg| rg.vector_pages.as_deref())
-                && let Some(rows) = pages.get(1).map(|p| p.first_row_index as usize)
-                && rows > 0
-                && let Some(loc) = pages.get(row / rows)
+                && let Some(loc) = guess_page(pages, row).and_then(|p| pages.get(p))
             {
                 prefetch(std::slice::from_ref(loc));
             }
@@ -1194,6 +1192,14 @@ fn key_candidate(key: u128) -> usize {
     (key & 0xffff_ffff) as usize
 }
 
+/// The page that holds `row` if every page but the last holds as many
+/// rows as the first (the second page's first row), as the writer's do:
+/// known without a search, but to be checked against `pages`.
+fn guess_page(pages: &[PageLocation], row: usize) -> Option<usize> {
+    let rows = pages.get(1).map(|p| p.first_row_index as usize)?;
+    (rows > 0).then(|| row / rows)
+}
+
 /// The index of the `vector` page of `rg` holding `row`.
 fn page_of(paths: &[Path], rg: &DecodedRowGroup, row: usize) -> Result<usize, ProbeError> {
     let name = || paths.get(rg.file).map_or_else(String::new, Path::to_string);
@@ -1215,11 +1221,8 @@ fn page_of(paths: &[Path], rg: &DecodedRowGroup, row: usize) -> Result<usize, Pr
         ));
     }
     let first = |page: usize| pages.get(page).map(|p| p.first_row_index as usize);
-    // The writer's pages hold the same number of rows (the second page's
-    // first row), all but the last: the row's page is then known without
-    // a search. The guess is checked; any other layout is searched.
-    let guess = first(1).filter(|&rows| rows > 0).map(|rows| row / rows);
-    if let Some(g) = guess
+    // The guess is checked; any other layout is searched.
+    if let Some(g) = guess_page(pages, row)
         && first(g).is_some_and(|f| f <= row)
         && first(g + 1).is_none_or(|next| row < next)
     {
