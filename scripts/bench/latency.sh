@@ -28,7 +28,8 @@
 #        HEDGE (--hedge-after: auto, the default, off or a duration), MODES
 #        ("storage disk ram codes"), TAILS ("none 1%": without and with the tail),
 #        JITTER (0.2: each request's time to first byte drawn uniformly within
-#        ± that share; 0 for a fixed one)
+#        ± that share; 0 for a fixed one), CLIENT (serve_latency.py --client:
+#        httplib, the default, or one-write)
 #   INDEX may be an s3:// location (AWS_* in the environment, e.g. s3s-fs:
 #   scripts/bench/lance_vs_parqivf.sh starts one); the emulated latency is
 #   then in front of the S3 client.
@@ -37,7 +38,7 @@ cd "$(dirname "$0")/../.."
 INDEX="$1"; DATA="$2"; NPROBE="$3"; NQ="${4:-100}"; TTFBS="${5:-0 30 60}"
 PY="${PY:-python3}"; BIN="${BIN:-target/release/parqivf}"; PORT="${PORT:-18791}"
 HEDGE="${HEDGE:-auto}"; MODES="${MODES:-storage disk ram codes}"; TAILS="${TAILS:-none 1%}"
-JITTER="${JITTER:-0.2}"
+JITTER="${JITTER:-0.2}"; CLIENT="${CLIENT:-httplib}"
 TOKEN="latency-bench-token-0123456789"
 WORK="$(mktemp -d)"
 trap 'kill "$SERVER" 2>/dev/null || true; rm -rf "$WORK"' EXIT
@@ -80,7 +81,7 @@ for ttfb in $TTFBS; do
       novel=0; [ "$mode" = ram ] && novel=500
       warming=(--warm-novel "$novel"); [ "$mode" = codes-cold-disk ] && warming=(--no-warming)
       "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-        "${depth[@]}" --n "$NQ" --label "$label $mode" --token "$TOKEN" "${warming[@]}" \
+        "${depth[@]}" --n "$NQ" --label "$label $mode" --token "$TOKEN" "${warming[@]}" --client "$CLIENT" \
         --idle-floor "$ttfb"
       stop
     done

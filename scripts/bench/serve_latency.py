@@ -10,7 +10,10 @@ waits MS first: GET /healthz, 100 times on the same connection, each after
 the client slept MS (the server and client idle meanwhile, as during a
 query's round of that time to first byte), and adds its p50 as
 idle_floor_p50_ms: what any server pays on this host to answer after an
-idle wait, beyond the wait itself. The warming pass
+idle wait, beyond the wait itself (and idle_floor_mean_ms). With
+--idle-floor 0 the 1,000 requests go back to back: the floor of an HTTP
+exchange on this connection, with this client, however fast the server's
+search. The warming pass
 sends the same N queries, or with --warm-novel M the M queries after them,
 so that a cache of postings lists is measured on queries it never saw, or
 with --no-warming none (a first pass over empty caches).
@@ -112,10 +115,12 @@ out = {"label": a.label, "client": a.client, "nprobe": a.nprobe, "rerank": a.rer
        "qps": round(len(q) / (lat.sum() / 1000), 1), "recall": round(hits / (len(q) * a.k), 4)}
 if a.idle_floor is not None:
     floor = []
-    for _ in range(100):
-        time.sleep(a.idle_floor / 1000)
+    for _ in range(100 if a.idle_floor > 0 else 1000):
+        if a.idle_floor > 0:
+            time.sleep(a.idle_floor / 1000)
         t = time.perf_counter()
         conn.request("GET", "/healthz")
         floor.append((time.perf_counter() - t) * 1000)
     out["idle_floor_p50_ms"] = round(float(np.percentile(floor, 50)), 3)
+    out["idle_floor_mean_ms"] = round(float(np.mean(floor)), 3)
 print(json.dumps(out), flush=True)

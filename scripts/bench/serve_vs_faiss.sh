@@ -18,7 +18,10 @@
 # usage: scripts/bench/serve_vs_faiss.sh DATASET NLIST FAISS_NPROBE INDEX [N]
 # Each mode is measured with each HTTP client of CLIENTS
 # (serve_latency.py --client: `httplib`, Python's http.client as in every
-# earlier figure, and `one-write`, each request in one send).
+# earlier figure, and `one-write`, each request in one send), and with it
+# the floor of an HTTP exchange with that client (`idle_floor_*_ms` from
+# `--idle-floor 0`: 1,000 GET /healthz back to back), which no search can
+# go below.
 #   env: BENCH_DATA (./bench-data), PY (python with numpy + faiss-cpu),
 #        SHARED (../shared), BIN (target/release/parqivf), PORT (8093),
 #        CLIENTS ("httplib one-write")
@@ -59,7 +62,7 @@ for mode in storage codes; do
   done
   for client in $CLIENTS; do
     "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-      --n "$NQ" --client "$client" --label "parqivf serve $mode, one query a request"
+      --n "$NQ" --client "$client" --label "parqivf serve $mode, one query a request" --idle-floor 0
   done
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
 done

@@ -874,23 +874,28 @@ mod tests {
             (64, 16),
             (96, 40),
         ] {
-            let rows = random_rows(n, pairs, 5);
-            let blocks = Blocks::from_rows(&rows, n, pairs, 0, pairs);
-            assert_eq!(blocks.bytes.len(), n.div_ceil(32) * pairs * 32);
-            for v in 0..n {
-                for s in 0..2 * pairs {
-                    let byte = rows[v * pairs + s / 2];
-                    let code = if s % 2 == 0 { byte & 0x0F } else { byte >> 4 };
-                    assert_eq!(
-                        code_at(&blocks, v, s),
-                        code,
-                        "n {n} vector {v} sub-quantiser {s}"
-                    );
+            // Packed rows, and rows with other bytes around the codes (a
+            // header before, as a `code` column holds them).
+            for (offset, after) in [(0, 0), (8, 3)] {
+                let stride = offset + pairs + after;
+                let rows = random_rows(n, stride, 5);
+                let blocks = Blocks::from_rows(&rows, n, stride, offset, pairs);
+                assert_eq!(blocks.bytes.len(), n.div_ceil(32) * pairs * 32);
+                for v in 0..n {
+                    for s in 0..2 * pairs {
+                        let byte = rows[v * stride + offset + s / 2];
+                        let code = if s % 2 == 0 { byte & 0x0F } else { byte >> 4 };
+                        assert_eq!(
+                            code_at(&blocks, v, s),
+                            code,
+                            "n {n} stride {stride} vector {v} sub-quantiser {s}"
+                        );
+                    }
                 }
-            }
-            // Padding vectors have codes 0.
-            for v in n..n.div_ceil(32) * 32 {
-                assert!((0..2 * pairs).all(|s| code_at(&blocks, v, s) == 0));
+                // Padding vectors have codes 0.
+                for v in n..n.div_ceil(32) * 32 {
+                    assert!((0..2 * pairs).all(|s| code_at(&blocks, v, s) == 0));
+                }
             }
         }
     }
