@@ -110,12 +110,29 @@ impl Blocks {
         let out = &mut bytes.spare_capacity_mut()[..len];
         let mut padded = [0u8; BLOCK * RUN_PAIRS];
         let mut part = [MaybeUninit::new(0u8); RUN_PAIRS * 32];
+        #[cfg(target_arch = "x86_64")]
+        let two_runs = transpose_path() == TransposePath::Avx512;
         if len > 0 {
             for (b, block) in out.chunks_exact_mut(pairs * 32).enumerate() {
                 let (first, vectors) = (b * BLOCK, BLOCK.min(n - b * BLOCK));
-                for (r, run) in block.chunks_mut(RUN_PAIRS * 32).enumerate() {
-                    let (p, width) = (r * RUN_PAIRS, run.len() / 32);
+                let mut p = 0;
+                while p < pairs {
                     let at = |j: usize| (first + j) * stride + offset + p;
+                    #[cfg(target_arch = "x86_64")]
+                    if two_runs && vectors == BLOCK && pairs - p >= 2 * RUN_PAIRS {
+                        let both = 2 * RUN_PAIRS;
+                        let source = Rows::with_width(rows, at(0), stride, both);
+                        let run = &mut block[p * 32..(p + both) * 32];
+                        // SAFETY: AVX-512 F, BW and VL were detected; each
+                        // row holds `both` readable bytes (`with_width`).
+                        unsafe {
+                            transpose_two_runs_avx512(source, run.try_into().expect("two runs"));
+                        }
+                        p += both;
+                        continue;
+                    }
+                    let width = (pairs - p).min(RUN_PAIRS);
+                    let run = &mut block[p * 32..(p + width) * 32];
                     let source = if vectors == BLOCK && width == RUN_PAIRS {
                         Rows::new(rows, at(0), stride)
                     } else {
@@ -132,6 +149,7 @@ impl Blocks {
                         transpose_run(source, &mut part);
                         run.copy_from_slice(&part[..width * 32]);
                     }
+                    p += width;
                 }
             }
         }
@@ -151,28 +169,37 @@ struct Rows<'a> {
     bytes: &'a [u8],
     start: usize,
     stride: usize,
+    /// Readable bytes a row (at least [`RUN_PAIRS`]).
+    width: usize,
 }
 
 impl<'a> Rows<'a> {
     fn new(bytes: &'a [u8], start: usize, stride: usize) -> Rows<'a> {
+        Rows::with_width(bytes, start, stride, RUN_PAIRS)
+    }
+
+    /// Rows of `width` (≥ [`RUN_PAIRS`]) readable bytes each.
+    fn with_width(bytes: &'a [u8], start: usize, stride: usize, width: usize) -> Rows<'a> {
         assert!(
-            start + (BLOCK - 1) * stride + RUN_PAIRS <= bytes.len(),
-            "32 rows of 16 bytes, {stride} apart from {start}, in {} bytes",
+            width >= RUN_PAIRS && start + (BLOCK - 1) * stride + width <= bytes.len(),
+            "32 rows of {width} bytes, {stride} apart from {start}, in {} bytes",
             bytes.len()
         );
         Rows {
             bytes,
             start,
             stride,
+            width,
         }
     }
 
-    /// Where row `j` (< 32) starts: [`RUN_PAIRS`] readable bytes.
+    /// Where row `j` (< 32) starts: `width` readable bytes.
     #[cfg(target_arch = "x86_64")]
     #[inline(always)]
     fn row(&self, j: usize) -> *const u8 {
         debug_assert!(j < BLOCK);
-        // SAFETY: `start + j·stride + 16 ≤ bytes.len()` for j < 32 (`new`).
+        // SAFETY: `start + j·stride + width ≤ bytes.len()` for j < 32
+        // (`with_width`).
         unsafe { self.bytes.as_ptr().add(self.start + j * self.stride) }
     }
 
@@ -287,47 +314,170 @@ unsafe fn transpose_run_wide(rows: Rows<'_>, out: &mut [MaybeUninit<u8>; RUN_PAI
     }
 }
 
-/// The transpose of a 16 × 16 byte matrix in each 128-bit lane of 16
-/// 256-bit registers: byte r of lane l of `out[c]` is byte c of lane l of
-/// `x[r]` (four rounds of unpacks: 8, 16, 32, 64 bits).
+/// Defines `$name`, the transpose of a 16 × 16 byte matrix in each 128-bit
+/// lane of 16 registers of type `$reg`: byte r of lane l of `out[c]` is
+/// byte c of lane l of `x[r]` (four rounds of unpacks: 8, 16, 32, 64 bits,
+/// written out so that every value stays in a register). The unpacks work
+/// lane by lane at every register width, so one body serves AVX2
+/// (`__m256i`, two lanes) and AVX-512 (`__m512i`, four).
+macro_rules! transpose16_lanes {
+    ($(#[$doc:meta])* $name:ident, $reg:ident, $zero:ident,
+     $lo8:ident, $hi8:ident, $lo16:ident, $hi16:ident,
+     $lo32:ident, $hi32:ident, $lo64:ident, $hi64:ident) => {
+        $(#[$doc])*
+        #[cfg(target_arch = "x86_64")]
+        #[inline(always)]
+        unsafe fn $name(x: [std::arch::x86_64::$reg; 16]) -> [std::arch::x86_64::$reg; 16] {
+            use std::arch::x86_64::*;
+            // SAFETY: the caller's features.
+            unsafe {
+                let (mut s1, mut s2) = ([$zero(); 16], [$zero(); 16]);
+                let (mut s3, mut out) = ([$zero(); 16], [$zero(); 16]);
+                s1[0] = $lo8(x[0], x[1]);
+                s1[8] = $hi8(x[0], x[1]);
+                s1[1] = $lo8(x[2], x[3]);
+                s1[9] = $hi8(x[2], x[3]);
+                s1[2] = $lo8(x[4], x[5]);
+                s1[10] = $hi8(x[4], x[5]);
+                s1[3] = $lo8(x[6], x[7]);
+                s1[11] = $hi8(x[6], x[7]);
+                s1[4] = $lo8(x[8], x[9]);
+                s1[12] = $hi8(x[8], x[9]);
+                s1[5] = $lo8(x[10], x[11]);
+                s1[13] = $hi8(x[10], x[11]);
+                s1[6] = $lo8(x[12], x[13]);
+                s1[14] = $hi8(x[12], x[13]);
+                s1[7] = $lo8(x[14], x[15]);
+                s1[15] = $hi8(x[14], x[15]);
+                s2[0] = $lo16(s1[0], s1[1]);
+                s2[4] = $hi16(s1[0], s1[1]);
+                s2[8] = $lo16(s1[8], s1[9]);
+                s2[12] = $hi16(s1[8], s1[9]);
+                s2[1] = $lo16(s1[2], s1[3]);
+                s2[5] = $hi16(s1[2], s1[3]);
+                s2[9] = $lo16(s1[10], s1[11]);
+                s2[13] = $hi16(s1[10], s1[11]);
+                s2[2] = $lo16(s1[4], s1[5]);
+                s2[6] = $hi16(s1[4], s1[5]);
+                s2[10] = $lo16(s1[12], s1[13]);
+                s2[14] = $hi16(s1[12], s1[13]);
+                s2[3] = $lo16(s1[6], s1[7]);
+                s2[7] = $hi16(s1[6], s1[7]);
+                s2[11] = $lo16(s1[14], s1[15]);
+                s2[15] = $hi16(s1[14], s1[15]);
+                s3[0] = $lo32(s2[0], s2[1]);
+                s3[1] = $hi32(s2[0], s2[1]);
+                s3[2] = $lo32(s2[2], s2[3]);
+                s3[3] = $hi32(s2[2], s2[3]);
+                s3[4] = $lo32(s2[4], s2[5]);
+                s3[5] = $hi32(s2[4], s2[5]);
+                s3[6] = $lo32(s2[6], s2[7]);
+                s3[7] = $hi32(s2[6], s2[7]);
+                s3[8] = $lo32(s2[8], s2[9]);
+                s3[9] = $hi32(s2[8], s2[9]);
+                s3[10] = $lo32(s2[10], s2[11]);
+                s3[11] = $hi32(s2[10], s2[11]);
+                s3[12] = $lo32(s2[12], s2[13]);
+                s3[13] = $hi32(s2[12], s2[13]);
+                s3[14] = $lo32(s2[14], s2[15]);
+                s3[15] = $hi32(s2[14], s2[15]);
+                out[0] = $lo64(s3[0], s3[2]);
+                out[1] = $hi64(s3[0], s3[2]);
+                out[2] = $lo64(s3[1], s3[3]);
+                out[3] = $hi64(s3[1], s3[3]);
+                out[4] = $lo64(s3[4], s3[6]);
+                out[5] = $hi64(s3[4], s3[6]);
+                out[6] = $lo64(s3[5], s3[7]);
+                out[7] = $hi64(s3[5], s3[7]);
+                out[8] = $lo64(s3[8], s3[10]);
+                out[9] = $hi64(s3[8], s3[10]);
+                out[10] = $lo64(s3[9], s3[11]);
+                out[11] = $hi64(s3[9], s3[11]);
+                out[12] = $lo64(s3[12], s3[14]);
+                out[13] = $hi64(s3[12], s3[14]);
+                out[14] = $lo64(s3[13], s3[15]);
+                out[15] = $hi64(s3[13], s3[15]);
+                out
+            }
+        }
+    };
+}
+
+transpose16_lanes!(
+    /// The 16 × 16 byte transposes of 16 256-bit registers.
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    transpose16_lanes,
+    __m256i, _mm256_setzero_si256,
+    _mm256_unpacklo_epi8, _mm256_unpackhi_epi8, _mm256_unpacklo_epi16, _mm256_unpackhi_epi16,
+    _mm256_unpacklo_epi32, _mm256_unpackhi_epi32, _mm256_unpacklo_epi64, _mm256_unpackhi_epi64
+);
+
+transpose16_lanes!(
+    /// The 16 × 16 byte transposes of 16 512-bit registers.
+    ///
+    /// # Safety
+    /// The CPU must support AVX-512 F and BW.
+    transpose16_lanes_512,
+    __m512i, _mm512_setzero_si512,
+    _mm512_unpacklo_epi8, _mm512_unpackhi_epi8, _mm512_unpacklo_epi16, _mm512_unpackhi_epi16,
+    _mm512_unpacklo_epi32, _mm512_unpackhi_epi32, _mm512_unpacklo_epi64, _mm512_unpackhi_epi64
+);
+
+/// Two adjacent runs of one full block at once, in 512-bit registers: row
+/// j's 32 code bytes start at `rows.row(j)`; `out` receives the 32 pairs'
+/// 32 bytes each, the same bytes as [`transpose_run`] on each run. Register
+/// j holds, for pairs 0..16 of each run, the low nibbles of rows j and
+/// j + 16 and then their high nibbles (lanes: first run's low, its high,
+/// second run's low, its high), so one [`transpose16_lanes_512`] leaves
+/// pair q of the first run in the low half of register q and pair q of the
+/// second in its high half: half the unpacks a byte of
+/// [`transpose_run_wide`].
 ///
 /// # Safety
-/// The CPU must support AVX2.
+/// The CPU must support AVX2 and AVX-512 F, BW and VL, and every row must
+/// hold `2 × RUN_PAIRS` readable bytes ([`Rows::with_width`]).
 #[cfg(target_arch = "x86_64")]
-#[inline(always)]
-unsafe fn transpose16_lanes(
-    x: [std::arch::x86_64::__m256i; 16],
-) -> [std::arch::x86_64::__m256i; 16] {
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn transpose_two_runs_avx512(
+    rows: Rows<'_>,
+    out: &mut [MaybeUninit<u8>; 2 * RUN_PAIRS * 32],
+) {
     use std::arch::x86_64::*;
-    // SAFETY: AVX2, the caller's.
+    debug_assert!(rows.width >= 2 * RUN_PAIRS);
+    // Lanes 0, 1 ← the row's first 16 bytes; 2, 3 ← its next 16.
+    // SAFETY: `row(j)` starts 32 readable bytes (the caller's); loadu needs
+    // no alignment.
+    let load = |j: usize| unsafe {
+        let v = _mm512_castsi256_si512(_mm256_loadu_si256(rows.row(j).cast::<__m256i>()));
+        _mm512_shuffle_i64x2::<0b01_01_00_00>(v, v)
+    };
+    // SAFETY (all intrinsics below): the caller's features.
     unsafe {
-        let mut s1 = [_mm256_setzero_si256(); 16];
-        for i in 0..8 {
-            s1[i] = _mm256_unpacklo_epi8(x[2 * i], x[2 * i + 1]);
-            s1[i + 8] = _mm256_unpackhi_epi8(x[2 * i], x[2 * i + 1]);
+        let nibble = _mm512_set1_epi8(0x0F);
+        let top = _mm512_set1_epi8(0xF0u8 as i8);
+        let right = _mm512_set_epi64(4, 4, 0, 0, 4, 4, 0, 0);
+        let left = _mm512_set_epi64(0, 0, 4, 4, 0, 0, 4, 4);
+        let mut x = [_mm512_setzero_si512(); 16];
+        for (j, x) in x.iter_mut().enumerate() {
+            let a = _mm512_srlv_epi64(load(j), right);
+            let z = _mm512_sllv_epi64(load(j + 16), left);
+            *x = _mm512_or_si512(_mm512_and_si512(a, nibble), _mm512_and_si512(z, top));
         }
-        let mut s2 = [_mm256_setzero_si256(); 16];
-        for i in 0..4 {
-            s2[i] = _mm256_unpacklo_epi16(s1[2 * i], s1[2 * i + 1]);
-            s2[i + 4] = _mm256_unpackhi_epi16(s1[2 * i], s1[2 * i + 1]);
-            s2[i + 8] = _mm256_unpacklo_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
-            s2[i + 12] = _mm256_unpackhi_epi16(s1[8 + 2 * i], s1[8 + 2 * i + 1]);
+        let (first, second) = out.split_at_mut(RUN_PAIRS * 32);
+        for ((a, b), t) in first
+            .chunks_exact_mut(32)
+            .zip(second.chunks_exact_mut(32))
+            .zip(transpose16_lanes_512(x))
+        {
+            // `a` and `b` are 32 bytes; storeu needs no alignment.
+            _mm256_storeu_si256(a.as_mut_ptr().cast::<__m256i>(), _mm512_castsi512_si256(t));
+            _mm256_storeu_si256(
+                b.as_mut_ptr().cast::<__m256i>(),
+                _mm512_extracti64x4_epi64::<1>(t),
+            );
         }
-        let mut s3 = [_mm256_setzero_si256(); 16];
-        for g in 0..4 {
-            s3[4 * g] = _mm256_unpacklo_epi32(s2[4 * g], s2[4 * g + 1]);
-            s3[4 * g + 1] = _mm256_unpackhi_epi32(s2[4 * g], s2[4 * g + 1]);
-            s3[4 * g + 2] = _mm256_unpacklo_epi32(s2[4 * g + 2], s2[4 * g + 3]);
-            s3[4 * g + 3] = _mm256_unpackhi_epi32(s2[4 * g + 2], s2[4 * g + 3]);
-        }
-        let mut out = [_mm256_setzero_si256(); 16];
-        for g in 0..4 {
-            out[4 * g] = _mm256_unpacklo_epi64(s3[4 * g], s3[4 * g + 2]);
-            out[4 * g + 1] = _mm256_unpackhi_epi64(s3[4 * g], s3[4 * g + 2]);
-            out[4 * g + 2] = _mm256_unpacklo_epi64(s3[4 * g + 1], s3[4 * g + 3]);
-            out[4 * g + 3] = _mm256_unpackhi_epi64(s3[4 * g + 1], s3[4 * g + 3]);
-        }
-        out
     }
 }
 
@@ -853,6 +1003,27 @@ mod tests {
                     assert_eq!(got, want, "{name}, rows {stride} apart from {start}");
                     if !ran.contains(&name) {
                         ran.push(name);
+                    }
+                }
+                // Two runs at once: the portable run of each half.
+                if transpose_path() == TransposePath::Avx512 && stride >= 2 * RUN_PAIRS {
+                    let wide = Rows::with_width(&bytes, start, stride, 2 * RUN_PAIRS);
+                    let mut got = [MaybeUninit::new(0xAAu8); 2 * RUN_PAIRS * 32];
+                    // SAFETY: AVX-512 F, BW and VL were detected; rows of 32 bytes.
+                    unsafe { transpose_two_runs_avx512(wide, &mut got) };
+                    let got = got.map(|b| unsafe { b.assume_init() });
+                    let mut second = [MaybeUninit::new(0u8); RUN_PAIRS * 32];
+                    let next = Rows::new(&bytes, start + RUN_PAIRS, stride);
+                    transpose_run_scalar(next, &mut second);
+                    let second = second.map(|b| unsafe { b.assume_init() });
+                    assert_eq!(got[..RUN_PAIRS * 32], want, "two runs, rows {stride} apart");
+                    assert_eq!(
+                        got[RUN_PAIRS * 32..],
+                        second,
+                        "two runs, rows {stride} apart"
+                    );
+                    if !ran.contains(&"avx512, two runs") {
+                        ran.push("avx512, two runs");
                     }
                 }
             }
