@@ -203,8 +203,9 @@ impl<'a> Rows<'a> {
         unsafe { self.bytes.as_ptr().add(self.start + j * self.stride) }
     }
 
-    /// Byte `q` (< 16) of row `j` (< 32).
+    /// Byte `q` (< `width`) of row `j` (< 32).
     fn byte(&self, j: usize, q: usize) -> u8 {
+        debug_assert!(j < BLOCK && q < self.width);
         self.bytes[self.start + j * self.stride + q]
     }
 }
