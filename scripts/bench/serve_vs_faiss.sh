@@ -18,19 +18,28 @@
 # usage: scripts/bench/serve_vs_faiss.sh DATASET NLIST FAISS_NPROBE INDEX [N]
 # Each mode is measured with each HTTP client of CLIENTS
 # (serve_latency.py --client: `httplib`, Python's http.client as in every
-# earlier figure, and `one-write`, each request in one send), and with it
+# earlier figure, and `one-write`, each request in one send; `native`,
+# examples/serve_client.rs, the same exchange from Rust, whose own cost per
+# request is a few microseconds instead of Python's tens), and with it
 # the floor of an HTTP exchange with that client (`idle_floor_*_ms` from
 # `--idle-floor 0`: 1,000 GET /healthz back to back), which no search can
 # go below.
 #   env: BENCH_DATA (./bench-data), PY (python with numpy + faiss-cpu),
 #        SHARED (../shared), BIN (target/release/parqivf), PORT (8093),
-#        CLIENTS ("httplib one-write")
+#        CLIENTS ("httplib one-write native"),
+#        CLIENT_BIN (target/release/examples/serve_client, built if absent),
+#        THREADS ("all 1": each mode served with all cores, then with
+#        `serve --threads 1`, one compute thread as FAISS's one thread)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATASET="$1"; NLIST="$2"; FAISS_NPROBE="$3"; INDEX="$4"; NQ="${5:-1000}"
 BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}"; DATA="$BENCH_DATA/$DATASET"
 PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/release/parqivf}"
-PORT="${PORT:-8093}"; CLIENTS="${CLIENTS:-httplib one-write}"
+PORT="${PORT:-8093}"; CLIENTS="${CLIENTS:-httplib one-write native}"; THREADS="${THREADS:-all 1}"
+CLIENT_BIN="${CLIENT_BIN:-target/release/examples/serve_client}"
+if [[ " $CLIENTS " == *" native "* && ! -x "$CLIENT_BIN" ]]; then
+  cargo build --release --example serve_client
+fi
 WORK="$(mktemp -d)"; SERVER=""
 trap '[ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; rm -rf "$WORK"' EXIT
 . scripts/bench/faiss_blas.sh
@@ -49,11 +58,13 @@ print(json.dumps({"label": "faiss IVF-Flat, one query a call", "nprobe": r["npro
 find "$INDEX" -type f -exec cat {} + > /dev/null
 URL="http://127.0.0.1:$PORT/v1/indexes/i"
 faiss
+for threads in $THREADS; do
 for mode in storage codes; do
   case "$mode" in
     storage) flags=(--warm --postings-cache-size 0) ;;
     codes) flags=(--preload codes) ;;
   esac
+  [ "$threads" = all ] || flags+=(--threads "$threads")
   "$BIN" serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" --workers 1 "${flags[@]}" > "$WORK/serve.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 600); do
@@ -61,9 +72,15 @@ for mode in storage codes; do
     sleep 0.1
   done
   for client in $CLIENTS; do
-    "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-      --n "$NQ" --client "$client" --label "parqivf serve $mode, one query a request" --idle-floor 0
+    label="parqivf serve $mode, threads $threads, one query a request"
+    if [ "$client" = native ]; then
+      "$CLIENT_BIN" "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" --n "$NQ" --label "$label" --idle-floor 0
+    else
+      "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
+        --n "$NQ" --client "$client" --label "$label" --idle-floor 0
+    fi
   done
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
+done
 done
 faiss

@@ -70,9 +70,17 @@ pub struct Args {
     /// Queries admitted at once (running or waiting); beyond this, 429.
     #[arg(long, default_value_t = ServerConfig::default().queue)]
     pub queue: usize,
-    /// Searches running at once, their compute on the rayon pool (default: CPU count).
+    /// Searches running at once, their compute on the rayon pool (default:
+    /// `--threads`, else the CPU count).
     #[arg(long)]
     pub workers: Option<usize>,
+    /// Compute threads (the rayon pool), and at most as many tokio threads
+    /// for HTTP and storage IO (default: all cores for each). `--threads 1`
+    /// serves on one core's worth of compute, as a one-thread FAISS
+    /// baseline runs; on a small host, fewer idle threads also mean fewer
+    /// wake-ups a request (docs/benchmarks.md, "A native client").
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..))]
+    pub threads: Option<u32>,
     /// Re-open each index location every SECS seconds and swap in a newly published snapshot.
     #[arg(long, value_name = "SECS")]
     pub reload_interval: Option<u64>,
@@ -156,7 +164,10 @@ fn config(args: &Args, auth_token: Option<AuthToken>) -> ServerConfig {
             ..Limits::default()
         },
         queue: args.queue,
-        workers: args.workers.unwrap_or(defaults.workers),
+        workers: args
+            .workers
+            .or(args.threads.map(|t| t as usize))
+            .unwrap_or(defaults.workers),
         reload_interval: args.reload_interval.map(Duration::from_secs),
         connections: ConnectionLimits {
             max_connections: args.max_connections,
@@ -207,10 +218,17 @@ pub fn run(args: Args, store: StoreOptions) -> anyhow::Result<ExitCode> {
     )?;
     let config = config(&args, token);
     let loader = index_loader(&args, store)?;
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-        .context("starting tokio")?;
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = args.threads {
+        let threads = threads as usize;
+        rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .build_global()
+            .context("configuring threads")?;
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        runtime.worker_threads(threads.min(cores));
+    }
+    let runtime = runtime.enable_all().build().context("starting tokio")?;
     runtime.block_on(parqivf::server::serve(
         config,
         loader,
@@ -296,6 +314,22 @@ mod tests {
         assert_eq!(
             config(&defaults.args, None).connections,
             ConnectionLimits::default()
+        );
+    }
+
+    #[test]
+    fn threads_bound_the_searches_at_once_unless_workers_say() {
+        let parse = |extra: &[&str]| {
+            let argv = [&["serve", "--index", "a=file:///x"], extra].concat();
+            config(&Cmd::try_parse_from(argv).unwrap().args, None).workers
+        };
+        assert_eq!(parse(&["--threads", "1"]), 1);
+        assert_eq!(parse(&["--threads", "1", "--workers", "3"]), 3);
+        assert_eq!(parse(&[]), ServerConfig::default().workers);
+        let zero = Cmd::try_parse_from(["serve", "--index", "a=file:///x", "--threads", "0"]);
+        assert!(
+            zero.is_err(),
+            "--threads 0 is refused, not taken as 'all cores'"
         );
     }
 

@@ -1,0 +1,230 @@
+//! A native load client for `parqivf serve`: one query per HTTP request,
+//! sequentially on one keep-alive connection, as
+//! `scripts/bench/serve_latency.py` sends them, but with a client whose own
+//! cost is a few microseconds instead of Python's tens. On a 2-vCPU host the
+//! Python client's parsing and framing took a share of every request's time
+//! that the server never spends; this client measures what a fast caller
+//! (a service in Rust, Go or C) sees.
+//!
+//! Each request is written in one send (headers and body); the response is
+//! read by its `Content-Length`. Bodies are serialised before the clock
+//! starts, and the response is parsed after it stops, so a latency is the
+//! exchange alone. A warming pass over the measured queries comes first.
+//! It prints one JSON line with the fields of `serve_latency.py`: p50/p99 in
+//! ms, QPS and recall@k against the ground truth, and with `--idle-floor 0`
+//! the floor of an HTTP exchange with this client (1,000 `GET /healthz` back
+//! to back).
+//!
+//! ```sh
+//! cargo build --release --example serve_client
+//! target/release/examples/serve_client http://127.0.0.1:8093/v1/indexes/i/search \
+//!     query.npy gt.npy --n 1000 --idle-floor 0
+//! ```
+use anyhow::{Context, anyhow, bail};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::Instant;
+
+struct Args {
+    url: String,
+    queries: String,
+    gt: String,
+    n: usize,
+    k: usize,
+    label: String,
+    idle_floor: bool,
+}
+
+fn parse_args() -> anyhow::Result<Args> {
+    let usage = "usage: serve_client URL QUERIES.npy GT.npy [--n 300] [--k 10] [--label L] [--idle-floor 0]";
+    let mut positional = Vec::new();
+    let (mut n, mut k, mut label, mut idle_floor) = (300, 10, String::new(), false);
+    let mut it = std::env::args().skip(1);
+    while let Some(arg) = it.next() {
+        let mut value = || {
+            it.next()
+                .ok_or_else(|| anyhow!("{arg} needs a value; {usage}"))
+        };
+        match arg.as_str() {
+            "--n" => n = value()?.parse().context("--n")?,
+            "--k" => k = value()?.parse().context("--k")?,
+            "--label" => label = value()?,
+            "--idle-floor" => {
+                let ms: f64 = value()?.parse().context("--idle-floor")?;
+                if ms != 0.0 {
+                    bail!(
+                        "--idle-floor: only 0 (requests back to back) is measured here, not {ms}"
+                    );
+                }
+                idle_floor = true;
+            }
+            _ if arg.starts_with("--") => bail!("unknown flag {arg}; {usage}"),
+            _ => positional.push(arg),
+        }
+    }
+    let [url, queries, gt]: [String; 3] = positional
+        .try_into()
+        .map_err(|p: Vec<String>| anyhow!("{} arguments given; {usage}", p.len()))?;
+    Ok(Args {
+        url,
+        queries,
+        gt,
+        n,
+        k,
+        label,
+        idle_floor,
+    })
+}
+
+/// One keep-alive HTTP/1.1 connection; each request written in one send.
+struct Connection {
+    host: String,
+    reader: BufReader<TcpStream>,
+}
+
+impl Connection {
+    fn open(host: &str) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(host).with_context(|| format!("connecting to {host}"))?;
+        stream.set_nodelay(true)?;
+        Ok(Connection {
+            host: host.to_string(),
+            reader: BufReader::new(stream),
+        })
+    }
+
+    /// The request's bytes: headers and body in one buffer.
+    fn frame(&self, method: &str, path: &str, body: &[u8]) -> Vec<u8> {
+        let mut out = format!(
+            "{method} {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            self.host,
+            body.len()
+        )
+        .into_bytes();
+        out.extend_from_slice(body);
+        out
+    }
+
+    /// Send one framed request and read its response: (status, body).
+    fn exchange(&mut self, request: &[u8]) -> anyhow::Result<(u16, Vec<u8>)> {
+        self.reader.get_mut().write_all(request)?;
+        let mut line = String::new();
+        self.reader.read_line(&mut line)?;
+        let status: u16 = line
+            .split_whitespace()
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| anyhow!("not an HTTP status line: {line:?}"))?;
+        let mut length = None;
+        loop {
+            line.clear();
+            if self.reader.read_line(&mut line)? == 0 || line == "\r\n" {
+                break;
+            }
+            let (name, value) = line.split_once(':').unwrap_or((&line, ""));
+            if name.eq_ignore_ascii_case("content-length") {
+                length = Some(value.trim().parse::<usize>()?);
+            } else if name.eq_ignore_ascii_case("transfer-encoding") {
+                bail!("a chunked response is not read by this client");
+            }
+        }
+        let length = length.ok_or_else(|| anyhow!("a response without Content-Length"))?;
+        let mut body = vec![0; length];
+        self.reader.read_exact(&mut body)?;
+        Ok((status, body))
+    }
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    // numpy's default (linear interpolation between closest ranks), as
+    // serve_latency.py reports.
+    let at = p / 100.0 * (sorted.len() - 1) as f64;
+    let (lo, hi) = (at.floor() as usize, at.ceil() as usize);
+    sorted[lo] + (sorted[hi] - sorted[lo]) * (at - lo as f64)
+}
+
+fn round3(x: f64) -> f64 {
+    (x * 1000.0).round() / 1000.0
+}
+
+fn main() -> anyhow::Result<()> {
+    let a = parse_args()?;
+    let rest = a
+        .url
+        .strip_prefix("http://")
+        .ok_or_else(|| anyhow!("{}: only http:// URLs", a.url))?;
+    let (host, path) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
+    let queries = parqivf::vector_file::read_vectors(Path::new(&a.queries))?;
+    let mut truth = parqivf::vector_file::VectorReader::open(Path::new(&a.gt))?;
+    let gt_cols = truth.dim();
+    if gt_cols < a.k {
+        bail!("{}: rows of {gt_cols} ids do not cover k={}", a.gt, a.k);
+    }
+    let n = a.n.min(queries.n);
+    let gt = truth.next_i32(n)?;
+    if gt.len() < n * gt_cols {
+        bail!("{}: {} rows for {n} queries", a.gt, gt.len() / gt_cols);
+    }
+    let mut conn = Connection::open(host)?;
+    let requests: Vec<Vec<u8>> = queries
+        .data
+        .chunks_exact(queries.dim)
+        .take(n)
+        .map(|q| {
+            let body = serde_json::json!({ "vector": q, "k": a.k });
+            conn.frame("POST", path, body.to_string().as_bytes())
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(n);
+    let mut hits = 0;
+    for measured in [false, true] {
+        for (i, request) in requests.iter().enumerate() {
+            let start = Instant::now();
+            let (status, body) = conn.exchange(request)?;
+            let took = start.elapsed().as_secs_f64() * 1000.0;
+            if status != 200 {
+                bail!(
+                    "HTTP {status}: {}",
+                    String::from_utf8_lossy(&body[..body.len().min(300)])
+                );
+            }
+            if measured {
+                latencies.push(took);
+                let out: serde_json::Value = serde_json::from_slice(&body)?;
+                let want = &gt[i * gt_cols..i * gt_cols + a.k];
+                let found = out["results"][0]["hits"]
+                    .as_array()
+                    .ok_or_else(|| anyhow!("query {i}: no results[0].hits in the response"))?;
+                hits += found
+                    .iter()
+                    .filter_map(|h| h["rowid"].as_i64())
+                    .filter(|id| want.iter().any(|&t| i64::from(t) == *id))
+                    .count();
+            }
+        }
+    }
+    let total_ms: f64 = latencies.iter().sum();
+    latencies.sort_by(f64::total_cmp);
+    let mut out = serde_json::json!({
+        "label": a.label, "client": "native", "queries": n,
+        "p50_ms": round3(percentile(&latencies, 50.0)),
+        "p99_ms": round3(percentile(&latencies, 99.0)),
+        "qps": (n as f64 / (total_ms / 1000.0) * 10.0).round() / 10.0,
+        "recall": (hits as f64 / (n * a.k) as f64 * 1e4).round() / 1e4,
+    });
+    if a.idle_floor {
+        let healthz = conn.frame("GET", "/healthz", b"");
+        let mut floor = Vec::with_capacity(1000);
+        for _ in 0..1000 {
+            let start = Instant::now();
+            conn.exchange(&healthz)?;
+            floor.push(start.elapsed().as_secs_f64() * 1000.0);
+        }
+        let mean = floor.iter().sum::<f64>() / floor.len() as f64;
+        floor.sort_by(f64::total_cmp);
+        out["idle_floor_p50_ms"] = round3(percentile(&floor, 50.0)).into();
+        out["idle_floor_mean_ms"] = round3(mean).into();
+    }
+    println!("{out}");
+    Ok(())
+}
