@@ -8,12 +8,12 @@
 //! One thread keeps every pending deadline in a heap and sleeps to the
 //! earliest with a futex timeout (tens of microseconds late at most), then
 //! wakes the waiting tasks. A task never runs on it; it only sends them
-//! their wake-up.
+//! their wake-up. A new deadline signals the thread only when it is the
+//! earliest ([`Timer::push`]).
 
 use std::cmp::Ordering;
 use std::collections::BinaryHeap;
-use std::sync::OnceLock;
-use std::sync::mpsc::{self, RecvTimeoutError, Sender};
+use std::sync::{Condvar, Mutex, OnceLock, PoisonError};
 use std::time::{Duration, Instant};
 
 use tokio::sync::oneshot;
@@ -45,39 +45,79 @@ impl PartialEq for Pending {
 
 impl Eq for Pending {}
 
-/// The timer thread's inbox, started on first use; `None` where the thread
+/// The pending deadlines, and the signal that one earlier than all before
+/// it arrived.
+struct Timer {
+    heap: Mutex<BinaryHeap<Pending>>,
+    earlier: Condvar,
+}
+
+/// The timer, its thread started on first use; `None` where the thread
 /// could not be started.
-fn timer() -> Option<&'static Sender<Pending>> {
-    static TIMER: OnceLock<Option<Sender<Pending>>> = OnceLock::new();
-    TIMER
-        .get_or_init(|| {
-            let (tx, rx) = mpsc::channel::<Pending>();
-            std::thread::Builder::new()
-                .name("parqivf-timer".into())
-                .spawn(move || {
-                    let mut heap = BinaryHeap::new();
-                    loop {
-                        let now = Instant::now();
-                        while heap.peek().is_some_and(|p: &Pending| p.at <= now) {
-                            let due = heap.pop().expect("peeked");
-                            // A task that stopped waiting dropped its end.
-                            let _ = due.wake.send(());
-                        }
-                        let next = match heap.peek() {
-                            Some(p) => rx.recv_timeout(p.at - now),
-                            None => rx.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                        };
-                        match next {
-                            Ok(p) => heap.push(p),
-                            Err(RecvTimeoutError::Timeout) => {}
-                            Err(RecvTimeoutError::Disconnected) => return,
-                        }
-                    }
-                })
-                .ok()
-                .map(|_| tx)
-        })
-        .as_ref()
+fn timer() -> Option<&'static Timer> {
+    static TIMER: OnceLock<Option<&'static Timer>> = OnceLock::new();
+    *TIMER.get_or_init(|| {
+        let timer: &'static Timer = Box::leak(Box::new(Timer {
+            heap: Mutex::new(BinaryHeap::new()),
+            earlier: Condvar::new(),
+        }));
+        std::thread::Builder::new()
+            .name("parqivf-timer".into())
+            .spawn(move || timer.run())
+            .ok()
+            .map(|_| timer)
+    })
+}
+
+impl Timer {
+    /// The timer thread: wake every task whose deadline passed (outside the
+    /// lock), then sleep to the earliest deadline left, or until an earlier
+    /// one is pushed.
+    fn run(&self) {
+        let lock = || self.heap.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut due = Vec::new();
+        loop {
+            let mut heap = lock();
+            let now = Instant::now();
+            while heap.peek().is_some_and(|p| p.at <= now) {
+                due.push(heap.pop().expect("peeked"));
+            }
+            if !due.is_empty() {
+                drop(heap);
+                for p in due.drain(..) {
+                    // A task that stopped waiting dropped its end.
+                    let _ = p.wake.send(());
+                }
+                continue;
+            }
+            // Poisoning is ignored, as where the lock is taken.
+            drop(match heap.peek().map(|p| p.at - now) {
+                Some(wait) => self
+                    .earlier
+                    .wait_timeout(heap, wait)
+                    .map_or_else(|e| e.into_inner().0, |(h, _)| h),
+                None => self
+                    .earlier
+                    .wait(heap)
+                    .unwrap_or_else(PoisonError::into_inner),
+            });
+        }
+    }
+
+    /// Add a deadline. The thread is signalled only when it is earlier than
+    /// every pending one: a later deadline is seen when the thread wakes
+    /// for the earliest, so a round of requests sent at once (the same
+    /// wait each) wakes it once, not once a request, as a client sending
+    /// requests to S3 wakes no thread of its own.
+    fn push(&self, pending: Pending) {
+        let mut heap = self.heap.lock().unwrap_or_else(PoisonError::into_inner);
+        let earliest = heap.peek().is_none_or(|p| pending.at < p.at);
+        heap.push(pending);
+        drop(heap);
+        if earliest {
+            self.earlier.notify_one();
+        }
+    }
 }
 
 /// Waits `wait`, never less, and at most the operating system's timer
@@ -85,16 +125,36 @@ fn timer() -> Option<&'static Sender<Pending>> {
 /// the timer thread could not be started.
 pub async fn sleep(wait: Duration) {
     let at = Instant::now() + wait;
-    let (wake, woken) = oneshot::channel();
-    match timer().map(|t| t.send(Pending { at, wake })) {
-        Some(Ok(())) if woken.await.is_ok() => {}
-        _ => tokio::time::sleep_until(at.into()).await,
+    if let Some(timer) = timer() {
+        let (wake, woken) = oneshot::channel();
+        timer.push(Pending { at, wake });
+        if woken.await.is_ok() {
+            return;
+        }
     }
+    tokio::time::sleep_until(at.into()).await;
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A deadline earlier than the one the thread sleeps toward wakes it:
+    /// the short sleep ends long before the long one.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_earlier_deadline_is_not_kept_waiting_for_a_later_one() {
+        let long = tokio::spawn(sleep(Duration::from_secs(2)));
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let start = Instant::now();
+        sleep(Duration::from_millis(5)).await;
+        let took = start.elapsed();
+        assert!(
+            took >= Duration::from_millis(5) && took < Duration::from_secs(1),
+            "a 5 ms sleep behind a 2 s one took {took:?}"
+        );
+        assert!(!long.is_finished(), "the 2 s sleep ended after {took:?}");
+        long.abort();
+    }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_sleep_never_ends_early() {
