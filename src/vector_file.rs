@@ -62,6 +62,14 @@ pub enum VectorFileError {
         expected: usize,
         actual: usize,
     },
+    #[error("{path}: rows of {cols} ids do not cover k={k}")]
+    TruthTooNarrow { path: String, cols: usize, k: usize },
+    #[error("{path}: {rows} rows of ids for {queries} queries")]
+    TruthTooShort {
+        path: String,
+        rows: usize,
+        queries: usize,
+    },
     #[error("{path}: row {row} has dimension {actual}, the first row has {expected}")]
     InconsistentDim {
         path: String,
@@ -69,6 +77,45 @@ pub enum VectorFileError {
         expected: usize,
         actual: usize,
     },
+}
+
+/// The first `k` ids of each of the first `n` rows of a ground-truth file
+/// (`.npy` of `<i4`/`<i8`, or `.ivecs`), without the `-1`s a filtered truth
+/// pads a row with where fewer than `k` rows match.
+///
+/// # Errors
+/// [`VectorFileError::TruthTooNarrow`] for rows of fewer than `k` ids,
+/// [`VectorFileError::TruthTooShort`] for fewer than `n` rows, and the
+/// errors of [`VectorReader`].
+pub fn read_truth(path: &Path, n: usize, k: usize) -> Result<Vec<Vec<i64>>, VectorFileError> {
+    let name = || path.display().to_string();
+    let mut reader = VectorReader::open(path)?;
+    let cols = reader.dim();
+    if cols < k {
+        return Err(VectorFileError::TruthTooNarrow {
+            path: name(),
+            cols,
+            k,
+        });
+    }
+    let rows = reader.next_i32(n)?;
+    if rows.len() < n * cols {
+        return Err(VectorFileError::TruthTooShort {
+            path: name(),
+            rows: rows.len() / cols,
+            queries: n,
+        });
+    }
+    Ok(rows
+        .chunks_exact(cols)
+        .map(|r| {
+            r[..k]
+                .iter()
+                .filter(|&&t| t >= 0)
+                .map(|&t| i64::from(t))
+                .collect()
+        })
+        .collect())
 }
 
 /// Reads f32 vectors from a `.npy` (f32 or f64, converted) or `.fvecs` file,
@@ -703,6 +750,33 @@ mod tests {
         out.extend_from_slice(h.as_bytes());
         out.extend_from_slice(body);
         out
+    }
+
+    /// A truth's first k ids a row, its -1 padding dropped; too few ids a
+    /// row or too few rows are typed errors naming the numbers.
+    #[test]
+    fn a_truth_keeps_k_ids_a_row_and_names_what_is_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gt.npy");
+        let ids = [7i32, 3, 9, 4, -1, -1];
+        let body: Vec<u8> = ids.iter().flat_map(|v| v.to_le_bytes()).collect();
+        std::fs::write(&path, npy("<i4", "False", "(2, 3)", &body)).unwrap();
+        assert_eq!(
+            read_truth(&path, 2, 2).unwrap(),
+            vec![vec![7i64, 3], vec![4]]
+        );
+        assert!(matches!(
+            read_truth(&path, 2, 4),
+            Err(VectorFileError::TruthTooNarrow { cols: 3, k: 4, .. })
+        ));
+        assert!(matches!(
+            read_truth(&path, 3, 2),
+            Err(VectorFileError::TruthTooShort {
+                rows: 2,
+                queries: 3,
+                ..
+            })
+        ));
     }
 
     #[test]

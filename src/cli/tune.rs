@@ -99,7 +99,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
             None => sample_rows(&index, args.sample).await?,
         };
         let truth = match &args.groundtruth {
-            Some(path) => read_truth(path, queries.own.len(), args.k)?,
+            Some(path) => parqivf::vector_file::read_truth(path, queries.own.len(), args.k)?,
             None => exhaustive_truth(&index, &queries, args.k).await?,
         };
         let nlist = index.manifest().nlist as usize;
@@ -177,32 +177,6 @@ async fn sample_rows(index: &Index, n: usize) -> anyhow::Result<Queries> {
         bail!("the index holds no rows to sample queries from");
     }
     Ok(Queries { vectors, own })
-}
-
-fn read_truth(path: &std::path::Path, n: usize, k: usize) -> anyhow::Result<Vec<Vec<i64>>> {
-    let mut reader = parqivf::vector_file::VectorReader::open(path)?;
-    let cols = reader.dim();
-    if cols < k {
-        bail!("{}: rows of {cols} ids do not cover k={k}", path.display());
-    }
-    let rows = reader.next_i32(n)?;
-    if rows.len() < n * cols {
-        bail!(
-            "{}: {} rows for {n} queries",
-            path.display(),
-            rows.len() / cols
-        );
-    }
-    Ok(rows
-        .chunks_exact(cols)
-        .map(|r| {
-            r[..k]
-                .iter()
-                .filter(|&&t| t >= 0)
-                .map(|&t| i64::from(t))
-                .collect()
-        })
-        .collect())
 }
 
 /// Each query's `k` nearest rows (its own left out): every list probed,
