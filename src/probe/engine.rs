@@ -14,7 +14,9 @@
 //! The engine owns what a query reads: the [`PostingsReader`] with its
 //! caches, the centroids, the quantiser and what [`Engine::preload`] put in
 //! memory. Only IO runs on the calling task; every CPU step runs on rayon
-//! ([`on_rayon`]), so a tokio worker stays free for other tasks.
+//! ([`on_rayon`]), so a tokio worker stays free for other tasks, except a
+//! re-rank whose pages are small enough that the hand-over would cost more
+//! ([`on_rayon_unless_small`]).
 
 use super::ProbeError;
 use super::filtered::{
@@ -22,7 +24,7 @@ use super::filtered::{
     scoring,
 };
 use super::load::PostingsReader;
-use super::offload::on_rayon;
+use super::offload::{on_rayon, on_rayon_unless_small};
 use super::quantized::{
     CodeRank, CodeScan, PagePlan, matched_candidates, matched_pages, pruned_pages, rank_codes,
     rotate_leaves,
@@ -906,7 +908,8 @@ impl Engine {
             .await?;
         pages.finish.stats.rerank_fetch_us += micros(t.elapsed());
         let paths = Arc::clone(self.reader.paths());
-        on_rayon(move || {
+        // A one-query re-rank reads a few dozen pages: in place.
+        on_rayon_unless_small(fetched.bytes(), move || {
             let t = Instant::now();
             let PagesToRank {
                 candidates,

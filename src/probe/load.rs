@@ -183,6 +183,11 @@ pub struct FetchedFile {
 }
 
 impl Fetched {
+    /// How many bytes were read, over every request.
+    pub fn bytes(&self) -> usize {
+        self.0.iter().flat_map(|f| &f.data).map(Bytes::len).sum()
+    }
+
     /// The bytes, one [`FetchedFile`] per request.
     pub fn into_inner(self) -> Vec<FetchedFile> {
         self.0

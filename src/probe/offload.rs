@@ -39,6 +39,29 @@ where
     }
 }
 
+/// The most bytes a step may read and still run where it is awaited, a
+/// tokio worker included ([`on_rayon_unless_small`]): a few microseconds at
+/// memory speed (64 KiB checksummed and compared at 10 GB/s or more), under
+/// the cost of handing it to rayon and back, two thread wake-ups of tens of
+/// microseconds each on a small virtual machine (docs/benchmarks.md, "A
+/// step that reads little runs where it is awaited").
+pub const IN_PLACE_BYTES: usize = 64 << 10;
+
+/// [`on_rayon`], except for a step that reads at most [`IN_PLACE_BYTES`]
+/// (`bytes`, what it reads, bounds its work): that one runs in place, as
+/// its hand-over would cost more than it does and it holds its thread for
+/// no longer than a poll that parses a request.
+pub async fn on_rayon_unless_small<T, F>(bytes: usize, f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if bytes <= IN_PLACE_BYTES {
+        return f();
+    }
+    on_rayon(f).await
+}
+
 /// Await `future`, first polled on a rayon worker (in the caller's tokio
 /// runtime context, where it has one): every [`on_rayon`] step it reaches
 /// there runs in place, so a search whose reads are all served in place (a
@@ -102,6 +125,19 @@ mod tests {
         });
         assert_eq!(driver, ran);
         assert_ne!(driver, std::thread::current().id());
+    }
+
+    #[test]
+    fn a_small_step_runs_in_place_and_a_large_one_on_rayon() {
+        let here = std::thread::current().id();
+        let small = block_on(on_rayon_unless_small(IN_PLACE_BYTES, || {
+            std::thread::current().id()
+        }));
+        assert_eq!(small, here);
+        let large = block_on(on_rayon_unless_small(IN_PLACE_BYTES + 1, || {
+            rayon::current_thread_index()
+        }));
+        assert!(large.is_some(), "a step over the bound runs on rayon");
     }
 
     #[test]
