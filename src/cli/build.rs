@@ -1,6 +1,7 @@
 //! `parqivf build`: read a source table, train, assign, write and publish an
 //! index snapshot as the next version of the index at `--out`.
 
+use std::num::NonZeroUsize;
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -98,9 +99,9 @@ pub struct Args {
     /// in place with its size and mtime kept (reads each file once more).
     #[arg(long)]
     pub content_hash: bool,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// Worker threads, at least 1 (default: all cores).
+    #[arg(long, value_parser = super::parse_threads)]
+    pub threads: Option<NonZeroUsize>,
     /// Print a JSON summary on stdout (and plain progress on stderr).
     #[arg(long)]
     pub json: bool,
@@ -134,7 +135,7 @@ fn parse_codes(s: &str) -> Result<Codes, String> {
 pub fn run(args: Args, store: &StoreOptions) -> anyhow::Result<ExitCode> {
     if let Some(t) = args.threads {
         rayon::ThreadPoolBuilder::new()
-            .num_threads(t)
+            .num_threads(t.get())
             .build_global()
             .context("configuring the thread pool")?;
     }

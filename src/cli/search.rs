@@ -21,6 +21,7 @@ use parqivf::probe::offload::drive_on_rayon;
 use parqivf::vector_file::VectorReader;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
 use std::io::Write;
+use std::num::NonZeroUsize;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -87,9 +88,9 @@ pub struct Args {
     /// Timed repetitions in the benchmark mode (the best is reported).
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
-    /// Worker threads (default: all cores).
-    #[arg(long)]
-    pub threads: Option<usize>,
+    /// Worker threads, at least 1 (default: all cores).
+    #[arg(long, value_parser = super::parse_threads)]
+    pub threads: Option<NonZeroUsize>,
     /// One JSON object per query: `rowids`, `distances` (and `stats`, and
     /// the first query's `open`: what opening the index cost).
     #[arg(long)]
@@ -220,7 +221,7 @@ pub fn run(args: Args, store: &parqivf::store::options::StoreOptions) -> anyhow:
     // The searches are driven from a rayon worker (`drive_on_rayon`), with
     // the main thread's stack.
     rayon::ThreadPoolBuilder::new()
-        .num_threads(args.threads.unwrap_or(0))
+        .num_threads(args.threads.map_or(0, NonZeroUsize::get))
         .stack_size(MAIN_STACK)
         .build_global()
         .context("configuring threads")?;

@@ -91,6 +91,26 @@ async fn json_output_matches_the_library_and_bad_input_exits_2() {
     assert_eq!(run(&[]).status.code(), Some(2), "bad dimension");
 }
 
+/// `--threads 0` is a usage error for every command that takes it (the
+/// flag left out means every core), named in the message.
+#[test]
+fn zero_threads_are_refused_by_every_command() {
+    for argv in [
+        &["build", "--source", "x.npy", "--out", "idx"][..],
+        &["search", "--index", "idx", "--queries", "q.npy"][..],
+        &["serve", "--index", "a=idx"][..],
+    ] {
+        let out = Command::new(env!("CARGO_BIN_EXE_parqivf"))
+            .args(argv)
+            .args(["--threads", "0"])
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(2), "{argv:?}: {err}");
+        assert!(err.contains("--threads"), "{argv:?}: {err}");
+    }
+}
+
 /// Queries are searched and printed a batch at a time: the output does not
 /// depend on the batch size, query numbers run on across batches, and the
 /// benchmark mode reads the ground truth alongside.
