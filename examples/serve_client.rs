@@ -1,6 +1,7 @@
-//! A native load client for `parqivf serve`: one query per HTTP request,
-//! sequentially on one keep-alive connection, as
-//! `scripts/bench/serve_latency.py` sends them, but with a client whose own
+//! A native load client for `parqivf serve`: one query per HTTP request
+//! (or `--batch B` a request, as `"vectors"`), sequentially on one
+//! keep-alive connection, as `scripts/bench/serve_latency.py` sends them,
+//! but with a client whose own
 //! cost is a few microseconds instead of Python's tens. On a 2-vCPU host the
 //! Python client's parsing and framing took a share of every request's time
 //! that the server never spends; this client measures what a fast caller
@@ -10,8 +11,9 @@
 //! read by its `Content-Length`. Bodies are serialised before the clock
 //! starts, and the response is parsed after it stops, so a latency is the
 //! exchange alone. A warming pass over the measured queries comes first.
-//! It prints one JSON line with the fields of `serve_latency.py`: p50/p99 in
-//! ms, QPS and recall@k against the ground truth, and with `--idle-floor 0`
+//! It prints one JSON line with the fields of `serve_latency.py`: p50/p99 of
+//! a request in ms, queries a second, recall@k against the ground truth (and
+//! `batch`), and with `--idle-floor 0`
 //! the floor of an HTTP exchange with this client (1,000 `GET /healthz` back
 //! to back).
 //!
@@ -32,14 +34,15 @@ struct Args {
     gt: String,
     n: usize,
     k: usize,
+    batch: usize,
     label: String,
     idle_floor: bool,
 }
 
 fn parse_args() -> anyhow::Result<Args> {
-    let usage = "usage: serve_client URL QUERIES.npy GT.npy [--n 300] [--k 10] [--label L] [--idle-floor 0]";
+    let usage = "usage: serve_client URL QUERIES.npy GT.npy [--n 300] [--k 10] [--batch 1] [--label L] [--idle-floor 0]";
     let mut positional = Vec::new();
-    let (mut n, mut k, mut label, mut idle_floor) = (300, 10, String::new(), false);
+    let (mut n, mut k, mut batch, mut label, mut idle_floor) = (300, 10, 1, String::new(), false);
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
         let mut value = || {
@@ -49,6 +52,7 @@ fn parse_args() -> anyhow::Result<Args> {
         match arg.as_str() {
             "--n" => n = value()?.parse().context("--n")?,
             "--k" => k = value()?.parse().context("--k")?,
+            "--batch" => batch = value()?.parse().context("--batch")?,
             "--label" => label = value()?,
             "--idle-floor" => {
                 let ms: f64 = value()?.parse().context("--idle-floor")?;
@@ -66,12 +70,16 @@ fn parse_args() -> anyhow::Result<Args> {
     let [url, queries, gt]: [String; 3] = positional
         .try_into()
         .map_err(|p: Vec<String>| anyhow!("{} arguments given; {usage}", p.len()))?;
+    if batch == 0 {
+        bail!("--batch: at least 1 query a request");
+    }
     Ok(Args {
         url,
         queries,
         gt,
         n,
         k,
+        batch,
         label,
         idle_floor,
     })
@@ -158,16 +166,17 @@ fn main() -> anyhow::Result<()> {
     let n = a.n.min(queries.n);
     let truth = parqivf::vector_file::read_truth(Path::new(&a.gt), n, a.k)?;
     let mut conn = Connection::open(host)?;
-    let requests: Vec<Vec<u8>> = queries
-        .data
-        .chunks_exact(queries.dim)
-        .take(n)
-        .map(|q| {
-            let body = serde_json::json!({ "vector": q, "k": a.k });
+    let requests: Vec<Vec<u8>> = queries.data[..n * queries.dim]
+        .chunks(a.batch * queries.dim)
+        .map(|qs| {
+            let body = match qs.len() / queries.dim {
+                1 => serde_json::json!({ "vector": qs, "k": a.k }),
+                _ => serde_json::json!({ "vectors": qs.chunks_exact(queries.dim).collect::<Vec<_>>(), "k": a.k }),
+            };
             conn.frame("POST", path, body.to_string().as_bytes())
         })
         .collect();
-    let mut latencies = Vec::with_capacity(n);
+    let mut latencies = Vec::with_capacity(requests.len());
     let (mut hits, expected) = (0, truth.iter().map(Vec::len).sum::<usize>());
     for measured in [false, true] {
         for (i, request) in requests.iter().enumerate() {
@@ -183,22 +192,24 @@ fn main() -> anyhow::Result<()> {
             if measured {
                 latencies.push(took);
                 let out: serde_json::Value = serde_json::from_slice(&body)?;
-                let want = &truth[i];
-                let found = out["results"][0]["hits"]
-                    .as_array()
-                    .ok_or_else(|| anyhow!("query {i}: no results[0].hits in the response"))?;
-                hits += found
-                    .iter()
-                    .filter_map(|h| h["rowid"].as_i64())
-                    .filter(|id| want.contains(id))
-                    .count();
+                let first = i * a.batch;
+                for (j, want) in truth[first..(first + a.batch).min(n)].iter().enumerate() {
+                    let found = out["results"][j]["hits"].as_array().ok_or_else(|| {
+                        anyhow!("query {}: no results[{j}].hits in the response", first + j)
+                    })?;
+                    hits += found
+                        .iter()
+                        .filter_map(|h| h["rowid"].as_i64())
+                        .filter(|id| want.contains(id))
+                        .count();
+                }
             }
         }
     }
     let total_ms: f64 = latencies.iter().sum();
     latencies.sort_by(f64::total_cmp);
     let mut out = serde_json::json!({
-        "label": a.label, "client": "native", "queries": n,
+        "label": a.label, "client": "native", "queries": n, "batch": a.batch,
         "p50_ms": round3(percentile(&latencies, 50.0)),
         "p99_ms": round3(percentile(&latencies, 99.0)),
         "qps": (n as f64 / (total_ms / 1000.0) * 10.0).round() / 10.0,

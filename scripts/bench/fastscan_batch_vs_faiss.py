@@ -4,12 +4,15 @@ exact refine, interleaved in one process (issue 26).
 FAISS `IVF{nlist},PQ{d/2}x4fs,RFlat` is built once on the data set (2
 threads), then each round searches all queries in one batch on one thread
 (k_factor 4, best of 3) and runs the given parqivf command once, whose last
-stdout line must be `parqivf search`'s JSON summary. Rounds alternate, so
+stdout line must be a JSON line with `qps` and `recall`: `parqivf search`'s
+summary, or examples/serve_client.rs's against a running `parqivf serve`
+(scripts/bench/serve_vs_faiss.sh). Rounds alternate, so
 that a noisy host's drift hits both alike. Prints per round both QPS,
 both recalls and the ratio.
 
 With --single, FAISS searches one query per call instead (give the
-parqivf command --batch-size 1): the same comparison for single queries.
+parqivf command --batch-size 1, or serve_client its default of one query
+a request): the same comparison for single queries.
 
 usage: fastscan_batch_vs_faiss.py DATASET NLIST NPROBE [--rounds N] [--single] -- PARQIVF_COMMAND...
   env: BENCH_DATA (./bench-data). Source scripts/bench/faiss_blas.sh first
@@ -78,7 +81,8 @@ def main():
             f"round {r + 1}: FAISS nprobe {a.nprobe} recall {recall:.4f} "
             f"{'single' if a.single else 'batch'} {best:.0f} QPS | "
             f"parqivf recall {ours['recall']} {ours['qps']:.0f} QPS "
-            f"({ours['mean-lists-probed']} lists) | ratio {ours['qps'] / best:.2f}",
+            + (f"({ours['mean-lists-probed']} lists) " if "mean-lists-probed" in ours else "")
+            + f"| ratio {ours['qps'] / best:.2f}",
             flush=True,
         )
 

@@ -29,7 +29,15 @@
 #        CLIENTS ("httplib one-write native"),
 #        CLIENT_BIN (target/release/examples/serve_client, built if absent),
 #        THREADS ("all 1": each mode served with all cores, then with
-#        `serve --threads 1`, one compute thread as FAISS's one thread)
+#        `serve --threads 1`, one compute thread as FAISS's one thread),
+#        PQ_NPROBE (unset: skipped): with `--threads 1`, the codes mode is
+#        also measured against FAISS IVF-PQ{d/2}x4fs + refine (k_factor 4)
+#        at this nprobe (bench_quant.py's first with recall@10 >= 0.95: 16
+#        on SIFT-like 1M, 128 on the embeddings), in process on one thread,
+#        interleaved with the native client in scripts/bench/
+#        fastscan_batch_vs_faiss.py: one query a call against one a
+#        request, then the N queries in one call against one request of N
+#        (issue 26's "codes in RAM, one query per request and in batch")
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATASET="$1"; NLIST="$2"; FAISS_NPROBE="$3"; INDEX="$4"; NQ="${5:-1000}"
@@ -37,7 +45,7 @@ BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}"; DATA="$BENCH_DATA/$DATASET"
 PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/release/parqivf}"
 PORT="${PORT:-8093}"; CLIENTS="${CLIENTS:-httplib one-write native}"; THREADS="${THREADS:-all 1}"
 CLIENT_BIN="${CLIENT_BIN:-target/release/examples/serve_client}"
-if [[ " $CLIENTS " == *" native "* && ! -x "$CLIENT_BIN" ]]; then
+if [[ ( " $CLIENTS " == *" native "* || -n "${PQ_NPROBE:-}" ) && ! -x "$CLIENT_BIN" ]]; then
   cargo build --release --example serve_client
 fi
 WORK="$(mktemp -d)"; SERVER=""
@@ -62,7 +70,7 @@ for threads in $THREADS; do
 for mode in storage codes; do
   case "$mode" in
     storage) flags=(--warm --postings-cache-size 0) ;;
-    codes) flags=(--preload codes) ;;
+    codes) flags=(--preload codes --max-batch "$NQ") ;;
   esac
   [ "$threads" = all ] || flags+=(--threads "$threads")
   "$BIN" serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" --workers 1 "${flags[@]}" > "$WORK/serve.log" 2>&1 &
@@ -80,6 +88,15 @@ for mode in storage codes; do
         --n "$NQ" --client "$client" --label "$label" --idle-floor 0
     fi
   done
+  if [ "$mode" = codes ] && [ "$threads" = 1 ] && [ -n "${PQ_NPROBE:-}" ]; then
+    label="parqivf serve codes, threads 1"
+    for batch in 1 "$NQ"; do
+      single=(); [ "$batch" = 1 ] && single=(--single)
+      BENCH_DATA="$BENCH_DATA" "$PY" scripts/bench/fastscan_batch_vs_faiss.py "$DATASET" "$NLIST" \
+        "$PQ_NPROBE" --rounds 2 "${single[@]}" -- "$CLIENT_BIN" "$URL/search" "$DATA/query.npy" \
+        "$DATA/gt.npy" --n "$NQ" --batch "$batch" --label "$label, $batch a request"
+    done
+  fi
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""
 done
 done

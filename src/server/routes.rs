@@ -306,7 +306,7 @@ pub async fn search(
     State(app): State<Arc<AppState>>,
     Path(name): Path<String>,
     request: Request,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<SearchResponse>, ApiError> {
     check_content_type(&request)?;
     let body = read_body(&app, request).await?;
     let backend = app
@@ -338,19 +338,36 @@ pub async fn search(
     }
     app.metrics
         .record_queries(&name, answers.iter().map(|a| &a.stats));
-    let results: Vec<Value> = answers
+    let results = answers
         .into_iter()
-        .map(|answer| {
-            let mut result = json!({ "hits": answer.hits });
-            if request.include_stats {
-                result["stats"] = json!(answer.stats);
-            }
-            result
+        .map(|answer| Answer {
+            hits: answer.hits,
+            stats: request.include_stats.then_some(answer.stats),
         })
         .collect();
-    Ok(Json(
-        json!({ "index": name, "snapshot": info.snapshot, "results": results }),
-    ))
+    Ok(Json(SearchResponse {
+        index: name,
+        snapshot: info.snapshot,
+        results,
+    }))
+}
+
+/// The body of a search's answer, serialised straight from the hits (no
+/// JSON tree built first: for a batch of 1,000 queries that tree cost a
+/// few milliseconds of the tokio worker's time).
+#[derive(Serialize)]
+pub struct SearchResponse {
+    index: String,
+    snapshot: String,
+    results: Vec<Answer>,
+}
+
+/// One query's answer in a [`SearchResponse`].
+#[derive(Serialize)]
+struct Answer {
+    hits: Vec<crate::index::Hit>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    stats: Option<crate::index::SearchStats>,
 }
 
 /// `GET /v1/indexes`.
