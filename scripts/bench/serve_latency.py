@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """serve_latency.py URL QUERIES.npy GT.npy [--k 10] [--nprobe N] [--rerank R] [--n 300] [--token T]
-    [--warm-novel M | --no-warming]
+    [--warm-novel M | --no-warming] [--client httplib|one-write] [--packed]
 One query per HTTP request to a running `parqivf serve`, sequentially on one
 keep-alive connection (the storage-resident target of issue 12): a warming
 pass, then the measured pass over the first N queries; prints one JSON line
@@ -24,8 +24,10 @@ one send, as curl sends a small POST, and the response read by its
 Content-Length). http.client sends a body over 2,000 bytes (a 128-d query
 in JSON is about 2,300) in a second send after the headers, and parses the
 response headers with the email package: on a 2-vCPU host that was about
-0.1 ms a request, which the server does not spend."""
-import argparse, http.client, json, socket, time, urllib.parse
+0.1 ms a request, which the server does not spend. --packed sends each
+vector as base64 of its little-endian floats (docs/http.md): a 128-d query
+is then a 700-byte body, which http.client sends with its headers."""
+import argparse, base64, http.client, json, socket, time, urllib.parse
 import numpy as np
 
 
@@ -81,6 +83,8 @@ ap.add_argument("--no-warming", action="store_true",
                 help="no warming pass: measure the first pass over the server's caches")
 ap.add_argument("--client", choices=("httplib", "one-write"), default="httplib",
                 help="the HTTP client (see the module's docstring)")
+ap.add_argument("--packed", action="store_true",
+                help="send each vector packed: base64 of its little-endian floats (docs/http.md)")
 a = ap.parse_args()
 every = np.load(a.queries).astype(np.float32)
 q = every[: a.n]
@@ -94,7 +98,9 @@ if a.token:
     headers["Authorization"] = f"Bearer {a.token}"
 for warm in ((False,) if a.no_warming else (True, False)):
     for i in range(len(warming if warm else q)):
-        body = {"vector": (warming if warm else q)[i].tolist(), "k": a.k}
+        v = (warming if warm else q)[i]
+        body = {"vector": base64.b64encode(v.astype("<f4").tobytes()).decode() if a.packed else v.tolist(),
+                "k": a.k}
         if a.nprobe is not None:
             body["nprobe"] = a.nprobe
         if a.rerank is not None:
@@ -110,7 +116,7 @@ for warm in ((False,) if a.no_warming else (True, False)):
             ids = [h["rowid"] for h in json.loads(out)["results"][0]["hits"]]
             hits += len(set(ids) & set(gt[i].tolist()))
 lat = np.array(lat) * 1000
-out = {"label": a.label, "client": a.client, "nprobe": a.nprobe, "rerank": a.rerank, "queries": len(q),
+out = {"label": a.label, "client": a.client, "packed": a.packed, "nprobe": a.nprobe, "rerank": a.rerank, "queries": len(q),
        "p50_ms": round(float(np.percentile(lat, 50)), 3), "p99_ms": round(float(np.percentile(lat, 99)), 3),
        "qps": round(len(q) / (lat.sum() / 1000), 1), "recall": round(hits / (len(q) * a.k), 4)}
 if a.idle_floor is not None:

@@ -37,7 +37,10 @@
 #        interleaved with the native client in scripts/bench/
 #        fastscan_batch_vs_faiss.py: one query a call against one a
 #        request, then the N queries in one call against one request of N
-#        (issue 26's "codes in RAM, one query per request and in batch")
+#        (issue 26's "codes in RAM, one query per request and in batch");
+#        each side reports its best of 3 passes,
+#        PACKED (unset; 1: every client sends its vectors packed, base64 of
+#        little-endian floats, docs/http.md)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 DATASET="$1"; NLIST="$2"; FAISS_NPROBE="$3"; INDEX="$4"; NQ="${5:-1000}"
@@ -45,6 +48,7 @@ BENCH_DATA="${BENCH_DATA:-$PWD/bench-data}"; DATA="$BENCH_DATA/$DATASET"
 PY="${PY:-python3}"; SHARED="${SHARED:-$PWD/../shared}"; BIN="${BIN:-target/release/parqivf}"
 PORT="${PORT:-8093}"; CLIENTS="${CLIENTS:-httplib one-write native}"; THREADS="${THREADS:-all 1}"
 CLIENT_BIN="${CLIENT_BIN:-target/release/examples/serve_client}"
+PACK=(); [ -n "${PACKED:-}" ] && PACK=(--packed)
 if [[ ( " $CLIENTS " == *" native "* || -n "${PQ_NPROBE:-}" ) && ! -x "$CLIENT_BIN" ]]; then
   cargo build --release --example serve_client
 fi
@@ -70,7 +74,7 @@ for threads in $THREADS; do
 for mode in storage codes; do
   case "$mode" in
     storage) flags=(--warm --postings-cache-size 0) ;;
-    codes) flags=(--preload codes --max-batch "$NQ") ;;
+    codes) flags=(--preload codes --max-batch "$NQ" --max-body-bytes 67108864) ;;
   esac
   [ "$threads" = all ] || flags+=(--threads "$threads")
   "$BIN" serve --index "i=$INDEX" --addr "127.0.0.1:$PORT" --workers 1 "${flags[@]}" > "$WORK/serve.log" 2>&1 &
@@ -82,10 +86,10 @@ for mode in storage codes; do
   for client in $CLIENTS; do
     label="parqivf serve $mode, threads $threads, one query a request"
     if [ "$client" = native ]; then
-      "$CLIENT_BIN" "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" --n "$NQ" --label "$label" --idle-floor 0
+      "$CLIENT_BIN" "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" --n "$NQ" --label "$label" --idle-floor 0 "${PACK[@]}"
     else
       "$PY" scripts/bench/serve_latency.py "$URL/search" "$DATA/query.npy" "$DATA/gt.npy" \
-        --n "$NQ" --client "$client" --label "$label" --idle-floor 0
+        --n "$NQ" --client "$client" --label "$label" --idle-floor 0 "${PACK[@]}"
     fi
   done
   if [ "$mode" = codes ] && [ "$threads" = 1 ] && [ -n "${PQ_NPROBE:-}" ]; then
@@ -94,7 +98,7 @@ for mode in storage codes; do
       single=(); [ "$batch" = 1 ] && single=(--single)
       BENCH_DATA="$BENCH_DATA" "$PY" scripts/bench/fastscan_batch_vs_faiss.py "$DATASET" "$NLIST" \
         "$PQ_NPROBE" --rounds 2 "${single[@]}" -- "$CLIENT_BIN" "$URL/search" "$DATA/query.npy" \
-        "$DATA/gt.npy" --n "$NQ" --batch "$batch" --label "$label, $batch a request"
+        "$DATA/gt.npy" --n "$NQ" --batch "$batch" --reps 3 --label "$label, $batch a request" "${PACK[@]}"
     done
   fi
   kill "$SERVER"; wait "$SERVER" 2>/dev/null || true; SERVER=""

@@ -33,6 +33,7 @@ pub const DEFAULT_RECALL_CPU_SHARE: f64 = 0.05;
 pub mod api_error;
 pub mod auth;
 pub mod backend;
+pub mod body_vector;
 pub mod index_backend;
 pub mod limits;
 pub mod metrics;

@@ -23,6 +23,7 @@ use serde_json::{Value, json};
 use super::api_error::ApiError;
 use super::auth::Authenticated;
 use super::backend::{Change, IndexInfo};
+use super::body_vector::BodyVector;
 use super::limits::Limits;
 use super::reload::ReloadError;
 use super::state::AppState;
@@ -48,10 +49,10 @@ pub const MAX_RERANK: u64 = 1000;
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct SearchBody {
-    /// One query vector.
-    pub vector: Option<Vec<f64>>,
-    /// A batch of query vectors.
-    pub vectors: Option<Vec<Vec<f64>>>,
+    /// One query vector: numbers, or packed ([`BodyVector`]).
+    pub vector: Option<BodyVector>,
+    /// A batch of query vectors, each as `vector`.
+    pub vectors: Option<Vec<BodyVector>>,
     pub k: Option<u64>,
     pub nprobe: Option<u64>,
     pub root_factor: Option<u64>,
@@ -179,7 +180,7 @@ pub fn validate(
     // and parameter; the lengths are checked here, as a flat batch no
     // longer shows where one vector ends.
     let mut queries = Vec::with_capacity(vectors.len() * info.dim);
-    for (query, vector) in vectors.iter().enumerate() {
+    for (query, BodyVector(vector)) in vectors.iter().enumerate() {
         if vector.len() != info.dim {
             let e = QueryError::DimensionMismatch {
                 query,
@@ -188,7 +189,7 @@ pub fn validate(
             };
             return Err(ApiError::bad_request(e.code(), e.to_string()));
         }
-        queries.extend(vector.iter().map(|&x| x as f32));
+        queries.extend_from_slice(vector);
     }
     Ok(ValidSearch {
         queries,
@@ -462,7 +463,7 @@ pub struct DeleteBody {
 #[serde(deny_unknown_fields)]
 pub struct UpsertBody {
     pub ids: Vec<i64>,
-    pub vectors: Vec<Vec<f64>>,
+    pub vectors: Vec<BodyVector>,
     pub payload: Option<Vec<Value>>,
 }
 
@@ -522,7 +523,7 @@ fn checked_change(
                 ));
             }
             let mut vectors = Vec::with_capacity(n * info.dim);
-            for (i, v) in body.vectors.iter().enumerate() {
+            for (i, BodyVector(v)) in body.vectors.iter().enumerate() {
                 if v.len() != info.dim {
                     return Err(ApiError::bad_request(
                         "wrong_dimension",
@@ -533,8 +534,8 @@ fn checked_change(
                         ),
                     ));
                 }
-                // Beyond the f32 range becomes infinity: the index refuses it.
-                vectors.extend(v.iter().map(|&x| x as f32));
+                // Beyond the f32 range is infinity: the index refuses it.
+                vectors.extend_from_slice(v);
             }
             Ok(Change::Upsert {
                 ids: body.ids,

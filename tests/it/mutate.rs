@@ -530,9 +530,10 @@ async fn http_delete_and_upsert_publish_and_serve_the_next_version() {
     rows.retain(|r| !gone.contains(&r.0));
     let ids = [rows[3].0, 777_777];
     let vectors = support::fixtures::dataset(2, DIM, 31);
+    // One vector as numbers, one packed.
     let (status, body) = post(
         "upsert",
-        json!({"ids": ids, "vectors": vectors.chunks(DIM).collect::<Vec<_>>()}),
+        json!({"ids": ids, "vectors": [json!(vectors[..DIM]), json!(support::server::pack(&vectors[DIM..]))]}),
         true,
     )
     .await;

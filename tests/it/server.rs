@@ -144,16 +144,29 @@ async fn search_single_and_batch_equal_direct_results() {
     assert_eq!(results.len(), 1);
     assert_eq!(hits_of(&results[0]), pairs(&backend.answer(&q, &params)));
     assert!(results[0].get("stats").is_none() && results[0]["hits"][0].get("payload").is_none());
+    // The same query packed (base64 of its little-endian floats) gets the
+    // same answer.
+    let (status, packed) = post(
+        &server,
+        "/v1/indexes/small/search",
+        json!({"vector": support::server::pack(&q), "k": 7}).to_string(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK, "{packed}");
+    assert_eq!(packed["results"], body["results"]);
 
     let batch = [
         [0.5f32, 0.5, 0.5, 0.5],
         [-1.0, 0.0, 1.0, 0.25],
         [0.0, 0.0, 0.0, 0.0],
     ];
+    // A batch may mix numbers and packed vectors.
     let (status, body) = post(
         &server,
         "/v1/indexes/small/search",
-        json!({"vectors": batch, "include": ["payload", "stats"]}).to_string(),
+        json!({"vectors": [json!(batch[0]), json!(support::server::pack(&batch[1])), json!(batch[2])],
+               "include": ["payload", "stats"]})
+        .to_string(),
     )
     .await;
     assert_eq!(status, StatusCode::OK, "{body}");
@@ -258,6 +271,22 @@ async fn every_bad_input_is_a_4xx_with_a_named_error() {
         ),
         (
             json!({"vector": "1,2,3,4"}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "invalid_request",
+        ),
+        (
+            json!({"vector": support::server::pack(&[1.0, 2.0, 3.0])}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "wrong_dimension",
+        ),
+        (
+            json!({"vector": support::server::pack(&[1.0, 2.0, 3.0, f32::NAN])}).to_string(),
+            StatusCode::BAD_REQUEST,
+            "non_finite_value",
+        ),
+        (
+            // 17 bytes: four floats and one byte over.
+            json!({"vector": "AAAAAAAAAAAAAAAAAAAAAAA="}).to_string(),
             StatusCode::BAD_REQUEST,
             "invalid_request",
         ),
@@ -683,6 +712,8 @@ async fn responses_match_the_openapi_description() {
     )
     .await;
     assert_matches("SearchResponse", &plain);
+    let packed = json!({"vectors": [support::server::pack(&[0.0; 4]), [1, 0, 0, 0]]});
+    assert_matches("SearchRequest", &packed);
     assert_matches("IndexInfo", &get_json(&server, "/v1/indexes/small").await.1);
     for info in get_json(&server, "/v1/indexes").await.1["indexes"]
         .as_array()
@@ -705,6 +736,7 @@ async fn responses_match_the_openapi_description() {
         json!({"vector": [1], "vectors": [[1]]}),
         json!({"k": 0, "vector": [1]}),
         json!({"vector": [1], "top": 1}),
+        json!({"vector": "1,2,3,4"}),
     ] {
         assert!(
             !bad_request.is_valid(&bad),
