@@ -100,7 +100,7 @@ pub struct Args {
     #[arg(long)]
     pub content_hash: bool,
     /// Worker threads, at least 1 (default: all cores).
-    #[arg(long, value_parser = super::parse_threads)]
+    #[arg(long, value_parser = super::threads::parse_threads)]
     pub threads: Option<NonZeroUsize>,
     /// Print a JSON summary on stdout (and plain progress on stderr).
     #[arg(long)]

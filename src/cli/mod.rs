@@ -16,6 +16,7 @@ pub mod refresh;
 pub mod search;
 pub mod serve;
 pub mod source_args;
+pub mod threads;
 pub mod train;
 pub mod tune;
 pub mod verify;
@@ -155,15 +156,5 @@ pub fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Compact(a) => refresh::run_compact(a, &store),
         Command::Delete(a) => mutate::run_delete(a, &store),
         Command::Upsert(a) => mutate::run_upsert(a, &store),
-    }
-}
-
-/// `--threads N` of `build`, `search` and `serve`: at least one; the flag
-/// left out means every core.
-pub fn parse_threads(s: &str) -> Result<std::num::NonZeroUsize, String> {
-    match s.parse::<usize>() {
-        Ok(0) => Err("at least 1 (leave --threads out for every core)".into()),
-        Ok(n) => Ok(std::num::NonZeroUsize::new(n).expect("n is not 0")),
-        Err(e) => Err(format!("not a thread count: {e}")),
     }
 }

@@ -89,7 +89,7 @@ pub struct Args {
     #[arg(long, default_value_t = 3)]
     pub reps: usize,
     /// Worker threads, at least 1 (default: all cores).
-    #[arg(long, value_parser = super::parse_threads)]
+    #[arg(long, value_parser = super::threads::parse_threads)]
     pub threads: Option<NonZeroUsize>,
     /// One JSON object per query: `rowids`, `distances` (and `stats`, and
     /// the first query's `open`: what opening the index cost).

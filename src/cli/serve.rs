@@ -80,7 +80,7 @@ pub struct Args {
     /// serves on one core's worth of compute, as a one-thread FAISS
     /// baseline runs; on a small host, fewer idle threads also mean fewer
     /// wake-ups a request (docs/benchmarks.md, "A native client").
-    #[arg(long, value_parser = super::parse_threads)]
+    #[arg(long, value_parser = super::threads::parse_threads)]
     pub threads: Option<NonZeroUsize>,
     /// Re-open each index location every SECS seconds and swap in a newly published snapshot.
     #[arg(long, value_name = "SECS")]
