@@ -154,14 +154,6 @@ impl Connection {
     }
 }
 
-/// A vector as the server reads it packed: base64 of its little-endian
-/// 4-byte floats.
-fn pack(q: &[f32]) -> String {
-    use base64::Engine;
-    let bytes: Vec<u8> = q.iter().flat_map(|x| x.to_le_bytes()).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
-
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     // numpy's default (linear interpolation between closest ranks), as
     // serve_latency.py reports.
@@ -191,7 +183,7 @@ fn main() -> anyhow::Result<()> {
             let vectors: Vec<serde_json::Value> = qs
                 .chunks_exact(queries.dim)
                 .map(|q| match a.packed {
-                    true => pack(q).into(),
+                    true => parqivf::server::body_vector::pack(q).into(),
                     false => q.into(),
                 })
                 .collect();

@@ -26,6 +26,14 @@ impl<'de> Deserialize<'de> for BodyVector {
     }
 }
 
+/// `values` packed as a client sends them: base64 (standard alphabet,
+/// padded) of their little-endian 4-byte floats. What [`BodyVector`] reads
+/// back as the same values.
+pub fn pack(values: &[f32]) -> String {
+    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
+    STANDARD.encode(bytes)
+}
+
 struct BodyVectorVisitor;
 
 impl<'de> Visitor<'de> for BodyVectorVisitor {
@@ -72,8 +80,7 @@ mod tests {
     }
 
     fn packed(values: &[f32]) -> String {
-        let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-        format!("\"{}\"", STANDARD.encode(bytes))
+        format!("\"{}\"", pack(values))
     }
 
     #[test]

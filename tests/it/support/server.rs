@@ -17,13 +17,7 @@ use parqivf::server::{
 };
 
 /// The bearer token of the test servers that have one.
-/// A vector packed as a client may send it in a request body: base64 of
-/// its little-endian 4-byte floats (`parqivf::server::body_vector`).
-pub fn pack(values: &[f32]) -> String {
-    use base64::Engine;
-    let bytes: Vec<u8> = values.iter().flat_map(|x| x.to_le_bytes()).collect();
-    base64::engine::general_purpose::STANDARD.encode(bytes)
-}
+pub use parqivf::server::body_vector::pack;
 
 pub const TOKEN: &str = "test-token-0123456789abcdef";
 
