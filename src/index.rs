@@ -374,8 +374,9 @@ impl Index {
     /// [`Preload::All`] every column a query reads, so queries do no IO
     /// (`ntotal × (dim × 4 + 8 + code bytes)` bytes); [`Preload::Codes`] the
     /// codes, rowids and `vector` offset indexes (`ntotal × (8 + code
-    /// bytes)` plus ≈ 3 bytes a row), so a query reads only the `vector`
-    /// pages of its re-rank candidates. See `docs/query.md`.
+    /// bytes)` plus ≈ 3 bytes a row, and a fast-scan scheme's blocks,
+    /// transposed here), so a query reads only the `vector` pages of its
+    /// re-rank candidates. See `docs/query.md`.
     ///
     /// # Errors
     /// [`IndexError::NoCodes`] for `Codes` on an index without codes;

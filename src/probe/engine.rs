@@ -384,6 +384,7 @@ impl Engine {
         let all: Vec<u32> = (0..self.hierarchy.nlist() as u32).collect();
         let mut stats = SearchStats::default();
         let loaded = self.reader.load(&all, self.want(true), &mut stats).await?;
+        let loaded = self.reader.transpose(loaded).await;
         let (live, nlist) = (self.reader.live().clone(), self.hierarchy.nlist());
         let table_wanted = self.payload_table.get().is_none();
         let (held, table) = on_rayon(move || {

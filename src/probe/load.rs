@@ -390,6 +390,25 @@ impl PostingsReader {
         self.row_groups.set_capacity(usize::MAX);
     }
 
+    /// Transpose the fast-scan codes of every row group of `loaded` not yet
+    /// transposed, on rayon, and weigh them again in the decoded-postings
+    /// cache with their blocks. A preload reads the payload too, which
+    /// [`LoadPlan::decode`] leaves to the first scan, yet every list it
+    /// holds is scanned: its first queries would each pay for their lists'
+    /// transposition, and the cache would not count the blocks.
+    pub async fn transpose(&self, loaded: Vec<Arc<DecodedRowGroup>>) -> Vec<Arc<DecodedRowGroup>> {
+        let Some(fast) = self.fast_scan.clone() else {
+            return loaded;
+        };
+        let loaded = on_rayon(move || {
+            loaded.par_iter().for_each(|rg| fast.prepare(rg));
+            loaded
+        })
+        .await;
+        self.remember(&loaded, None);
+        loaded
+    }
+
     /// Footers of the given files: cached ones from the cache, the others read
     /// concurrently (one round). Returns them in the order of `files`.
     ///

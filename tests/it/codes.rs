@@ -14,7 +14,7 @@ use parqivf::builder::progress::ProgressMode;
 use parqivf::builder::source::ArraySource;
 use parqivf::builder::{BuildParams, build};
 use parqivf::distance::Metric;
-use parqivf::index::{Index, IndexError, Preload, SearchParams, SearchResult};
+use parqivf::index::{Index, IndexError, IndexOptions, Preload, SearchParams, SearchResult};
 use parqivf::probe::ProbeError;
 use parqivf::quant::Scheme;
 use std::sync::Arc;
@@ -411,4 +411,38 @@ async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index_for(scheme: 
         );
         assert!(text.contains(", 0 failures"), "{text}");
     }
+}
+
+/// A preload of a fast-scan index transposes every list's codes into
+/// blocks up front, and counts them: it holds, byte for byte, what the
+/// decoded-postings cache holds once queries have probed every list.
+/// Before, a preload left the transposition to each list's first scan,
+/// and its memory went uncounted.
+#[tokio::test]
+async fn a_preload_transposes_every_list_up_front_and_counts_the_blocks() {
+    let (n, dim, nlist) = (3000, 32, 8);
+    let data = dataset(n, dim, 13);
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let fast = params(nlist, Metric::L2, Some(Scheme::Pq4Fs));
+    let preloaded = built(&store, &data, dim, &fast).await;
+    preloaded.preload(Preload::Codes).await.unwrap();
+    let held = preloaded.cache_bytes().1;
+    let options = IndexOptions {
+        postings_cache_bytes: usize::MAX,
+        ..IndexOptions::default()
+    };
+    let queried = Index::open_with(store, &Path::from("idx"), options, Preload::None)
+        .await
+        .unwrap();
+    let every_list = SearchParams {
+        k: 5,
+        nprobe: Some(nlist as usize),
+        ..SearchParams::default()
+    };
+    let q = queries(&data, dim, &[3, 1500]);
+    let answers = queried.search_batch(&q, &every_list).await.unwrap();
+    assert_eq!(answers[0].stats.row_groups_cached, 0);
+    assert_eq!(held, queried.cache_bytes().1, "preloaded against queried");
+    // The blocks are a real share of it: 16 bytes a row at 32-d.
+    assert!(held > n * (8 + 16), "{held} bytes held for {n} rows");
 }
