@@ -391,22 +391,19 @@ impl PostingsReader {
     }
 
     /// Transpose the fast-scan codes of every row group of `loaded` not yet
-    /// transposed, on rayon, and weigh them again in the decoded-postings
-    /// cache with their blocks. A preload reads the payload too, which
+    /// transposed, on rayon. A preload reads the payload too, which
     /// [`LoadPlan::decode`] leaves to the first scan, yet every list it
-    /// holds is scanned: its first queries would each pay for their lists'
-    /// transposition, and the cache would not count the blocks.
+    /// holds is scanned: without this, its first queries would each pay for
+    /// their lists' transposition.
     pub async fn transpose(&self, loaded: Vec<Arc<DecodedRowGroup>>) -> Vec<Arc<DecodedRowGroup>> {
         let Some(fast) = self.fast_scan.clone() else {
             return loaded;
         };
-        let loaded = on_rayon(move || {
+        on_rayon(move || {
             loaded.par_iter().for_each(|rg| fast.prepare(rg));
             loaded
         })
-        .await;
-        self.remember(&loaded, None);
-        loaded
+        .await
     }
 
     /// Footers of the given files: cached ones from the cache, the others read
@@ -766,16 +763,21 @@ impl PostingsReader {
     /// those holding only the filter's columns `counting` in the
     /// filter-columns cache.
     fn remember(&self, decoded: &[Arc<DecodedRowGroup>], counting: Option<Arc<str>>) {
+        let weight = |d: &DecodedRowGroup| {
+            self.fast_scan
+                .as_ref()
+                .map_or_else(|| d.bytes(), |fast| fast.weight(d))
+        };
         if let Some(key) = counting {
             for d in decoded {
                 let key = (d.file, d.row_group, Arc::clone(&key));
-                self.counting.insert(key, Arc::clone(d), d.bytes());
+                self.counting.insert(key, Arc::clone(d), weight(d));
             }
             return;
         }
         for d in decoded {
             self.row_groups
-                .insert((d.file, d.row_group), Arc::clone(d), d.bytes());
+                .insert((d.file, d.row_group), Arc::clone(d), weight(d));
         }
     }
 

@@ -6,7 +6,7 @@
 use super::cache::ByteLru;
 use crate::distance::Metric;
 use crate::quant::Quantizer;
-use crate::quant::fastscan::Blocks;
+use crate::quant::fastscan::{BLOCK, Blocks};
 use arrow::array::RecordBatch;
 use arrow::buffer::{BooleanBuffer, Buffer, ScalarBuffer};
 use parquet::file::page_index::offset_index::PageLocation;
@@ -74,6 +74,12 @@ impl FastCodes {
     pub fn bytes(&self) -> usize {
         self.blocks.bytes.len() + self.base.len() * 4
     }
+
+    /// The memory [`FastCodes::new`] takes for `n` codes of `pairs` pairs
+    /// of sub-quantisers, before it is built.
+    pub fn size(n: usize, pairs: usize) -> usize {
+        n.div_ceil(BLOCK) * pairs * 32 + n * 4
+    }
 }
 
 /// The fast-scan scheme of an index, with its metric: what transposes a
@@ -93,6 +99,21 @@ impl FastScan {
             quantizer: quantizer.clone(),
             metric,
         }))
+    }
+
+    /// What `rg` weighs in a cache of decoded row groups: its bytes, with
+    /// the blocks its first scan will add if they are not built yet, so
+    /// that a row group transposed after it was cached (one read with
+    /// payload columns) never takes the cache past its bound.
+    pub fn weight(&self, rg: &DecodedRowGroup) -> usize {
+        let pending = rg.codes.is_some() && rg.fast_codes.get().is_none();
+        let pairs = self.quantizer.fast_scan_pairs().unwrap_or(0);
+        rg.bytes()
+            + if pending {
+                FastCodes::size(rg.rowids.len(), pairs)
+            } else {
+                0
+            }
     }
 
     /// Transposes `rg`'s codes, if it has some and they are not yet

@@ -413,13 +413,14 @@ async fn pyarrow_and_duckdb_read_the_code_column_and_the_page_index_for(scheme: 
     }
 }
 
-/// A preload of a fast-scan index transposes every list's codes into
-/// blocks up front, and counts them: it holds, byte for byte, what the
-/// decoded-postings cache holds once queries have probed every list.
-/// Before, a preload left the transposition to each list's first scan,
-/// and its memory went uncounted.
+/// A row group of a fast-scan index weighs the same in the decoded-postings
+/// cache however it came there: decoded and transposed by a query, read
+/// with its payload (whose transposition is left to its first scan), or
+/// preloaded. Its weight counts the blocks in each case, so a row group
+/// transposed after it was cached cannot take the cache past its bound.
+/// Before, the last two were weighed without their blocks.
 #[tokio::test]
-async fn a_preload_transposes_every_list_up_front_and_counts_the_blocks() {
+async fn a_cached_row_group_is_weighed_with_its_blocks_however_it_came() {
     let (n, dim, nlist) = (3000, 32, 8);
     let data = dataset(n, dim, 13);
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
@@ -427,22 +428,32 @@ async fn a_preload_transposes_every_list_up_front_and_counts_the_blocks() {
     let preloaded = built(&store, &data, dim, &fast).await;
     preloaded.preload(Preload::Codes).await.unwrap();
     let held = preloaded.cache_bytes().1;
-    let options = IndexOptions {
-        postings_cache_bytes: usize::MAX,
-        ..IndexOptions::default()
-    };
-    let queried = Index::open_with(store, &Path::from("idx"), options, Preload::None)
-        .await
-        .unwrap();
     let every_list = SearchParams {
         k: 5,
         nprobe: Some(nlist as usize),
         ..SearchParams::default()
     };
     let q = queries(&data, dim, &[3, 1500]);
-    let answers = queried.search_batch(&q, &every_list).await.unwrap();
-    assert_eq!(answers[0].stats.row_groups_cached, 0);
-    assert_eq!(held, queried.cache_bytes().1, "preloaded against queried");
-    // The blocks are a real share of it: 16 bytes a row at 32-d.
-    assert!(held > n * (8 + 16), "{held} bytes held for {n} rows");
+    for include_payload in [false, true] {
+        let options = IndexOptions {
+            postings_cache_bytes: usize::MAX,
+            ..IndexOptions::default()
+        };
+        let queried = Index::open_with(store.clone(), &Path::from("idx"), options, Preload::None)
+            .await
+            .unwrap();
+        let sp = SearchParams {
+            include_payload,
+            ..every_list.clone()
+        };
+        let answers = queried.search_batch(&q, &sp).await.unwrap();
+        assert_eq!(answers[0].stats.row_groups_cached, 0);
+        assert_eq!(
+            held,
+            queried.cache_bytes().1,
+            "preloaded against queried, payload {include_payload}"
+        );
+    }
+    // The blocks are a real share of it: 8 bytes a row at 32-d, + 4.
+    assert!(held > n * (8 + 16 + 12), "{held} bytes held for {n} rows");
 }
