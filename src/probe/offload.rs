@@ -56,7 +56,18 @@ where
     T: Send + 'static,
     F: FnOnce() -> T + Send + 'static,
 {
-    if bytes <= IN_PLACE_BYTES {
+    on_rayon_above(bytes, IN_PLACE_BYTES, f).await
+}
+
+/// [`on_rayon`] for a step of `bytes` bytes of work when that is above
+/// `in_place`, the most of its kind that costs less than the hand-over
+/// (what [`IN_PLACE_BYTES`] is for steps at memory speed); else in place.
+pub async fn on_rayon_above<T, F>(bytes: usize, in_place: usize, f: F) -> T
+where
+    T: Send + 'static,
+    F: FnOnce() -> T + Send + 'static,
+{
+    if bytes <= in_place {
         return f();
     }
     on_rayon(f).await

@@ -69,6 +69,7 @@ pub use auth::{AuthToken, AuthTokenError};
 pub use backend::{BackendError, BackendLoader, CacheState, IndexInfo, SearchBackend};
 pub use limits::{ConnectionLimits, Limits, QueryPool};
 pub use reload::{OpenError, Registry, ReloadError, ReloadOutcome};
+pub use routes::JSON_IN_PLACE_BYTES;
 
 /// Everything `parqivf serve` can be told.
 #[derive(Debug, Clone, PartialEq)]

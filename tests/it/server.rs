@@ -189,6 +189,42 @@ async fn search_single_and_batch_equal_direct_results() {
     server.shutdown().await;
 }
 
+/// A batch whose body and answer are both over the size parsed and written
+/// where they are awaited (`JSON_IN_PLACE_BYTES`): both go to rayon, and
+/// the answers are the same as one query at a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_parsed_and_answered_on_rayon_equals_direct_results() {
+    let loader = Arc::new(FakeLoader::default());
+    let backend = small(1);
+    loader.publish("memory:///small", Arc::clone(&backend));
+    let mut config = config();
+    config.limits.max_body_bytes = 1 << 20;
+    config.limits.max_batch = 1000;
+    let server = start(config, loader).await;
+    let many: Vec<[f32; 4]> = (0..600)
+        .map(|i| {
+            let x = i as f32 / 600.0;
+            [x, -x, 0.5 - x, x * x]
+        })
+        .collect();
+    let body = json!({"vectors": many, "k": 10}).to_string();
+    assert!(body.len() > parqivf::server::JSON_IN_PLACE_BYTES);
+    let (status, big) = post(&server, "/v1/indexes/small/search", body).await;
+    assert_eq!(status, StatusCode::OK, "{big}");
+    assert!(big.to_string().len() > parqivf::server::JSON_IN_PLACE_BYTES);
+    let results = big["results"].as_array().unwrap();
+    assert_eq!(results.len(), many.len());
+    let params = SearchParams {
+        k: 10,
+        nprobe: Some(8),
+        ..SearchParams::default()
+    };
+    for (query, result) in many.iter().zip(results) {
+        assert_eq!(hits_of(result), pairs(&backend.answer(query, &params)));
+    }
+    server.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_bad_input_is_a_4xx_with_a_named_error() {
     let (server, _loader, _backend) = started().await;
