@@ -8,6 +8,10 @@
 //! of a search: bytes checked per batch ÷ check throughput ÷ batch time.
 //! Same data as `benches/search.rs`.
 //!
+//! `page-crc/checked-page/…` checks the index's `vector` pages one at a
+//! time, each header parsed and its CRC computed (`checked_page`), as the
+//! re-rank does: the cost a candidate's page adds besides its read.
+//!
 //! `page-crc/crc32/{crate}/{bytes}` is the CRC32 alone on pages of a re-rank's
 //! sizes (a 128-d or 384-d row, a few rows, a list's chunk): `crc32fast`, what
 //! `format::page_crc::crc32` calls, next to `crc-fast` (object_store's), which
@@ -20,7 +24,7 @@ mod common;
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use object_store::ObjectStoreExt;
 use object_store::path::Path;
-use parqivf::format::page_crc::check_column_chunk;
+use parqivf::format::page_crc::{check_column_chunk, checked_page, checked_pages};
 use parqivf::index::{Index, SearchParams};
 use parquet::file::metadata::ParquetMetaDataReader;
 use std::sync::Arc;
@@ -80,6 +84,34 @@ fn bench(c: &mut Criterion) {
             })
         });
     }
+    // The pages of the chunks with more than one (the `vector` column's,
+    // a few rows a page), each header and data as the writer made them:
+    // what the re-rank checks one by one (`checked_page`), a header parse
+    // and a CRC each.
+    let pages: Vec<&[u8]> = chunks
+        .iter()
+        .flat_map(|ch| {
+            let checked = checked_pages(ch).unwrap();
+            let many = checked.len() > 1;
+            checked
+                .into_iter()
+                .filter(move |_| many)
+                .map(move |p| &ch[p.offset..p.data.end])
+        })
+        .take(4096)
+        .collect();
+    group.throughput(Throughput::Elements(pages.len() as u64));
+    let bytes = pages.iter().map(|p| p.len()).sum::<usize>() / pages.len().max(1);
+    group.bench_function(
+        format!("checked-page/{}-pages-of-{bytes}-bytes", pages.len()),
+        |b| {
+            b.iter(|| {
+                for page in &pages {
+                    std::hint::black_box(checked_page(std::hint::black_box(page)).unwrap());
+                }
+            })
+        },
+    );
     group.throughput(Throughput::Bytes(total));
     group.bench_function(format!("check/all-chunks/{n}x{dim}"), |b| {
         b.iter(|| {

@@ -128,17 +128,29 @@ impl Reader<'_> {
         Ok(b)
     }
 
+    /// A ULEB128 varint of at most 10 bytes; the tenth holds bit 63 only
+    /// (its higher bits are dropped, as thrift's own readers do). A loop
+    /// that stops at the first byte without its high bit: most of a page
+    /// header's varints are one or two bytes.
     #[inline]
     fn varint(&mut self) -> Result<u64, Malformed> {
         let mut out = 0u64;
-        for shift in (0..70).step_by(7) {
+        let mut shift = 0;
+        loop {
             let b = self.byte()?;
-            out |= u64::from(b & 0x7f) << shift.min(63);
+            out |= u64::from(b & 0x7f) << shift;
             if b & 0x80 == 0 {
                 return Ok(out);
             }
+            shift += 7;
+            if shift == 63 {
+                let last = self.byte()?;
+                if last & 0x80 != 0 {
+                    return Err(Malformed::LongVarint);
+                }
+                return Ok(out | (u64::from(last) << 63));
+            }
         }
-        Err(Malformed::LongVarint)
     }
 
     #[inline]
@@ -159,7 +171,19 @@ impl Reader<'_> {
 
     /// Skip one value of compact type `ty`; `in_collection` says whether a
     /// boolean is a byte of its own (list elements) or lives in the type.
+    /// An integer (the fields of a page header a reader passes over) is
+    /// skipped in place; any other type out of line ([`Reader::skip_other`]).
+    #[inline]
     fn skip_value(&mut self, ty: u8, in_collection: bool, depth: usize) -> Result<(), Malformed> {
+        if matches!(ty, 4..=6) {
+            return self.varint().map(|_| ());
+        }
+        self.skip_other(ty, in_collection, depth)
+    }
+
+    /// [`Reader::skip_value`] of a type other than an integer.
+    #[inline(never)]
+    fn skip_other(&mut self, ty: u8, in_collection: bool, depth: usize) -> Result<(), Malformed> {
         if depth > MAX_DEPTH {
             return Err(Malformed::Nesting);
         }
@@ -891,6 +915,35 @@ mod tests {
             ));
         }
         assert_eq!(check_column_chunk(&[]), Ok(0));
+    }
+
+    #[test]
+    fn a_varint_of_every_length_reads_back_and_an_eleventh_byte_is_malformed() {
+        let read = |bytes: &[u8]| {
+            let mut r = Reader { buf: bytes, pos: 0 };
+            r.varint().map(|v| (v, r.pos))
+        };
+        // Every bit position, so every length from 1 to 10 bytes, and the
+        // values on both sides of each length's bound.
+        let mut values = vec![0, u64::MAX];
+        for bit in 0..64 {
+            values.extend([1u64 << bit, (1u64 << bit) - 1, (1u64 << bit) + 1]);
+        }
+        for v in values {
+            let mut bytes = Vec::new();
+            put_varint(&mut bytes, v);
+            bytes.push(0x55); // the next field's byte, not read
+            assert_eq!(read(&bytes), Ok((v, bytes.len() - 1)), "{v:#x}");
+        }
+        // Ten bytes hold 64 bits: the tenth's bits above bit 63 are dropped.
+        let mut ten = vec![0xff; 9];
+        ten.push(0x7f);
+        assert_eq!(read(&ten), Ok((u64::MAX, 10)));
+        // A continuation bit on the tenth byte, or bytes that end first.
+        assert_eq!(read(&[0xff; 11]), Err(Malformed::LongVarint));
+        assert_eq!(read(&[0x80; 10]), Err(Malformed::LongVarint));
+        assert_eq!(read(&[0x80, 0x80]), Err(Malformed::Truncated));
+        assert_eq!(read(&[]), Err(Malformed::Truncated));
     }
 
     #[test]
