@@ -273,6 +273,64 @@ pub const JSON_IN_PLACE_BYTES: usize = 16 << 10;
 /// (`{"rowid":…,"distance":…}`), to size an answer before writing it.
 const HIT_JSON_BYTES: usize = 40;
 
+/// About the bytes of a number in JSON (a distance, a payload's number:
+/// up to 24 for an `f64` in full), to size an answer before writing it.
+const NUMBER_JSON_BYTES: usize = 20;
+
+/// About the bytes of a search's JSON answer, to choose where to write it
+/// without writing it: each answer's stats when asked for, then
+/// [`HIT_JSON_BYTES`] a hit and its payload's keys and values (their
+/// lengths walked, nothing formatted). The count of hits stops once it is
+/// past `above`, so that sizing a large answer on a tokio worker costs no
+/// more than sizing one of `above` bytes.
+fn answer_json_bytes(
+    answers: &[crate::index::SearchResult],
+    include_stats: bool,
+    above: usize,
+) -> usize {
+    let mut bytes = if include_stats {
+        answers.len() * stats_json_bytes()
+    } else {
+        0
+    };
+    for hit in answers.iter().flat_map(|answer| &answer.hits) {
+        if bytes > above {
+            break;
+        }
+        bytes += HIT_JSON_BYTES + hit.payload.as_ref().map_or(0, object_json_bytes);
+    }
+    bytes
+}
+
+/// The bytes of one answer's stats object: its field names and
+/// punctuation, measured once, and a number's worth a field.
+fn stats_json_bytes() -> usize {
+    static BYTES: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| {
+        match serde_json::to_value(crate::index::SearchStats::default()) {
+            Ok(Value::Object(fields)) => object_json_bytes(&fields),
+            _ => 0,
+        }
+    });
+    *BYTES
+}
+
+fn object_json_bytes(fields: &serde_json::Map<String, Value>) -> usize {
+    2 + fields
+        .iter()
+        .map(|(key, value)| key.len() + 4 + value_json_bytes(value))
+        .sum::<usize>()
+}
+
+fn value_json_bytes(value: &Value) -> usize {
+    match value {
+        Value::Null | Value::Bool(_) => 5,
+        Value::Number(_) => NUMBER_JSON_BYTES,
+        Value::String(text) => text.len() + 2,
+        Value::Array(items) => 2 + items.iter().map(|v| value_json_bytes(v) + 1).sum::<usize>(),
+        Value::Object(fields) => object_json_bytes(fields),
+    }
+}
+
 /// [`parse_body`] on rayon when the body is larger than
 /// [`JSON_IN_PLACE_BYTES`], then `then` on the parsed body there too.
 async fn parse_body_then<T, U>(
@@ -371,9 +429,9 @@ pub async fn search(
     }
     app.metrics
         .record_queries(&name, answers.iter().map(|a| &a.stats));
-    let hits: usize = answers.iter().map(|a| a.hits.len()).sum();
     let include_stats = request.include_stats;
-    let json = on_rayon_above(hits * HIT_JSON_BYTES, JSON_IN_PLACE_BYTES, move || {
+    let bytes = answer_json_bytes(&answers, include_stats, JSON_IN_PLACE_BYTES);
+    let json = on_rayon_above(bytes, JSON_IN_PLACE_BYTES, move || {
         let results = answers
             .into_iter()
             .map(|answer| Answer {
@@ -752,6 +810,88 @@ mod tests {
             bad(format!("[{}\"x\"]", "1,".repeat(10_000))),
             "invalid_request"
         );
+    }
+
+    /// The size an answer is estimated at, to choose where it is written,
+    /// is within a factor of two of the bytes written, with and without
+    /// payload and stats; a few hits whose payload is large are over
+    /// [`JSON_IN_PLACE_BYTES`] (their rowids and distances alone are not).
+    #[test]
+    fn an_answer_is_sized_with_its_payload_and_stats_before_it_is_written() {
+        use crate::index::{Hit, SearchResult, SearchStats};
+        let answers = |queries: usize, hits: usize, payload: Option<Value>, stats: SearchStats| {
+            (0..queries)
+                .map(|q| SearchResult {
+                    hits: (0..hits)
+                        .map(|h| Hit {
+                            rowid: (q * 1_000_003 + h * 7_919) as i64,
+                            distance: 1.0 / (1.0 + h as f32) + q as f32 * 12.345,
+                            payload: payload.as_ref().and_then(|p| p.as_object().cloned()),
+                        })
+                        .collect(),
+                    stats,
+                    payload: None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let written = |answers: &[SearchResult], include_stats: bool| {
+            let response = SearchResponse {
+                index: "an_index".into(),
+                snapshot: "1796618158252-2960325cf8124375".into(),
+                results: answers
+                    .iter()
+                    .map(|a| Answer {
+                        hits: a.hits.clone(),
+                        stats: include_stats.then_some(a.stats),
+                    })
+                    .collect(),
+            };
+            serde_json::to_vec(&response).unwrap().len()
+        };
+        let busy = SearchStats {
+            requests: 35_881,
+            bytes: 20_707_469,
+            ram_bytes: 91_896_008,
+            codes_scored: 25_227_091,
+            reranked: 39_975,
+            scan_us: 89_777,
+            estimated_recall: Some(0.95),
+            ..SearchStats::default()
+        };
+        let payload = json!({
+            "title": "a title of some length ".repeat(90),
+            "year": 1999,
+            "score": 0.123_456_789,
+            "tags": ["one", "two", "three"],
+            "author": {"name": "someone", "born": null},
+        });
+        let cases = [
+            (answers(1_000, 10, None, busy), false),
+            (answers(100, 10, None, busy), true),
+            (answers(1, 10, None, SearchStats::default()), true),
+            (answers(16, 1, Some(payload.clone()), busy), false),
+            (answers(4, 10, Some(payload), busy), true),
+        ];
+        for (i, (answers, include_stats)) in cases.iter().enumerate() {
+            let (estimate, bytes) = (
+                answer_json_bytes(answers, *include_stats, usize::MAX),
+                written(answers, *include_stats),
+            );
+            assert!(
+                estimate * 2 >= bytes && estimate <= bytes * 2,
+                "case {i}: estimated {estimate} bytes, wrote {bytes}"
+            );
+            // Counted up to the bound only, on the same side of it.
+            let bounded = answer_json_bytes(answers, *include_stats, JSON_IN_PLACE_BYTES);
+            assert_eq!(
+                bounded > JSON_IN_PLACE_BYTES,
+                estimate > JSON_IN_PLACE_BYTES
+            );
+            assert!(bounded <= estimate);
+        }
+        let (few, _) = &cases[3];
+        assert!(few.len() * HIT_JSON_BYTES <= JSON_IN_PLACE_BYTES);
+        assert!(answer_json_bytes(few, false, JSON_IN_PLACE_BYTES) > JSON_IN_PLACE_BYTES);
     }
 
     fn check(body: &str) -> Result<ValidSearch, &'static str> {
