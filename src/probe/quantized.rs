@@ -29,7 +29,7 @@ use crate::format::postings_table::VECTOR_COLUMN;
 use crate::kmeans::Hierarchy;
 use crate::quant::Quantizer;
 use crate::quant::fastscan::{self, Lut};
-use crate::store::byte_ranges::{coalesce, slice_ref};
+use crate::store::byte_ranges::{coalesce, slices_ref};
 use crate::topk::{Candidates, TopK};
 use arrow::buffer::BooleanBuffer;
 use object_store::path::Path;
@@ -1084,14 +1084,18 @@ impl PagePlan {
         let fetched = fetched.into_inner();
         let name =
             |rg: &DecodedRowGroup| paths.get(rg.file).map_or_else(String::new, Path::to_string);
-        // Every page with its bytes, in plan order.
+        // Every page with its bytes, in plan order (a file's pages by
+        // offset, as its ranges: one walk a file).
         let pages: Vec<(&PageRead, &[u8])> = self
             .pages
             .iter()
             .zip(&fetched)
-            .flat_map(|(pages, file)| pages.iter().map(move |p| (p, file)))
-            .map(|(p, file)| {
-                let bytes = slice_ref(&file.ranges, &file.data, &p.range).ok_or_else(|| {
+            .flat_map(|(pages, file)| {
+                let bytes = slices_ref(&file.ranges, &file.data, pages.iter().map(|p| &p.range));
+                pages.iter().zip(bytes)
+            })
+            .map(|(p, bytes)| {
+                let bytes = bytes.ok_or_else(|| {
                     let rg = &loaded[p.group];
                     decode_error(
                         name(rg),

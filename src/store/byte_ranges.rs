@@ -66,6 +66,30 @@ pub fn slice_ref<'a>(
     Some(&data[i][at])
 }
 
+/// [`slice_ref`] of each of `wants`, in order: for wants ascending by
+/// start, as a plan of page reads lists them, one walk over `ranges`
+/// instead of a search each (a want out of that order is searched).
+pub fn slices_ref<'a, 'w>(
+    ranges: &'a [Range<u64>],
+    data: &'a [Bytes],
+    wants: impl Iterator<Item = &'w Range<u64>>,
+) -> impl Iterator<Item = Option<&'a [u8]>> {
+    let mut at = 0;
+    wants.map(move |want| {
+        // A range that ends before `want` does cannot hold it, nor any
+        // later want.
+        while ranges.get(at).is_some_and(|r| r.end < want.end) {
+            at += 1;
+        }
+        match (ranges.get(at), data.get(at)) {
+            (Some(r), Some(d)) if r.start <= want.start && want.end <= r.end => {
+                d.get((want.start - r.start) as usize..(want.end - r.start) as usize)
+            }
+            _ => slice_ref(ranges, data, want),
+        }
+    })
+}
+
 /// The piece of `data` holding `want` and where in it: `None` when no
 /// fetched range covers it.
 fn locate(
@@ -89,6 +113,38 @@ fn locate(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Walked in order, each want gets what a search gets: ascending,
+    /// repeated, out of order, and not fetched at all.
+    #[test]
+    fn slices_in_order_equal_a_search_each() {
+        let ranges = vec![10..20, 30..40, 50..90];
+        let data: Vec<Bytes> = ranges
+            .iter()
+            .map(|r| Bytes::from((r.start..r.end).map(|b| b as u8).collect::<Vec<_>>()))
+            .collect();
+        let wants = vec![
+            10..12,
+            10..20,
+            12..18,
+            30..40,
+            35..36,
+            50..60,
+            60..90,
+            15..16, // out of order: behind the walk
+            55..95, // past the last range's end
+            20..30, // in a gap
+            45..55, // straddles a range's start
+            89..90,
+        ];
+        let walked: Vec<_> = slices_ref(&ranges, &data, wants.iter()).collect();
+        let searched: Vec<_> = wants.iter().map(|w| slice_ref(&ranges, &data, w)).collect();
+        assert_eq!(walked, searched);
+        let found = |w: &Range<u64>| Some((w.start..w.end).map(|b| b as u8).collect::<Vec<_>>());
+        assert_eq!(walked[4].map(<[u8]>::to_vec), found(&(35..36)));
+        assert_eq!(walked[7].map(<[u8]>::to_vec), found(&(15..16)));
+        assert_eq!(walked[8..11], [None, None, None]);
+    }
 
     #[test]
     fn coalesce_merges_within_the_gap_only() {
