@@ -1031,6 +1031,12 @@ impl PagePlan {
                     plan.held
                         .extend(page_keys.iter().map(|&key| key_candidate(key)));
                     plan.bounds.push(plan.held.len());
+                    // The page of the candidate `AHEAD` places on in sorted
+                    // order is asked of the memory now: `located` is in
+                    // candidate order, so these reads are scattered.
+                    if let Some(&ahead) = keys.get(plan.held.len() + AHEAD) {
+                        prefetch(std::slice::from_ref(&located[key_candidate(ahead)]));
+                    }
                     located[key_candidate(page_keys[0])].clone()
                 })
                 .collect();
