@@ -6,7 +6,7 @@
 use super::cache::ByteLru;
 use crate::distance::Metric;
 use crate::quant::Quantizer;
-use crate::quant::fastscan::{BLOCK, Blocks};
+use crate::quant::fastscan::Blocks;
 use arrow::array::RecordBatch;
 use arrow::buffer::{BooleanBuffer, Buffer, ScalarBuffer};
 use parquet::file::page_index::offset_index::PageLocation;
@@ -78,7 +78,7 @@ impl FastCodes {
     /// The memory [`FastCodes::new`] takes for `n` codes of `pairs` pairs
     /// of sub-quantisers, before it is built.
     pub fn size(n: usize, pairs: usize) -> usize {
-        n.div_ceil(BLOCK) * pairs * 32 + n * 4
+        Blocks::size(n, pairs) + n * 4
     }
 }
 

@@ -88,6 +88,13 @@ pub struct Blocks {
 }
 
 impl Blocks {
+    /// The bytes of the blocks of `n` codes of `pairs` pairs of
+    /// sub-quantisers: 32 a pair a block of [`BLOCK`] codes, the last block
+    /// padded.
+    pub fn size(n: usize, pairs: usize) -> usize {
+        n.div_ceil(BLOCK) * pairs * 32
+    }
+
     /// The blocks of `n` row-major packed codes, `stride` bytes apart,
     /// starting `offset` bytes into each, where byte p of a code holds
     /// sub-quantiser 2p in its low nibble and 2p+1 in its high nibble
@@ -105,7 +112,7 @@ impl Blocks {
             "{n} codes of {stride} bytes with {pairs} pairs at {offset} in {} bytes",
             rows.len()
         );
-        let len = n.div_ceil(BLOCK) * pairs * 32;
+        let len = Blocks::size(n, pairs);
         let mut bytes: Vec<u8> = Vec::with_capacity(len);
         let out = &mut bytes.spare_capacity_mut()[..len];
         let mut padded = [0u8; BLOCK * RUN_PAIRS];
