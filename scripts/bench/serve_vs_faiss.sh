@@ -5,8 +5,10 @@
 # FAISS IVF-Flat in RAM", with p50 and p99).
 #
 # FAISS first and last (shared/bench/bench_faiss.py at FAISS_NPROBE, the
-# lists its IVF-Flat needs for recall@10 0.95 at NLIST: 12 on SIFT-like 1M
-# at nlist 1000, 128 on the embeddings at nlist 316), then `serve
+# fewest lists its IVF-Flat needs for recall@10 0.95 at NLIST: 12 on
+# SIFT-like 1M at nlist 1000 (R 0.953), 116 on the embeddings at nlist 316
+# (R 0.9505; figures before 2026-12-07 used 128, R 0.957, about 10 % more
+# work for FAISS than the target needs), then `serve
 # --workers 1` on INDEX (built with the same NLIST) in two modes, each a
 # warming pass over the measured queries and then the measured pass
 # (scripts/bench/serve_latency.py, the server's default depth: the
@@ -32,8 +34,10 @@
 #        `serve --threads 1`, one compute thread as FAISS's one thread),
 #        PQ_NPROBE (unset: skipped): with `--threads 1`, the codes mode is
 #        also measured against FAISS IVF-PQ{d/2}x4fs + refine (k_factor 4)
-#        at this nprobe (bench_quant.py's first with recall@10 >= 0.95: 16
-#        on SIFT-like 1M, 128 on the embeddings), in process on one thread,
+#        at this nprobe, or `auto`: FAISS's smallest nprobe with recall@10
+#        >= 0.95, found by fastscan_batch_vs_faiss.py (12 on SIFT-like 1M,
+#        116 on the embeddings; bench_quant.py's grid steps over both to 16
+#        and 128, which figures before 2026-12-07 used), in process on one thread,
 #        interleaved with the native client in scripts/bench/
 #        fastscan_batch_vs_faiss.py: one query a call against one a
 #        request, then the N queries in one call against one request of N
