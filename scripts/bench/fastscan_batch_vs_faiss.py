@@ -65,6 +65,18 @@ def main():
     cut = argv.index("--")
     a = ap.parse_args(argv[:cut])
     command = argv[cut + 1 :]
+    # A fixed nprobe, or the recall target `auto[:R]` searches for.
+    auto, _, given = a.nprobe.partition(":")
+    nprobe, target = None, None
+    if auto == "auto":
+        try:
+            target = float(given or 0.95)
+        except ValueError:
+            ap.error(f"nprobe {a.nprobe!r}: the recall after `auto:` is not a number")
+    elif a.nprobe.isdigit() and 1 <= int(a.nprobe) <= a.nlist:
+        nprobe = int(a.nprobe)
+    else:
+        ap.error(f"nprobe {a.nprobe!r}: give 1..={a.nlist} or auto[:R]")
     data = os.path.join(os.environ.get("BENCH_DATA", "bench-data"), a.dataset)
     xb = np.load(os.path.join(data, "base.npy"))
     xq = np.load(os.path.join(data, "query.npy"))
@@ -84,14 +96,11 @@ def main():
     def recall_of(ids):
         return np.mean([len(set(ids[i]) & set(gt[i])) / 10 for i in range(len(xq))])
 
-    if a.nprobe.startswith("auto"):
-        target = float(a.nprobe.partition(":")[2] or 0.95)
+    if target is not None:
         nprobe = cheapest_nprobe(
             lambda n: recall_of(index.search(xq, 10, params=params_at(n))[1]), a.nlist, target
         )
         print(f"FAISS's smallest nprobe with recall@10 >= {target}: {nprobe}", flush=True)
-    else:
-        nprobe = int(a.nprobe)
     params = params_at(nprobe)
     for r in range(a.rounds):
         best = 0.0
