@@ -21,9 +21,10 @@
 //! are computed (at least [`MIN_QUERIES`] queries).
 
 use super::error::BuildError;
+use super::target_stops::{StopSearch, nearest_first, stop_recalls};
 use crate::distance::{Metric, squared_norms};
 use crate::format::calibration::{
-    CALIBRATION_FORMAT_VERSION, Calibration, FEATURE_LEAF_DISTANCE_GAP, RecallPoint,
+    CALIBRATION_FORMAT_VERSION, Calibration, FEATURE_LEAF_DISTANCE_GAP, RecallPoint, TargetStop,
 };
 use crate::format::definition::IndexDefinition;
 use crate::format::snapshot::Snapshot;
@@ -98,12 +99,7 @@ struct Best {
 /// `(distance, cid)` as the probe ranks them.
 fn list_gaps_and_ranks(dist: &[f32], best: &Best) -> (Vec<f32>, Vec<usize>) {
     let nlist = dist.len();
-    let mut order: Vec<u32> = (0..nlist as u32).collect();
-    order.sort_by(|&a, &b| {
-        dist[a as usize]
-            .total_cmp(&dist[b as usize])
-            .then(a.cmp(&b))
-    });
+    let order = nearest_first(dist);
     let mut rank = vec![0usize; nlist];
     for (r, &c) in order.iter().enumerate() {
         rank[c as usize] = r;
@@ -258,6 +254,8 @@ pub struct GroundTruth {
     metric: Metric,
     best: Vec<Best>,
     rows: u64,
+    /// The rows observed in each list (list `c` at `c`).
+    list_rows: Vec<u64>,
     /// The dot products' kernel: the CPU's packed one where it has one
     /// (a [`Nearest`] fold), else SGEMM tiles.
     kernel: Kernel,
@@ -278,6 +276,7 @@ impl GroundTruth {
             metric,
             best: vec![Best::default(); n],
             rows: 0,
+            list_rows: Vec::new(),
             kernel: Kernel::detect(),
             spent: std::time::Duration::ZERO,
         }
@@ -318,6 +317,13 @@ impl GroundTruth {
     fn observe_in_chunks(&mut self, vectors: &[f32], lists: &[u32], rowids: &[i64], chunk: usize) {
         let dim = self.dim;
         self.rows += lists.len() as u64;
+        for &l in lists {
+            let l = l as usize;
+            if l >= self.list_rows.len() {
+                self.list_rows.resize(l + 1, 0);
+            }
+            self.list_rows[l] += 1;
+        }
         let xnorms = squared_norms(vectors, dim);
         let (metric, k, kernel) = (self.metric, self.k, self.kernel);
         self.best
@@ -426,6 +432,7 @@ impl GroundTruth {
                 gaps.get(at).copied().unwrap_or(0.0)
             })
             .collect();
+        let target_stops = self.target_stops(hierarchy, &panels, &per_query);
         let mut ranks: Vec<usize> = per_query.iter().flat_map(|(_, r)| r.clone()).collect();
         ranks.sort_unstable();
         let pairs = (self.best.len() * self.k).max(1) as f64;
@@ -445,6 +452,7 @@ impl GroundTruth {
             neighbour_gaps,
             recall_by_nprobe,
             rerank: None,
+            target_stops,
         };
         let neighbours = Neighbours {
             k: self.k,
@@ -453,6 +461,45 @@ impl GroundTruth {
             queries: self.queries,
         };
         (calibration, neighbours)
+    }
+}
+
+impl GroundTruth {
+    /// The stop of each target recall ([`super::target_stops`]), from each
+    /// query's neighbours' `(gaps, ranks)`: a second pass over the leaf
+    /// distances counts the lists and rows each candidate probes, a few
+    /// hundred queries at a time.
+    fn target_stops(
+        &self,
+        hierarchy: &Hierarchy,
+        panels: &LeafPanels,
+        per_query: &[(Vec<f32>, Vec<usize>)],
+    ) -> Vec<TargetStop> {
+        let nlist = hierarchy.nlist();
+        const QUERIES_A_PASS: usize = 256;
+        let found: Vec<(f32, usize)> = per_query
+            .iter()
+            .flat_map(|(g, r)| g.iter().copied().zip(r.iter().copied()))
+            .collect();
+        let pairs = self.best.len() * self.k;
+        let search = StopSearch::new(&found, pairs, &nprobe_grid(nlist), stop_recalls());
+        let mut rows = self.list_rows.clone();
+        rows.resize(nlist, 0);
+        let mut sums = search.zero();
+        for queries in self.queries.chunks(self.dim.max(1) * QUERIES_A_PASS) {
+            let each = panels.par_map(hierarchy.metric, queries, 0..nlist, |_, dist| {
+                let mut one = search.zero();
+                search.add(&mut one, dist, &rows);
+                one
+            });
+            for one in each {
+                for (sum, c) in sums.iter_mut().zip(one) {
+                    sum.0 += c.0;
+                    sum.1 += c.1;
+                }
+            }
+        }
+        search.choose(&sums, self.best.len())
     }
 }
 

@@ -18,6 +18,7 @@ pub mod source;
 pub mod spill;
 pub mod spilled;
 pub mod stages;
+pub mod target_stops;
 
 pub use error::BuildError;
 pub use job::{BuildSummary, PhaseTimes, build};

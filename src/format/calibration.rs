@@ -14,15 +14,23 @@
 //! finds a share `t` of the neighbours, on average over queries.
 //!
 //!
+//! The quantiles alone let a boundary query probe dozens of lists for the
+//! last few neighbours. Version 3 adds `target-stops`: for each target
+//! recall on a grid, the pair of a gap and a cap on the lists that reaches
+//! it on the same queries while scanning the fewest rows, chosen by the
+//! build ([`crate::builder::calibrate`]) among caps on the `nprobe` grid.
+//!
 //! An index with codes also records `rerank` (format version 2): the
 //! re-rank factor its codes need, measured on the same queries
 //! ([`crate::builder::calibrate::measure_rerank`]). A query that names no
 //! re-rank uses it.
 //!
 //! ```json
-//! {"format-version": 2, "k": 10, "queries": 1000, "rows": 1000000,
+//! {"format-version": 3, "k": 10, "queries": 1000, "rows": 1000000,
 //!  "feature": "leaf-distance-gap", "neighbour-gaps": [0.0, 0.0, …, 41877.5],
-//!  "recall-by-nprobe": [{"nprobe": 1, "recall": 0.412}, …], "rerank": 4}
+//!  "recall-by-nprobe": [{"nprobe": 1, "recall": 0.412}, …],
+//!  "target-stops": [{"recall": 0.95, "gap": 20911.0, "cap": 16,
+//!                    "lists": 6.1, "rows": 6240.5}, …], "rerank": 4}
 //! ```
 
 use serde::{Deserialize, Serialize};
@@ -31,9 +39,11 @@ use thiserror::Error;
 /// File name of the calibration in a snapshot folder.
 pub const CALIBRATION_FILE: &str = "calibration.json";
 /// The `calibration.json` format version this crate writes (and reads).
-pub const CALIBRATION_FORMAT_VERSION: u32 = 2;
-/// The first version, without `rerank`: still read.
+pub const CALIBRATION_FORMAT_VERSION: u32 = 3;
+/// The first version, without `rerank` or `target-stops`: still read.
 pub const CALIBRATION_FORMAT_VERSION_1: u32 = 1;
+/// The second, with `rerank` and without `target-stops`: still read.
+pub const CALIBRATION_FORMAT_VERSION_2: u32 = 2;
 /// The one feature written today (see the module documentation).
 pub const FEATURE_LEAF_DISTANCE_GAP: &str = "leaf-distance-gap";
 
@@ -76,6 +86,29 @@ pub struct Calibration {
     /// query that names no re-rank uses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rerank: Option<u32>,
+    /// Version 3: where a query under a target recall stops, for targets
+    /// rising on a grid ([`TargetStop`]). Empty (absent) before version 3;
+    /// a reader then stops at the target's gap quantile alone.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub target_stops: Vec<TargetStop>,
+}
+
+/// One entry of [`Calibration::target_stops`]: a query under the target
+/// `recall` probes, nearest first, the lists whose gap is at most `gap`,
+/// at least one and at most `cap`. On the calibration's queries that finds
+/// a share `recall` of the neighbours, and of the pairs that do, it scans
+/// the fewest rows.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case", deny_unknown_fields)]
+pub struct TargetStop {
+    pub recall: f64,
+    pub gap: f32,
+    pub cap: u32,
+    /// Mean lists a calibration query probed at this stop.
+    pub lists: f64,
+    /// Mean rows a calibration query scanned at this stop: what the choice
+    /// minimised.
+    pub rows: f64,
 }
 
 /// One operating point of [`Calibration::recall_by_nprobe`].
@@ -107,9 +140,10 @@ impl Calibration {
         };
         let value = match super::versioned_json(bytes, CALIBRATION_FORMAT_VERSION) {
             Err(super::VersionError::Incompatible(v))
-                if v == u64::from(CALIBRATION_FORMAT_VERSION_1) =>
+                if v == u64::from(CALIBRATION_FORMAT_VERSION_1)
+                    || v == u64::from(CALIBRATION_FORMAT_VERSION_2) =>
             {
-                super::versioned_json(bytes, CALIBRATION_FORMAT_VERSION_1)
+                super::versioned_json(bytes, v as u32)
             }
             other => other,
         };
@@ -137,6 +171,12 @@ impl Calibration {
             }
             (_, Some(0)) => return Err("rerank is 0, at least 1 expected".into()),
             _ => {}
+        }
+        if self.format_version < CALIBRATION_FORMAT_VERSION && !self.target_stops.is_empty() {
+            return Err(format!(
+                "format-version {} has no target-stops key",
+                self.format_version
+            ));
         }
         if self.feature != FEATURE_LEAF_DISTANCE_GAP {
             return Err(format!(
@@ -195,6 +235,51 @@ impl Calibration {
                 ));
             }
         }
+        self.check_stops(nlist)
+    }
+
+    /// The rules of `target-stops`; the broken one.
+    fn check_stops(&self, nlist: usize) -> Result<(), String> {
+        let stops = &self.target_stops;
+        for (i, s) in stops.iter().enumerate() {
+            if !(s.recall > 0.0 && s.recall <= 1.0) {
+                return Err(format!(
+                    "target-stops[{i}].recall is {}, outside (0, 1]",
+                    s.recall
+                ));
+            }
+            if i > 0 && s.recall <= stops[i - 1].recall {
+                return Err(format!(
+                    "target-stops[{i}].recall {} does not rise above the entry before it ({})",
+                    s.recall,
+                    stops[i - 1].recall
+                ));
+            }
+            if !s.gap.is_finite() || s.gap < 0.0 {
+                return Err(format!(
+                    "target-stops[{i}].gap is {}, not a finite gap ≥ 0",
+                    s.gap
+                ));
+            }
+            if s.cap == 0 || s.cap as usize > nlist {
+                return Err(format!(
+                    "target-stops[{i}].cap is {}, outside 1..={nlist} (the index's nlist)",
+                    s.cap
+                ));
+            }
+            if !(s.lists >= 1.0 && s.lists <= f64::from(s.cap)) {
+                return Err(format!(
+                    "target-stops[{i}].lists is {}, outside 1..={} (its cap)",
+                    s.lists, s.cap
+                ));
+            }
+            if !(s.rows.is_finite() && s.rows >= 0.0) {
+                return Err(format!(
+                    "target-stops[{i}].rows is {}, not a finite count ≥ 0",
+                    s.rows
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -222,7 +307,30 @@ mod tests {
                 },
             ],
             rerank: Some(4),
+            target_stops: vec![
+                TargetStop {
+                    recall: 0.5,
+                    gap: 0.5,
+                    cap: 2,
+                    lists: 1.5,
+                    rows: 30.0,
+                },
+                TargetStop {
+                    recall: 0.9,
+                    gap: 2.0,
+                    cap: 4,
+                    lists: 2.5,
+                    rows: 52.5,
+                },
+            ],
         }
+    }
+
+    /// `doc()` with its first target stop changed by `f`.
+    fn stop(f: impl FnOnce(&mut TargetStop)) -> Calibration {
+        let mut d = doc();
+        f(&mut d.target_stops[0]);
+        d
     }
 
     #[test]
@@ -266,6 +374,29 @@ mod tests {
                 },
                 "format-version 1 has no rerank",
             ),
+            (
+                Calibration {
+                    format_version: CALIBRATION_FORMAT_VERSION_2,
+                    ..doc()
+                },
+                "format-version 2 has no target-stops",
+            ),
+            (stop(|s| s.recall = 0.0), "target-stops[0].recall is 0"),
+            (
+                stop(|s| s.recall = 0.95),
+                "target-stops[1].recall 0.9 does not rise",
+            ),
+            (stop(|s| s.gap = -1.0), "target-stops[0].gap is -1"),
+            (
+                stop(|s| s.cap = 5),
+                "target-stops[0].cap is 5, outside 1..=4",
+            ),
+            (stop(|s| s.cap = 0), "target-stops[0].cap is 0"),
+            (
+                stop(|s| s.lists = 3.0),
+                "target-stops[0].lists is 3, outside 1..=2",
+            ),
+            (stop(|s| s.rows = -1.0), "target-stops[0].rows is -1"),
         ];
         for (d, want) in broken {
             let err = Calibration::parse("c", &d.encode(), 4)
@@ -284,21 +415,29 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("recall must not fall"), "{err}");
-        // Version 1 (no rerank) is still read; version 3 is not.
+        // Versions 1 (no rerank) and 2 (no target stops) are still read;
+        // version 4 is not.
         let v1 = Calibration {
             format_version: CALIBRATION_FORMAT_VERSION_1,
             rerank: None,
+            target_stops: Vec::new(),
             ..doc()
         };
         assert_eq!(Calibration::parse("c", &v1.encode(), 4).unwrap(), v1);
-        let v3 = String::from_utf8(doc().encode())
+        let v2 = Calibration {
+            format_version: CALIBRATION_FORMAT_VERSION_2,
+            target_stops: Vec::new(),
+            ..doc()
+        };
+        assert_eq!(Calibration::parse("c", &v2.encode(), 4).unwrap(), v2);
+        let v4 = String::from_utf8(doc().encode())
             .unwrap()
-            .replace("\"format-version\": 2", "\"format-version\": 3");
+            .replace("\"format-version\": 3", "\"format-version\": 4");
         assert!(matches!(
-            Calibration::parse("c", v3.as_bytes(), 4),
-            Err(CalibrationError::Incompatible { found: 3, .. })
+            Calibration::parse("c", v4.as_bytes(), 4),
+            Err(CalibrationError::Incompatible { found: 4, .. })
         ));
-        // Without codes, version 2 has no rerank either.
+        // Without codes, version 3 has no rerank either.
         let plain = Calibration {
             rerank: None,
             ..doc()

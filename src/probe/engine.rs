@@ -1161,7 +1161,10 @@ fn select_lists(
             nearest,
         }
     };
-    let targeted = target.zip(recall).filter(|_| !every);
+    let targeted = target
+        .zip(recall)
+        .filter(|_| !every)
+        .map(|(t, m)| (t, m, m.stop_for(t, cap)));
     if root_factor > 0 && !every && targeted.is_none() {
         // Only the nearest roots' leaves are measured, query by query.
         return plan
@@ -1177,11 +1180,11 @@ fn select_lists(
     }
     let pick = |leaves: EveryLeaf<'_>| match targeted {
         // Unfiltered under a target: only the lists within its gap are sorted.
-        Some((t, m)) => {
-            let (cids, next) = leaves.within(m.gap_for(t), cap);
+        Some((t, m, stop)) => {
+            let (cids, next) = leaves.within(stop.gap, stop.cap);
             Selected {
                 start: cids.len(),
-                estimate: Some(m.target_estimate(t, next)),
+                estimate: Some(m.target_estimate(t, &stop, cids.len(), next)),
                 cids,
                 probe_us: 0,
                 nearest: Vec::new(),

@@ -8,12 +8,20 @@
 //! list's gap is at most `g`:
 //!
 //! - **Target `R`:** a query probes, nearest first, every list whose gap
-//!   is at most `F⁻¹(R)`, at most `cap` lists. A query in a cluster's
-//!   centre has few lists within the gap and stops early; one near a
-//!   boundary has many and goes further. On average over queries it finds
-//!   a share `R` of its neighbours, because that is how `F` was measured.
-//! - **Estimate:** under a target, the target itself (`F` of the gap it
-//!   stopped at; a query the cap stopped, `F` of the first gap it left).
+//!   is at most `g`, at most `c` lists. A query in a cluster's centre has
+//!   few lists within the gap and stops early; one near a boundary has
+//!   many and goes further, up to the cap. The pair `(g, c)` is the
+//!   calibration's stop for `R` (`target-stops`): with `F_c` the share
+//!   of the neighbours whose list's gap is at most `g` *and* whose list is
+//!   among the nearest `c`, the build took, of the pairs with
+//!   `F_c(g) = R`, the one scanning the fewest rows. The last few
+//!   neighbours of a boundary query cost more lists than they add recall,
+//!   so a cap with a wider gap finds as many for less. On average over
+//!   queries it finds a share `R`, because that is how `F_c` was measured.
+//!   A calibration without stops (before version 3) gives `(F⁻¹(R), ∞)`.
+//!   The caller's `max_nprobe` caps it further.
+//! - **Estimate:** under a target, the target itself (a query the
+//!   caller's cap stopped, `F` of the first gap it left, if lower).
 //!   At a fixed `nprobe`, the calibration's mean recall at that `nprobe`
 //!   (`recall-by-nprobe`, interpolated). Both are means over queries like
 //!   the calibration's: `F(g)` is what a *threshold* `g` finds on average,
@@ -146,30 +154,94 @@ impl RecallModel {
         points.last().map_or(1.0, |p| p.recall)
     }
 
-    /// The estimated recall of a query under `target` whose nearest list
-    /// left out has gap `next` (`None`: it probed every list). Stopped by
-    /// the gap: the target, as calibrated; by the cap at a smaller gap: the
-    /// share below the gap it left.
-    pub fn target_estimate(&self, target: f64, next: Option<f32>) -> f64 {
+    /// Where a query under `target` stops, with the caller's `cap` on its
+    /// lists: the calibration's stop for the target
+    /// ([`Calibration::target_stops`]: the first entry whose recall
+    /// reaches it, its gap interpolated from the entry below when both
+    /// share a cap), else (a document without stops, or a target above
+    /// them) the target's gap quantile alone, uncapped. `+∞` for a target
+    /// of 1.
+    pub fn stop_for(&self, target: f64, cap: usize) -> Stop {
+        let cap = cap.max(1);
+        let uncapped = |gap| Stop {
+            gap,
+            cap,
+            calibrated_cap: false,
+        };
+        if target >= 1.0 {
+            return uncapped(f32::INFINITY);
+        }
+        let stops = &self.calibration.target_stops;
+        let i = stops.partition_point(|s| s.recall < target);
+        let Some(at) = stops.get(i) else {
+            return uncapped(self.gap_for(target));
+        };
+        let gap = match i.checked_sub(1).map(|b| &stops[b]) {
+            Some(below) if below.cap == at.cap => {
+                let frac = ((target - below.recall) / (at.recall - below.recall)) as f32;
+                below.gap + (at.gap - below.gap) * frac
+            }
+            _ => at.gap,
+        };
+        let calibrated = at.cap as usize;
+        Stop {
+            gap,
+            cap: cap.min(calibrated),
+            calibrated_cap: calibrated <= cap,
+        }
+    }
+
+    /// The estimated recall of a query under `target` that stopped at
+    /// `stop` after `probed` lists, whose nearest list left out has gap
+    /// `next` (`None`: it probed every list). Stopped by the gap or the
+    /// calibration's cap: the target, as calibrated; by the caller's cap
+    /// below the calibration's: the share below the gap it left, at most
+    /// the target.
+    pub fn target_estimate(
+        &self,
+        target: f64,
+        stop: &Stop,
+        probed: usize,
+        next: Option<f32>,
+    ) -> f64 {
         match next {
             None => 1.0,
-            Some(g) => self.share_below(g.min(self.gap_for(target))),
+            Some(g) if !stop.calibrated_cap && probed >= stop.cap && g <= stop.gap => {
+                self.share_below(g).min(target)
+            }
+            Some(_) => target,
         }
     }
 
     /// The lists of a query whose leaves, nearest first, are `ranked`
-    /// (`(distance, cid)`), for `target`: every list within the target's
-    /// gap, at least one, at most `cap`.
+    /// (`(distance, cid)`), for `target` with the caller's `cap`: every
+    /// list within its stop's gap, at least one, at most its cap.
     pub fn lists_for(&self, ranked: &[(f32, u32)], target: f64, cap: usize) -> TargetLists {
-        let gap = self.gap_for(target);
+        let stop = self.stop_for(target, cap);
         let d1 = ranked.first().map_or(0.0, |l| l.0);
-        let within = ranked.iter().take_while(|l| l.0 - d1 <= gap).count();
-        let probed = within.clamp(1, cap.max(1)).min(ranked.len());
+        let within = ranked.iter().take_while(|l| l.0 - d1 <= stop.gap).count();
+        let probed = within.clamp(1, stop.cap).min(ranked.len());
         TargetLists {
             cids: ranked[..probed].iter().map(|l| l.1).collect(),
-            estimated_recall: self.target_estimate(target, ranked.get(probed).map(|l| l.0 - d1)),
+            estimated_recall: self.target_estimate(
+                target,
+                &stop,
+                probed,
+                ranked.get(probed).map(|l| l.0 - d1),
+            ),
         }
     }
+}
+
+/// Where a query under a target recall stops ([`RecallModel::stop_for`]):
+/// after the lists within `gap` of its nearest, at least one, at most `cap`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stop {
+    pub gap: f32,
+    pub cap: usize,
+    /// `cap` is the calibration's, chosen with `gap` for the target (not
+    /// the caller's, lower).
+    pub calibrated_cap: bool,
 }
 
 #[cfg(test)]
@@ -190,6 +262,7 @@ mod tests {
                 recall: 1.0,
             }],
             rerank: None,
+            target_stops: Vec::new(),
         })
     }
 
@@ -242,5 +315,52 @@ mod tests {
         assert_eq!(m.lists_for(&ranked, 0.0, 5).cids.len(), 1);
         // Every list probed: recall 1.
         assert_eq!(m.lists_for(&ranked, 1.0, 5).estimated_recall, 1.0);
+    }
+
+    #[test]
+    fn a_calibrated_stop_chooses_the_gap_and_the_cap() {
+        use crate::format::calibration::TargetStop;
+        let mut m = model(vec![0.0, 1.0, 2.0, 4.0, 8.0]);
+        let at = |recall, gap, cap| TargetStop {
+            recall,
+            gap,
+            cap,
+            lists: 1.0,
+            rows: 1.0,
+        };
+        m.calibration.target_stops = vec![at(0.5, 1.0, 2), at(0.6, 3.0, 2), at(0.7, 6.0, 3)];
+        let stop = |t, cap| m.stop_for(t, cap);
+        // On a stop, between two with one cap (gap interpolated), between
+        // two caps (the upper), below the first (the first).
+        assert_eq!((stop(0.5, 9).gap, stop(0.5, 9).cap), (1.0, 2));
+        assert_eq!((stop(0.55, 9).gap, stop(0.55, 9).cap), (2.0, 2));
+        assert_eq!((stop(0.65, 9).gap, stop(0.65, 9).cap), (6.0, 3));
+        assert_eq!(stop(0.1, 9).gap, 1.0);
+        assert!(stop(0.65, 9).calibrated_cap);
+        // Above the stops: the quantile alone, uncapped; 1: every list.
+        let above = stop(0.8, 9);
+        assert_eq!(
+            (above.gap, above.cap, above.calibrated_cap),
+            (m.gap_for(0.8), 9, false)
+        );
+        assert_eq!(stop(1.0, 9).gap, f32::INFINITY);
+        // The caller's cap below the calibration's binds.
+        let low = stop(0.65, 2);
+        assert_eq!((low.cap, low.calibrated_cap), (2, false));
+
+        let ranked = [(10.0, 7), (10.5, 3), (11.9, 1), (12.5, 0), (30.0, 2)];
+        // 0.65: gap 6 holds four lists, the cap of 3 keeps three; the
+        // calibration's cap stopped it, so the estimate is the target.
+        let t = m.lists_for(&ranked, 0.65, 9);
+        assert_eq!(t.cids, vec![7, 3, 1]);
+        assert_eq!(t.estimated_recall, 0.65);
+        // The caller's cap of 2 stopped it at the list of gap 1.9:
+        // F(1.9) = 0.475, below the target.
+        let capped = m.lists_for(&ranked, 0.65, 2);
+        assert_eq!(capped.cids, vec![7, 3]);
+        assert!((capped.estimated_recall - 0.475).abs() < 1e-6);
+        // The gap stopped it (0.5: gap 1, cap 2): the target.
+        let t = m.lists_for(&ranked, 0.5, 9);
+        assert_eq!((t.cids.len(), t.estimated_recall), (2, 0.5));
     }
 }

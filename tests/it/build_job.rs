@@ -524,7 +524,10 @@ async fn documents_written_by_a_build_match_their_schemas() {
             .collect();
         assert!(errors.is_empty(), "{name}: {errors:?}");
     }
-    let calibration = example("calibration.json");
+    let mut calibration = example("calibration.json");
     assert!(validator("calibration.schema.json").is_valid(&calibration));
+    // Target stops came with version 3.
+    calibration["format-version"] = 2.into();
+    assert!(!validator("calibration.schema.json").is_valid(&calibration));
     assert!(!validator("commit.schema.json").is_valid(&serde_json::json!({"version": 1})));
 }

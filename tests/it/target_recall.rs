@@ -127,11 +127,31 @@ async fn a_target_is_met_on_average_with_each_query_probing_its_own_lists() {
             .map(|p| (p.nprobe, p.recall)),
         Some((NLIST, 1.0))
     );
+    // Each target on the grid has its stop, a gap and a cap on the lists.
+    let stops = &calibration.target_stops;
+    assert_eq!(calibration.format_version, 3);
+    assert_eq!(
+        (stops.len(), stops.first().map(|s| s.recall)),
+        (200, Some(0.5))
+    );
+    assert!(
+        stops
+            .iter()
+            .all(|s| s.cap <= NLIST && s.lists <= f64::from(s.cap))
+    );
     for t in [0.8, 0.9, 0.95] {
         let (recall, lists, estimate, (fewest, most)) =
             measure(&index, &base, &queries, &target(t)).await;
+        let stop = stops.iter().find(|s| s.recall >= t).unwrap();
         eprintln!(
-            "target {t}: recall {recall:.4}, mean lists {lists:.2} ({fewest}..={most}), estimate {estimate:.4}"
+            "target {t}: recall {recall:.4}, mean lists {lists:.2} ({fewest}..={most}), estimate {estimate:.4}; stop: gap {}, cap {}, {:.2} lists on the calibration's queries",
+            stop.gap, stop.cap, stop.lists
+        );
+        // No query goes past its stop's cap.
+        assert!(
+            most <= u64::from(stop.cap),
+            "target {t}: {most} lists, cap {}",
+            stop.cap
         );
         // 400 queries and a 1000-query calibration: a few hundredths of
         // sampling error. Above the target up to 0.04: the calibration's
