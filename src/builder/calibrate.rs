@@ -462,9 +462,7 @@ impl GroundTruth {
         };
         (calibration, neighbours)
     }
-}
 
-impl GroundTruth {
     /// The stop of each target recall ([`super::target_stops`]), from each
     /// query's neighbours' `(gaps, ranks)`: a second pass over the leaf
     /// distances counts the lists and rows each candidate probes, a few
@@ -475,8 +473,8 @@ impl GroundTruth {
         panels: &LeafPanels,
         per_query: &[(Vec<f32>, Vec<usize>)],
     ) -> Vec<TargetStop> {
-        let nlist = hierarchy.nlist();
         const QUERIES_A_PASS: usize = 256;
+        let nlist = hierarchy.nlist();
         let found: Vec<(f32, usize)> = per_query
             .iter()
             .flat_map(|(g, r)| g.iter().copied().zip(r.iter().copied()))
