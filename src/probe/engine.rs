@@ -1184,7 +1184,7 @@ fn select_lists(
             let (cids, next) = leaves.within(stop.gap, stop.cap);
             Selected {
                 start: cids.len(),
-                estimate: Some(m.target_estimate(t, &stop, cids.len(), next)),
+                estimate: Some(m.target_estimate(t, &stop, next)),
                 cids,
                 probe_us: 0,
                 nearest: Vec::new(),

@@ -192,23 +192,15 @@ impl RecallModel {
     }
 
     /// The estimated recall of a query under `target` that stopped at
-    /// `stop` after `probed` lists, whose nearest list left out has gap
-    /// `next` (`None`: it probed every list). Stopped by the gap or the
-    /// calibration's cap: the target, as calibrated; by the caller's cap
-    /// below the calibration's: the share below the gap it left, at most
-    /// the target.
-    pub fn target_estimate(
-        &self,
-        target: f64,
-        stop: &Stop,
-        probed: usize,
-        next: Option<f32>,
-    ) -> f64 {
+    /// `stop`, whose nearest list left out has gap `next` (`None`: it
+    /// probed every list). Stopped by the gap or the calibration's cap:
+    /// the target, as calibrated; by the caller's cap below the
+    /// calibration's (a list within the gap was left out): the share below
+    /// the gap it left, at most the target.
+    pub fn target_estimate(&self, target: f64, stop: &Stop, next: Option<f32>) -> f64 {
         match next {
             None => 1.0,
-            Some(g) if !stop.calibrated_cap && probed >= stop.cap && g <= stop.gap => {
-                self.share_below(g).min(target)
-            }
+            Some(g) if !stop.calibrated_cap && g <= stop.gap => self.share_below(g).min(target),
             Some(_) => target,
         }
     }
@@ -226,7 +218,6 @@ impl RecallModel {
             estimated_recall: self.target_estimate(
                 target,
                 &stop,
-                probed,
                 ranked.get(probed).map(|l| l.0 - d1),
             ),
         }
