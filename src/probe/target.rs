@@ -101,7 +101,7 @@ impl RecallModel {
     /// The largest gap probed for a target recall in `(0, 1]`: `F⁻¹`,
     /// interpolated between quantiles; `+∞` for 1 (every list may hold a
     /// neighbour the sample did not see).
-    pub fn gap_for(&self, target: f64) -> f32 {
+    fn gap_for(&self, target: f64) -> f32 {
         if target >= 1.0 {
             return f32::INFINITY;
         }
@@ -115,7 +115,7 @@ impl RecallModel {
 
     /// `F(gap)`: the share of calibration neighbours in lists whose gap is
     /// below `gap`, interpolated between quantiles (1 past the last).
-    pub fn share_below(&self, gap: f32) -> f64 {
+    fn share_below(&self, gap: f32) -> f64 {
         let gaps = self.gaps();
         let n = gaps.len() - 1;
         // The first quantile ≥ gap: the share below lies between its
