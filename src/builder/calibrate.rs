@@ -14,13 +14,18 @@
 //! smallest whose candidates keep the exact neighbours that a 64× re-rank
 //! keeps. A query that names no re-rank uses it.
 //!
-//! Cost: one dot product per (query, row), on rayon, in the k-means
-//! assignment's packed kernel where the CPU has one (the queries packed as
-//! its panels, a `Nearest` fold keeping each query's top-k; SGEMM tiles
-//! elsewhere): the sample is sized so that at most [`MAX_MULTIPLY_ADDS`]
-//! are computed (at least [`MIN_QUERIES`] queries).
+//! Cost: one dot product per (query, row), on rayon: on a CPU with
+//! AVX-512 VNNI, from 8-bit codes with only the pairs that could enter a
+//! top-k scored again in f32 (`builder::int8_screen`, the same answer in
+//! 0.4–0.6 of the time); else in the k-means assignment's packed kernel
+//! where the CPU has one (the queries packed as its panels, a `Nearest`
+//! fold keeping each query's top-k; SGEMM tiles elsewhere). The sample is
+//! sized so that at most [`MAX_MULTIPLY_ADDS`] are computed (at least
+//! [`MIN_QUERIES`] queries), whichever path runs, so that the calibration
+//! does not depend on the CPU.
 
 use super::error::BuildError;
+use super::int8_screen::{self, ScreenPanels, ScreenPath, ScreenRows};
 use super::target_stops::{StopSearch, nearest_first, stop_recalls};
 use crate::distance::{Metric, squared_norms};
 use crate::format::calibration::{
@@ -41,8 +46,9 @@ use std::sync::Arc;
 /// Calibration queries by default: ±0.005 on a mean recall near 0.95.
 pub const DEFAULT_CALIBRATION_QUERIES: usize = 1000;
 /// The most multiply-adds the calibration spends (queries × rows × dim):
-/// 4·10¹⁰, about 0.3–0.4 s on 2 AVX-512 cores (1000 queries over 100k ×
-/// 384, 312 over 1M × 128). Larger tables get fewer queries.
+/// 4·10¹⁰, about 0.45–0.6 s in f32 on 2 AVX-512 cores (1000 queries over
+/// 100k × 384, 312 over 1M × 128), 0.17–0.37 s through the int8 screen.
+/// Larger tables get fewer queries.
 pub const MAX_MULTIPLY_ADDS: u64 = 40_000_000_000;
 /// The fewest queries a calibration uses when [`MAX_MULTIPLY_ADDS`] binds.
 pub const MIN_QUERIES: usize = 300;
@@ -243,6 +249,24 @@ impl Fold for Nearest<'_> {
     }
 }
 
+/// A chunk of queries packed for a kernel that folds each row tile into
+/// a [`Nearest`]: the int8 screen over the coded rows, or the CPU's packed
+/// f32 kernel.
+enum Packed<'a> {
+    Screen(ScreenPath, &'a ScreenRows, ScreenPanels<'a>),
+    F32(Panels<'a>),
+}
+
+impl Packed<'_> {
+    /// The queries with their padding, as the bounds must cover them.
+    fn padded(&self) -> usize {
+        match self {
+            Packed::Screen(_, _, screen) => screen.padded(),
+            Packed::F32(panels) => panels.padded(),
+        }
+    }
+}
+
 /// The exact top-k of the calibration queries, built up batch by batch.
 #[derive(Debug)]
 pub struct GroundTruth {
@@ -259,6 +283,12 @@ pub struct GroundTruth {
     /// The dot products' kernel: the CPU's packed one where it has one
     /// (a [`Nearest`] fold), else SGEMM tiles.
     kernel: Kernel,
+    /// The int8 screen in front of f32 scores, where the CPU runs one fast
+    /// ([`int8_screen`]): the same answer, a quarter of the f32
+    /// multiply-adds' time. Before `kernel` when set.
+    screen: Option<ScreenPath>,
+    /// The last rows the screen coded: their memory, for the next.
+    coded: Option<ScreenRows>,
     /// Wall time spent in [`GroundTruth::observe`] so far.
     spent: std::time::Duration,
 }
@@ -278,6 +308,8 @@ impl GroundTruth {
             rows: 0,
             list_rows: Vec::new(),
             kernel: Kernel::detect(),
+            screen: ScreenPath::detect().filter(|_| dim <= int8_screen::MAX_DIM),
+            coded: None,
             spent: std::time::Duration::ZERO,
         }
     }
@@ -325,7 +357,12 @@ impl GroundTruth {
             self.list_rows[l] += 1;
         }
         let xnorms = squared_norms(vectors, dim);
-        let (metric, k, kernel) = (self.metric, self.k, self.kernel);
+        let (metric, k, kernel, screen) = (self.metric, self.k, self.kernel, self.screen);
+        let coded = screen.map(|_| {
+            let mut rows = self.coded.take().unwrap_or_default();
+            rows.fill(vectors, dim);
+            rows
+        });
         self.best
             .par_chunks_mut(chunk)
             .zip(self.queries.par_chunks(chunk * dim))
@@ -337,15 +374,23 @@ impl GroundTruth {
                     Metric::Cosine => Metric::InnerProduct,
                     other => other,
                 };
-                let panels = Panels::new(kernel, q, dim, rank_metric);
+                let packed = match screen.zip(coded.as_ref()) {
+                    Some((path, rows)) => Some(Packed::Screen(
+                        path,
+                        rows,
+                        ScreenPanels::new(q, dim, rank_metric),
+                    )),
+                    None => Panels::new(kernel, q, dim, rank_metric).map(Packed::F32),
+                };
                 let nq = best.len();
                 // Each query's k-th distance so far (infinite until k rows),
                 // padded with −∞ to the packed panels' lanes.
-                let mut bound = vec![f32::NEG_INFINITY; panels.as_ref().map_or(nq, Panels::padded)];
+                let padded = packed.as_ref().map_or(nq, Packed::padded);
+                let mut bound = vec![f32::NEG_INFINITY; padded];
                 for (b, best) in bound.iter_mut().zip(best.iter()) {
                     *b = best.bound(k);
                 }
-                let mut out = match panels {
+                let mut out = match packed {
                     Some(_) => Vec::new(),
                     None => vec![0f32; ROW_TILE * nq],
                 };
@@ -362,7 +407,7 @@ impl GroundTruth {
                         dim,
                         k,
                     };
-                    if let Some(panels) = &panels {
+                    if let Some(packed) = &packed {
                         let mut fold = Nearest {
                             tile,
                             xnorms: xn,
@@ -370,7 +415,12 @@ impl GroundTruth {
                             bound: &mut bound,
                             metric,
                         };
-                        panels.fold(x, &mut fold);
+                        match packed {
+                            Packed::Screen(path, rows, screen) => {
+                                screen.fold(*path, rows, t * ROW_TILE, x, &mut fold)
+                            }
+                            Packed::F32(panels) => panels.fold(x, &mut fold),
+                        }
                         continue;
                     }
                     let m = xn.len();
@@ -410,6 +460,7 @@ impl GroundTruth {
                     }
                 }
             });
+        self.coded = coded;
     }
 
     /// The calibration over `hierarchy`'s lists: each neighbour's list gap
@@ -696,9 +747,9 @@ mod tests {
         let lists: Vec<u32> = (0..20).map(|i| i / 10).collect();
         // Rowids 100 above the row.
         let rowids: Vec<i64> = (100..120).collect();
-        let observed = |kernel: Kernel| {
+        let observed = |kernel: Engine| {
             let mut gt = GroundTruth::new(vec![3.0, 15.0], 1, 3, Metric::L2);
-            gt.kernel = kernel;
+            kernel.set(&mut gt);
             // In two batches, as the assignment pass gives them.
             gt.observe(&data[..7], &lists[..7], &rowids[..7]);
             gt.observe(&data[7..], &lists[7..], &rowids[7..]);
@@ -717,10 +768,10 @@ mod tests {
             assert_eq!(gt.best[0].own, Some(103), "{kernel:?}");
             gt
         };
-        for kernel in kernels() {
+        for kernel in engines() {
             observed(kernel);
         }
-        let (c, n) = observed(Kernel::detect()).finish(&two_lists());
+        let (c, n) = observed(Engine::F32(Kernel::detect())).finish(&two_lists());
         assert_eq!(n.ids, vec![vec![102, 104, 101], vec![114, 116, 113]]);
         assert_eq!(n.own, vec![Some(103), Some(115)]);
         assert_eq!((n.k, n.queries.as_slice()), (3, [3.0, 15.0].as_slice()));
@@ -749,17 +800,17 @@ mod tests {
         let rowids: Vec<i64> = (0..3000).collect();
         for metric in [Metric::L2, Metric::InnerProduct, Metric::Cosine] {
             let queries = pick_queries(&data, dim, 301);
-            let run = |kernel: Kernel, chunk: usize| {
+            let run = |engine: Engine, chunk: usize| {
                 let mut gt = GroundTruth::new(queries.clone(), dim, 10, metric);
-                gt.kernel = kernel;
+                engine.set(&mut gt);
                 // Two batches, the second across row tiles.
                 let (a, b) = rowids.split_at(700);
                 gt.observe_in_chunks(&data[..700 * dim], &lists[..700], a, chunk);
                 gt.observe_in_chunks(&data[700 * dim..], &lists[700..], b, chunk);
                 gt.best.iter().map(|b| b.top.clone()).collect::<Vec<_>>()
             };
-            let reference = run(Kernel::Sgemm, QUERY_CHUNK);
-            for kernel in kernels() {
+            let reference = run(Engine::F32(Kernel::Sgemm), QUERY_CHUNK);
+            for kernel in engines() {
                 let whole = run(kernel, QUERY_CHUNK);
                 assert!(whole.iter().all(|t| t.len() == 10));
                 for chunk in [1, 7, 151] {
@@ -795,12 +846,34 @@ mod tests {
         }
     }
 
-    /// The kernels this CPU runs.
-    fn kernels() -> Vec<Kernel> {
-        [Kernel::Sgemm, Kernel::PackedAvx2, Kernel::PackedAvx512]
+    /// How a test's ground truth scores its pairs.
+    #[derive(Debug, Clone, Copy)]
+    enum Engine {
+        F32(Kernel),
+        Screened(ScreenPath),
+    }
+
+    impl Engine {
+        /// `gt` scoring its pairs this way.
+        fn set(self, gt: &mut GroundTruth) {
+            (gt.kernel, gt.screen) = match self {
+                Engine::F32(kernel) => (kernel, None),
+                Engine::Screened(path) => (Kernel::Sgemm, Some(path)),
+            };
+        }
+    }
+
+    /// The f32 kernels and the int8 screen's paths this CPU runs.
+    fn engines() -> Vec<Engine> {
+        let kernels = [Kernel::Sgemm, Kernel::PackedAvx2, Kernel::PackedAvx512]
             .into_iter()
             .filter(|k| k.is_supported())
-            .collect()
+            .map(Engine::F32);
+        let screens = [ScreenPath::Scalar, ScreenPath::Avx512Vnni]
+            .into_iter()
+            .filter(|p| p.is_supported())
+            .map(Engine::Screened);
+        kernels.chain(screens).collect()
     }
 
     #[test]

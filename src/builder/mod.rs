@@ -9,6 +9,7 @@
 pub mod calibrate;
 pub mod distributed;
 pub mod error;
+mod int8_screen;
 pub mod job;
 pub mod mutate;
 pub mod offload;
