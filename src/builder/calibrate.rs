@@ -284,8 +284,9 @@ pub struct GroundTruth {
     /// (a [`Nearest`] fold), else SGEMM tiles.
     kernel: Kernel,
     /// The int8 screen in front of f32 scores, where the CPU runs one fast
-    /// ([`int8_screen`]): the same answer, a quarter of the f32
-    /// multiply-adds' time. Before `kernel` when set.
+    /// ([`int8_screen`]): the same answer in 0.4–0.6 of the f32 kernel's
+    /// time (its multiply-adds cost a quarter; the rescored pairs and the
+    /// rows' coding the rest). Used instead of `kernel` when set.
     screen: Option<ScreenPath>,
     /// The last rows the screen coded: their memory, for the next.
     coded: Option<ScreenRows>,
